@@ -1,0 +1,34 @@
+"""kernel_lab: write, check and race GPU kernels from Python, with no C++ build step.
+
+    import kernel_lab
+    kernel_lab.run("online_softmax", x)          # any registered variant, by name
+    kernel_lab.variants("softmax")               # what is registered
+    kernel_lab.softmax(x, dim=-1)                # differentiable drop-in for torch.softmax
+"""
+
+from .errors import (
+    DuplicateVariantError,
+    KernelCompileError,
+    KernelLabError,
+    UnknownVariantError,
+    UnsupportedInputError,
+)
+from .registry import Op, Variant, get, get_op, ops, register, register_op, run, variants
+
+__all__ = [
+    "DuplicateVariantError",
+    "KernelCompileError",
+    "KernelLabError",
+    "Op",
+    "UnknownVariantError",
+    "UnsupportedInputError",
+    "Variant",
+    "get",
+    "get_op",
+    "ops",
+    "register",
+    "register_op",
+    "run",
+    "variants",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,5 @@
+"""The op packages the registry imports, in order. Adding an op = new package + one line here."""
+
+OP_MODULES: tuple[str, ...] = (
+    "kernel_lab.ops.softmax",
+)

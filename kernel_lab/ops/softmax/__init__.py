@@ -1,0 +1,10 @@
+"""Softmax over one dim: forward (``softmax``) and backward (``softmax_backward``).
+
+Files: ``op.py`` (the op definitions and float64 references), ``rows.py`` (dim/stride handling
+shared by every hand-written kernel), then one file per backend of variants.
+"""
+
+from . import op  # noqa: F401  (registers the ops first)
+from . import torch_variants  # noqa: F401
+from . import triton_variants  # noqa: F401
+from . import cuda_variants  # noqa: F401

@@ -1,0 +1,65 @@
+"""Row views for row-wise kernels: any rank, any ``dim``, any strides -> an (M, N) problem.
+
+Every hand-written kernel (Triton, CUDA) sees a 2-D input whose last dim has stride 1 and whose
+rows are ``row_stride`` elements apart. When ``dim`` is not the last dim, or the input cannot be
+viewed that way, ONE copy is made (``movedim(...).contiguous()``); a plain row-sliced tensor such
+as ``x[:, :N]`` runs in place with its row stride. The output is always a fresh contiguous
+(M, N) buffer, returned in the input's shape (a permuted view when ``dim`` is not last).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+
+def normalize_dim(dim: int, ndim: int) -> int:
+    if ndim == 0:
+        raise IndexError("softmax needs at least one dimension (got a 0-d tensor)")
+    if not -ndim <= dim < ndim:
+        raise IndexError(f"dim {dim} out of range for a {ndim}-d tensor")
+    return dim % ndim
+
+
+def as_rows(x: torch.Tensor, dim: int) -> tuple[torch.Tensor, Callable[[torch.Tensor], torch.Tensor]]:
+    """(x2d, restore): x2d is (M, N) with unit column stride; restore(out2d) -> output shape."""
+    d = normalize_dim(dim, x.dim())
+    moved = x if d == x.dim() - 1 else x.movedim(d, -1)
+    n = moved.shape[-1]
+    lead = moved.shape[:-1]
+    x2d = None
+    if moved.stride(-1) == 1 or n == 1:
+        try:
+            x2d = moved.view(-1, n)
+        except RuntimeError:
+            x2d = None
+        if x2d is not None and n == 1 and x2d.stride(-1) != 1:
+            x2d = None
+    if x2d is None:
+        x2d = moved.contiguous().view(-1, n)
+
+    def restore(out2d: torch.Tensor) -> torch.Tensor:
+        out = out2d.view(*lead, n)
+        return out if d == x.dim() - 1 else out.movedim(-1, d)
+
+    return x2d, restore
+
+
+def rowwise(
+    kernel: Callable[..., None], *inputs: torch.Tensor, dim: int = -1
+) -> torch.Tensor:
+    """Run ``kernel(out2d, *inputs2d)`` over the rows of ``inputs`` along ``dim``.
+
+    All inputs share a shape; each gets its own (M, N) view. Empty tensors return empty outputs
+    with no launch.
+    """
+    x = inputs[0]
+    normalize_dim(dim, x.dim())
+    if x.numel() == 0:
+        return torch.empty_like(x)
+    views = [as_rows(t.detach(), dim) for t in inputs]
+    x2d, restore = views[0]
+    out2d = torch.empty(x2d.shape, dtype=x.dtype, device=x.device)
+    kernel(out2d, *(v[0] for v in views))
+    return restore(out2d)

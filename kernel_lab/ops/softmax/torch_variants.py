@@ -1,0 +1,154 @@
+"""Softmax in plain PyTorch: the library op, the textbook decomposition, and that under compile.
+
+These run anywhere torch runs (CPU included) and are the baselines every kernel races.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import torch
+
+from kernel_lab.registry import register
+
+from .op import ALL_DTYPES
+from .rows import normalize_dim
+
+
+@register(
+    "torch_eager",
+    op="softmax",
+    backend="torch",
+    dtypes=ALL_DTYPES,
+    description="torch.softmax: PyTorch's own fused kernel",
+    source="kernel_lab/ops/softmax/torch_variants.py",
+)
+def torch_eager(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    normalize_dim(dim, x.dim())
+    return torch.softmax(x, dim=dim)
+
+
+def naive_softmax_math(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """max, subtract, exp, sum, divide: five ops, each a full pass over memory in eager mode.
+
+    Accumulates in fp32 for fp16/bf16 (float64 stays float64).
+    """
+    acc = x if x.dtype == torch.float64 else x.float()
+    m = acc.amax(dim=dim, keepdim=True)
+    e = torch.exp(acc - m)
+    return (e / e.sum(dim=dim, keepdim=True)).to(x.dtype)
+
+
+@register(
+    "torch_naive",
+    op="softmax",
+    backend="torch",
+    dtypes=ALL_DTYPES,
+    description="decomposed max/exp/sum/divide, launched as separate eager ops",
+    source="kernel_lab/ops/softmax/torch_variants.py",
+)
+def torch_naive(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    normalize_dim(dim, x.dim())
+    if x.numel() == 0:
+        return torch.empty_like(x)
+    return naive_softmax_math(x, dim)
+
+
+class CompiledPerSignature:
+    """``torch.compile`` of a function, one compiled artefact per input signature.
+
+    Why: dynamo keeps its compiled graphs on the *code object* and, with ``dynamic=False``, stops
+    recompiling after ``recompile_limit`` (8) shapes and silently runs the eager code from then on.
+    A benchmark of "compile" that is secretly eager is a lie. So each signature (shape, strides,
+    dtype, device, kwargs) gets its own copy of the code object - its own dynamo cache holding
+    exactly one graph - and every call runs under ``error_on_recompile=True``: a guard failure
+    raises instead of falling back. ``compiled_signatures`` counts what was built.
+    """
+
+    def __init__(self, fn, **compile_kwargs) -> None:
+        self.fn = fn
+        self.compile_kwargs = {"fullgraph": True, "dynamic": False, **compile_kwargs}
+        self._cache: dict[tuple, object] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def compiled_signatures(self) -> int:
+        return len(self._cache)
+
+    def _compiled_for(self, key: tuple):
+        c = self._cache.get(key)
+        if c is None:
+            with self._lock:
+                c = self._cache.get(key)
+                if c is None:
+                    code = self.fn.__code__.replace(co_name=f"{self.fn.__name__}_{len(self._cache)}")
+                    clone = type(self.fn)(code, self.fn.__globals__, code.co_name,
+                                          self.fn.__defaults__, self.fn.__closure__)
+                    c = self._cache[key] = torch.compile(clone, **self.compile_kwargs)
+        return c
+
+    def __call__(self, *tensors: torch.Tensor, **kw):
+        key = tuple(
+            (tuple(t.shape), t.stride(), t.dtype, t.device, t.requires_grad) for t in tensors
+        ) + tuple(sorted(kw.items()))
+        compiled = self._compiled_for(key)
+        with torch._dynamo.config.patch(error_on_recompile=True):
+            return compiled(*tensors, **kw)
+
+
+_compiled_naive = CompiledPerSignature(naive_softmax_math)
+
+
+@register(
+    "compile_naive",
+    op="softmax",
+    backend="compile",
+    dtypes=ALL_DTYPES,
+    description="the decomposition under torch.compile (inductor fuses it into one kernel)",
+    source="kernel_lab/ops/softmax/torch_variants.py",
+)
+def compile_naive(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    normalize_dim(dim, x.dim())
+    if x.numel() == 0:
+        return torch.empty_like(x)
+    return _compiled_naive(x, dim=dim)
+
+
+# -- backward ---------------------------------------------------------------------------------
+@register(
+    "torch_eager_backward",
+    op="softmax_backward",
+    backend="torch",
+    dtypes=ALL_DTYPES,
+    description="PyTorch's own softmax backward kernel (_softmax_backward_data)",
+    source="kernel_lab/ops/softmax/torch_variants.py",
+)
+def torch_eager_backward(y: torch.Tensor, dy: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    d = normalize_dim(dim, y.dim())
+    if y.numel() == 0:
+        return torch.empty_like(y)
+    return torch._softmax_backward_data(dy, y, d, y.dtype)
+
+
+def naive_softmax_backward_math(y: torch.Tensor, dy: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    acc_y = y if y.dtype == torch.float64 else y.float()
+    acc_dy = dy if dy.dtype == torch.float64 else dy.float()
+    return (acc_y * (acc_dy - (acc_dy * acc_y).sum(dim=dim, keepdim=True))).to(y.dtype)
+
+
+_compiled_backward = CompiledPerSignature(naive_softmax_backward_math)
+
+
+@register(
+    "compile_backward",
+    op="softmax_backward",
+    backend="compile",
+    dtypes=ALL_DTYPES,
+    description="y * (dy - sum(dy * y)) under torch.compile",
+    source="kernel_lab/ops/softmax/torch_variants.py",
+)
+def compile_backward(y: torch.Tensor, dy: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    normalize_dim(dim, y.dim())
+    if y.numel() == 0:
+        return torch.empty_like(y)
+    return _compiled_backward(y, dy, dim=dim)

@@ -1,0 +1,93 @@
+"""Launchers for the Triton softmax kernels in ``triton_src/softmax.py``.
+
+On a GPU they compile and run as usual; on a CPU-only machine they run in Triton's interpreter
+when ``TRITON_INTERPRET=1`` was set before triton was imported (the test suite does this).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+
+from kernel_lab.registry import register
+from triton_src import softmax as kernels
+
+from .op import ALL_DTYPES
+from .rows import rowwise
+
+SOURCE = "triton_src/softmax.py"
+FUSED_MAX_N = 65536  # beyond this one program's registers spill so badly it is pointless
+
+
+def _num_warps(block: int) -> int:
+    return 16 if block >= 32768 else 8 if block >= 8192 else 4
+
+
+def _fused_limit(x: torch.Tensor, dim: int = -1) -> str | None:
+    n = x.shape[dim] if x.dim() else 0
+    if n > FUSED_MAX_N:
+        return f"row length {n} > {FUSED_MAX_N}: a whole row no longer fits one program"
+    return None
+
+
+@register(
+    "triton_fused",
+    op="softmax",
+    backend="triton",
+    dtypes=ALL_DTYPES,
+    description="whole row per program in registers, several narrow rows per program",
+    source=SOURCE,
+    check=_fused_limit,
+)
+def triton_fused(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    def launch(out, x2d):
+        m, n = x2d.shape
+        block = triton.next_power_of_2(n)
+        rows = max(1, min(16, 2048 // block))
+        grid = (triton.cdiv(m, rows),)
+        kernels.softmax_fused_kernel[grid](
+            out, x2d, m, n, x2d.stride(0), BLOCK_N=block, ROWS=rows,
+            IS_FP64=x2d.dtype == torch.float64, num_warps=_num_warps(block * rows),
+        )
+
+    return rowwise(launch, x, dim=dim)
+
+
+@register(
+    "triton_online",
+    op="softmax",
+    backend="triton",
+    dtypes=ALL_DTYPES,
+    description="row tiled over columns with a running (max, sum): any row length",
+    source=SOURCE,
+)
+def triton_online(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    def launch(out, x2d):
+        m, n = x2d.shape
+        block = min(triton.next_power_of_2(n), 4096)
+        kernels.softmax_online_kernel[(m,)](
+            out, x2d, m, n, x2d.stride(0), BLOCK_N=block,
+            IS_FP64=x2d.dtype == torch.float64, num_warps=_num_warps(block),
+        )
+
+    return rowwise(launch, x, dim=dim)
+
+
+@register(
+    "triton_backward",
+    op="softmax_backward",
+    backend="triton",
+    dtypes=ALL_DTYPES,
+    description="row per program; one read of y and dy when the row fits a 16K tile",
+    source=SOURCE,
+)
+def triton_backward(y: torch.Tensor, dy: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    def launch(dx, y2d, dy2d):
+        m, n = y2d.shape
+        block = min(triton.next_power_of_2(n), 16384)
+        kernels.softmax_backward_kernel[(m,)](
+            dx, y2d, dy2d, m, n, y2d.stride(0), dy2d.stride(0), BLOCK_N=block,
+            IS_FP64=y2d.dtype == torch.float64, num_warps=_num_warps(block),
+        )
+
+    return rowwise(launch, y, dy, dim=dim)

@@ -1,0 +1,239 @@
+"""One registry for every op and every way of writing it.
+
+A *variant* is data: its name, the op it implements, the backend, the callable, the dtypes it
+takes, a ``supports(*inputs, **kw) -> reason | None`` check and (for compiled kernels) its source
+file. An *op* is data too: its float64 reference, how to make inputs for a shape, and how many
+bytes one call must move. Tests, benchmarks and the CLI all iterate this registry, so a variant is
+tested and benchmarked the moment it is registered.
+
+Registration is explicit: ``@register(...)`` next to each launcher, and one import list
+(``kernel_lab.ops.OP_MODULES``) that the registry imports on first use. Adding an op means new
+files plus one line in that list; nothing here changes.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Sequence
+
+import torch
+
+from .errors import DuplicateVariantError, UnknownVariantError, UnsupportedInputError
+
+BACKENDS = ("torch", "compile", "triton", "cuda", "peer")
+
+
+@dataclass(frozen=True)
+class Op:
+    """An operation: its single float64 reference and what the suites need to exercise it.
+
+    ``make_inputs(shape, dtype, device, generator)`` returns the positional inputs for a call;
+    ``bytes_moved(*inputs)`` the fewest bytes a call must read plus write (for GB/s);
+    ``reference(*inputs, **kw)`` returns the float64 answer.
+    """
+
+    name: str
+    reference: Callable[..., torch.Tensor]
+    make_inputs: Callable[..., tuple]
+    bytes_moved: Callable[..., int]
+    description: str = ""
+    kwargs: dict = field(default_factory=dict)  # default call kwargs, e.g. {"dim": -1}
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One way of computing an op. Call it through :func:`run` (checks first) or ``variant(...)``."""
+
+    name: str
+    op: str
+    backend: str
+    fn: Callable[..., Any]
+    dtypes: tuple[torch.dtype, ...]
+    description: str
+    source: str | None = None  # repo-relative file holding the kernel, e.g. "cuda_src/x.cu"
+    check: Callable[..., str | None] | None = None  # extra, variant-specific limits
+    needs_cuda: bool = False  # True: only CUDA tensors (Triton also runs in its interpreter)
+
+    def supports(self, *inputs: Any, **kw: Any) -> str | None:
+        """Why this variant cannot run these inputs, or None if it can. Never launches anything."""
+        x = inputs[0]
+        if not isinstance(x, torch.Tensor):
+            return f"expected a torch.Tensor (or DLPack array), got {type(x).__name__}"
+        if x.dtype not in self.dtypes:
+            names = ", ".join(str(d).replace("torch.", "") for d in self.dtypes)
+            return f"dtype {str(x.dtype).replace('torch.', '')} not supported (takes {names})"
+        for other in inputs[1:]:
+            if isinstance(other, torch.Tensor) and (
+                other.dtype != x.dtype or other.device != x.device or other.shape != x.shape
+            ):
+                return "all tensor inputs must share dtype, device and shape"
+        if self.needs_cuda and x.device.type != "cuda":
+            if not (self.backend == "triton" and _triton_interpreting()):
+                return f"needs a CUDA tensor, got device {x.device}"
+        if self.check is not None:
+            return self.check(*inputs, **kw)
+        return None
+
+    def __call__(self, *inputs: Any, **kw: Any) -> Any:
+        return self.fn(*inputs, **kw)
+
+
+def _triton_interpreting() -> bool:
+    import os
+
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+_ops: dict[str, Op] = {}
+_variants: dict[str, Variant] = {}
+_lock = threading.RLock()
+_loaded = False
+
+
+def register_op(op: Op) -> Op:
+    """Add an op. Its name must be new."""
+    with _lock:
+        if op.name in _ops:
+            raise DuplicateVariantError(f"op {op.name!r} is already registered")
+        _ops[op.name] = op
+    return op
+
+
+def add_variant(variant: Variant) -> Variant:
+    """Add a ready-made :class:`Variant` (what ``@register`` does). Names are global and unique."""
+    if variant.backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {variant.backend!r}")
+    with _lock:
+        if variant.name in _variants:
+            old = _variants[variant.name]
+            raise DuplicateVariantError(
+                f"variant {variant.name!r} is already registered (op {old.op}, {old.backend})"
+            )
+        if variant.op not in _ops:
+            raise UnknownVariantError(f"variant {variant.name!r} names unknown op {variant.op!r}")
+        _variants[variant.name] = variant
+    return variant
+
+
+def register(
+    name: str,
+    *,
+    op: str,
+    backend: str,
+    dtypes: Sequence[torch.dtype],
+    description: str,
+    source: str | None = None,
+    check: Callable[..., str | None] | None = None,
+    needs_cuda: bool | None = None,
+) -> Callable[[Callable], Callable]:
+    """Decorator: register the decorated launcher as a variant and return it unchanged."""
+
+    def deco(fn: Callable) -> Callable:
+        add_variant(
+            Variant(
+                name=name,
+                op=op,
+                backend=backend,
+                fn=fn,
+                dtypes=tuple(dtypes),
+                description=description,
+                source=source,
+                check=check,
+                needs_cuda=backend in ("triton", "cuda") if needs_cuda is None else needs_cuda,
+            )
+        )
+        return fn
+
+    return deco
+
+
+def _ensure_loaded() -> None:
+    global _loaded
+    if _loaded:
+        return
+    with _lock:
+        if _loaded:
+            return
+        from .ops import OP_MODULES
+
+        for module in OP_MODULES:
+            importlib.import_module(module)
+        _loaded = True
+
+
+def _suggest(name: str, choices: Iterable[str]) -> str:
+    close = difflib.get_close_matches(name, list(choices), n=3, cutoff=0.5)
+    return f"; did you mean {', '.join(map(repr, close))}?" if close else ""
+
+
+def get(name: str) -> Variant:
+    """The variant called ``name``; raises :class:`UnknownVariantError` with suggestions."""
+    _ensure_loaded()
+    try:
+        return _variants[name]
+    except KeyError:
+        known = sorted(_variants)
+        raise UnknownVariantError(
+            f"no variant named {name!r}{_suggest(name, known)} "
+            f"(`python -m kernel_lab list` shows all {len(known)})"
+        ) from None
+
+
+def get_op(name: str) -> Op:
+    """The op called ``name``; raises :class:`UnknownVariantError` with suggestions."""
+    _ensure_loaded()
+    try:
+        return _ops[name]
+    except KeyError:
+        raise UnknownVariantError(
+            f"no op named {name!r}{_suggest(name, _ops)}; ops: {', '.join(sorted(_ops))}"
+        ) from None
+
+
+def ops() -> list[str]:
+    """Names of all registered ops, sorted."""
+    _ensure_loaded()
+    return sorted(_ops)
+
+
+def variants(op: str | None = None, backend: str | None = None) -> list[Variant]:
+    """Registered variants (of one op / backend if given), in registration order."""
+    _ensure_loaded()
+    if op is not None:
+        get_op(op)
+    return [
+        v
+        for v in _variants.values()
+        if (op is None or v.op == op) and (backend is None or v.backend == backend)
+    ]
+
+
+def ensure_supported(variant: Variant, *inputs: Any, **kw: Any) -> None:
+    """Raise :class:`UnsupportedInputError` naming variant, input and reason, or return."""
+    reason = variant.supports(*inputs, **kw)
+    if reason is not None:
+        x = inputs[0]
+        desc = (
+            f"{tuple(x.shape)} {str(x.dtype).replace('torch.', '')} on {x.device}"
+            if isinstance(x, torch.Tensor)
+            else type(x).__name__
+        )
+        raise UnsupportedInputError(f"{variant.name}: cannot run input {desc}: {reason}")
+
+
+def run(name: str, *inputs: Any, **kw: Any) -> Any:
+    """Run variant ``name`` on ``inputs``.
+
+    Inputs are torch tensors or any DLPack producer (a CuPy array comes back as a CuPy array,
+    zero-copy both ways). Input checks happen before anything is launched.
+    """
+    from . import interop
+
+    variant = get(name)
+    tensors, back = interop.to_torch(inputs)
+    ensure_supported(variant, *tensors, **kw)
+    out = variant.fn(*tensors, **kw)
+    return back(out)

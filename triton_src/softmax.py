@@ -1,0 +1,122 @@
+"""Softmax kernels in Triton: forward (whole row, or tiled online) and backward.
+
+Conventions shared by every kernel here: the input is (M, N) with unit column stride and a row
+stride in elements; the output is contiguous (M, N). Accumulation is fp32 (fp64 for fp64 input).
+-inf entries give 0, an all -inf row gives NaN, NaN propagates - exactly like torch.softmax.
+"""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _acc(x, IS_FP64: tl.constexpr):
+    if IS_FP64:
+        return x.to(tl.float64)
+    else:
+        return x.to(tl.float32)
+
+
+@triton.jit
+def softmax_fused_kernel(
+    out_ptr, x_ptr, M, N, x_row_stride,
+    BLOCK_N: tl.constexpr, ROWS: tl.constexpr, IS_FP64: tl.constexpr,
+):
+    """Whole rows in registers: program p owns rows [p*ROWS, p*ROWS + ROWS), all N columns.
+
+    One read and one write per element. BLOCK_N = next_pow2(N) >= N, tail lanes masked (-inf in,
+    no store). ROWS > 1 packs several narrow rows into one program so a program still moves
+    a few KB. Cost: 2*M*N*elem bytes; registers hold ROWS*BLOCK_N values (spills past ~64K).
+    """
+    pid = tl.program_id(0)
+    rows = pid * ROWS + tl.arange(0, ROWS)
+    cols = tl.arange(0, BLOCK_N)
+    mask = (rows[:, None] < M) & (cols[None, :] < N)
+    x = tl.load(x_ptr + rows[:, None].to(tl.int64) * x_row_stride + cols[None, :], mask=mask,
+                other=-float("inf"))
+    x = _acc(x, IS_FP64)
+    m = tl.max(x, axis=1)
+    e = tl.exp(x - m[:, None])
+    e = tl.where(mask, e, 0.0)
+    s = tl.sum(e, axis=1)
+    y = e / s[:, None]
+    tl.store(out_ptr + rows[:, None].to(tl.int64) * N + cols[None, :],
+             y.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def softmax_online_kernel(
+    out_ptr, x_ptr, M, N, x_row_stride,
+    BLOCK_N: tl.constexpr, IS_FP64: tl.constexpr,
+):
+    """Any row length: program p owns row p and walks it in BLOCK_N tiles, twice.
+
+    Pass 1 keeps a per-lane running (max, sum) - the online softmax of Milakov & Gimelshein -
+    rescaling the sum by exp(m_old - m_new) when the max grows; the lanes merge at the end.
+    Pass 2 re-reads each tile and writes exp(x - m) / s. Cost: 2 reads + 1 write per element
+    (the second read often hits L2 for rows up to a few MB).
+    """
+    row = tl.program_id(0).to(tl.int64)
+    x_row = x_ptr + row * x_row_stride
+    o_row = out_ptr + row * N
+    cols = tl.arange(0, BLOCK_N)
+    if IS_FP64:
+        m = tl.full([BLOCK_N], -float("inf"), tl.float64)
+        s = tl.zeros([BLOCK_N], tl.float64)
+    else:
+        m = tl.full([BLOCK_N], -float("inf"), tl.float32)
+        s = tl.zeros([BLOCK_N], tl.float32)
+    for start in range(0, N, BLOCK_N):
+        c = start + cols
+        x = _acc(tl.load(x_row + c, mask=c < N, other=-float("inf")), IS_FP64)
+        m_new = tl.maximum(m, x)
+        # A lane whose max is still -inf must not form exp(-inf - -inf) = NaN.
+        safe = tl.where(m_new == -float("inf"), 0.0, m_new)
+        s = s * tl.exp(m - safe) + tl.exp(x - safe)
+        m = m_new
+    row_max = tl.max(m, axis=0)
+    safe_max = tl.where(row_max == -float("inf"), 0.0, row_max)
+    row_sum = tl.sum(s * tl.exp(m - safe_max), axis=0)
+    for start in range(0, N, BLOCK_N):
+        c = start + cols
+        x = _acc(tl.load(x_row + c, mask=c < N, other=-float("inf")), IS_FP64)
+        y = tl.exp(x - row_max) / row_sum
+        tl.store(o_row + c, y.to(out_ptr.dtype.element_ty), mask=c < N)
+
+
+@triton.jit
+def softmax_backward_kernel(
+    dx_ptr, y_ptr, dy_ptr, M, N, y_row_stride, dy_row_stride,
+    BLOCK_N: tl.constexpr, IS_FP64: tl.constexpr,
+):
+    """dx = y * (dy - sum(y * dy)): program p owns row p, tiles of BLOCK_N columns.
+
+    When BLOCK_N >= N (the launcher's choice up to 16K columns) it is one tile: y and dy are read
+    once, dx written once (3*N*elem bytes per row). Longer rows read y, dy twice.
+    """
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK_N)
+    if BLOCK_N >= N:
+        mask = cols < N
+        y = _acc(tl.load(y_ptr + row * y_row_stride + cols, mask=mask, other=0.0), IS_FP64)
+        dy = _acc(tl.load(dy_ptr + row * dy_row_stride + cols, mask=mask, other=0.0), IS_FP64)
+        dot = tl.sum(y * dy, axis=0)
+        dx = y * (dy - dot)
+        tl.store(dx_ptr + row * N + cols, dx.to(dx_ptr.dtype.element_ty), mask=mask)
+    else:
+        if IS_FP64:
+            acc = tl.zeros([BLOCK_N], tl.float64)
+        else:
+            acc = tl.zeros([BLOCK_N], tl.float32)
+        for start in range(0, N, BLOCK_N):
+            c = start + cols
+            y = _acc(tl.load(y_ptr + row * y_row_stride + c, mask=c < N, other=0.0), IS_FP64)
+            dy = _acc(tl.load(dy_ptr + row * dy_row_stride + c, mask=c < N, other=0.0), IS_FP64)
+            acc += y * dy
+        dot = tl.sum(acc, axis=0)
+        for start in range(0, N, BLOCK_N):
+            c = start + cols
+            y = _acc(tl.load(y_ptr + row * y_row_stride + c, mask=c < N, other=0.0), IS_FP64)
+            dy = _acc(tl.load(dy_ptr + row * dy_row_stride + c, mask=c < N, other=0.0), IS_FP64)
+            dx = y * (dy - dot)
+            tl.store(dx_ptr + row * N + c, dx.to(dx_ptr.dtype.element_ty), mask=c < N)
