@@ -41,6 +41,11 @@ class Op:
     bytes_moved: Callable[..., int]
     description: str = ""
     kwargs: dict = field(default_factory=dict)  # default call kwargs, e.g. {"dim": -1}
+    # edge_cases(dtype, device, generator) -> [(label, inputs, kwargs)]: -inf / NaN rows, huge
+    # magnitudes ... run by the correctness suite for every variant, on top of random inputs.
+    edge_cases: Callable[..., list] | None = None
+    # Per-op tolerance table (dtype -> reference.Tolerance); None = reference.TOLERANCES.
+    tolerances: dict | None = None
 
 
 @dataclass(frozen=True)

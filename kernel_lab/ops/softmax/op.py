@@ -48,6 +48,23 @@ def softmax_backward_bytes(y: torch.Tensor, dy: torch.Tensor, dim: int = -1) -> 
     return 3 * y.numel() * y.element_size()
 
 
+def softmax_edge_cases(dtype, device="cpu", generator=None) -> list:
+    """Rows that break careless kernels: -inf entries, an all -inf row, NaN, huge magnitudes."""
+    cases = []
+    (x,) = softmax_inputs((6, 781), dtype, device, generator)
+    x[0, ::3] = float("-inf")  # -inf entries give exact zeros
+    x[1] = float("-inf")  # an all -inf row gives NaN, like torch.softmax
+    x[2, 5] = float("nan")  # NaN propagates to its whole row
+    x[3, :400] = float("-inf")  # a long -inf prefix: an online max must not form -inf - -inf
+    x[4] += 1e4 if dtype in (torch.float32, torch.float64) else 3e3  # skipping the max overflows
+    cases.append(("inf_nan_rows", (x,), {}))
+    (big,) = softmax_inputs((3, 1823), dtype, device, generator)
+    big[0, -1] = 80.0 if dtype != torch.float16 else 11.0  # one dominant logit, at the tail
+    big[1, 0] = 80.0 if dtype != torch.float16 else 11.0  # ... and at the head
+    cases.append(("dominant_logit", (big,), {}))
+    return cases
+
+
 SOFTMAX = register_op(
     Op(
         name="softmax",
@@ -56,6 +73,7 @@ SOFTMAX = register_op(
         bytes_moved=softmax_bytes,
         description="softmax(x, dim): exp(x - max) / sum(exp(x - max))",
         kwargs={"dim": -1},
+        edge_cases=softmax_edge_cases,
     )
 )
 

@@ -1,0 +1,3 @@
+from kernel_lab.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,66 @@
+"""``python -m kernel_lab``: list, check, bench, watch.
+
+Each subcommand's work lives in its own module (``checking``, ``sweep``, ``watch``); this file
+only parses arguments and dispatches.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m kernel_lab",
+        description="Write, check and race GPU kernels: one registry of variants per op.",
+    )
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    ls = sub.add_parser("list", help="table of ops and variants, and whether each runs here")
+    ls.add_argument("--op", help="only this op")
+
+    ck = sub.add_parser("check", help="run variants against the float64 reference")
+    ck.add_argument("names", nargs="*", metavar="NAME", help="variants (default: all)")
+    ck.add_argument("--op", help="only variants of this op")
+    ck.add_argument("--dtype", action="append", choices=["float32", "float16", "bfloat16",
+                    "float64"], help="dtypes to check (repeatable; default fp32, fp16, bf16)")
+    ck.add_argument("--device", default=None, help="cuda or cpu (default: cuda if present)")
+    ck.add_argument("--seed", type=int, default=None, help="seed (default: fresh each run)")
+
+    from . import sweep
+
+    sweep.add_arguments(sub.add_parser("bench", help="sweep shapes: table, JSON/CSV and plot"))
+
+    from . import watch
+
+    watch.add_arguments(
+        sub.add_parser("watch", help="recompile, re-check and re-time a kernel on every save")
+    )
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "list":
+        from .checking import list_main
+
+        return list_main(args)
+    if args.command == "check":
+        from .checking import check_main
+
+        return check_main(args)
+    if args.command == "bench":
+        from .sweep import main as bench_main
+
+        return bench_main(args)
+    if args.command == "watch":
+        from .watch import main as watch_main
+
+        return watch_main(args)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
