@@ -1,0 +1,72 @@
+"""Every registered variant against its op's float64 reference: parametrized over the registry.
+
+A new variant is tested the moment it is registered. Inputs are fresh random data every run (the
+seed is in the failure message); outputs land in NaN-poisoned memory; unsupported inputs skip
+with the variant's own ``supports()`` reason.
+"""
+
+import pytest
+import torch
+from conftest import DEVICE
+
+import kernel_lab
+from kernel_lab.checking import cases_for, dtype_name, fresh_seed, make_case_inputs, run_checked
+
+TEST_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+
+
+def _params():
+    for op in kernel_lab.ops():
+        for v in kernel_lab.variants(op):
+            for dtype in TEST_DTYPES:
+                if dtype not in v.dtypes:
+                    continue
+                for case in cases_for(DEVICE):
+                    yield pytest.param(v.name, dtype, case,
+                                       id=f"{v.name}-{dtype_name(dtype)}-{case.label}")
+
+
+def _edge_params():
+    for op_name in kernel_lab.ops():
+        if kernel_lab.get_op(op_name).edge_cases is None:
+            continue
+        for v in kernel_lab.variants(op_name):
+            for dtype in TEST_DTYPES:
+                if dtype in v.dtypes:
+                    yield pytest.param(v.name, dtype, id=f"{v.name}-{dtype_name(dtype)}")
+
+
+def _skip_if_unsupported(v, inputs, kw):
+    reason = v.supports(*inputs, **kw)
+    if reason is not None:
+        pytest.skip(f"{v.name}: {reason}")
+
+
+@pytest.mark.parametrize("name,dtype,case", list(_params()))
+def test_matches_reference(name, dtype, case):
+    v = kernel_lab.get(name)
+    op = kernel_lab.get_op(v.op)
+    seed = fresh_seed()
+    gen = torch.Generator().manual_seed(seed)
+    inputs, kw = make_case_inputs(op, case, dtype, DEVICE, gen)
+    _skip_if_unsupported(v, inputs, kw)
+    result, out = run_checked(v, inputs, kw)
+    assert result.ok, f"{name} {dtype_name(dtype)} {case.label} (seed {seed}): {result.message}"
+    assert out.shape == inputs[0].shape and out.dtype == dtype and out.device == inputs[0].device
+
+
+@pytest.mark.parametrize("name,dtype", list(_edge_params()))
+def test_edge_cases(name, dtype):
+    v = kernel_lab.get(name)
+    op = kernel_lab.get_op(v.op)
+    seed = fresh_seed()
+    cases = op.edge_cases(dtype, DEVICE, torch.Generator().manual_seed(seed))
+    ran = 0
+    for label, inputs, kw in cases:
+        if v.supports(*inputs, **kw) is not None:
+            continue
+        result, _ = run_checked(v, inputs, kw)
+        assert result.ok, f"{name} {dtype_name(dtype)} {label} (seed {seed}): {result.message}"
+        ran += 1
+    if ran == 0:
+        pytest.skip(f"{name}: no edge case is supported ({v.supports(*cases[0][1])})")
