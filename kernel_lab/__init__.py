@@ -6,6 +6,9 @@
     kernel_lab.softmax(x, dim=-1)                # differentiable drop-in for torch.softmax
 """
 
+# The subpackage kernel_lab.ops (the op implementations) is imported first so that the name
+# ``kernel_lab.ops`` ends up bound to the public function ``ops()`` below, whatever imports later.
+from . import ops as _ops_package  # noqa: F401
 from .errors import (
     DuplicateVariantError,
     KernelCompileError,

@@ -166,11 +166,6 @@ def _ensure_loaded() -> None:
 
         for module in OP_MODULES:
             importlib.import_module(module)
-        # Importing the subpackage kernel_lab.ops set the attribute ``kernel_lab.ops`` to that
-        # module; the public API is the function ``kernel_lab.ops()``. Put it back.
-        import kernel_lab
-
-        kernel_lab.ops = ops
         _loaded = True
 
 
