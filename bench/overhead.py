@@ -1,0 +1,58 @@
+"""Per-call overhead: wall time of back-to-back calls on a small (launch-bound) tensor.
+
+    python bench/overhead.py [--variant online_softmax] [--shape 32x1024]
+
+Prints microseconds per call for torch.softmax and the variant through ``kernel_lab.run`` and
+through the variant's launcher directly, plus the pieces of the per-call path. The issue's target:
+``kernel_lab.run`` at most 1.5x ``torch.softmax``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+import kernel_lab
+
+
+def per_call_us(fn, calls: int = 2000, rounds: int = 7) -> float:
+    """Median over rounds of (wall time of ``calls`` back-to-back calls + one sync) / calls."""
+    for _ in range(50):
+        fn()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+        samples.append((time.perf_counter() - t0) / calls * 1e6)
+    return statistics.median(samples)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--variant", default="online_softmax")
+    p.add_argument("--shape", default="32x1024")
+    args = p.parse_args()
+    m, n = (int(s) for s in args.shape.split("x"))
+    x = torch.randn(m, n, device="cuda")
+    v = kernel_lab.get(args.variant)
+    rows = {
+        "torch.softmax(x, -1)": lambda: torch.softmax(x, -1),
+        f'kernel_lab.run("{v.name}", x)': lambda: kernel_lab.run(v.name, x),
+        f"{v.name} launcher (no registry checks)": lambda: v.fn(x),
+        "torch.empty_like(x)": lambda: torch.empty_like(x),
+    }
+    print(f"{torch.cuda.get_device_name()}, {m}x{n} fp32, back-to-back calls:")
+    results = {name: per_call_us(fn) for name, fn in rows.items()}
+    base = results["torch.softmax(x, -1)"]
+    for name, us in results.items():
+        print(f"  {name:<45} {us:7.2f} us/call  ({us / base:4.2f}x torch.softmax)")
+
+
+if __name__ == "__main__":
+    main()
