@@ -16,22 +16,28 @@ from .errors import (
     UnknownVariantError,
     UnsupportedInputError,
 )
+from .nn import LogSoftmax, Softmax
 from .registry import Op, Variant, get, get_op, ops, register, register_op, run, variants
+from .torch_ops import log_softmax, softmax  # torch.library custom ops: ~10 ms to import
 
 __all__ = [
     "DuplicateVariantError",
     "KernelCompileError",
     "KernelLabError",
+    "LogSoftmax",
     "Op",
+    "Softmax",
     "UnknownVariantError",
     "UnsupportedInputError",
     "Variant",
     "get",
     "get_op",
+    "log_softmax",
     "ops",
     "register",
     "register_op",
     "run",
+    "softmax",
     "variants",
 ]
 __version__ = "0.1.0"

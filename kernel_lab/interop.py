@@ -11,12 +11,13 @@
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
 
-_identity: Callable[[Any], Any] = lambda out: out  # noqa: E731
+_identity: Callable[[Any], Any] = lambda out: out
 
 
 def _framework_of(obj: Any) -> str:

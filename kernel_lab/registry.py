@@ -16,8 +16,9 @@ from __future__ import annotations
 import difflib
 import importlib
 import threading
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 import torch
 

@@ -77,7 +77,7 @@ def one_round(variant: registry.Variant, shape: tuple[int, int], dtype: torch.dt
     if reason is not None:
         print(f"  not timed: {reason}")
         return True
-    fn = lambda: variant.fn(*inputs)  # noqa: E731
+    fn = lambda: variant.fn(*inputs)
     fn()
     torch.cuda.synchronize()
     secs = cuda_event_median(fn, 1e-3)

@@ -16,7 +16,7 @@ def test_ops_and_variants_are_listed():
                      "triton_online"):
         assert expected in names
     assert all(v.op == "softmax" for v in kernel_lab.variants("softmax"))
-    assert len(set(v.name for v in kernel_lab.variants())) == len(kernel_lab.variants())
+    assert len({v.name for v in kernel_lab.variants()}) == len(kernel_lab.variants())
 
 
 def test_every_variant_is_data():

@@ -2,4 +2,5 @@
 
 OP_MODULES: tuple[str, ...] = (
     "kernel_lab.ops.softmax",
+    "kernel_lab.ops.log_softmax",
 )

@@ -8,3 +8,4 @@ from . import op  # noqa: F401  (registers the ops first)
 from . import torch_variants  # noqa: F401
 from . import triton_variants  # noqa: F401
 from . import cuda_variants  # noqa: F401
+from . import peer_variants  # noqa: F401  (Liger, QuACK: skipped when not installed)

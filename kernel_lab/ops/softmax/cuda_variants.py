@@ -1,1 +1,433 @@
+"""Launchers for the hand-written CUDA C++ softmax kernels in ``cuda_src/``.
 
+Each variant is named after its file (``cuda_src/online_softmax.cu`` -> ``"online_softmax"``)
+and launches through :mod:`kernel_lab.cuda_common` with the row-kernel convention. The ladder,
+simple -> fast: naive -> block -> warp -> online -> vec, then ``fast_softmax`` (its per-(N, dtype)
+dispatch is ``fast_softmax_config``) and the fused backward.
+
+Launch-shape choices (threads per row, registers per thread) are plain functions of (N, dtype),
+exposed as ``*_config`` so benchmarks and notes can print exactly what ran.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from kernel_lab import interop
+from kernel_lab.cuda_common import (
+    ALL_DTYPES,
+    ctype,
+    cuda_source,
+    device_index,
+    launch_rows,
+    next_pow2,
+    vec_aligned,
+    vec_width,
+)
+from kernel_lab.interop import i32, i64
+from kernel_lab.registry import register
+
+from .rows import normalize_dim, rowwise
+
+_T = [ctype(dt) for dt in ALL_DTYPES]
+WARP_EPT = (1, 2, 4, 8, 16, 32)  # elements per lane: rows up to 32 * 32 = 1024
+VPT = (1, 2, 4, 8)  # 16-byte vectors per thread kept in registers
+WARP_MAX_N = 32 * WARP_EPT[-1]
+VEC_MAX_THREADS, BWD_MAX_THREADS = 1024, 512
+
+NAIVE = cuda_source("naive_softmax.cu", [f"naive_softmax<{t}>" for t in _T])
+BLOCK = cuda_source("block_softmax.cu", [f"block_softmax<{t}>" for t in _T])
+WARP = cuda_source("warp_softmax.cu", [f"warp_softmax<{t}, {e}>" for t in _T for e in WARP_EPT])
+ONLINE = cuda_source("online_softmax.cu", [f"online_softmax<{t}>" for t in _T])
+VEC = cuda_source(
+    "vec_softmax.cu",
+    [f"vec_softmax<{t}, {v}>" for t in _T for v in VPT] + [f"vec_softmax_stream<{t}>" for t in _T],
+)
+BACKWARD_CL = (2, 4, 8, 16)
+BACKWARD = cuda_source(
+    "fused_softmax_backward.cu",
+    [f"fused_softmax_backward<{t}, {v}>" for t in _T for v in VPT]
+    + [f"fused_softmax_backward_cluster<{ctype(d)}, {4 if vec_width(d) == 8 else 8}, {c}>"
+       for d in ALL_DTYPES for c in BACKWARD_CL]
+    + [f"fused_softmax_backward_stream<{t}>" for t in _T],
+)
+
+
+def _row_threads(n: int, per_thread: int = 8) -> int:
+    """Threads for a block-per-row kernel: ~per_thread elements each, 32..1024."""
+    return min(1024, max(32, next_pow2(-(-n // per_thread))))
+
+
+def _n(x: torch.Tensor, dim: int) -> int:
+    return x.shape[normalize_dim(dim, x.dim())] if x.dim() else 0
+
+
+# -- 1. naive -----------------------------------------------------------------------------------
+@register(
+    "naive_softmax",
+    op="softmax",
+    backend="cuda",
+    dtypes=ALL_DTYPES,
+    description="one thread per row, three uncoalesced passes over global memory (baseline)",
+    source="cuda_src/naive_softmax.cu",
+)
+def naive_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    def launch(out, x2d):
+        m = out.shape[0]
+        launch_rows(NAIVE, f"naive_softmax<{ctype(x2d.dtype)}>", out, (x2d,),
+                    grid=-(-m // 128), block=128)
+
+    return rowwise(launch, x, dim=dim)
+
+
+# -- 2. block per row ---------------------------------------------------------------------------
+@register(
+    "block_softmax",
+    op="softmax",
+    backend="cuda",
+    dtypes=ALL_DTYPES,
+    description="one block per row, shared-memory reductions, three coalesced passes",
+    source="cuda_src/block_softmax.cu",
+)
+def block_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    def launch(out, x2d):
+        m, n = out.shape
+        launch_rows(BLOCK, f"block_softmax<{ctype(x2d.dtype)}>", out, (x2d,),
+                    grid=m, block=_row_threads(n))
+
+    return rowwise(launch, x, dim=dim)
+
+
+# -- 3. warp per row ----------------------------------------------------------------------------
+def _warp_limit(x: torch.Tensor, dim: int = -1) -> str | None:
+    n = _n(x, dim)
+    if n > WARP_MAX_N:
+        return f"row length {n} > {WARP_MAX_N}: a row must fit one warp's registers (32 x 32)"
+    return None
+
+
+def warp_softmax_config(n: int) -> int:
+    """Elements per lane for a row of ``n``: the smallest EPT with 32 * EPT >= n."""
+    return min(e for e in WARP_EPT if 32 * e >= n)
+
+
+@register(
+    "warp_softmax",
+    op="softmax",
+    backend="cuda",
+    dtypes=ALL_DTYPES,
+    description="one warp per row, row in registers, shuffle reductions (N <= 1024)",
+    source="cuda_src/warp_softmax.cu",
+    check=_warp_limit,
+)
+def warp_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    def launch(out, x2d):
+        m, n = out.shape
+        ept = warp_softmax_config(n)
+        launch_rows(WARP, f"warp_softmax<{ctype(x2d.dtype)}, {ept}>", out, (x2d,),
+                    grid=-(-m // 4), block=128)
+
+    return rowwise(launch, x, dim=dim)
+
+
+# -- 4. online (max, sum) -------------------------------------------------------------------------
+@register(
+    "online_softmax",
+    op="softmax",
+    backend="cuda",
+    dtypes=ALL_DTYPES,
+    description="single online (max, sum) pass + one write pass; any N, stride, alignment",
+    source="cuda_src/online_softmax.cu",
+)
+def online_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    def launch(out, x2d):
+        m, n = out.shape
+        launch_rows(ONLINE, f"online_softmax<{ctype(x2d.dtype)}>", out, (x2d,),
+                    grid=m, block=_row_threads(n))
+
+    return rowwise(launch, x, dim=dim)
+
+
+# -- 5. row on chip, 16-byte vectors ------------------------------------------------------------
+def vec_config(n: int, dtype: torch.dtype, max_threads: int = VEC_MAX_THREADS):
+    """(threads, vectors per thread) keeping a row of ``n`` in registers, or (threads, None)
+    when it does not fit (the streaming kernel then runs)."""
+    nv = -(-n // vec_width(dtype))
+    threads = min(max_threads, max(32, next_pow2(-(-nv // 4))))
+    vpt = next_pow2(-(-nv // threads))
+    return (threads, vpt) if vpt <= VPT[-1] else (max_threads, None)
+
+
+@register(
+    "vec_softmax",
+    op="softmax",
+    backend="cuda",
+    dtypes=ALL_DTYPES,
+    description="row kept in registers, 16-byte loads/stores, one read + one write "
+    "(scalar fallback when misaligned; streaming two-pass beyond 128 KB rows)",
+    source="cuda_src/vec_softmax.cu",
+)
+def vec_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    def launch(out, x2d):
+        m, n = out.shape
+        threads, vpt = vec_config(n, x2d.dtype)
+        t = ctype(x2d.dtype)
+        expr = f"vec_softmax<{t}, {vpt}>" if vpt else f"vec_softmax_stream<{t}>"
+        ok = i32(int(vec_aligned(x2d, out)))
+        launch_rows(VEC, expr, out, (x2d,), grid=m, block=threads, extra=(ok,))
+
+    return rowwise(launch, x, dim=dim)
+
+
+# -- backward -----------------------------------------------------------------------------------
+@register(
+    "fused_softmax_backward",
+    op="softmax_backward",
+    backend="cuda",
+    dtypes=ALL_DTYPES,
+    description="y and dy kept in registers (16-byte loads): read once, dx written once",
+    source="cuda_src/fused_softmax_backward.cu",
+)
+def fused_softmax_backward(y: torch.Tensor, dy: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    def launch(dx, y2d, dy2d):
+        m, n = dx.shape
+        t = ctype(y2d.dtype)
+        ok = i32(int(vec_aligned(y2d, dy2d, dx)))
+        kind, threads, vpt, cl = backward_config(n, y2d.dtype)
+        if kind == "block":
+            expr, grid = f"fused_softmax_backward<{t}, {vpt}>", m
+        elif kind == "cluster":
+            expr, grid = f"fused_softmax_backward_cluster<{t}, {vpt}, {cl}>", m * cl
+            if cl > 8:
+                _allow_non_portable_cluster(BACKWARD, expr, device_index(dx))
+        else:
+            expr, grid = f"fused_softmax_backward_stream<{t}>", m
+        launch_rows(BACKWARD, expr, dx, (y2d, dy2d), grid=grid, block=threads, extra=(ok,))
+
+    return rowwise(launch, y, dy, dim=dim)
+
+
+def backward_config(n: int, dtype: torch.dtype) -> tuple[str, int, int | None, int]:
+    """(kind, threads, vectors per thread, cluster size) of fused_softmax_backward for rows of n.
+
+    One CTA holds y and dy up to 512 threads x 8 vectors each; a cluster of up to 16 CTAs holds
+    16 times that; longer rows stream (two passes)."""
+    threads, vpt = vec_config(n, dtype, BWD_MAX_THREADS)
+    if vpt:
+        return "block", threads, vpt, 1
+    nw = -(-n // vec_width(dtype))
+    vpt = 4 if vec_width(dtype) == 8 else 8  # fp16/bf16: 2 x 32 elements per thread, no spills
+    for cl in BACKWARD_CL:
+        if nw <= cl * BWD_MAX_THREADS * vpt:
+            return "cluster", _round32(-(-nw // (vpt * cl))), vpt, cl
+    return "stream", 1024, None, 1
+
+
+def _round32(threads: int) -> int:
+    return max(32, -(-threads // 32) * 32)
+
+
+# -- fast_softmax: speed of light ---------------------------------------------------------------
+# Instantiations fast_softmax_config can pick (and nothing else: compile time is per name).
+FAST_WARP = ((4, 1), (4, 2), (8, 2), (16, 2), (32, 1), (32, 2), (32, 4))  # (group, vpt)
+FAST_BLOCK_VPT = (2, 4, 8)
+FAST_CL = (2, 4, 8, 16)
+_NON_PORTABLE_CLUSTER_ATTR = 14  # CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED
+
+
+def _fast_vpt_cap(dtype: torch.dtype) -> int:
+    """Vectors per thread for cluster/split rows: 16 (fp32/fp64), 4 for 2-byte types - beyond
+    32 fp16/bf16 elements per thread the unpacked fp32 copies spill (measured: 1.1-1.4 TB/s)."""
+    return 4 if torch.empty((), dtype=dtype).element_size() == 2 else 16
+
+
+def _fast_exprs() -> list[str]:
+    out = []
+    for dt, t in zip(ALL_DTYPES, _T):
+        big = _fast_vpt_cap(dt)
+        out += [f"fast_softmax_warp<{t}, {g}, {v}>" for g, v in FAST_WARP]
+        out += [f"fast_softmax_block<{t}, {v}>" for v in FAST_BLOCK_VPT]
+        out += [f"fast_softmax_cluster<{t}, {big}, {c}>" for c in FAST_CL]
+        sv = min(big, 8)
+        out += [f"fast_softmax_split_stats<{t}, {sv}>", f"fast_softmax_split_apply<{t}, {sv}>"]
+    return out
+
+
+FAST = cuda_source("fast_softmax.cu", _fast_exprs())
+
+
+@dataclass(frozen=True)
+class FastConfig:
+    """What fast_softmax launches for one (N, dtype): kernel kind and its shape.
+
+    kind: ``warp`` (``group`` lanes per row, several rows per block), ``block`` (a CTA per row),
+    ``cluster`` (``cluster`` CTAs per row, DSMEM reduction) or ``split`` (two kernels).
+    ``threads`` is the CTA size, ``vpt`` the 16-byte vectors each thread keeps in registers.
+    """
+
+    kind: str
+    threads: int
+    vpt: int
+    group: int = 32
+    cluster: int = 1
+
+    def expr(self, t: str) -> str:
+        if self.kind == "warp":
+            return f"fast_softmax_warp<{t}, {self.group}, {self.vpt}>"
+        if self.kind == "block":
+            return f"fast_softmax_block<{t}, {self.vpt}>"
+        if self.kind == "cluster":
+            return f"fast_softmax_cluster<{t}, {self.vpt}, {self.cluster}>"
+        return f"fast_softmax_split_stats<{t}, {self.vpt}>"
+
+    def capacity(self) -> int:
+        """Windows (16-byte slots) one row may span."""
+        if self.kind == "warp":
+            return self.group * self.vpt
+        return self.threads * self.vpt * self.cluster
+
+
+def _windows(n: int, dtype: torch.dtype, aligned: bool = True) -> int:
+    """16-byte windows a row spans: ceil(n / W) when rows start 16-byte aligned, else one more
+    for the worst-case head offset."""
+    w = vec_width(dtype)
+    return -(-n // w) if aligned else -(-(n + w - 1) // w)
+
+
+def fast_softmax_config(n: int, dtype: torch.dtype, aligned: bool = True) -> FastConfig:
+    """The launch fast_softmax uses for rows of ``n`` elements of ``dtype``.
+
+    Rules from a sweep of every candidate shape on an H200 (bench/NOTES.md, "CUDA kernel
+    versions"), in 16-byte windows ``nw`` per row:
+
+    * nw <= 32 (<= 128 for 2-byte types): a lane group per row, 1-4 vectors per lane;
+    * nw <= 8192 (4096 for 2-byte types): one CTA per row, 2 (fp32, nw <= 256), 4 (nw <= 2048,
+      and always for 2-byte types) or 8 vectors per thread, threads = the multiple of 32 that
+      just covers the row (no idle pow2 padding);
+    * up to 16 CTAs: a cluster, 16 vectors x <= 512 threads (fp32/fp64) or 4 x <= 1024
+      (fp16/bf16) per CTA;
+    * longer: the two-kernel split.
+
+    ``aligned``: rows start on 16-byte boundaries (otherwise one extra window is budgeted).
+    """
+    nw = _windows(n, dtype, aligned)
+    es = torch.empty((), dtype=dtype).element_size()
+    if nw <= (128 if es == 2 else 32):
+        if nw < 32:
+            vpt = 1 if nw <= 4 else 2
+            g = max(4, next_pow2(-(-nw // vpt)))
+        else:
+            g, vpt = 32, next_pow2(-(-nw // 32))
+        return FastConfig("warp", threads=128, vpt=vpt, group=g)
+    block_max = 1024 * (4 if es == 2 else 8)
+    if nw <= block_max:
+        vpt = 2 if (nw <= 256 and es >= 4) else 4 if (nw <= 2048 or es == 2) else 8
+        return FastConfig("block", threads=_round32(-(-nw // vpt)), vpt=vpt)
+    big = _fast_vpt_cap(dtype)
+    per_cta = (1024 if big <= 8 else 512) * big
+    for cl in FAST_CL:
+        if nw <= cl * per_cta:
+            return FastConfig("cluster", threads=_round32(-(-nw // (big * cl))), vpt=big,
+                              cluster=cl)
+    return FastConfig("split", threads=1024, vpt=min(big, 8))
+
+
+# Every (N, dtype, rows aligned) launched so far and the config it got.
+FAST_CHOICES: dict[tuple[int, torch.dtype, bool], FastConfig] = {}
+
+
+def _fast_vec_mode(out: torch.Tensor, x2d: torch.Tensor) -> int:
+    """1 if every input row starts at the same offset within 16 bytes as its output row."""
+    es, (m, n) = x2d.element_size(), x2d.shape
+    same_start = (x2d.data_ptr() - out.data_ptr()) % 16 == 0
+    same_step = m == 1 or (x2d.stride(0) - n) * es % 16 == 0
+    return int(same_start and same_step)
+
+
+def _rows_aligned(x2d: torch.Tensor) -> bool:
+    """Every row of x (and so of the output, in vector mode) starts on a 16-byte boundary."""
+    es, (m, n) = x2d.element_size(), x2d.shape
+    return x2d.data_ptr() % 16 == 0 and (m == 1 or x2d.stride(0) * es % 16 == 0) and (
+        m == 1 or n * es % 16 == 0
+    )
+
+
+def fast_launch(out: torch.Tensor, x2d: torch.Tensor, cfg: FastConfig) -> None:
+    """Launch ``cfg`` on (M, N) ``x2d`` into contiguous ``out`` (used by tuning scripts too)."""
+    m, n = out.shape
+    t = ctype(x2d.dtype)
+    vec = i32(_fast_vec_mode(out, x2d))
+    if cfg.kind == "warp":
+        rows_per_block = cfg.threads // cfg.group
+        launch_rows(FAST, cfg.expr(t), out, (x2d,), grid=-(-m // rows_per_block),
+                    block=cfg.threads, extra=(vec,))
+    elif cfg.kind == "block":
+        launch_rows(FAST, cfg.expr(t), out, (x2d,), grid=m, block=cfg.threads, extra=(vec,))
+    elif cfg.kind == "cluster":
+        if cfg.cluster > 8:
+            _allow_non_portable_cluster(FAST, cfg.expr(t), device_index(out))
+        launch_rows(FAST, cfg.expr(t), out, (x2d,), grid=m * cfg.cluster, block=cfg.threads,
+                    extra=(vec,))
+    else:
+        _split_launch(out, x2d, cfg, vec)
+
+
+_non_portable_done: set[tuple[int, int]] = set()
+
+
+def _allow_non_portable_cluster(src, expr: str, dev: int) -> None:
+    """Clusters of 16 CTAs are 'non-portable' on H100/H200: the kernel must opt in."""
+    fn = src.function(expr, dev)
+    if (fn.ptr, dev) in _non_portable_done:  # keyed by the loaded function: reloads re-opt-in
+        return
+    from cupy.cuda import driver
+
+    driver.funcSetAttribute(fn.ptr, _NON_PORTABLE_CLUSTER_ATTR, 1)
+    _non_portable_done.add((fn.ptr, dev))
+
+
+SPLIT_GROUP_BYTES = 24 << 20  # rows per launch pair: kernel B's re-read should hit L2
+
+
+def _split_launch(out: torch.Tensor, x2d: torch.Tensor, cfg: FastConfig, vec) -> None:
+    m, n = out.shape
+    t = ctype(x2d.dtype)
+    chunk = cfg.threads * cfg.vpt
+    chunks = -(-_windows(n, x2d.dtype, aligned=False) // chunk)
+    acc = torch.float64 if x2d.dtype == torch.float64 else torch.float32
+    group = max(1, SPLIT_GROUP_BYTES // max(1, n * x2d.element_size()))
+    part = torch.empty((min(m, group), chunks, 2), dtype=acc, device=out.device)
+    dev = device_index(out)
+    stats = FAST.function(f"fast_softmax_split_stats<{t}, {cfg.vpt}>", dev)
+    apply = FAST.function(f"fast_softmax_split_apply<{t}, {cfg.vpt}>", dev)
+    for r0 in range(0, m, group):
+        rows = min(group, m - r0)
+        xs, ys = x2d[r0:r0 + rows], out[r0:r0 + rows]
+        grid, common = (rows * chunks,), (i64(rows), i32(n), i64(x2d.stride(0)), vec)
+        interop.launch(stats, grid, (cfg.threads,),
+                       (part.data_ptr(), xs.data_ptr(), *common, i32(chunks)), device_index=dev)
+        interop.launch(apply, grid, (cfg.threads,),
+                       (ys.data_ptr(), xs.data_ptr(), *common, part.data_ptr(), i32(chunks)),
+                       device_index=dev)
+
+
+@register(
+    "fast_softmax",
+    op="softmax",
+    backend="cuda",
+    dtypes=ALL_DTYPES,
+    description="speed-of-light dispatch per (N, dtype): lane groups / CTA / cluster (DSMEM) / "
+    "split, rows on chip with 16-byte aligned windows (see fast_softmax_config)",
+    source="cuda_src/fast_softmax.cu",
+)
+def fast_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    def launch(out, x2d):
+        key = (out.shape[1], x2d.dtype, _fast_vec_mode(out, x2d) == 1 and _rows_aligned(x2d))
+        cfg = FAST_CHOICES.get(key)
+        if cfg is None:
+            cfg = FAST_CHOICES[key] = fast_softmax_config(*key)
+        fast_launch(out, x2d, cfg)
+
+    return rowwise(launch, x, dim=dim)

@@ -9,7 +9,7 @@ as ``x[:, :N]`` runs in place with its row stride. The output is always a fresh 
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 

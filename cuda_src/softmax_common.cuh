@@ -1,0 +1,311 @@
+// Shared device helpers for the row-wise kernels in cuda_src/. Written once, used by every
+// kernel family: type conversion, fp32 (fp64 for double) accumulators, exp, warp and block
+// all-reductions, the online (max, sum) merge, 16-byte vector loads/stores.
+//
+// NVRTC-safe: no host code, no <cmath>/INFINITY; infinities come from math_constants.h.
+//
+// Conventions every kernel in this folder follows (kernel_lab/cuda_common.py launches them):
+//   kernel<T>(T* out, const T* in0, [const T* in1,] long long rows, int n,
+//             long long in0_stride, [long long in1_stride,] ...)
+//   Input rows are `stride` elements apart, columns contiguous; the output is contiguous (M, N).
+//   Row offsets are 64-bit (row * stride can exceed 2^31); offsets inside a row are 32-bit.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <math_constants.h>
+
+namespace klab {
+
+// ---- accumulator type: fp32 for float/half/bf16, fp64 for double ----------------------------
+template <typename T> struct AccOf { using type = float; };
+template <> struct AccOf<double> { using type = double; };
+template <typename T> using acc_t = typename AccOf<T>::type;
+
+__device__ __forceinline__ float to_acc(float v) { return v; }
+__device__ __forceinline__ float to_acc(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_acc(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ double to_acc(double v) { return v; }
+
+template <typename T> __device__ __forceinline__ T from_acc(acc_t<T> v);
+template <> __device__ __forceinline__ float from_acc<float>(float v) { return v; }
+template <> __device__ __forceinline__ __half from_acc<__half>(float v) {
+  return __float2half_rn(v);
+}
+template <> __device__ __forceinline__ __nv_bfloat16 from_acc<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+template <> __device__ __forceinline__ double from_acc<double>(double v) { return v; }
+
+template <typename A> __device__ __forceinline__ A neg_inf();
+template <> __device__ __forceinline__ float neg_inf<float>() { return -CUDART_INF_F; }
+template <> __device__ __forceinline__ double neg_inf<double>() { return -CUDART_INF; }
+
+// max that ignores NaN (fmaxf): a NaN input still poisons its row through the sum of exps.
+__device__ __forceinline__ float amax(float a, float b) { return fmaxf(a, b); }
+__device__ __forceinline__ double amax(double a, double b) { return fmax(a, b); }
+
+// e^d. fp32: exp2f of a pre-scaled argument (one FMUL + MUFU.EX2); fp64: exp (exactness).
+__device__ __forceinline__ float exp_acc(float d) { return exp2f(d * CUDART_L2E_F); }
+__device__ __forceinline__ double exp_acc(double d) { return exp(d); }
+
+// The max to subtract: -inf (an all -inf prefix) becomes 0 so that exp(-inf - m) = 0 rather
+// than exp(-inf - -inf) = NaN. An all -inf row still ends as NaN: its final normalisation
+// computes exp(-inf - -inf) / 0 on purpose, like torch.softmax.
+template <typename A> __device__ __forceinline__ A safe_max(A m) {
+  return m == neg_inf<A>() ? A(0) : m;
+}
+
+// ---- online (max, sum) ----------------------------------------------------------------------
+// s is the sum of exp(x - m) over the elements seen. Merging never forms -inf - -inf.
+template <typename A> struct MaxSum {
+  A m, s;
+};
+
+template <typename A> __device__ __forceinline__ MaxSum<A> maxsum_identity() {
+  return {neg_inf<A>(), A(0)};
+}
+
+template <typename A> __device__ __forceinline__ MaxSum<A> merge(MaxSum<A> a, MaxSum<A> b) {
+  A m = amax(a.m, b.m);
+  A ms = safe_max(m);
+  return {m, a.s * exp_acc(a.m - ms) + b.s * exp_acc(b.m - ms)};
+}
+
+// Fold K new values into a running state with ONE rescale (K exps + 1, not 2K).
+template <typename A, int K>
+__device__ __forceinline__ void online_update(MaxSum<A>& st, const A (&v)[K]) {
+  A cm = v[0];
+#pragma unroll
+  for (int i = 1; i < K; ++i) cm = amax(cm, v[i]);
+  A m = amax(st.m, cm);
+  A ms = safe_max(m);
+  A s = st.s * exp_acc(st.m - ms);
+#pragma unroll
+  for (int i = 0; i < K; ++i) s += exp_acc(v[i] - ms);
+  st.m = m;
+  st.s = s;
+}
+
+// ---- reductions -------------------------------------------------------------------------------
+struct MaxOp {
+  template <typename A> __device__ __forceinline__ A operator()(A a, A b) const {
+    return amax(a, b);
+  }
+};
+struct SumOp {
+  template <typename A> __device__ __forceinline__ A operator()(A a, A b) const { return a + b; }
+};
+struct MergeOp {
+  template <typename A>
+  __device__ __forceinline__ MaxSum<A> operator()(MaxSum<A> a, MaxSum<A> b) const {
+    return merge(a, b);
+  }
+};
+
+constexpr unsigned FULL_MASK = 0xffffffffu;
+
+__device__ __forceinline__ float shfl_xor(float v, int o) {
+  return __shfl_xor_sync(FULL_MASK, v, o);
+}
+__device__ __forceinline__ double shfl_xor(double v, int o) {
+  return __shfl_xor_sync(FULL_MASK, v, o);
+}
+template <typename A> __device__ __forceinline__ MaxSum<A> shfl_xor(MaxSum<A> v, int o) {
+  return {shfl_xor(v.m, o), shfl_xor(v.s, o)};
+}
+
+// All-reduce across groups of WIDTH lanes (a power of two <= 32); every lane gets the result.
+template <int WIDTH = 32, typename V, typename Op>
+__device__ __forceinline__ V warp_allreduce(V v, Op op) {
+#pragma unroll
+  for (int o = WIDTH / 2; o > 0; o >>= 1) v = op(v, shfl_xor(v, o));
+  return v;
+}
+
+// All-reduce across the block (blockDim.x a multiple of 32). `smem` holds >= 32 V.
+// Two barriers: the first keeps a previous call's readers safe, the second publishes.
+template <typename V, typename Op>
+__device__ __forceinline__ V block_allreduce(V v, Op op, V identity, V* smem) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+  v = warp_allreduce(v, op);
+  if (nwarps == 1) return v;
+  __syncthreads();
+  if (lane == 0) smem[warp] = v;
+  __syncthreads();
+  v = lane < nwarps ? smem[lane] : identity;
+  return warp_allreduce(v, op);  // every warp reduces the partials: no third barrier
+}
+
+// ---- 16-byte vectors ------------------------------------------------------------------------
+// A Vec holds 16 bytes of T (4 float, 8 half/bf16, 2 double) as raw bits: registers stay at 4
+// per vector whatever the dtype, and conversion to the accumulator happens at use. Elements are
+// read and written with shifts on the 32-bit words (never through a pointer to the registers,
+// which can push the whole array to local memory: measured as a 3x slowdown for bf16).
+__device__ __forceinline__ unsigned word(const uint4& r, int k) {
+  return k == 0 ? r.x : k == 1 ? r.y : k == 2 ? r.z : r.w;
+}
+__device__ __forceinline__ void set_word(uint4& r, int k, unsigned v) {
+  if (k == 0) r.x = v;
+  else if (k == 1) r.y = v;
+  else if (k == 2) r.z = v;
+  else r.w = v;
+}
+__device__ __forceinline__ unsigned half_bits(const uint4& r, int i) {
+  return (word(r, i >> 1) >> ((i & 1) * 16)) & 0xffffu;
+}
+__device__ __forceinline__ void set_half_bits(uint4& r, int i, unsigned b) {
+  const int sh = (i & 1) * 16;
+  set_word(r, i >> 1, (word(r, i >> 1) & ~(0xffffu << sh)) | (b << sh));
+}
+
+template <typename T> struct Bits;
+template <> struct Bits<float> {
+  static __device__ __forceinline__ float get(const uint4& r, int i) {
+    return __uint_as_float(word(r, i));
+  }
+  static __device__ __forceinline__ void set(uint4& r, int i, float v) {
+    set_word(r, i, __float_as_uint(v));
+  }
+};
+template <> struct Bits<__half> {
+  static __device__ __forceinline__ float get(const uint4& r, int i) {
+    return __half2float(__ushort_as_half(static_cast<unsigned short>(half_bits(r, i))));
+  }
+  static __device__ __forceinline__ void set(uint4& r, int i, float v) {
+    set_half_bits(r, i, __half_as_ushort(__float2half_rn(v)));
+  }
+};
+template <> struct Bits<__nv_bfloat16> {
+  static __device__ __forceinline__ float get(const uint4& r, int i) {
+    return __uint_as_float(half_bits(r, i) << 16);  // bf16 is the top half of an fp32
+  }
+  static __device__ __forceinline__ void set(uint4& r, int i, float v) {
+    set_half_bits(r, i, __bfloat16_as_ushort(__float2bfloat16_rn(v)));
+  }
+};
+template <> struct Bits<double> {
+  static __device__ __forceinline__ double get(const uint4& r, int i) {
+    return __hiloint2double(static_cast<int>(word(r, 2 * i + 1)), static_cast<int>(word(r, 2 * i)));
+  }
+  static __device__ __forceinline__ void set(uint4& r, int i, double v) {
+    set_word(r, 2 * i, static_cast<unsigned>(__double2loint(v)));
+    set_word(r, 2 * i + 1, static_cast<unsigned>(__double2hiint(v)));
+  }
+};
+
+template <typename T> struct Vec {
+  static constexpr int N = 16 / sizeof(T);
+  uint4 raw;
+  __device__ __forceinline__ acc_t<T> get(int i) const { return Bits<T>::get(raw, i); }
+  __device__ __forceinline__ void set(int i, acc_t<T> v) { Bits<T>::set(raw, i, v); }
+  __device__ __forceinline__ void fill(T v) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) set(i, to_acc(v));
+  }
+};
+
+// 16-byte load through the read-only path: for data read again soon (a second pass).
+template <typename T> __device__ __forceinline__ Vec<T> load_vec(const T* p) {
+  Vec<T> v;
+  v.raw = __ldg(reinterpret_cast<const uint4*>(p));
+  return v;
+}
+// Streaming (evict-first) 16-byte load/store: for bytes touched exactly once.
+template <typename T> __device__ __forceinline__ Vec<T> load_vec_cs(const T* p) {
+  Vec<T> v;
+  v.raw = __ldcs(reinterpret_cast<const uint4*>(p));
+  return v;
+}
+template <typename T> __device__ __forceinline__ void store_vec(T* p, const Vec<T>& v) {
+  __stcs(reinterpret_cast<uint4*>(p), v.raw);
+}
+
+// Scalar fallback with the same layout: elements past `valid` get `fill`.
+template <typename T>
+__device__ __forceinline__ Vec<T> load_vec_scalar(const T* p, int valid, T fill) {
+  Vec<T> v;
+#pragma unroll
+  for (int i = 0; i < Vec<T>::N; ++i) v.set(i, to_acc(i < valid ? p[i] : fill));
+  return v;
+}
+template <typename T>
+__device__ __forceinline__ void store_vec_scalar(T* p, const Vec<T>& v, int valid) {
+#pragma unroll
+  for (int i = 0; i < Vec<T>::N; ++i)
+    if (i < valid) p[i] = from_acc<T>(v.get(i));
+}
+
+// ---- aligned windows over a row ----------------------------------------------------------------
+// A row may start mid-vector (odd N such as 50257 puts row r at r * N elements). Window v covers
+// elements [v * W - h, v * W - h + W) of the row, h = (row address % 16) / sizeof(T): every
+// window is one aligned 16-byte slot, so full windows are single vector accesses and only the
+// first and last window of a row are partial (element accesses). With vec == 0 (input and
+// output rows misaligned differently, or any pointer off) h is 0 and every access is scalar:
+// same layout, never a fault. A row needs at most ceil((n + W - 1) / W) windows.
+template <typename T> __device__ __forceinline__ int row_head(const T* row, int vec) {
+  return vec ? int((reinterpret_cast<size_t>(row) & 15) / sizeof(T)) : 0;
+}
+
+template <typename T, bool STREAM = true>
+__device__ __forceinline__ Vec<T> load_window(const T* row, int v, int n, int h, int vec, T fill) {
+  constexpr int W = Vec<T>::N;
+  const int e0 = v * W - h;
+  if (vec && e0 >= 0 && e0 + W <= n) return STREAM ? load_vec_cs(row + e0) : load_vec(row + e0);
+  Vec<T> r;
+#pragma unroll
+  for (int i = 0; i < W; ++i) {
+    const int e = e0 + i;
+    r.set(i, to_acc((e >= 0 && e < n) ? row[e] : fill));
+  }
+  return r;
+}
+
+template <typename T>
+__device__ __forceinline__ void store_window(T* row, int v, int n, int h, int vec,
+                                             const Vec<T>& r) {
+  constexpr int W = Vec<T>::N;
+  const int e0 = v * W - h;
+  if (vec && e0 >= 0 && e0 + W <= n) {
+    store_vec(row + e0, r);
+    return;
+  }
+#pragma unroll
+  for (int i = 0; i < W; ++i) {
+    const int e = e0 + i;
+    if (e >= 0 && e < n) row[e] = from_acc<T>(r.get(i));
+  }
+}
+
+// Local (max, sum) of K register vectors: max first, then one exp per element.
+template <typename T, int K>
+__device__ __forceinline__ MaxSum<acc_t<T>> local_maxsum(const Vec<T> (&r)[K]) {
+  using A = acc_t<T>;
+  A m = neg_inf<A>();
+#pragma unroll
+  for (int k = 0; k < K; ++k)
+#pragma unroll
+    for (int i = 0; i < Vec<T>::N; ++i) m = amax(m, r[k].get(i));
+  const A ms = safe_max(m);
+  A s = A(0);
+#pragma unroll
+  for (int k = 0; k < K; ++k)
+#pragma unroll
+    for (int i = 0; i < Vec<T>::N; ++i) s += exp_acc(r[k].get(i) - ms);
+  return {m, s};
+}
+
+// y = exp(x - m) * inv in place, for K register vectors.
+template <typename T, int K>
+__device__ __forceinline__ void normalize(Vec<T> (&r)[K], acc_t<T> m, acc_t<T> inv) {
+#pragma unroll
+  for (int k = 0; k < K; ++k)
+#pragma unroll
+    for (int i = 0; i < Vec<T>::N; ++i) r[k].set(i, exp_acc(r[k].get(i) - m) * inv);
+}
+
+template <typename T> __device__ __forceinline__ T neg_inf_t() {
+  return from_acc<T>(neg_inf<acc_t<T>>());
+}
+
+}  // namespace klab

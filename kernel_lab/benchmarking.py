@@ -1,0 +1,505 @@
+"""Timing, bytes, GB/s and the copy roofline: what `pytest bench` and `kernel_lab bench` share.
+
+Decisions (see DESIGN.md "Measuring"):
+
+* **Per-call GPU time.** :func:`cuda_sync_timer` synchronizes the device, then reads
+  ``perf_counter``. Used as pytest-benchmark's timer, one round is ``sync; k launches; sync``, so
+  ``(round time) / k`` is the GPU time per call (or the launch cost, when launching is slower
+  than the kernel: the true per-call cost of a small shape). ``k`` is chosen so a round lasts
+  >= :data:`ROUND_S`, which keeps the ~10-30 us of one sync under 1 % of the round.
+* **Cross-check.** :func:`cuda_event_median` brackets every single call with CUDA events and
+  takes the median (triton's ``do_bench`` style). The two agree within a few % on big shapes;
+  a large gap means launch overhead or a host sync inside the variant.
+* **Same inputs for every variant** of one (op, dtype, shape): :class:`WorkloadCache` builds
+  them once from ``Op.make_inputs`` (random normals, never zeros) with a fixed seed. Inputs
+  smaller than twice the L2 are cloned into several copies that calls rotate through, so no
+  variant is timed out of a warm L2. The float64 reference is computed once per workload.
+* **Roofline.** :func:`copy_bandwidth` times a device-to-device copy once per process (read +
+  write bytes / time); GB/s of a variant is reported as a % of it.
+* **CPU mode** (``device="cpu"``) runs the same code path with a plain ``perf_counter`` timer:
+  it exercises the harness on a GPU-less machine; its numbers say nothing about kernels.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import statistics
+import subprocess
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Iterable, Sequence
+
+import torch
+
+from .reference import CheckResult, check
+from .registry import BACKENDS, Op, Variant, get, get_op, ops, variants
+
+NO_GPU = "no CUDA GPU"
+ROUND_S = 5e-3  # one timed round (one sync) covers at least this much work
+BUDGET_S = 0.25  # timed work per (variant, shape), split into rounds
+MIN_ROUNDS, MAX_ROUNDS = 10, 50
+MAX_ITERATIONS = 10_000
+EVENT_BUDGET_S = 0.05  # work bracketed by events for the cross-check
+MAX_COPIES = 1024  # rotation copies for tiny inputs (launch-bound anyway)
+SEED = 0
+
+DTYPES: dict[str, torch.dtype] = {
+    "float32": torch.float32, "fp32": torch.float32,
+    "float16": torch.float16, "fp16": torch.float16, "half": torch.float16,
+    "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+    "float64": torch.float64, "fp64": torch.float64,
+}
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def parse_dtype(name: str) -> torch.dtype:
+    try:
+        return DTYPES[name.strip().lower()]
+    except KeyError:
+        raise ValueError(f"unknown dtype {name!r}; use one of {', '.join(DTYPES)}") from None
+
+
+def has_cuda() -> bool:
+    """Whether a CUDA GPU is usable here (queried when called, never at import)."""
+    return torch.cuda.is_available()
+
+
+# -- shapes: presets and cases ----------------------------------------------------------------
+ELEMENTS = 2**28  # the sweep's working set: 1 GiB of fp32, far past any L2
+
+
+def _fixed_elements(ns: Iterable[int]) -> tuple[tuple[int, int], ...]:
+    return tuple((max(1, ELEMENTS // n), n) for n in sorted(ns))
+
+
+@dataclass(frozen=True)
+class Preset:
+    """Shapes ((rows M, columns N): softmax over N), dtypes and, optionally, ops and variants.
+
+    ``variants`` holds variant names or backend names (``"triton"`` = every Triton variant);
+    None selects everything registered. Command-line filters replace these, never intersect.
+    """
+
+    name: str
+    description: str
+    shapes: tuple[tuple[int, int], ...]
+    dtypes: tuple[torch.dtype, ...]
+    ops: tuple[str, ...] | None = None
+    variants: tuple[str, ...] | None = None
+
+
+SWEEP_N = (*(2**k for k in range(7, 21)), 32000, 50257, 128256, 151936)
+PRESETS: dict[str, Preset] = {
+    p.name: p
+    for p in (
+        Preset("quick", "M*N = 2^28 at five row lengths, fp32 + bf16: a few minutes on an H200",
+               _fixed_elements((128, 4096, 32000, 65536, 151936)), (torch.float32, torch.bfloat16)),
+        Preset("sweep", "M*N = 2^28, N = 128 ... 1,048,576 plus vocab sizes, fp32 + bf16",
+               _fixed_elements(SWEEP_N), (torch.float32, torch.bfloat16)),
+        Preset("seed", "the seed experiment: fp32, N = 128, M = 256 ... 2432 step 128",
+               tuple((m, 128) for m in range(256, 2433, 128)), (torch.float32,),
+               ops=("softmax",), variants=("torch_eager", "torch_naive", "triton")),
+        Preset("small", "launch-bound shapes (a few KB to ~1 MB): per-call overhead",
+               ((1, 128), (16, 1024), (64, 4096), (8, 32000), (1, 151936)),
+               (torch.float32, torch.bfloat16)),
+    )
+}
+DEFAULT_PRESET = "quick"
+
+
+@dataclass(frozen=True)
+class Case:
+    """One (op, dtype, shape): the unit whose variants race on identical inputs."""
+
+    op: str
+    dtype: torch.dtype
+    shape: tuple[int, int]
+
+    @property
+    def shape_id(self) -> str:
+        return "x".join(map(str, self.shape))
+
+    @property
+    def id(self) -> str:
+        return f"{self.op}-{dtype_name(self.dtype)}-{self.shape_id}"
+
+    @classmethod
+    def parse(cls, op: str, dtype: str, shape: str) -> "Case":
+        return cls(op, parse_dtype(dtype), tuple(int(s) for s in shape.split("x")))
+
+
+def _split(tokens: Sequence[str] | None) -> list[str]:
+    return [t.strip() for tok in tokens or () for t in tok.split(",") if t.strip()]
+
+
+def select(
+    preset: str | Preset = DEFAULT_PRESET,
+    *,
+    ops_filter: Sequence[str] | None = None,
+    variants_filter: Sequence[str] | None = None,
+    dtypes_filter: Sequence[str] | None = None,
+) -> list[tuple[Case, Variant]]:
+    """Every (case, variant) pair to benchmark, case-major (all variants of a case together).
+
+    Filters are comma-separated or repeated tokens; a variant token may be a backend. Unknown
+    ops / variants raise with close-match suggestions. Variants that cannot run a case are kept:
+    the benchmark skips them with their ``supports()`` reason.
+    """
+    p = PRESETS[preset] if isinstance(preset, str) else preset
+    op_names = _split(ops_filter) or list(p.ops or ops())
+    for name in op_names:
+        get_op(name)
+    tokens = _split(variants_filter) or list(p.variants or ())
+    for t in tokens:
+        if t not in BACKENDS:
+            get(t)
+    dtypes = [parse_dtype(d) for d in _split(dtypes_filter)] or list(p.dtypes)
+    out = []
+    for op_name in op_names:
+        chosen = [v for v in variants(op_name)
+                  if not tokens or v.name in tokens or v.backend in tokens]
+        for dtype in dtypes:
+            for shape in p.shapes:
+                out.extend((Case(op_name, dtype, shape), v) for v in chosen)
+    return out
+
+
+# -- inputs -----------------------------------------------------------------------------------
+def working_set_bytes(device: str) -> int:
+    """Bytes the rotated inputs must span: twice the L2 on a GPU, nothing on a CPU."""
+    if not device.startswith("cuda"):
+        return 0
+    l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or 60 * 2**20
+    return 2 * l2
+
+
+@dataclass
+class Workload:
+    """The inputs of one case on one device, shared by every variant timed on it."""
+
+    case: Case
+    op: Op
+    device: str
+    copies: list[tuple]  # rotation sets; copies[0] is the one checked against the reference
+    kwargs: dict
+    bytes_moved: int
+    _ref: torch.Tensor | None = field(default=None, repr=False)
+
+    @property
+    def inputs(self) -> tuple:
+        return self.copies[0]
+
+    def reference(self) -> torch.Tensor:
+        if self._ref is None:
+            self._ref = self.op.reference(*self.inputs, **self.kwargs)
+        return self._ref
+
+    def caller(self, variant: Variant) -> Callable[[], Any]:
+        """A no-argument call of ``variant`` that moves to the next input copy each time."""
+        copies, kw, fn = self.copies, self.kwargs, variant.fn
+        if len(copies) == 1:
+            (args,) = copies
+            return lambda: fn(*args, **kw)
+        state = [0]
+
+        def call() -> Any:
+            i = state[0] = (state[0] + 1) % len(copies)
+            return fn(*copies[i], **kw)
+
+        return call
+
+
+def make_workload(case: Case, device: str) -> Workload:
+    op = get_op(case.op)
+    gen = torch.Generator().manual_seed(SEED)
+    inputs = tuple(op.make_inputs(case.shape, case.dtype, device, gen))
+    nbytes = sum(t.numel() * t.element_size() for t in inputs if isinstance(t, torch.Tensor))
+    n = min(MAX_COPIES, max(1, math.ceil(working_set_bytes(device) / max(1, nbytes))))
+    copies = [inputs] + [
+        tuple(t.clone() if isinstance(t, torch.Tensor) else t for t in inputs) for _ in range(n - 1)
+    ]
+    kw = dict(op.kwargs)
+    return Workload(case, op, device, copies, kw, int(op.bytes_moved(*inputs, **kw)))
+
+
+class WorkloadCache:
+    """Keeps the latest workload only: cases arrive case-major, so memory stays one case."""
+
+    def __init__(self, device: str) -> None:
+        self.device = device
+        self._key: Case | None = None
+        self._work: Workload | None = None
+
+    def get(self, case: Case) -> Workload:
+        if self._key != case:
+            self._work = self._key = None  # free the previous case before allocating the next
+            if self.device.startswith("cuda"):
+                torch.cuda.empty_cache()
+            self._work, self._key = make_workload(case, self.device), case
+        return self._work  # type: ignore[return-value]
+
+
+def check_variant(variant: Variant, work: Workload) -> CheckResult:
+    """Run ``variant`` once on the checked copy (also its warm-up / compile) and compare."""
+    out = variant.fn(*work.inputs, **work.kwargs)
+    return check(out, work.reference(), work.case.dtype, work.op.tolerances)
+
+
+def vet(variant: Variant, work: Workload) -> "Record | None":
+    """A ``skipped`` (its ``supports()`` reason) or ``wrong`` record, or None: time it.
+
+    Exceptions from the variant propagate: the caller decides how an error is reported.
+    """
+    reason = variant.supports(*work.inputs, **work.kwargs)
+    if reason is not None:
+        return Record.start(work.case, variant, "skipped", reason)
+    result = check_variant(variant, work)
+    if not result:
+        return Record.start(work.case, variant, "wrong", result.message)
+    return None
+
+
+# -- timing -----------------------------------------------------------------------------------
+def cuda_sync_timer() -> float:
+    """pytest-benchmark timer: wait for the GPU, then read the clock (name shows in JSON)."""
+    torch.cuda.synchronize()
+    return time.perf_counter()
+
+
+def timer_for(device: str) -> Callable[[], float]:
+    return cuda_sync_timer if device.startswith("cuda") else time.perf_counter
+
+
+@dataclass(frozen=True)
+class Plan:
+    rounds: int
+    iterations: int
+    estimate_s: float  # per call, from the calibration
+
+
+def plan(fn: Callable[[], Any], timer: Callable[[], float]) -> Plan:
+    """Calibrate: iterations so one round lasts ROUND_S, rounds so all fit BUDGET_S."""
+    n = 1
+    while True:
+        t0 = timer()
+        for _ in range(n):
+            fn()
+        dt = timer() - t0
+        if dt >= 1e-3 or n >= MAX_ITERATIONS:
+            break
+        n *= 4
+    est = max(dt / n, 1e-9)
+    iterations = max(1, min(MAX_ITERATIONS, math.ceil(ROUND_S / est)))
+    rounds = max(MIN_ROUNDS, min(MAX_ROUNDS, math.ceil(BUDGET_S / (iterations * est))))
+    return Plan(rounds, iterations, est)
+
+
+def time_rounds(fn: Callable[[], Any], timer: Callable[[], float], p: Plan) -> list[float]:
+    """Per-call seconds of each round, exactly as pytest-benchmark's pedantic mode measures."""
+    fn()  # warm-up round of one call: the timer's first sync then starts from an idle GPU
+    out = []
+    for _ in range(p.rounds):
+        t0 = timer()
+        for _ in range(p.iterations):
+            fn()
+        out.append((timer() - t0) / p.iterations)
+    return out
+
+
+def calibrate(variant: Variant, work: Workload) -> tuple[Callable[[], Any], Plan, float | None]:
+    """The rotating call, its timing plan and (on a GPU) the CUDA-event median cross-check."""
+    fn = work.caller(variant)
+    p = plan(fn, timer_for(work.device))
+    event = cuda_event_median(fn, p.estimate_s) if work.device.startswith("cuda") else None
+    return fn, p, event
+
+
+def cuda_event_median(fn: Callable[[], Any], estimate_s: float) -> float:
+    """Median seconds of single calls, each bracketed by CUDA events (one sync at the end)."""
+    reps = max(10, min(500, math.ceil(EVENT_BUDGET_S / max(estimate_s, 1e-9))))
+    events = [
+        (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+        for _ in range(reps)
+    ]
+    for start, end in events:
+        start.record()
+        fn()
+        end.record()
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) for s, e in events) * 1e-3
+
+
+@functools.lru_cache(maxsize=None)
+def copy_bandwidth(device: str = "cuda") -> float:
+    """Device-to-device copy bandwidth in GB/s (read + write bytes), measured once per process.
+
+    512 MiB (capped at 1/16 of device memory) copied with ``Tensor.copy_``: far past L2, so it
+    is the practical HBM ceiling (~4.25 TB/s on an H200, ~88 % of the datasheet's 4.8).
+    """
+    nbytes = 512 * 2**20
+    if device.startswith("cuda"):
+        nbytes = min(nbytes, torch.cuda.get_device_properties(device).total_memory // 16)
+    else:
+        nbytes = 64 * 2**20
+    src = torch.randn(nbytes // 4, device=device)
+    dst = torch.empty_like(src)
+    timer = timer_for(device)
+    times = time_rounds(lambda: dst.copy_(src), timer, plan(lambda: dst.copy_(src), timer))
+    return gbps(2 * src.numel() * src.element_size(), statistics.median(times))
+
+
+def gbps(nbytes: int, seconds: float) -> float:
+    return nbytes / seconds / 1e9
+
+
+# -- what gets recorded ----------------------------------------------------------------------
+def kernel_attributes(variant: Variant, work: Workload) -> dict[str, int]:
+    """Registers / spill bytes of the variant's kernel, if its launcher exposes them.
+
+    Protocol: a launcher may carry ``fn.kernel_attributes(*inputs, **kw) -> dict`` returning
+    :func:`kernel_lab.jit.function_attributes` of the kernel it would launch for these inputs
+    (``num_regs``, ``local_size_bytes`` = spills, ...). Without it, nothing is recorded.
+    """
+    hook = getattr(variant.fn, "kernel_attributes", None)
+    if hook is None:
+        return {}
+    return dict(hook(*work.inputs, **work.kwargs))
+
+
+@dataclass
+class Record:
+    """One (variant, case) outcome: a table cell, a CSV row, a point on the plot."""
+
+    op: str
+    dtype: str
+    m: int
+    n: int
+    variant: str
+    backend: str
+    status: str  # ok | skipped | wrong | error
+    reason: str = ""
+    bytes_moved: int | None = None
+    median_s: float | None = None
+    event_median_s: float | None = None
+    gbps: float | None = None
+    event_gbps: float | None = None
+    pct_of_copy: float | None = None
+    copy_gbps: float | None = None
+    rounds: int | None = None
+    iterations: int | None = None
+    registers: int | None = None
+    spill_bytes: int | None = None
+
+    @classmethod
+    def start(cls, case: Case, variant: Variant, status: str = "ok", reason: str = "") -> "Record":
+        m, n = case.shape
+        return cls(case.op, dtype_name(case.dtype), m, n, variant.name, variant.backend,
+                   status, reason)
+
+    @classmethod
+    def crashed(cls, case: Case, variant: Variant, exc: BaseException) -> "Record":
+        """An ``error`` record: the exception's type and first line (an NVRTC log is long)."""
+        first = (str(exc).strip().splitlines() or [""])[0]
+        return cls.start(case, variant, "error", f"{type(exc).__name__}: {first}")
+
+    def fill(self, work: Workload, median_s: float, event_s: float | None, copy: float,
+             attrs: dict[str, int], p: Plan | None = None) -> "Record":
+        """Add the numbers: GB/s from the sync-timed median, and its share of the copy roofline."""
+        self.bytes_moved, self.median_s, self.event_median_s = work.bytes_moved, median_s, event_s
+        self.gbps = gbps(work.bytes_moved, median_s)
+        self.event_gbps = gbps(work.bytes_moved, event_s) if event_s else None
+        self.copy_gbps, self.pct_of_copy = copy, 100.0 * self.gbps / copy
+        self.registers = attrs.get("num_regs")
+        self.spill_bytes = attrs.get("local_size_bytes")
+        if p is not None:
+            self.rounds, self.iterations = p.rounds, p.iterations
+        return self
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# -- machine info ------------------------------------------------------------------------------
+def library_versions() -> dict[str, str | None]:
+    """torch / CUDA runtime / triton / cupy versions (None where absent)."""
+    from importlib import metadata
+
+    def dist(*names: str) -> str | None:
+        for n in names:
+            try:
+                return metadata.version(n)
+            except metadata.PackageNotFoundError:
+                continue
+        return None
+
+    return {
+        "torch": torch.__version__,
+        "cuda_runtime": torch.version.cuda,
+        "triton": dist("triton", "pytorch-triton"),
+        "cupy": dist("cupy-cuda13x", "cupy-cuda12x", "cupy-cuda11x", "cupy"),
+    }
+
+
+def driver_version() -> str | None:
+    """The NVIDIA driver (nvidia-smi), else the CUDA driver API version (CuPy), else None."""
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=10, check=True,
+        ).stdout.split()
+        if out:
+            return out[0]
+    except (OSError, subprocess.SubprocessError):
+        pass
+    try:
+        import cupy
+
+        v = cupy.cuda.runtime.driverGetVersion()
+        return f"CUDA driver API {v // 1000}.{v % 1000 // 10}"
+    except Exception:  # noqa: BLE001 - no CuPy / no driver: say unknown
+        return None
+
+
+def gpu_info(device: str = "cuda") -> dict[str, Any] | None:
+    """Name, compute capability, memory, SMs, L2 and driver of ``device``; None without a GPU."""
+    if not has_cuda():
+        return None
+    p = torch.cuda.get_device_properties(device)
+    return {
+        "name": p.name,
+        "capability": f"{p.major}.{p.minor}",
+        "memory_gib": round(p.total_memory / 2**30, 1),
+        "sm_count": p.multi_processor_count,
+        "l2_mib": round(getattr(p, "L2_cache_size", 0) / 2**20, 1),
+        "driver": driver_version(),
+    }
+
+
+def device_label(device: str) -> str:
+    """What the timings were taken on, e.g. ``cuda: NVIDIA H200 (sm_90)`` or ``cpu``."""
+    info = gpu_info(device) if device.startswith("cuda") else None
+    if info is None:
+        return "cpu" if not device.startswith("cuda") else NO_GPU
+    return f"cuda: {info['name']} (sm_{info['capability'].replace('.', '')})"
+
+
+def machine_info(device: str) -> dict[str, Any]:
+    """Everything added to pytest-benchmark's machine_info and to the CLI's JSON."""
+    return {
+        "bench_device": device_label(device),
+        "gpu": gpu_info(device) if device.startswith("cuda") else None,
+        "libraries": library_versions(),
+    }
+
+
+def device_mismatch(now: dict[str, Any], saved: dict[str, Any]) -> str | None:
+    """Why two machine_infos must not be compared (different device), or None if they may."""
+    here = now.get("bench_device")
+    there = saved.get("bench_device", "an unknown device (saved without kernel_lab's info)")
+    if here in (None, NO_GPU) or here == there:
+        return None  # nothing is timed without a GPU, so nothing gets mixed
+    return f"saved benchmarks were taken on {there}, this run is on {here}"

@@ -1,0 +1,220 @@
+"""Shared plumbing for CUDA C++ row-wise kernels: sources, dtypes, alignment, launches.
+
+Every ``.cu`` the lab (or a user) launches is declared once as a :class:`CudaSource` - the file
+plus the template instantiations (NVRTC "name expressions") it must provide. The declarations
+land in :data:`SOURCES`, which the CPU test suite reads to compile every file for sm_90: there is
+no second hand-written list.
+
+Kernel calling convention (see ``cuda_src/softmax_common.cuh``)::
+
+    kernel<T, ...>(T* out, const T* in0, [const T* in1, ...] long long rows, int n,
+                   long long in0_stride, [long long in1_stride, ...] [extra args...])
+
+Inputs are (M, N) row views with unit column stride (``rows.rowwise`` makes them); the output
+is a fresh contiguous (M, N) tensor.
+
+Your own kernels, from your own folder, in a few lines::
+
+    from kernel_lab.cuda_common import register_row_kernel
+    register_row_kernel("~/kernels/my_softmax.cu", op="softmax")   # kernel my_softmax<T>
+    kernel_lab.run("my_softmax", x)
+
+The file's folder and the lab's ``cuda_src/`` are include paths, so ``#include
+"softmax_common.cuh"`` gives you the lab's reductions and vector loads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+import torch
+
+from . import interop, jit
+from .registry import register
+
+CTYPES: dict[torch.dtype, str] = {
+    torch.float32: "float",
+    torch.float16: "__half",
+    torch.bfloat16: "__nv_bfloat16",
+    torch.float64: "double",
+}
+FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+ALL_DTYPES = (*FLOAT_DTYPES, torch.float64)
+
+
+def ctype(dtype: torch.dtype) -> str:
+    """C++ element type of a torch dtype (``torch.float16`` -> ``__half``)."""
+    try:
+        return CTYPES[dtype]
+    except KeyError:
+        raise TypeError(f"no CUDA element type for {dtype}") from None
+
+
+def vec_width(dtype: torch.dtype) -> int:
+    """Elements per 16-byte vector."""
+    return 16 // torch.empty((), dtype=dtype).element_size()
+
+
+def next_pow2(n: int) -> int:
+    return 1 if n <= 1 else 1 << (n - 1).bit_length()
+
+
+def vec_aligned(*tensors2d: torch.Tensor) -> bool:
+    """True if 16-byte vector access is safe for every row of every (M, N) view.
+
+    Needs: base pointer 16-byte aligned, row stride a multiple of 16 bytes, and N * itemsize a
+    multiple of 16 (so the contiguous output's rows are aligned too). A sliced input such as
+    ``torch.randn(M * N + 1)[1:].view(M, N)`` fails this and takes the scalar path.
+    """
+    for t in tensors2d:
+        es = t.element_size()
+        m, n = t.shape
+        if t.data_ptr() % 16 or (n * es) % 16 or (m > 1 and (t.stride(0) * es) % 16):
+            return False
+    return True
+
+
+@dataclass
+class CudaSource:
+    """A ``.cu`` file and the name expressions (template instantiations) it must provide."""
+
+    path: Path
+    name_expressions: tuple[str, ...]
+    include_dirs: tuple[Path, ...] = ()
+
+    _module: jit.CudaModule | None = field(default=None, init=False, repr=False, compare=False)
+
+    @property
+    def module(self) -> jit.CudaModule:
+        if self._module is None:  # the process-wide module; it re-stats files on every call
+            self._module = jit.module(
+                self.path, self.name_expressions, include_dirs=self.include_dirs
+            )
+        return self._module
+
+    def function(self, expr: str, device_index: int):
+        """The loaded kernel ``expr`` on ``device_index`` (compiled or reloaded as needed)."""
+        mod = self.module
+        try:
+            return mod.function(expr, device_index)
+        except Exception as e:  # noqa: BLE001
+            # Compat shim: CuPy's low-level Module.get_function takes the *mangled* symbol (only
+            # RawModule translates name expressions). If jit.CudaModule.function passed the
+            # expression, look the mangled name up and seed its per-module function cache.
+            entry = getattr(mod, "_loaded", {}).get(device_index)
+            if entry is None or "named symbol not found" not in str(e):
+                raise
+            fn = entry[2][expr] = entry[1].get_function(entry[1].mapping[expr])
+            return fn
+
+
+SOURCES: list[CudaSource] = []
+
+
+def cuda_source(
+    path: str | Path, name_expressions: Sequence[str], include_dirs: Sequence[str | Path] = ()
+) -> CudaSource:
+    """Declare (and record in :data:`SOURCES`) a .cu file; relative paths are in cuda_src/."""
+    p = Path(path).expanduser()
+    if not p.is_absolute():
+        p = jit.cuda_src_dir() / p
+    src = CudaSource(p.resolve(), tuple(name_expressions), tuple(Path(d) for d in include_dirs))
+    SOURCES.append(src)
+    return src
+
+
+def compile_targets() -> list[tuple[Path, tuple[str, ...]]]:
+    """(file, name_expressions) of every declared source: what CI compiles for sm_90."""
+    return [(s.path, s.name_expressions) for s in SOURCES]
+
+
+def device_index(t: torch.Tensor) -> int:
+    idx = t.device.index
+    return torch.cuda.current_device() if idx is None else idx
+
+
+def launch_rows(
+    src: CudaSource,
+    expr: str,
+    out2d: torch.Tensor,
+    inputs2d: Sequence[torch.Tensor],
+    *,
+    grid: int,
+    block: int,
+    extra: tuple = (),
+    shared_mem: int = 0,
+) -> None:
+    """Launch ``expr`` with the row-kernel convention: (out, inputs, M, N, strides, *extra)."""
+    dev = device_index(out2d)
+    fn = src.function(expr, dev)
+    m, n = out2d.shape
+    args = (
+        out2d.data_ptr(),
+        *(t.data_ptr() for t in inputs2d),
+        interop.i64(m),
+        interop.i32(n),
+        *(interop.i64(t.stride(0)) for t in inputs2d),
+        *extra,
+    )
+    interop.launch(fn, (grid,), (block,), args, device_index=dev, shared_mem=shared_mem)
+
+
+def register_row_kernel(
+    path: str | Path,
+    *,
+    name: str | None = None,
+    op: str = "softmax",
+    kernel: str | None = None,
+    dtypes: Sequence[torch.dtype] = FLOAT_DTYPES,
+    threads: int | Callable[[int, torch.dtype], int] = 256,
+    rows_per_block: int = 1,
+    description: str | None = None,
+    include_dirs: Sequence[str | Path] = (),
+    check: Callable[..., str | None] | None = None,
+) -> Callable:
+    """Register a row-wise CUDA kernel from any .cu file as a variant, in one call.
+
+    The file must define ``template <typename T> __global__ void <kernel>(...)`` following the
+    row-kernel convention above (one output, one input per op input: ``softmax`` takes x,
+    ``softmax_backward`` takes y, dy). The launch is ``ceil(M / rows_per_block)`` blocks of
+    ``threads`` threads (an int, or a function of (N, dtype)). ``name`` and ``kernel`` default
+    to the file's stem. Returns the launcher; ``kernel_lab.run(name, ...)`` calls it.
+    """
+    from kernel_lab.ops.softmax.rows import rowwise
+
+    p = Path(path).expanduser().resolve()
+    kname = kernel or p.stem
+    exprs = {dt: f"{kname}<{ctype(dt)}>" for dt in dtypes}
+    src = cuda_source(p, list(exprs.values()), (*include_dirs, jit.cuda_src_dir()))
+    pick = threads if callable(threads) else (lambda n, dt, t=threads: t)
+
+    def launcher(*inputs: torch.Tensor, dim: int = -1) -> torch.Tensor:
+        def run(out2d, *ins2d):
+            m, n = out2d.shape
+            grid = -(-m // rows_per_block)
+            launch_rows(src, exprs[out2d.dtype], out2d, ins2d, grid=grid,
+                        block=pick(n, out2d.dtype))
+
+        return rowwise(run, *inputs, dim=dim)
+
+    register(
+        name or p.stem,
+        op=op,
+        backend="cuda",
+        dtypes=tuple(dtypes),
+        description=description or f"user kernel {kname} from {p}",
+        source=jit.display_name(p),
+        check=check,
+    )(launcher)
+    return launcher
+
+
+def register_folder(folder: str | Path, **kw) -> list[str]:
+    """Register every ``*.cu`` in ``folder`` with :func:`register_row_kernel` (same options)."""
+    names = []
+    for f in sorted(Path(folder).expanduser().glob("*.cu")):
+        register_row_kernel(f, **kw)
+        names.append(f.stem)
+    return names

@@ -1,0 +1,1 @@
+"""Runnable examples: ``python -m kernel_lab.examples.<name>``."""

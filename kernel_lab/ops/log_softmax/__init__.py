@@ -1,0 +1,14 @@
+"""log_softmax over one dim: forward (``log_softmax``) and backward (``log_softmax_backward``).
+
+The lab's second op, added with new files only (see ``ADDING_AN_OP.md``): ``op.py`` (ops,
+float64 references, edge cases), then one file per backend of variants. Row handling is
+softmax's ``rows.py``.
+"""
+
+# Order matters: the ops are registered before their variants.
+# isort: off
+from . import op  # noqa: F401
+from . import torch_variants  # noqa: F401
+from . import triton_variants  # noqa: F401
+from . import cuda_variants  # noqa: F401
+# isort: on

@@ -1,0 +1,92 @@
+"""Launchers for the CUDA C++ log_softmax kernels: ``cuda_src/log_softmax.cu`` (forward) and
+``cuda_src/log_softmax_backward.cu``. Variants are named after their files.
+
+Each file holds a rows-on-chip kernel (templated on vectors per thread) and a streaming kernel
+for rows longer than one block holds; the launch shape is softmax's ``vec_config`` applied to
+the row's worst-case count of 16-byte windows. Everything else - declaring the sources so CI
+compiles them, launching on torch's stream, dim/stride handling - is the lab's shared plumbing
+(``cuda_common``, ``rows.rowwise``).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from kernel_lab.cuda_common import ALL_DTYPES, ctype, cuda_source, launch_rows, vec_width
+from kernel_lab.interop import i32
+from kernel_lab.ops.softmax.cuda_variants import BWD_MAX_THREADS, VEC_MAX_THREADS, VPT, vec_config
+from kernel_lab.ops.softmax.rows import rowwise
+from kernel_lab.registry import register
+
+_T = [ctype(dt) for dt in ALL_DTYPES]
+FORWARD = cuda_source(
+    "log_softmax.cu",
+    [f"log_softmax<{t}, {v}>" for t in _T for v in VPT] + [f"log_softmax_stream<{t}>" for t in _T],
+)
+BACKWARD = cuda_source(
+    "log_softmax_backward.cu",
+    [f"log_softmax_backward<{t}, {v}>" for t in _T for v in VPT]
+    + [f"log_softmax_backward_stream<{t}>" for t in _T],
+)
+
+
+def vec_mode(out: torch.Tensor, *inputs2d: torch.Tensor) -> int:
+    """1 if every row of every input starts at the same offset within 16 bytes as its output
+    row (the aligned-window kernels then use 16-byte accesses), else 0 (element accesses)."""
+    es, (m, n) = out.element_size(), out.shape
+    for t in inputs2d:
+        if (t.data_ptr() - out.data_ptr()) % 16 or (m > 1 and (t.stride(0) - n) * es % 16):
+            return 0
+    return 1
+
+
+def row_config(n: int, dtype: torch.dtype, max_threads: int) -> tuple[int, int | None]:
+    """(threads, vectors per thread) for a row of ``n``, or (threads, None): stream it.
+
+    Budgets one extra window for a row starting mid-vector (odd N puts rows anywhere).
+    """
+    return vec_config(n + vec_width(dtype) - 1, dtype, max_threads)
+
+
+@register(
+    "log_softmax",
+    op="log_softmax",
+    backend="cuda",
+    dtypes=ALL_DTYPES,
+    description="row in registers (16-byte aligned windows), one read + one write; "
+    "streaming online (max, sum) beyond 128 KB rows",
+    source="cuda_src/log_softmax.cu",
+)
+def log_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    def launch(out, x2d):
+        m, n = out.shape
+        threads, vpt = row_config(n, x2d.dtype, VEC_MAX_THREADS)
+        t = ctype(x2d.dtype)
+        expr = f"log_softmax<{t}, {vpt}>" if vpt else f"log_softmax_stream<{t}>"
+        launch_rows(FORWARD, expr, out, (x2d,), grid=m, block=threads,
+                    extra=(i32(vec_mode(out, x2d)),))
+
+    return rowwise(launch, x, dim=dim)
+
+
+@register(
+    "log_softmax_backward",
+    op="log_softmax_backward",
+    backend="cuda",
+    dtypes=ALL_DTYPES,
+    description="y and dy in registers (16-byte aligned windows): read once, dx written once",
+    source="cuda_src/log_softmax_backward.cu",
+)
+def log_softmax_backward(y: torch.Tensor, dy: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    def launch(dx, y2d, dy2d):
+        m, n = dx.shape
+        threads, vpt = row_config(n, y2d.dtype, BWD_MAX_THREADS)
+        t = ctype(y2d.dtype)
+        if vpt:
+            expr = f"log_softmax_backward<{t}, {vpt}>"
+        else:
+            expr, threads = f"log_softmax_backward_stream<{t}>", 1024
+        launch_rows(BACKWARD, expr, dx, (y2d, dy2d), grid=m, block=threads,
+                    extra=(i32(vec_mode(dx, y2d, dy2d)),))
+
+    return rowwise(launch, y, dy, dim=dim)

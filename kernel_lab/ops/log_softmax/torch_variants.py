@@ -1,0 +1,101 @@
+"""log_softmax in plain PyTorch: the library ops, and the decomposition under ``torch.compile``.
+
+The compile variants reuse softmax's :class:`CompiledPerSignature` (one compiled graph per input
+signature, never a silent eager fallback) rather than a copy of it.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from kernel_lab.ops.softmax.rows import normalize_dim
+from kernel_lab.ops.softmax.torch_variants import CompiledPerSignature
+from kernel_lab.registry import register
+
+from .op import ALL_DTYPES
+
+SOURCE = "kernel_lab/ops/log_softmax/torch_variants.py"
+
+
+@register(
+    "torch_log_softmax",
+    op="log_softmax",
+    backend="torch",
+    dtypes=ALL_DTYPES,
+    description="torch.log_softmax: PyTorch's own fused kernel",
+    source=SOURCE,
+)
+def torch_log_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    normalize_dim(dim, x.dim())
+    return torch.log_softmax(x, dim=dim)
+
+
+def log_softmax_math(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """(x - max) - log(sum(exp(x - max))), accumulated in fp32 (fp64 stays fp64).
+
+    Subtracting in that order keeps log-probabilities near 0 exact when the max is huge.
+    """
+    acc = x if x.dtype == torch.float64 else x.float()
+    shifted = acc - acc.amax(dim=dim, keepdim=True)
+    return (shifted - torch.log(torch.exp(shifted).sum(dim=dim, keepdim=True))).to(x.dtype)
+
+
+_compiled = CompiledPerSignature(log_softmax_math)
+
+
+@register(
+    "compile_log_softmax",
+    op="log_softmax",
+    backend="compile",
+    dtypes=ALL_DTYPES,
+    description="the decomposition under torch.compile (inductor fuses it into one kernel)",
+    source=SOURCE,
+)
+def compile_log_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    normalize_dim(dim, x.dim())
+    if x.numel() == 0:
+        return torch.empty_like(x)
+    return _compiled(x, dim=dim)
+
+
+# -- backward ---------------------------------------------------------------------------------
+@register(
+    "torch_log_softmax_backward",
+    op="log_softmax_backward",
+    backend="torch",
+    dtypes=ALL_DTYPES,
+    description="PyTorch's own log_softmax backward kernel (_log_softmax_backward_data)",
+    source=SOURCE,
+)
+def torch_log_softmax_backward(y: torch.Tensor, dy: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    d = normalize_dim(dim, y.dim())
+    if y.numel() == 0:
+        return torch.empty_like(y)
+    return torch._log_softmax_backward_data(dy, y, d, y.dtype)
+
+
+def log_softmax_backward_math(y: torch.Tensor, dy: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """dy - exp(y) * sum(dy), accumulated in fp32 (fp64 stays fp64)."""
+    acc_y = y if y.dtype == torch.float64 else y.float()
+    acc_dy = dy if dy.dtype == torch.float64 else dy.float()
+    return (acc_dy - torch.exp(acc_y) * acc_dy.sum(dim=dim, keepdim=True)).to(y.dtype)
+
+
+_compiled_backward = CompiledPerSignature(log_softmax_backward_math)
+
+
+@register(
+    "compile_log_softmax_backward",
+    op="log_softmax_backward",
+    backend="compile",
+    dtypes=ALL_DTYPES,
+    description="dy - exp(y) * sum(dy) under torch.compile",
+    source=SOURCE,
+)
+def compile_log_softmax_backward(
+    y: torch.Tensor, dy: torch.Tensor, dim: int = -1
+) -> torch.Tensor:
+    normalize_dim(dim, y.dim())
+    if y.numel() == 0:
+        return torch.empty_like(y)
+    return _compiled_backward(y, dy, dim=dim)

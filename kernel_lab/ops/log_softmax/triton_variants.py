@@ -1,0 +1,73 @@
+"""Launchers for the Triton log_softmax kernels in ``triton_src/log_softmax.py``.
+
+One forward variant covers every row length: rows up to ``ROWS_MAX_N`` are held whole in
+registers (several narrow rows per program), longer rows take the tiled online kernel. Row
+handling (any dim, strides, empty tensors) is softmax's :func:`rowwise`.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+
+from kernel_lab.ops.softmax.rows import rowwise
+from kernel_lab.ops.softmax.triton_variants import _num_warps
+from kernel_lab.registry import register
+from triton_src import log_softmax as kernels
+
+from .op import ALL_DTYPES
+
+SOURCE = "triton_src/log_softmax.py"
+ROWS_MAX_N = 16384  # past this a whole row in one program's registers starts to spill
+ONLINE_BLOCK = 4096
+BACKWARD_BLOCK = 16384
+
+
+@register(
+    "triton_log_softmax",
+    op="log_softmax",
+    backend="triton",
+    dtypes=ALL_DTYPES,
+    description="whole rows in registers up to 16K columns, tiled online (max, sum) beyond",
+    source=SOURCE,
+)
+def triton_log_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    def launch(out, x2d):
+        m, n = x2d.shape
+        common = dict(IS_FP64=x2d.dtype == torch.float64)
+        if n <= ROWS_MAX_N:
+            block = triton.next_power_of_2(n)
+            rows = max(1, min(16, 2048 // block))
+            kernels.log_softmax_rows_kernel[(triton.cdiv(m, rows),)](
+                out, x2d, m, n, x2d.stride(0), BLOCK_N=block, ROWS=rows,
+                num_warps=_num_warps(block * rows), **common,
+            )
+        else:
+            kernels.log_softmax_online_kernel[(m,)](
+                out, x2d, m, n, x2d.stride(0), BLOCK_N=ONLINE_BLOCK,
+                num_warps=_num_warps(ONLINE_BLOCK), **common,
+            )
+
+    return rowwise(launch, x, dim=dim)
+
+
+@register(
+    "triton_log_softmax_backward",
+    op="log_softmax_backward",
+    backend="triton",
+    dtypes=ALL_DTYPES,
+    description="row per program; one read of y and dy when the row fits a 16K tile",
+    source=SOURCE,
+)
+def triton_log_softmax_backward(
+    y: torch.Tensor, dy: torch.Tensor, dim: int = -1
+) -> torch.Tensor:
+    def launch(dx, y2d, dy2d):
+        m, n = y2d.shape
+        block = min(triton.next_power_of_2(n), BACKWARD_BLOCK)
+        kernels.log_softmax_backward_kernel[(m,)](
+            dx, y2d, dy2d, m, n, y2d.stride(0), dy2d.stride(0), BLOCK_N=block,
+            IS_FP64=y2d.dtype == torch.float64, num_warps=_num_warps(block),
+        )
+
+    return rowwise(launch, y, dy, dim=dim)

@@ -1,0 +1,234 @@
+"""``python -m kernel_lab bench``: sweep shapes, print a GB/s table, save JSON + CSV + a plot.
+
+Decisions:
+
+* The same selection (:func:`kernel_lab.benchmarking.select`), inputs, correctness gate and
+  timer as ``pytest bench``, so the two never disagree on what was measured.
+* Output goes to ``bench/results/`` (gitignored) under one stem per run
+  (``bench-<preset>-<device>-<UTC time>``); the paths are printed last.
+* A wrong or crashing variant does not stop the sweep: it shows as ``WRONG`` / ``error`` in the
+  table, is listed with its message, and makes the exit code 1 (files are written anyway).
+* :func:`render_tables`, :func:`write_results` and :func:`plot_results` take plain
+  :class:`~kernel_lab.benchmarking.Record` lists, so they are testable on a CPU with fake data.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+from collections import defaultdict
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from . import benchmarking as bm
+from .benchmarking import Record
+from .errors import KernelLabError
+
+STATUS_CELL = {"skipped": "[dim]skip[/]", "wrong": "[bold red]WRONG[/]", "error": "[red]error[/]"}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Options of ``python -m kernel_lab bench`` (also those of ``pytest bench``, same names)."""
+    p.add_argument("--preset", default=bm.DEFAULT_PRESET, choices=sorted(bm.PRESETS),
+                   help="shape set: " + "; ".join(f"{k}: {v.description}"
+                                                  for k, v in bm.PRESETS.items()))
+    p.add_argument("--op", action="append", help="only these ops (comma-separated/repeatable)")
+    p.add_argument("--variants", action="append",
+                   help="only these variants or backends, e.g. triton,torch_eager")
+    p.add_argument("--dtype", action="append", help="dtypes, e.g. float32,bf16 (default: preset's)")
+    p.add_argument("--device", default="cuda", choices=("cuda", "cpu"),
+                   help="cpu exercises the harness on a GPU-less machine (numbers meaningless)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="folder for JSON/CSV/PNG (default: bench/results/)")
+
+
+def default_out_dir() -> Path:
+    """``bench/results/`` of the checkout the package lives in, else of the working folder."""
+    root = Path(__file__).resolve().parents[1]
+    return (root if (root / "bench").is_dir() else Path.cwd()) / "bench" / "results"
+
+
+def run_sweep(pairs: Sequence[tuple[bm.Case, bm.Variant]], device: str,
+              copy_gbps: float, progress=None) -> list[Record]:
+    """Vet and time every (case, variant) pair; ``progress(done, description)`` before each."""
+    cache = bm.WorkloadCache(device)
+    records = []
+    for i, (case, variant) in enumerate(pairs):
+        if progress is not None:
+            progress(i, f"{case.id} {variant.name}")
+        try:
+            work = cache.get(case)
+            rec = bm.vet(variant, work)
+            if rec is None:
+                fn, plan, event = bm.calibrate(variant, work)
+                median = sorted(bm.time_rounds(fn, bm.timer_for(device), plan))
+                rec = Record.start(case, variant).fill(
+                    work, median[len(median) // 2], event, copy_gbps,
+                    bm.kernel_attributes(variant, work), plan)
+        except Exception as e:  # noqa: BLE001 - one broken variant must not end the sweep
+            rec = Record.crashed(case, variant, e)
+        records.append(rec)
+    return records
+
+
+# -- presentation ------------------------------------------------------------------------------
+def _panels(records: Iterable[Record]) -> dict[tuple[str, str], list[Record]]:
+    out: dict[tuple[str, str], list[Record]] = defaultdict(list)
+    for r in records:
+        out[(r.op, r.dtype)].append(r)
+    return out
+
+
+def legend(device: str, copy_gbps: float) -> str:
+    """The line above the tables: what the cells mean and the roofline they are a % of."""
+    return (f"{bm.device_label(device)}: cells are GB/s and % of device copy "
+            f"({copy_gbps:,.0f} GB/s); ★ = best per shape (M x N: rows x row length)")
+
+
+def render_tables(records: Sequence[Record], copy_gbps: float) -> list:
+    """One rich Table per (op, dtype): variant x shape cells of GB/s and % of copy, best marked."""
+    from rich.table import Table
+
+    tables = []
+    for (op, dtype), recs in _panels(records).items():
+        shapes = sorted({(r.n, r.m) for r in recs})
+        names = list(dict.fromkeys(r.variant for r in recs))
+        best = {}
+        for r in recs:
+            if r.status == "ok" and r.gbps > best.get((r.n, r.m), (0.0,))[0]:
+                best[(r.n, r.m)] = (r.gbps, r.variant)
+        t = Table(title=f"{op} {dtype}", title_justify="left")
+        t.add_column("variant", style="bold")
+        for n, m in shapes:
+            t.add_column(f"{m}x{n}", justify="right")
+        cells = {(r.variant, r.n, r.m): r for r in recs}
+        for name in names:
+            row = []
+            for n, m in shapes:
+                r = cells.get((name, n, m))
+                if r is None:
+                    row.append("")
+                elif r.status != "ok":
+                    row.append(STATUS_CELL.get(r.status, r.status))
+                elif best[(n, m)][1] == name:
+                    row.append(f"[bold green]★ {_num(r.gbps)}\n{r.pct_of_copy:.0f}%[/]")
+                else:
+                    row.append(f"{_num(r.gbps)}\n{r.pct_of_copy:.0f}%")
+            t.add_row(name, *row)
+        tables.append(t)
+    return tables
+
+
+def problems(records: Sequence[Record]) -> list[str]:
+    """One line per distinct (variant, status, reason) that did not time: what the table hides."""
+    seen: dict[tuple[str, str, str], int] = {}
+    for r in records:
+        if r.status != "ok":
+            key = (r.variant, r.status, r.reason)
+            seen[key] = seen.get(key, 0) + 1
+    return [f"{v}: {s} ({k} case{'s' if k > 1 else ''}): {why}" for (v, s, why), k in seen.items()]
+
+
+def _x_axis(recs: Sequence[Record]) -> tuple:
+    """x of a point and the axis label: N; M when N is fixed; M*N when both vary."""
+    ns, shapes = {r.n for r in recs}, {(r.m, r.n) for r in recs}
+    if len(ns) == len(shapes):
+        return (lambda r: r.n), "N (row length)"
+    if len(ns) == 1:
+        return (lambda r: r.m), f"M (rows), N = {recs[0].n}"
+    return (lambda r: r.m * r.n), "M*N (elements per call)"
+
+
+def _num(g: float) -> str:
+    return f"{g:,.0f}" if g >= 10 else f"{g:.2g}"
+
+
+def plot_results(records: Sequence[Record], copy_gbps: float, path: Path) -> Path:
+    """PNG: GB/s vs N (log2 axis; vs M when N is fixed) per variant, one panel per (op, dtype).
+
+    The dashed line is the measured device-to-device copy: the roofline of a memory-bound op.
+    Uses matplotlib's object API (Agg canvas), never pyplot's global state.
+    """
+    from matplotlib.figure import Figure
+
+    panels = _panels(records)
+    fig = Figure(figsize=(7.5, 4.2 * max(1, len(panels))), layout="constrained")
+    axes = fig.subplots(max(1, len(panels)), 1, squeeze=False)[:, 0]
+    for ax, ((op, dtype), recs) in zip(axes, panels.items()):
+        x_of, xlabel = _x_axis(recs)
+        ax.axhline(copy_gbps, ls="--", color="black", lw=1,
+                   label=f"device copy {copy_gbps:,.0f} GB/s")
+        for name in dict.fromkeys(r.variant for r in recs):
+            pts = sorted((x_of(r), r.gbps) for r in recs if r.variant == name and r.status == "ok")
+            if pts:
+                ax.plot(*zip(*pts), marker="o", ms=3, lw=1.2, label=name)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("GB/s")
+        ax.set_ylim(bottom=0)
+        ax.set_title(f"{op} {dtype}")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7, loc="best")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    return path
+
+
+def write_results(records: Sequence[Record], meta: dict, out_dir: Path, stem: str) -> list[Path]:
+    """``<stem>.json`` (meta + records), ``<stem>.csv`` (records) and ``<stem>.png``."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rows = [r.as_dict() for r in records]
+    js, cs = out_dir / f"{stem}.json", out_dir / f"{stem}.csv"
+    js.write_text(json.dumps({"meta": meta, "records": rows}, indent=1, default=str))
+    with cs.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(Record.__dataclass_fields__))
+        w.writeheader()
+        w.writerows(rows)
+    return [js, cs, plot_results(records, meta["copy_gbps"], out_dir / f"{stem}.png")]
+
+
+# -- entry point -------------------------------------------------------------------------------
+def main(args: argparse.Namespace) -> int:
+    """Run the sweep. 0: all timed or skipped; 1: some variant wrong/crashed; 2: bad arguments."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    console = Console()
+    if args.device == "cuda" and not bm.has_cuda():
+        print(f"kernel_lab bench: {bm.NO_GPU} on this machine; nothing timed "
+              "(--device cpu exercises the harness)")
+        return 0
+    try:
+        pairs = bm.select(args.preset, ops_filter=args.op, variants_filter=args.variants,
+                          dtypes_filter=args.dtype)
+    except (KernelLabError, ValueError) as e:
+        print(f"kernel_lab bench: {e}", file=sys.stderr)
+        return 2
+    if not pairs:
+        print("kernel_lab bench: the filters select nothing", file=sys.stderr)
+        return 2
+    copy = bm.copy_bandwidth(args.device)
+    console.print(f"{bm.device_label(args.device)}: device copy {copy:,.0f} GB/s; "
+                  f"{len(pairs)} runs (preset {args.preset})", markup=False)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  console=console, transient=True) as bar:
+        task = bar.add_task("bench", total=len(pairs))
+
+        records = run_sweep(pairs, args.device, copy, progress=lambda i, desc: bar.update(
+            task, completed=i, description=desc))
+    console.print(legend(args.device, copy), markup=False)
+    for t in render_tables(records, copy):
+        console.print(t)
+    for line in problems(records):
+        console.print(f"  {line}", markup=False)
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    meta = {"preset": args.preset, "device": args.device, "copy_gbps": copy,
+            "created_utc": stamp, "argv": sys.argv, **bm.machine_info(args.device)}
+    paths = write_results(records, meta, args.out or default_out_dir(),
+                          f"bench-{args.preset}-{args.device}-{stamp}")
+    for p in paths:
+        print(f"wrote {p}")
+    return 1 if any(r.status in ("wrong", "error") for r in records) else 0

@@ -1,0 +1,205 @@
+"""``kernel_lab.softmax`` / ``kernel_lab.log_softmax``: the lab's kernels inside real models.
+
+Each is a ``torch.library`` custom op (``torch.ops.kernel_lab.softmax``, ``...log_softmax``)
+with a fake (meta) kernel and an autograd formula whose backward is another custom op
+(``kernel_lab::softmax_backward``, ``kernel_lab::log_softmax_backward``) running a registered
+backward variant. So autograd, ``torch.compile(fullgraph=True)``, CUDA graphs
+(``mode="reduce-overhead"``) and ``torch.library.opcheck`` all see ordinary ops.
+
+Decisions:
+
+* The variant names are ``str`` arguments of the ops, so dynamo traces them as constants and the
+  graph records which kernel runs. ``"auto"`` (the default) is resolved *inside* the op, on the
+  real tensors: that is where ``supports()`` can look at what only real tensors have (data
+  pointers for 16-byte alignment), and where no Python runs under a CUDA-graph replay.
+* ``"auto"`` on CUDA takes the first entry of :data:`PREFERENCES` that is registered and
+  supports the input: the hand-written CUDA kernel (``fast_softmax``, ...), then Triton, then
+  PyTorch. On any other device it is PyTorch's own kernel (:data:`PORTABLE`), so a model using
+  ``kernel_lab.softmax`` runs unchanged on a CPU. An explicit name runs that variant or raises
+  (``UnknownVariantError`` with suggestions, or ``UnsupportedInputError`` with the reason).
+* Outputs are always contiguous, and the fake kernel says so. A hand-written kernel reducing
+  over a non-last dim returns a permuted view; the op copies it (one extra pass, on top of the
+  copy that moving ``dim`` last already cost), because compiled graphs rely on the fake kernel's
+  strides being the real ones.
+* The backward saves only the output ``y`` (both backward formulas need y and dy, never x).
+  The backward ops are differentiable too (double backward, gradgradcheck), through plain
+  PyTorch formulas: second derivatives are rare enough that a kernel for them is not worth it.
+* Names are checked eagerly in :func:`softmax` (not while dynamo traces) and again in the fake
+  kernel, so ``torch.compile`` reports a misspelt variant at compile time, not at first run.
+"""
+
+from collections.abc import Sequence
+
+import torch
+
+from . import registry
+from .errors import UnknownVariantError
+
+AUTO = "auto"
+
+# variant="auto" on CUDA: the first registered name whose supports() accepts the input.
+PREFERENCES: dict[str, tuple[str, ...]] = {
+    "softmax": ("fast_softmax", "triton_fused", "triton_online", "torch_eager"),
+    "softmax_backward": ("fused_softmax_backward", "triton_backward", "torch_eager_backward"),
+    "log_softmax": ("log_softmax", "triton_log_softmax", "torch_log_softmax"),
+    "log_softmax_backward": (
+        "log_softmax_backward", "triton_log_softmax_backward", "torch_log_softmax_backward",
+    ),
+}
+# variant="auto" anywhere else (CPU, meta ...): PyTorch's own kernel, correct everywhere.
+PORTABLE: dict[str, str] = {
+    "softmax": "torch_eager",
+    "softmax_backward": "torch_eager_backward",
+    "log_softmax": "torch_log_softmax",
+    "log_softmax_backward": "torch_log_softmax_backward",
+}
+
+
+def named_variant(op: str, name: str) -> registry.Variant:
+    """The variant ``name``, checked to compute ``op``; raises UnknownVariantError otherwise."""
+    v = registry.get(name)
+    if v.op != op:
+        names = ", ".join(w.name for w in registry.variants(op))
+        raise UnknownVariantError(
+            f"variant {name!r} computes {v.op!r}, not {op!r}; {op} variants: {AUTO}, {names}"
+        )
+    return v
+
+
+def choose_variant(op: str, *tensors: torch.Tensor, dim: int = -1) -> registry.Variant:
+    """The variant ``variant="auto"`` runs for these (real) tensors. Never launches anything."""
+    if tensors[0].device.type != "cuda":
+        return registry.get(PORTABLE[op])
+    registered = {v.name: v for v in registry.variants(op)}
+    for name in PREFERENCES[op]:
+        v = registered.get(name)
+        if v is not None and v.supports(*tensors, dim=dim) is None:
+            return v
+    return registry.get(PORTABLE[op])
+
+
+def _run(op: str, variant: str, tensors: Sequence[torch.Tensor], dim: int) -> torch.Tensor:
+    if variant == AUTO:
+        v = choose_variant(op, *tensors, dim=dim)
+    else:
+        v = named_variant(op, variant)
+        registry.ensure_supported(v, *tensors, dim=dim)
+    return v.fn(*tensors, dim=dim).contiguous()  # no copy when it already is
+
+
+def _fake(op: str, variant: str, x: torch.Tensor, dim: int) -> torch.Tensor:
+    registry.get_op(op)  # loads the ops (importing kernel_lab.ops before the registry does not)
+    from .ops.softmax.rows import normalize_dim
+
+    normalize_dim(dim, x.dim())
+    if variant != AUTO:
+        named_variant(op, variant)
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+
+def _softmax_double_backward(y, dy, g, dim):
+    """Gradients of dx = y * (dy - <y, dy>) with respect to (y, dy), given g = d(loss)/dx."""
+    yg = (y * g).sum(dim, keepdim=True)
+    return g * (dy - (y * dy).sum(dim, keepdim=True)) - dy * yg, y * (g - yg)
+
+
+def _log_softmax_double_backward(y, dy, g, dim):
+    """Gradients of dx = dy - exp(y) * sum(dy) with respect to (y, dy), given g."""
+    p = torch.exp(y)
+    return -g * p * dy.sum(dim, keepdim=True), g - (g * p).sum(dim, keepdim=True)
+
+
+def _define(op: str, backward: str, double_backward):
+    """Define ``kernel_lab::<op>`` and ``kernel_lab::<backward>``; return both custom ops.
+
+    Both ops take one output-shaped input and differentiate as ``dx = backward(y, dy)``;
+    ``double_backward(y, dy, g, dim) -> (grad_y, grad_dy)`` differentiates the backward.
+    """
+
+    @torch.library.custom_op(f"kernel_lab::{backward}", mutates_args=())
+    def backward_op(y: torch.Tensor, dy: torch.Tensor, dim: int, variant: str) -> torch.Tensor:
+        return _run(backward, variant, (y, dy), dim)
+
+    @backward_op.register_fake
+    def _(y, dy, dim, variant):
+        return _fake(backward, variant, y, dim)
+
+    def setup_backward(ctx, inputs, output):
+        y, dy, ctx.dim, _ = inputs
+        ctx.save_for_backward(y, dy)
+
+    def double_backward_fn(ctx, g):
+        y, dy = ctx.saved_tensors
+        return (*double_backward(y, dy, g, ctx.dim), None, None)
+
+    backward_op.register_autograd(double_backward_fn, setup_context=setup_backward)
+
+    @torch.library.custom_op(f"kernel_lab::{op}", mutates_args=())
+    def forward_op(
+        x: torch.Tensor, dim: int, variant: str, backward_variant: str
+    ) -> torch.Tensor:
+        return _run(op, variant, (x,), dim)
+
+    @forward_op.register_fake
+    def _(x, dim, variant, backward_variant):
+        if backward_variant != AUTO:
+            named_variant(backward, backward_variant)
+        return _fake(op, variant, x, dim)
+
+    def setup_context(ctx, inputs, output):
+        _, ctx.dim, _, ctx.backward_variant = inputs
+        ctx.save_for_backward(output)
+
+    def backward_fn(ctx, grad):
+        (y,) = ctx.saved_tensors
+        return backward_op(y, grad, ctx.dim, ctx.backward_variant), None, None, None
+
+    forward_op.register_autograd(backward_fn, setup_context=setup_context)
+    return forward_op, backward_op
+
+
+softmax_op, softmax_backward_op = _define(
+    "softmax", "softmax_backward", _softmax_double_backward
+)
+log_softmax_op, log_softmax_backward_op = _define(
+    "log_softmax", "log_softmax_backward", _log_softmax_double_backward
+)
+
+
+def _call(op, name: str, x, dim, variant, backward_variant) -> torch.Tensor:
+    variant, backward_variant = variant or AUTO, backward_variant or AUTO
+    if not torch.compiler.is_compiling():  # eager: fail before anything runs
+        for op_name, v in ((name, variant), (f"{name}_backward", backward_variant)):
+            if v != AUTO:
+                named_variant(op_name, v)
+    return op(x, dim, variant, backward_variant)
+
+
+def softmax(
+    x: torch.Tensor,
+    dim: int = -1,
+    variant: str | None = None,
+    *,
+    backward_variant: str | None = None,
+) -> torch.Tensor:
+    """``torch.softmax(x, dim)`` computed by a lab variant; differentiable and compilable.
+
+    ``variant``: a ``softmax`` variant name, or None / ``"auto"`` for the best one for ``x``
+    (see :func:`choose_variant`). ``backward_variant``: the same for ``softmax_backward``.
+    """
+    return _call(softmax_op, "softmax", x, dim, variant, backward_variant)
+
+
+def log_softmax(
+    x: torch.Tensor,
+    dim: int = -1,
+    variant: str | None = None,
+    *,
+    backward_variant: str | None = None,
+) -> torch.Tensor:
+    """``torch.log_softmax(x, dim)`` computed by a lab variant; differentiable and compilable.
+
+    ``variant``: a ``log_softmax`` variant name or None / ``"auto"``; ``backward_variant``: a
+    ``log_softmax_backward`` one.
+    """
+    return _call(log_softmax_op, "log_softmax", x, dim, variant, backward_variant)

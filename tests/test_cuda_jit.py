@@ -1,0 +1,208 @@
+"""The CUDA C++ side: every .cu compiles (CPU, NVRTC only), errors name file(line), cache keys
+follow headers; on a GPU: hot reload, warm disk cache, zero-copy, graph capture, a second GPU.
+
+Which files and instantiations to compile comes from ``kernel_lab.cuda_common.SOURCES`` (filled
+by the variant modules' ``cuda_source(...)`` declarations): no second list lives here.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import uuid
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import HAS_CUDA
+
+import kernel_lab
+from kernel_lab import cuda_common, jit
+from kernel_lab.errors import KernelCompileError
+
+kernel_lab.variants()  # import every op module: fills cuda_common.SOURCES
+CUDA_SRC = jit.cuda_src_dir()
+TARGETS = cuda_common.compile_targets()
+needs_gpu = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU (CuPy launches)")
+
+# A tiny kernel in the lab's convention, scaled by a macro from its own header.
+TOY_HEADER = "#pragma once\n#define TOY_SCALE 1.0f\n"
+TOY_KERNEL = textwrap.dedent(
+    """\
+    #include "toy_scale.cuh"
+    #include "softmax_common.cuh"
+    template <typename T>
+    __global__ void toy(T* y, const T* x, long long rows, int n, long long stride) {
+      const long long r = blockIdx.x;
+      for (int j = threadIdx.x; j < n; j += blockDim.x)
+        y[r * n + j] = klab::from_acc<T>(klab::to_acc(x[r * stride + j]) * TOY_SCALE);
+    }
+    """
+)
+
+
+def _toy_folder(tmp_path: Path) -> Path:
+    d = tmp_path / "my_kernels"
+    d.mkdir()
+    (d / "toy_scale.cuh").write_text(TOY_HEADER)
+    (d / "toy.cu").write_text(TOY_KERNEL)
+    return d
+
+
+def _touch_later(path: Path) -> None:
+    """Make sure a rewrite is seen even on filesystems with coarse mtimes."""
+    st = path.stat()
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+
+
+# -- CPU: compile everything -------------------------------------------------------------------
+def test_every_cu_file_is_declared():
+    declared = {p for p, _ in TARGETS if p.parent == CUDA_SRC}
+    on_disk = {p.resolve() for p in CUDA_SRC.glob("*.cu")}
+    assert on_disk - declared == set(), "a .cu in cuda_src/ is not declared by any variant"
+
+
+@pytest.mark.parametrize(
+    "path,exprs", TARGETS, ids=[jit.display_name(p) for p, _ in TARGETS]
+)
+def test_compiles_for_sm90(path, exprs):
+    src = next(s for s in cuda_common.SOURCES if s.path == path)
+    out = jit.compile_cubin(path, exprs, arch="sm_90", include_dirs=src.include_dirs)
+    assert out.cubin and set(out.lowered) == set(exprs)
+
+
+def test_syntax_error_names_real_file_and_line(tmp_path):
+    src = CUDA_SRC / "online_softmax.cu"
+    lines = src.read_text().splitlines()
+    bad_line = len(lines) - 2  # inside the kernel body
+    lines.insert(bad_line - 1, "  int oops = ;")
+    bad = tmp_path / "online_softmax.cu"
+    bad.write_text("\n".join(lines) + "\n")
+    with pytest.raises(KernelCompileError) as info:
+        jit.compile_cubin(bad, ["online_softmax<float>"], arch="sm_90",
+                          include_dirs=[CUDA_SRC])
+    msg = str(info.value)
+    assert f"{bad.resolve()}({bad_line}): error" in msg, msg[:2000]
+
+
+def test_lab_file_errors_use_repo_relative_name():
+    assert jit.display_name(CUDA_SRC / "online_softmax.cu") == "cuda_src/online_softmax.cu"
+
+
+def test_header_edit_changes_source_key(tmp_path):
+    d = _toy_folder(tmp_path)
+    mod = jit.CudaModule(d / "toy.cu", ["toy<float>"], include_dirs=[CUDA_SRC])
+    key = mod.source_key()
+    assert jit.CudaModule(d / "toy.cu", ["toy<float>"], include_dirs=[CUDA_SRC]).source_key() == key
+    assert mod.source_key() == key  # unchanged files: same key
+    hdr = d / "toy_scale.cuh"
+    hdr.write_text(TOY_HEADER.replace("1.0f", "2.0f"))
+    _touch_later(hdr)
+    assert mod.source_key() != key
+    # The lab's own header reaches every kernel's key too.
+    online = jit.CudaModule(CUDA_SRC / "online_softmax.cu", ["online_softmax<float>"])
+    assert CUDA_SRC / "softmax_common.cuh" in online.files
+
+
+def test_user_folder_registers_and_compiles(tmp_path):
+    d = _toy_folder(tmp_path)
+    name = f"toy_{uuid.uuid4().hex[:8]}"
+    cuda_common.register_row_kernel(d / "toy.cu", name=name, kernel="toy", op="softmax")
+    v = kernel_lab.get(name)
+    assert v.backend == "cuda" and v.source == str((d / "toy.cu").resolve())
+    path, exprs = cuda_common.compile_targets()[-1]
+    src = cuda_common.SOURCES[-1]
+    assert jit.compile_cubin(path, exprs, arch="sm_90", include_dirs=src.include_dirs).cubin
+
+
+# -- GPU ---------------------------------------------------------------------------------------
+@needs_gpu
+def test_hot_reload_of_cu_and_header(tmp_path):
+    d = _toy_folder(tmp_path)
+    name = f"toy_{uuid.uuid4().hex[:8]}"
+    cuda_common.register_row_kernel(d / "toy.cu", name=name, kernel="toy", op="softmax",
+                                    threads=64)
+    x = torch.randn(5, 300, device="cuda")
+    torch.testing.assert_close(kernel_lab.run(name, x), x)
+    hdr = d / "toy_scale.cuh"
+    hdr.write_text(TOY_HEADER.replace("1.0f", "3.0f"))
+    _touch_later(hdr)
+    torch.testing.assert_close(kernel_lab.run(name, x), 3 * x)
+    cu = d / "toy.cu"
+    cu.write_text(TOY_KERNEL.replace("* TOY_SCALE", "* TOY_SCALE + 1.0f"))
+    _touch_later(cu)
+    torch.testing.assert_close(kernel_lab.run(name, x), 3 * x + 1)
+
+
+@needs_gpu
+def test_warm_disk_cache_makes_no_nvrtc_call(tmp_path):
+    script = textwrap.dedent(
+        """\
+        import torch, kernel_lab
+        from kernel_lab.jit import CudaModule
+        x = torch.randn(4, 1000, device="cuda")
+        y = kernel_lab.run("online_softmax", x)
+        torch.cuda.synchronize()
+        assert torch.allclose(y, torch.softmax(x, -1), atol=1e-6)
+        print("COMPILES", CudaModule.compile_count)
+        """
+    )
+    env = {**os.environ, "KERNEL_LAB_CACHE_DIR": str(tmp_path / "cache")}
+    counts = []
+    for _ in range(2):
+        res = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                             text=True, timeout=300)
+        assert res.returncode == 0, res.stderr[-3000:]
+        counts.append(int(res.stdout.split("COMPILES")[-1]))
+    assert counts[0] >= 1 and counts[1] == 0, counts
+
+
+@needs_gpu
+def test_zero_copy_cupy_in_cupy_out(monkeypatch):
+    cupy = pytest.importorskip("cupy")
+    from kernel_lab.ops.softmax import cuda_variants
+
+    seen = {}
+    real = cuda_variants.launch_rows
+
+    def spy(src, expr, out2d, inputs2d, **kw):
+        seen["out"], seen["in"] = out2d.data_ptr(), inputs2d[0].data_ptr()
+        return real(src, expr, out2d, inputs2d, **kw)
+
+    monkeypatch.setattr(cuda_variants, "launch_rows", spy)
+    xc = cupy.random.standard_normal((8, 1000), dtype=cupy.float32)
+    yc = kernel_lab.run("online_softmax", xc)
+    assert isinstance(yc, cupy.ndarray)
+    assert seen["in"] == xc.data.ptr, "the kernel did not read the caller's memory"
+    assert seen["out"] == yc.data.ptr, "the result is not the buffer the kernel wrote"
+    ref = torch.softmax(torch.from_dlpack(xc), -1)
+    torch.testing.assert_close(torch.from_dlpack(yc), ref)
+
+
+@needs_gpu
+def test_cuda_graph_capture_and_replay():
+    x = torch.randn(64, 3000, device="cuda")
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        kernel_lab.run("online_softmax", x)  # compile and load outside the capture
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        y = kernel_lab.run("online_softmax", x)
+    x.copy_(torch.randn_like(x) * 3)
+    g.replay()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(y, torch.softmax(x, -1))
+
+
+@pytest.mark.skipif(not HAS_CUDA or torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs")
+@pytest.mark.parametrize("name", ["online_softmax", "vec_softmax", "fast_softmax"])
+def test_second_gpu(name):
+    x = torch.randn(33, 5000, device="cuda:1")
+    y = kernel_lab.run(name, x)
+    torch.cuda.synchronize(1)
+    assert y.device == x.device
+    torch.testing.assert_close(y, torch.softmax(x, -1))

@@ -1,0 +1,254 @@
+"""kernel_lab.softmax / log_softmax as torch.library custom ops: autograd, opcheck, compile.
+
+CPU: values and gradients against torch, opcheck, gradcheck/gradgradcheck in float64, one
+``torch.compile(fullgraph=True)`` through inductor (seconds per graph on CPU: keep it to one),
+the nn modules, name errors, and the training example. Triton variants join in wherever the
+interpreter runs them. GPU: auto picks the CUDA kernels, compile, ``mode="reduce-overhead"``.
+"""
+
+import pytest
+import torch
+from conftest import DEVICE, needs_cuda
+
+import kernel_lab
+from kernel_lab import torch_ops
+from kernel_lab.examples import train_tiny_attention as example
+
+LAB = {"softmax": kernel_lab.softmax, "log_softmax": kernel_lab.log_softmax}
+TORCH = {"softmax": torch.softmax, "log_softmax": torch.log_softmax}
+OPS = {"softmax": torch_ops.softmax_op, "log_softmax": torch_ops.log_softmax_op}
+# (forward, backward) variant pairs to push through autograd; "auto" is torch's on a CPU.
+PAIRS = {
+    "softmax": [("auto", "auto"), ("triton_fused", "triton_backward"), ("triton_online", "auto")],
+    "log_softmax": [("auto", "auto"), ("triton_log_softmax", "triton_log_softmax_backward")],
+}
+CASES = [((3, 5, 7), -1), ((3, 5, 7), 0), ((6, 9), 1)]
+
+
+def _params():
+    for op, pairs in PAIRS.items():
+        for fwd, bwd in pairs:
+            yield pytest.param(op, fwd, bwd, id=f"{op}-{fwd}-{bwd}")
+
+
+def _skip_unless_runs(x: torch.Tensor, *names: str) -> None:
+    for name in names:
+        if name != "auto":
+            reason = kernel_lab.get(name).supports(x)
+            if reason is not None:
+                pytest.skip(f"{name}: {reason}")
+
+
+@pytest.mark.parametrize("op,fwd,bwd", list(_params()))
+@pytest.mark.parametrize("shape,dim", CASES, ids=["last", "dim0", "transposed"])
+def test_values_and_grads_match_torch(op, fwd, bwd, shape, dim):
+    x = torch.randn(shape, device=DEVICE)
+    if dim == 1:  # a transposed (non-contiguous) input
+        x = torch.randn(shape[::-1], device=DEVICE).t()
+    _skip_unless_runs(x, fwd, bwd)
+    a = x.clone().requires_grad_()
+    b = x.clone().requires_grad_()
+    out = LAB[op](a, dim, fwd, backward_variant=bwd)
+    ref = TORCH[op](b, dim)
+    dy = torch.randn_like(ref)
+    (out * dy).sum().backward()
+    (ref * dy).sum().backward()
+    assert out.is_contiguous() and out.shape == ref.shape
+    torch.testing.assert_close(out, ref)
+    torch.testing.assert_close(a.grad, b.grad)
+
+
+@pytest.mark.parametrize("op,fwd,bwd", list(_params()))
+def test_opcheck(op, fwd, bwd):
+    """Schema, fake kernel (strides included), autograd registration, AOT dispatch."""
+    x = torch.randn(7, 5, device=DEVICE).t().requires_grad_()  # non-contiguous, reduce over 0
+    _skip_unless_runs(x, fwd, bwd)
+    for dim in (0, -1):
+        torch.library.opcheck(OPS[op], (x, dim, fwd, bwd))
+
+
+@pytest.mark.parametrize("op", ["softmax", "log_softmax"])
+def test_opcheck_backward_ops(op):
+    backward = getattr(torch_ops, f"{op}_backward_op")
+    y = TORCH[op](torch.randn(4, 6, device=DEVICE), 0).requires_grad_()
+    dy = torch.randn(4, 6, device=DEVICE, requires_grad=True)
+    torch.library.opcheck(backward, (y, dy, 0, "auto"))
+
+
+@pytest.mark.parametrize("op", ["softmax", "log_softmax"])
+@pytest.mark.parametrize("dim", [0, -1])
+def test_gradcheck_float64(op, dim):
+    x = torch.randn(3, 5, dtype=torch.float64, device=DEVICE, requires_grad=True)
+    torch.autograd.gradcheck(lambda t: LAB[op](t, dim), (x,))
+    torch.autograd.gradgradcheck(lambda t: LAB[op](t, dim), (x,))
+
+
+def test_gradcheck_float64_triton():
+    x = torch.randn(2, 5, dtype=torch.float64, device=DEVICE, requires_grad=True)
+    _skip_unless_runs(x, "triton_fused", "triton_log_softmax_backward")
+    torch.autograd.gradcheck(
+        lambda t: kernel_lab.log_softmax(
+            kernel_lab.softmax(t, 0, "triton_fused", backward_variant="triton_backward"),
+            -1, "triton_log_softmax", backward_variant="triton_log_softmax_backward",
+        ),
+        (x,),
+    )
+
+
+class _Block(torch.nn.Module):
+    """Attention-like: softmax over keys, log_softmax over classes, both through the lab."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.q = torch.nn.Linear(8, 8)
+        self.attn = kernel_lab.Softmax(dim=-1)
+        self.out = kernel_lab.LogSoftmax(dim=-1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        scores = self.q(x) @ x.transpose(-1, -2)
+        return self.out(self.attn(scores) @ x)
+
+
+def test_compile_fullgraph_no_graph_break():
+    """One dynamo graph holding both custom ops, then inductor on it, forward and backward."""
+    torch.manual_seed(0)
+    model = _Block().to(DEVICE)
+    x = torch.randn(2, 6, 8, device=DEVICE)
+    explained = torch._dynamo.explain(model)(x)
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0)
+    code = explained.graphs[0].code
+    assert "kernel_lab.softmax" in code and "kernel_lab.log_softmax" in code
+    ref = model(x)
+    ref.sum().backward()
+    grad = model.q.weight.grad.clone()
+    model.zero_grad()
+    out = torch.compile(model, fullgraph=True)(x)
+    out.sum().backward()
+    torch.testing.assert_close(out, ref)
+    torch.testing.assert_close(model.q.weight.grad, grad)
+
+
+def test_auto_on_cpu_is_pytorch():
+    x = torch.randn(2, 3)
+    assert torch_ops.choose_variant("softmax", x).name == "torch_eager"
+    assert torch_ops.choose_variant("log_softmax_backward", x, x).name == (
+        "torch_log_softmax_backward"
+    )
+
+
+def test_bad_names_raise_before_running():
+    x = torch.randn(2, 3, device=DEVICE)
+    with pytest.raises(kernel_lab.UnknownVariantError, match="did you mean 'triton_fused'"):
+        kernel_lab.softmax(x, variant="triton_fsued")
+    with pytest.raises(kernel_lab.UnknownVariantError, match="computes 'softmax_backward'"):
+        kernel_lab.softmax(x, variant="triton_backward")
+    with pytest.raises(kernel_lab.UnknownVariantError, match="computes 'softmax'"):
+        kernel_lab.log_softmax(x, backward_variant="torch_eager")
+    with pytest.raises(IndexError):
+        kernel_lab.softmax(x, dim=2)
+
+
+def test_unsupported_input_raises():
+    x = torch.randn(2, 3)  # on a CPU a CUDA kernel cannot take it
+    with pytest.raises(kernel_lab.UnsupportedInputError, match="naive_softmax"):
+        kernel_lab.softmax(x, variant="naive_softmax")
+
+
+def test_nn_modules():
+    x = torch.randn(4, 5, device=DEVICE)
+    torch.testing.assert_close(kernel_lab.Softmax(0)(x), torch.softmax(x, 0))
+    torch.testing.assert_close(kernel_lab.LogSoftmax()(x), torch.log_softmax(x, -1))
+    assert repr(kernel_lab.Softmax(1, "triton_fused")) == "Softmax(dim=1, variant='triton_fused')"
+
+
+@pytest.fixture
+def one_thread():
+    """Tiny CPU tensors: OpenMP threads only add synchronisation (10x slower on 2 cores)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def test_example_losses_match(one_thread):
+    cfg = example.Config(steps=12, device=DEVICE)
+    ref, lab = example.compare(cfg, "torch_naive", "compile_log_softmax" if DEVICE == "cpu"
+                               else None)
+    assert ref[-1] < ref[0]  # it trains
+    assert max(abs(a - b) for a, b in zip(ref, lab)) < 1e-3
+
+
+def test_example_losses_match_triton(one_thread):
+    cfg = example.Config(steps=2, batch=4, seq=8, device=DEVICE)
+    x = torch.randn(2, 2, device=DEVICE)
+    _skip_unless_runs(x, "triton_fused", "triton_log_softmax")
+    ref, lab = example.compare(
+        cfg, "triton_fused", "triton_log_softmax", backward_variant="triton_backward",
+        log_backward_variant="triton_log_softmax_backward",
+    )
+    assert max(abs(a - b) for a, b in zip(ref, lab)) < 1e-3
+
+
+# -- GPU ------------------------------------------------------------------------------------
+@needs_cuda
+@pytest.mark.parametrize("op", ["softmax", "softmax_backward", "log_softmax",
+                                "log_softmax_backward"])
+def test_auto_prefers_cuda_kernels(op):
+    """"auto" on CUDA is the first registered, supporting name of PREFERENCES (CUDA first)."""
+    x = torch.randn(64, 1000, device="cuda")
+    inputs = (x,) if not op.endswith("backward") else (torch.softmax(x, -1), x)
+    registered = {v.name for v in kernel_lab.variants(op)}
+    expected = next(n for n in torch_ops.PREFERENCES[op] if n in registered
+                    and kernel_lab.get(n).supports(*inputs) is None)
+    assert torch_ops.choose_variant(op, *inputs).name == expected
+    cuda_names = [v.name for v in kernel_lab.variants(op, backend="cuda")]
+    if torch_ops.PREFERENCES[op][0] in cuda_names:
+        assert expected == torch_ops.PREFERENCES[op][0]
+
+
+@needs_cuda
+@pytest.mark.parametrize("op", ["softmax", "log_softmax"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cuda_auto_matches_torch(op, dtype):
+    x = torch.randn(33, 4097, device="cuda", dtype=dtype, requires_grad=True)
+    x_ref = x.detach().clone().requires_grad_()
+    out, ref = LAB[op](x), TORCH[op](x_ref, -1)
+    dy = torch.randn_like(ref)
+    (out * dy).sum().backward()
+    (ref * dy).sum().backward()
+    torch.testing.assert_close(out, ref)
+    torch.testing.assert_close(x.grad, x_ref.grad)
+
+
+@needs_cuda
+@pytest.mark.parametrize("op,fwd,bwd", list(_params()))
+def test_opcheck_cuda(op, fwd, bwd):
+    x = torch.randn(7, 300, device="cuda").t().requires_grad_()
+    for dim in (0, -1):
+        torch.library.opcheck(OPS[op], (x, dim, fwd, bwd))
+
+
+@needs_cuda
+@pytest.mark.parametrize("mode", [None, "reduce-overhead"])
+def test_compile_cuda(mode):
+    """fullgraph compile on CUDA; "reduce-overhead" captures the custom ops in a CUDA graph."""
+    torch.manual_seed(0)
+    model = _Block().cuda()
+    compiled = torch.compile(model, fullgraph=True, mode=mode)
+    for _ in range(4):  # warm-up, record, then replays
+        x = torch.randn(2, 6, 8, device="cuda")
+        out = compiled(x)
+        out.sum().backward()
+        grad = model.q.weight.grad.clone()
+        model.zero_grad()
+        ref = model(x)
+        ref.sum().backward()
+        torch.testing.assert_close(out, ref)
+        torch.testing.assert_close(grad, model.q.weight.grad)
+        model.zero_grad()
+
+
+@needs_cuda
+def test_example_losses_match_cuda():
+    ref, lab = example.compare(example.Config(steps=20, device="cuda"))
+    assert max(abs(a - b) for a, b in zip(ref, lab)) < 1e-3

@@ -1,0 +1,111 @@
+"""log_softmax kernels in Triton: forward (whole rows, or tiled online) and backward.
+
+Same conventions as ``softmax.py`` (whose ``_acc`` they reuse): the input is (M, N) with unit
+column stride and a row stride in elements; the output is contiguous (M, N); accumulation is fp32
+(fp64 for fp64 input). -inf entries give -inf, an all -inf row gives NaN, NaN propagates - like
+torch.log_softmax. Outputs are ``(x - max) - log(sum)``, never ``x - (max + log(sum))``: the
+latter rounds to ulp(max), which is 1e-3 for a row near 1e4 in fp32.
+"""
+
+import triton
+import triton.language as tl
+
+from triton_src.softmax import _acc
+
+
+@triton.jit
+def log_softmax_rows_kernel(
+    out_ptr, x_ptr, M, N, x_row_stride,
+    BLOCK_N: tl.constexpr, ROWS: tl.constexpr, IS_FP64: tl.constexpr,
+):
+    """Whole rows in registers (BLOCK_N >= N): program p owns rows [p*ROWS, p*ROWS + ROWS).
+
+    One read, one write per element (2*M*N*elem bytes). Masked tail lanes load -inf, which adds
+    exp(-inf) = 0 to the sum; an all -inf row forms -inf - -inf = NaN, as torch does.
+    """
+    pid = tl.program_id(0)
+    rows = pid * ROWS + tl.arange(0, ROWS)
+    cols = tl.arange(0, BLOCK_N)
+    mask = (rows[:, None] < M) & (cols[None, :] < N)
+    x = tl.load(x_ptr + rows[:, None].to(tl.int64) * x_row_stride + cols[None, :], mask=mask,
+                other=-float("inf"))
+    x = _acc(x, IS_FP64)
+    shifted = x - tl.max(x, axis=1)[:, None]
+    s = tl.sum(tl.where(mask, tl.exp(shifted), 0.0), axis=1)
+    y = shifted - tl.log(s)[:, None]
+    tl.store(out_ptr + rows[:, None].to(tl.int64) * N + cols[None, :],
+             y.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def log_softmax_online_kernel(
+    out_ptr, x_ptr, M, N, x_row_stride,
+    BLOCK_N: tl.constexpr, IS_FP64: tl.constexpr,
+):
+    """Any row length: program p owns row p, walks it in BLOCK_N tiles twice.
+
+    Pass 1: per-lane running (max, sum), as in ``softmax_online_kernel``; lanes merge at the end.
+    Pass 2: re-read each tile, write (x - max) - log(sum). 2 reads + 1 write per element.
+    """
+    row = tl.program_id(0).to(tl.int64)
+    x_row = x_ptr + row * x_row_stride
+    o_row = out_ptr + row * N
+    cols = tl.arange(0, BLOCK_N)
+    if IS_FP64:
+        m = tl.full([BLOCK_N], -float("inf"), tl.float64)
+        s = tl.zeros([BLOCK_N], tl.float64)
+    else:
+        m = tl.full([BLOCK_N], -float("inf"), tl.float32)
+        s = tl.zeros([BLOCK_N], tl.float32)
+    for start in range(0, N, BLOCK_N):
+        c = start + cols
+        x = _acc(tl.load(x_row + c, mask=c < N, other=-float("inf")), IS_FP64)
+        m_new = tl.maximum(m, x)
+        safe = tl.where(m_new == -float("inf"), 0.0, m_new)  # never exp(-inf - -inf)
+        s = s * tl.exp(m - safe) + tl.exp(x - safe)
+        m = m_new
+    row_max = tl.max(m, axis=0)
+    safe_max = tl.where(row_max == -float("inf"), 0.0, row_max)
+    log_sum = tl.log(tl.sum(s * tl.exp(m - safe_max), axis=0))
+    for start in range(0, N, BLOCK_N):
+        c = start + cols
+        x = _acc(tl.load(x_row + c, mask=c < N, other=-float("inf")), IS_FP64)
+        y = (x - row_max) - log_sum  # an all -inf row: -inf - -inf = NaN, like torch
+        tl.store(o_row + c, y.to(out_ptr.dtype.element_ty), mask=c < N)
+
+
+@triton.jit
+def log_softmax_backward_kernel(
+    dx_ptr, y_ptr, dy_ptr, M, N, y_row_stride, dy_row_stride,
+    BLOCK_N: tl.constexpr, IS_FP64: tl.constexpr,
+):
+    """dx = dy - exp(y) * sum(dy): program p owns row p, tiles of BLOCK_N columns.
+
+    One tile (BLOCK_N >= N): y and dy read once, dx written once (3*N*elem bytes per row).
+    Longer rows read dy twice and y once: pass 1 needs only sum(dy).
+    """
+    row = tl.program_id(0).to(tl.int64)
+    y_row = y_ptr + row * y_row_stride
+    dy_row = dy_ptr + row * dy_row_stride
+    cols = tl.arange(0, BLOCK_N)
+    if BLOCK_N >= N:
+        mask = cols < N
+        y = _acc(tl.load(y_row + cols, mask=mask, other=0.0), IS_FP64)
+        dy = _acc(tl.load(dy_row + cols, mask=mask, other=0.0), IS_FP64)
+        dx = dy - tl.exp(y) * tl.sum(dy, axis=0)
+        tl.store(dx_ptr + row * N + cols, dx.to(dx_ptr.dtype.element_ty), mask=mask)
+    else:
+        if IS_FP64:
+            acc = tl.zeros([BLOCK_N], tl.float64)
+        else:
+            acc = tl.zeros([BLOCK_N], tl.float32)
+        for start in range(0, N, BLOCK_N):
+            c = start + cols
+            acc += _acc(tl.load(dy_row + c, mask=c < N, other=0.0), IS_FP64)
+        total = tl.sum(acc, axis=0)
+        for start in range(0, N, BLOCK_N):
+            c = start + cols
+            y = _acc(tl.load(y_row + c, mask=c < N, other=0.0), IS_FP64)
+            dy = _acc(tl.load(dy_row + c, mask=c < N, other=0.0), IS_FP64)
+            dx = dy - tl.exp(y) * total
+            tl.store(dx_ptr + row * N + c, dx.to(dx_ptr.dtype.element_ty), mask=c < N)
