@@ -365,9 +365,23 @@ def kernel_attributes(variant: Variant, work: Workload) -> dict[str, int]:
     (``num_regs``, ``local_size_bytes`` = spills, ...). Without it, nothing is recorded.
     """
     hook = getattr(variant.fn, "kernel_attributes", None)
-    if hook is None:
+    if hook is not None:
+        return dict(hook(*work.inputs, **work.kwargs))
+    if variant.backend != "cuda":
         return {}
-    return dict(hook(*work.inputs, **work.kwargs))
+    # CUDA variants: run once, recording what interop.launch launched; report the worst kernel.
+    from . import interop, jit
+
+    with interop.record_launches() as launched:
+        variant.fn(*work.inputs, **work.kwargs)
+    attrs = [jit.function_attributes(fn) for fn in launched]
+    if not attrs:
+        return {}
+    return {
+        "num_regs": max(a["num_regs"] for a in attrs),
+        "local_size_bytes": max(a["local_size_bytes"] for a in attrs),
+        "kernels_per_call": len(attrs),
+    }
 
 
 @dataclass

@@ -96,18 +96,7 @@ class CudaSource:
 
     def function(self, expr: str, device_index: int):
         """The loaded kernel ``expr`` on ``device_index`` (compiled or reloaded as needed)."""
-        mod = self.module
-        try:
-            return mod.function(expr, device_index)
-        except Exception as e:  # noqa: BLE001
-            # Compat shim: CuPy's low-level Module.get_function takes the *mangled* symbol (only
-            # RawModule translates name expressions). If jit.CudaModule.function passed the
-            # expression, look the mangled name up and seed its per-module function cache.
-            entry = getattr(mod, "_loaded", {}).get(device_index)
-            if entry is None or "named symbol not found" not in str(e):
-                raise
-            fn = entry[2][expr] = entry[1].get_function(entry[1].mapping[expr])
-            return fn
+        return self.module.function(expr, device_index)
 
 
 SOURCES: list[CudaSource] = []

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -86,6 +87,20 @@ def _cupy_stream(device_index: int, ptr: int):
     return s
 
 
+_recorder: list | None = None  # set by record_launches(): kernels launched meanwhile
+
+
+@contextlib.contextmanager
+def record_launches():
+    """Collect every CuPy Function launched inside the block (for register/spill reports)."""
+    global _recorder
+    _recorder = []
+    try:
+        yield _recorder
+    finally:
+        _recorder = None
+
+
 def launch(
     fn: Any,
     grid: tuple[int, ...],
@@ -102,6 +117,8 @@ def launch(
     """
     import cupy
 
+    if _recorder is not None:
+        _recorder.append(fn)
     stream = _cupy_stream(device_index, current_stream_ptr(device_index))
     if cupy.cuda.runtime.getDevice() == device_index:
         fn(grid, block, args, shared_mem=shared_mem, stream=stream)

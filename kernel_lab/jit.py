@@ -293,9 +293,11 @@ class CudaModule:
         funcs = entry[2]
         fn = funcs.get(expr)
         if fn is None:
-            if expr not in entry[1].mapping:  # type: ignore[attr-defined]
+            lowered = entry[1].mapping  # type: ignore[attr-defined]
+            if expr not in lowered:
                 raise KeyError(f"{self.display_name} has no name expression {expr!r}")
-            fn = funcs[expr] = entry[1].get_function(expr)  # type: ignore[attr-defined]
+            # CuPy's low-level Module.get_function takes the mangled symbol, not the expression.
+            fn = funcs[expr] = entry[1].get_function(lowered[expr])  # type: ignore[attr-defined]
         return fn
 
     def _load(self, device_index: int, key: str):

@@ -28,6 +28,8 @@ Decisions:
   kernel, so ``torch.compile`` reports a misspelt variant at compile time, not at first run.
 """
 
+import functools
+import importlib.util
 from collections.abc import Sequence
 
 import torch
@@ -66,15 +68,26 @@ def named_variant(op: str, name: str) -> registry.Variant:
     return v
 
 
+@functools.cache
+def _has_cupy() -> bool:
+    return importlib.util.find_spec("cupy") is not None
+
+
 def choose_variant(op: str, *tensors: torch.Tensor, dim: int = -1) -> registry.Variant:
-    """The variant ``variant="auto"`` runs for these (real) tensors. Never launches anything."""
-    if tensors[0].device.type != "cuda":
-        return registry.get(PORTABLE[op])
-    registered = {v.name: v for v in registry.variants(op)}
-    for name in PREFERENCES[op]:
-        v = registered.get(name)
-        if v is not None and v.supports(*tensors, dim=dim) is None:
-            return v
+    """The variant ``variant="auto"`` runs for these (real) tensors. Never launches anything.
+
+    CUDA C++ variants are passed over when CuPy is not installed (they register without it).
+    """
+    if tensors[0].device.type == "cuda":
+        for name in PREFERENCES[op]:
+            try:
+                v = registry.get(name)
+            except UnknownVariantError:  # not written (yet): the next preference
+                continue
+            if v.backend == "cuda" and not _has_cupy():
+                continue
+            if v.supports(*tensors, dim=dim) is None:
+                return v
     return registry.get(PORTABLE[op])
 
 

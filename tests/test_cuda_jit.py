@@ -51,6 +51,20 @@ def _toy_folder(tmp_path: Path) -> Path:
     return d
 
 
+@pytest.fixture
+def user_name():
+    """A fresh variant name; the variant (and its source) leave the global registry afterwards,
+    so registry-wide tests (e.g. "CUDA variants are named after their cuda_src/ file") never
+    see the temp-folder kernel."""
+    from kernel_lab import registry
+
+    name = f"toy_{uuid.uuid4().hex[:8]}"
+    n_sources = len(cuda_common.SOURCES)
+    yield name
+    registry._variants.pop(name, None)
+    del cuda_common.SOURCES[n_sources:]
+
+
 def _touch_later(path: Path) -> None:
     """Make sure a rewrite is seen even on filesystems with coarse mtimes."""
     st = path.stat()
@@ -106,9 +120,9 @@ def test_header_edit_changes_source_key(tmp_path):
     assert CUDA_SRC / "softmax_common.cuh" in online.files
 
 
-def test_user_folder_registers_and_compiles(tmp_path):
+def test_user_folder_registers_and_compiles(tmp_path, user_name):
     d = _toy_folder(tmp_path)
-    name = f"toy_{uuid.uuid4().hex[:8]}"
+    name = user_name
     cuda_common.register_row_kernel(d / "toy.cu", name=name, kernel="toy", op="softmax")
     v = kernel_lab.get(name)
     assert v.backend == "cuda" and v.source == str((d / "toy.cu").resolve())
@@ -119,9 +133,9 @@ def test_user_folder_registers_and_compiles(tmp_path):
 
 # -- GPU ---------------------------------------------------------------------------------------
 @needs_gpu
-def test_hot_reload_of_cu_and_header(tmp_path):
+def test_hot_reload_of_cu_and_header(tmp_path, user_name):
     d = _toy_folder(tmp_path)
-    name = f"toy_{uuid.uuid4().hex[:8]}"
+    name = user_name
     cuda_common.register_row_kernel(d / "toy.cu", name=name, kernel="toy", op="softmax",
                                     threads=64)
     x = torch.randn(5, 300, device="cuda")

@@ -216,8 +216,9 @@ def test_cuda_auto_matches_torch(op, dtype):
     dy = torch.randn_like(ref)
     (out * dy).sum().backward()
     (ref * dy).sum().backward()
-    torch.testing.assert_close(out, ref)
-    torch.testing.assert_close(x.grad, x_ref.grad)
+    tol = {} if dtype == torch.bfloat16 else {"rtol": 1e-4, "atol": 1e-6}  # exp2f vs expf
+    torch.testing.assert_close(out, ref, **tol)
+    torch.testing.assert_close(x.grad, x_ref.grad, **tol)
 
 
 @needs_cuda
@@ -243,8 +244,8 @@ def test_compile_cuda(mode):
         model.zero_grad()
         ref = model(x)
         ref.sum().backward()
-        torch.testing.assert_close(out, ref)
-        torch.testing.assert_close(grad, model.q.weight.grad)
+        torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(grad, model.q.weight.grad, rtol=1e-4, atol=1e-5)
         model.zero_grad()
 
 
