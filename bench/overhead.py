@@ -37,6 +37,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--variant", default="online_softmax")
     p.add_argument("--shape", default="32x1024")
+    p.add_argument("--profile", action="store_true", help="cProfile the launcher: top 15 calls")
     args = p.parse_args()
     m, n = (int(s) for s in args.shape.split("x"))
     x = torch.randn(m, n, device="cuda")
@@ -52,6 +53,13 @@ def main() -> None:
     base = results["torch.softmax(x, -1)"]
     for name, us in results.items():
         print(f"  {name:<45} {us:7.2f} us/call  ({us / base:4.2f}x torch.softmax)")
+    if args.profile:
+        import cProfile
+        import pstats
+
+        prof = cProfile.Profile()
+        prof.runcall(lambda: [v.fn(x) for _ in range(5000)])
+        pstats.Stats(prof).sort_stats("tottime").print_stats(15)
 
 
 if __name__ == "__main__":

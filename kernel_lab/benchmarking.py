@@ -32,7 +32,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import torch
 
-from .reference import CheckResult, check
+from .reference import CheckResult
 from .registry import BACKENDS, Op, Variant, get, get_op, ops, variants
 
 NO_GPU = "no CUDA GPU"
@@ -246,7 +246,7 @@ class WorkloadCache:
 def check_variant(variant: Variant, work: Workload) -> CheckResult:
     """Run ``variant`` once on the checked copy (also its warm-up / compile) and compare."""
     out = variant.fn(*work.inputs, **work.kwargs)
-    return check(out, work.reference(), work.case.dtype, work.op.tolerances)
+    return work.op.check(out, *work.inputs, ref=work.reference(), **work.kwargs)
 
 
 def vet(variant: Variant, work: Workload) -> "Record | None":

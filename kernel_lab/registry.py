@@ -47,6 +47,17 @@ class Op:
     edge_cases: Callable[..., list] | None = None
     # Per-op tolerance table (dtype -> reference.Tolerance); None = reference.TOLERANCES.
     tolerances: dict | None = None
+    # error_scale(*inputs, **kw) -> float64 tensor: the magnitude rtol applies to per element
+    # (None = |reference|); see reference.check.
+    error_scale: Callable[..., torch.Tensor] | None = None
+
+    def check(self, out: Any, *inputs: Any, ref: torch.Tensor | None = None, **kw: Any):
+        """Compare ``out`` with this op's float64 reference on ``inputs`` (one policy for all)."""
+        from .reference import check
+
+        ref = self.reference(*inputs, **kw) if ref is None else ref
+        scale = self.error_scale(*inputs, **kw) if self.error_scale is not None else None
+        return check(out, ref, inputs[0].dtype, self.tolerances, scale=scale)
 
 
 @dataclass(frozen=True)

@@ -177,6 +177,8 @@ def test_no_gpu_says_so_once_and_exits_0(runs):
     assert f"SKIPPED [{n}] bench/test_variants.py: {bm.NO_GPU}" in out
 
 
+@pytest.mark.skipif(torch.cuda.is_available(),
+                    reason="exercises the --device cpu harness; on a GPU the real timing runs")
 def test_cpu_run_checks_times_and_skips_with_supports_reasons(runs, monkeypatch):
     rc, out = runs["cpu"]
     assert rc == 1, out  # fake_wrong and fake_crash must fail

@@ -36,6 +36,12 @@ def softmax_backward_reference(y: torch.Tensor, dy: torch.Tensor, dim: int = -1)
     return y64 * (dy64 - (dy64 * y64).sum(dim=dim, keepdim=True))
 
 
+def softmax_backward_error_scale(y: torch.Tensor, dy: torch.Tensor, dim: int = -1):
+    """|y| * (|dy| + |sum(dy * y)|): the size of the terms whose difference dx is."""
+    y64, dy64 = y.detach().to(torch.float64), dy.detach().to(torch.float64)
+    return y64.abs() * (dy64.abs() + (dy64 * y64).sum(dim=dim, keepdim=True).abs())
+
+
 def softmax_backward_inputs(shape, dtype, device="cpu", generator=None):
     """(y, dy): y a real softmax output (rows sum to 1), dy fresh N(0, 1)."""
     y = torch.softmax(_randn(shape, torch.float32, "cpu", generator), dim=-1)
@@ -85,5 +91,6 @@ SOFTMAX_BACKWARD = register_op(
         bytes_moved=softmax_backward_bytes,
         description="dx = y * (dy - sum(dy * y)), the gradient of softmax",
         kwargs={"dim": -1},
+        error_scale=softmax_backward_error_scale,
     )
 )

@@ -55,9 +55,15 @@ def rowwise(
     with no launch.
     """
     x = inputs[0]
-    normalize_dim(dim, x.dim())
+    d = normalize_dim(dim, x.dim())
     if x.numel() == 0:
         return torch.empty_like(x)
+    if x.dim() == 2 and d == 1 and all(t.is_contiguous() for t in inputs):
+        # The per-call hot path (~3 us less): no views, no closures. data_ptr() works on
+        # requires_grad tensors, so no detach either.
+        out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+        kernel(out, *inputs)
+        return out
     views = [as_rows(t.detach(), dim) for t in inputs]
     x2d, restore = views[0]
     out2d = torch.empty(x2d.shape, dtype=x.dtype, device=x.device)
