@@ -100,24 +100,25 @@ def render_tables(records: Sequence[Record], copy_gbps: float) -> list:
         for r in recs:
             if r.status == "ok" and r.gbps > best.get((r.n, r.m), (0.0,))[0]:
                 best[(r.n, r.m)] = (r.gbps, r.variant)
-        t = Table(title=f"{op} {dtype}", title_justify="left")
-        t.add_column("variant", style="bold")
-        for n, m in shapes:
-            t.add_column(f"{m}x{n}", justify="right")
-        cells = {(r.variant, r.n, r.m): r for r in recs}
+        # Shapes down, variants across: a sweep's many shapes stay readable in any width.
+        t = Table(title=f"{op} {dtype}: GB/s (% of copy)", title_justify="left")
+        t.add_column("M x N", style="bold", justify="right")
         for name in names:
+            t.add_column(name, justify="right", overflow="fold")
+        cells = {(r.variant, r.n, r.m): r for r in recs}
+        for n, m in shapes:
             row = []
-            for n, m in shapes:
+            for name in names:
                 r = cells.get((name, n, m))
                 if r is None:
                     row.append("")
                 elif r.status != "ok":
                     row.append(STATUS_CELL.get(r.status, r.status))
                 elif best[(n, m)][1] == name:
-                    row.append(f"[bold green]★ {_num(r.gbps)}\n{r.pct_of_copy:.0f}%[/]")
+                    row.append(f"[bold green]★ {_num(r.gbps)} ({r.pct_of_copy:.0f}%)[/]")
                 else:
-                    row.append(f"{_num(r.gbps)}\n{r.pct_of_copy:.0f}%")
-            t.add_row(name, *row)
+                    row.append(f"{_num(r.gbps)} ({r.pct_of_copy:.0f}%)")
+            t.add_row(f"{m}x{n}", *row)
         tables.append(t)
     return tables
 
@@ -196,7 +197,10 @@ def main(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-    console = Console()
+    import shutil
+
+    # Logs and pipes get a wide table instead of rich's 80-column default.
+    console = Console(width=max(160, shutil.get_terminal_size().columns))
     if args.device == "cuda" and not bm.has_cuda():
         print(f"kernel_lab bench: {bm.NO_GPU} on this machine; nothing timed "
               "(--device cpu exercises the harness)")

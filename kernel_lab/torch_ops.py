@@ -73,13 +73,31 @@ def _has_cupy() -> bool:
     return importlib.util.find_spec("cupy") is not None
 
 
+def measured_preferences(op: str, x: torch.Tensor, dim: int = -1) -> tuple[str, ...]:
+    """PREFERENCES, reordered by the H200 sweep of 2026-11-29 (bench/NOTES.md, M*N = 2^28).
+
+    There the Triton whole-row kernel beat fast_softmax for 2048 <= N <= 32768 (fp32 and bf16),
+    and for 2-byte types with N >= 65536 vec_softmax beat it (e.g. bf16 N = 131072: 2766 vs 1978
+    GB/s). Elsewhere fast_softmax led. Re-measure and edit this table when kernels change.
+    """
+    prefs = PREFERENCES[op]
+    if op != "softmax" or x.dim() == 0:
+        return prefs
+    n = x.shape[dim]
+    if 2048 <= n <= 32768:
+        return ("triton_fused", *prefs)
+    if n >= 65536 and x.element_size() == 2:
+        return ("vec_softmax", *prefs)
+    return prefs
+
+
 def choose_variant(op: str, *tensors: torch.Tensor, dim: int = -1) -> registry.Variant:
     """The variant ``variant="auto"`` runs for these (real) tensors. Never launches anything.
 
     CUDA C++ variants are passed over when CuPy is not installed (they register without it).
     """
     if tensors[0].device.type == "cuda":
-        for name in PREFERENCES[op]:
+        for name in measured_preferences(op, tensors[0], dim):
             try:
                 v = registry.get(name)
             except UnknownVariantError:  # not written (yet): the next preference

@@ -51,6 +51,8 @@ def test_matches_reference(name, dtype, case):
     inputs, kw = make_case_inputs(op, case, dtype, DEVICE, gen)
     _skip_if_unsupported(v, inputs, kw)
     result, out = run_checked(v, inputs, kw)
+    if not result.ok and dtype in v.known_inexact:
+        pytest.xfail(f"{name}: {v.known_inexact[dtype]}; here: {result.message}")
     assert result.ok, f"{name} {dtype_name(dtype)} {case.label} (seed {seed}): {result.message}"
     assert out.shape == inputs[0].shape and out.dtype == dtype and out.device == inputs[0].device
 
@@ -66,6 +68,8 @@ def test_edge_cases(name, dtype):
         if v.supports(*inputs, **kw) is not None:
             continue
         result, _ = run_checked(v, inputs, kw)
+        if not result.ok and dtype in v.known_inexact:
+            pytest.xfail(f"{name}: {v.known_inexact[dtype]}; here: {result.message}")
         assert result.ok, f"{name} {dtype_name(dtype)} {label} (seed {seed}): {result.message}"
         ran += 1
     if ran == 0:

@@ -122,6 +122,12 @@ def compile_naive(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     dtypes=ALL_DTYPES,
     description="PyTorch's own softmax backward kernel (_softmax_backward_data)",
     source="kernel_lab/ops/softmax/torch_variants.py",
+    known_inexact={
+        torch.bfloat16: "PyTorch's CUDA bf16 softmax backward misses the tolerance on short rows "
+        "(H200, 2097152x128: |err| 4.7e-4 where 6.6e-5 is allowed)",
+        torch.float16: "PyTorch's CUDA fp16 softmax backward misses the tolerance on short rows "
+        "(H200, 1024x128: |err| 3.7e-4 where 1.8e-4 was allowed)",
+    },
 )
 def torch_eager_backward(y: torch.Tensor, dy: torch.Tensor, dim: int = -1) -> torch.Tensor:
     d = normalize_dim(dim, y.dim())
