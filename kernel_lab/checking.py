@@ -145,6 +145,15 @@ def default_device() -> str:
 
 
 # -- CLI: list / check -----------------------------------------------------------------------
+def wide_console():
+    """A rich Console at least 140 columns wide (logs and pipes would get 80 and fold tables)."""
+    import shutil
+
+    from rich.console import Console
+
+    return Console(width=max(140, shutil.get_terminal_size().columns))
+
+
 def _probe_input(v: registry.Variant, device: str) -> torch.Tensor:
     dtype = torch.float32 if torch.float32 in v.dtypes else v.dtypes[0]
     return torch.empty((2, 8), dtype=dtype, device=device)
@@ -160,10 +169,9 @@ def runs_here(v: registry.Variant) -> str:
 
 
 def list_main(args) -> int:
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    console = wide_console()
     names = [args.op] if getattr(args, "op", None) else registry.ops()
     for op_name in names:
         op = registry.get_op(op_name)
@@ -182,10 +190,9 @@ def list_main(args) -> int:
 
 
 def check_main(args) -> int:
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    console = wide_console()
     device = args.device or default_device()
     seed = args.seed if args.seed is not None else fresh_seed()
     dtypes = [DTYPE_NAMES[d] for d in (args.dtype or ["float32", "float16", "bfloat16"])]

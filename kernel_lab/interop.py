@@ -18,7 +18,9 @@ from typing import Any
 import numpy as np
 import torch
 
-_identity: Callable[[Any], Any] = lambda out: out
+
+def _identity(out: Any) -> Any:
+    return out
 
 
 def _framework_of(obj: Any) -> str:

@@ -177,7 +177,7 @@ def cache_dir() -> Path:
 
 
 class CudaModule:
-    """One ``.cu`` file, compiled per device on first use and recompiled when it (or a header) changes.
+    """One ``.cu`` file, compiled per device on first use, recompiled when it or a header changes.
 
     ``function(expr, device_index)`` returns a CuPy ``Function`` ready to launch; the caller passes
     the stream (see :func:`kernel_lab.interop.launch`).

@@ -62,7 +62,7 @@ class Op:
 
 @dataclass(frozen=True)
 class Variant:
-    """One way of computing an op. Call it through :func:`run` (checks first) or ``variant(...)``."""
+    """One way of computing an op. Call it via :func:`run` (checks first) or ``variant(...)``."""
 
     name: str
     op: str

@@ -194,10 +194,10 @@ def write_results(records: Sequence[Record], meta: dict, out_dir: Path, stem: st
 # -- entry point -------------------------------------------------------------------------------
 def main(args: argparse.Namespace) -> int:
     """Run the sweep. 0: all timed or skipped; 1: some variant wrong/crashed; 2: bad arguments."""
+    import shutil
+
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-
-    import shutil
 
     # Logs and pipes get a wide table instead of rich's 80-column default.
     console = Console(width=max(160, shutil.get_terminal_size().columns))

@@ -77,7 +77,9 @@ def one_round(variant: registry.Variant, shape: tuple[int, int], dtype: torch.dt
     if reason is not None:
         print(f"  not timed: {reason}")
         return True
-    fn = lambda: variant.fn(*inputs)
+    def fn():
+        return variant.fn(*inputs)
+
     fn()
     torch.cuda.synchronize()
     secs = cuda_event_median(fn, 1e-3)

@@ -13,7 +13,7 @@ if not HAS_CUDA:
     assert "triton" not in sys.modules, "triton was imported before tests/conftest.py"
     os.environ["TRITON_INTERPRET"] = "1"
 
-import pytest
+import pytest  # noqa: E402  (after TRITON_INTERPRET is decided)
 
 DEVICE = "cuda" if HAS_CUDA else "cpu"
 

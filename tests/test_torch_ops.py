@@ -198,12 +198,13 @@ def test_auto_prefers_cuda_kernels(op):
     x = torch.randn(64, 1000, device="cuda")
     inputs = (x,) if not op.endswith("backward") else (torch.softmax(x, -1), x)
     registered = {v.name for v in kernel_lab.variants(op)}
-    expected = next(n for n in torch_ops.PREFERENCES[op] if n in registered
+    expected = next(n for n in torch_ops.measured_preferences(op, inputs[0]) if n in registered
                     and kernel_lab.get(n).supports(*inputs) is None)
     assert torch_ops.choose_variant(op, *inputs).name == expected
     cuda_names = [v.name for v in kernel_lab.variants(op, backend="cuda")]
-    if torch_ops.PREFERENCES[op][0] in cuda_names:
-        assert expected == torch_ops.PREFERENCES[op][0]
+    first = torch_ops.measured_preferences(op, inputs[0])[0]
+    if first in cuda_names:
+        assert expected == first
 
 
 @needs_cuda

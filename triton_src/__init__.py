@@ -1,1 +1,4 @@
-"""Triton kernels (``@triton.jit`` only). Their launchers live in ``kernel_lab/ops/*/triton_variants.py``."""
+"""Triton kernels (``@triton.jit`` only).
+
+Their launchers live in ``kernel_lab/ops/*/triton_variants.py``.
+"""

@@ -4,8 +4,11 @@ Files: ``op.py`` (the op definitions and float64 references), ``rows.py`` (dim/s
 shared by every hand-written kernel), then one file per backend of variants.
 """
 
-from . import op  # noqa: F401  (registers the ops first)
+# Order matters: the ops exist before their variants register.
+# isort: off
+from . import op  # noqa: F401
 from . import torch_variants  # noqa: F401
 from . import triton_variants  # noqa: F401
 from . import cuda_variants  # noqa: F401
 from . import peer_variants  # noqa: F401  (Liger, QuACK: skipped when not installed)
+# isort: on

@@ -22,7 +22,10 @@ def normalize_dim(dim: int, ndim: int) -> int:
     return dim % ndim
 
 
-def as_rows(x: torch.Tensor, dim: int) -> tuple[torch.Tensor, Callable[[torch.Tensor], torch.Tensor]]:
+Restore = Callable[[torch.Tensor], torch.Tensor]
+
+
+def as_rows(x: torch.Tensor, dim: int) -> tuple[torch.Tensor, Restore]:
     """(x2d, restore): x2d is (M, N) with unit column stride; restore(out2d) -> output shape."""
     d = normalize_dim(dim, x.dim())
     moved = x if d == x.dim() - 1 else x.movedim(d, -1)

@@ -81,7 +81,8 @@ class CompiledPerSignature:
             with self._lock:
                 c = self._cache.get(key)
                 if c is None:
-                    code = self.fn.__code__.replace(co_name=f"{self.fn.__name__}_{len(self._cache)}")
+                    name = f"{self.fn.__name__}_{len(self._cache)}"
+                    code = self.fn.__code__.replace(co_name=name)
                     clone = type(self.fn)(code, self.fn.__globals__, code.co_name,
                                           self.fn.__defaults__, self.fn.__closure__)
                     c = self._cache[key] = torch.compile(clone, **self.compile_kwargs)
