@@ -7,9 +7,11 @@ Decisions (see DESIGN.md "Measuring"):
   ``(round time) / k`` is the GPU time per call (or the launch cost, when launching is slower
   than the kernel: the true per-call cost of a small shape). ``k`` is chosen so a round lasts
   >= :data:`ROUND_S`, which keeps the ~10-30 us of one sync under 1 % of the round.
-* **Cross-check.** :func:`cuda_event_median` brackets every single call with CUDA events and
-  takes the median (triton's ``do_bench`` style). The two agree within a few % on big shapes;
-  a large gap means launch overhead or a host sync inside the variant.
+* **Cross-check.** :func:`cuda_event_median` brackets short bursts of back-to-back calls with
+  CUDA events, one call queued ahead so the stream is busy when the start event fires, and
+  takes the median per call. (The first H200 sweep bracketed single calls, do_bench style: host
+  launch gaps then landed inside the events, and two-kernel variants read up to 20 % slow.) A
+  large gap between the two timers means a host sync inside the variant.
 * **Same inputs for every variant** of one (op, dtype, shape): :class:`WorkloadCache` builds
   them once from ``Op.make_inputs`` (random normals, never zeros) with a fixed seed. Inputs
   smaller than twice the L2 are cloned into several copies that calls rotate through, so no
@@ -319,18 +321,26 @@ def calibrate(variant: Variant, work: Workload) -> tuple[Callable[[], Any], Plan
 
 
 def cuda_event_median(fn: Callable[[], Any], estimate_s: float) -> float:
-    """Median seconds of single calls, each bracketed by CUDA events (one sync at the end)."""
-    reps = max(10, min(500, math.ceil(EVENT_BUDGET_S / max(estimate_s, 1e-9))))
-    events = [
-        (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-        for _ in range(reps)
-    ]
-    for start, end in events:
-        start.record()
+    """Median seconds per call from CUDA events around bursts of back-to-back calls.
+
+    Each sample queues one call first (the stream is then busy when the start event fires, so
+    the host's launch latency stays outside), then records events around ``burst`` calls
+    (~1 ms of work, at least 2) and divides. One sync at the end.
+    """
+    est = max(estimate_s, 1e-9)
+    burst = max(2, min(64, math.ceil(1e-3 / est)))
+    samples = max(5, min(200, math.ceil(EVENT_BUDGET_S / (burst * est))))
+    events = []
+    for _ in range(samples):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         fn()
+        start.record()
+        for _ in range(burst):
+            fn()
         end.record()
+        events.append((start, end))
     torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in events) * 1e-3
+    return statistics.median(s.elapsed_time(e) for s, e in events) * 1e-3 / burst
 
 
 @functools.lru_cache(maxsize=None)
