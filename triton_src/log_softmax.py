@@ -10,7 +10,7 @@ latter rounds to ulp(max), which is 1e-3 for a row near 1e4 in fp32.
 import triton
 import triton.language as tl
 
-from triton_src.softmax import _acc
+from triton_src.softmax import _acc, online_row_stats
 
 
 @triton.jit
@@ -44,29 +44,15 @@ def log_softmax_online_kernel(
 ):
     """Any row length: program p owns row p, walks it in BLOCK_N tiles twice.
 
-    Pass 1: per-lane running (max, sum), as in ``softmax_online_kernel``; lanes merge at the end.
+    Pass 1: ``online_row_stats`` (softmax.py), the running (max, sum) per lane.
     Pass 2: re-read each tile, write (x - max) - log(sum). 2 reads + 1 write per element.
     """
     row = tl.program_id(0).to(tl.int64)
     x_row = x_ptr + row * x_row_stride
     o_row = out_ptr + row * N
     cols = tl.arange(0, BLOCK_N)
-    if IS_FP64:
-        m = tl.full([BLOCK_N], -float("inf"), tl.float64)
-        s = tl.zeros([BLOCK_N], tl.float64)
-    else:
-        m = tl.full([BLOCK_N], -float("inf"), tl.float32)
-        s = tl.zeros([BLOCK_N], tl.float32)
-    for start in range(0, N, BLOCK_N):
-        c = start + cols
-        x = _acc(tl.load(x_row + c, mask=c < N, other=-float("inf")), IS_FP64)
-        m_new = tl.maximum(m, x)
-        safe = tl.where(m_new == -float("inf"), 0.0, m_new)  # never exp(-inf - -inf)
-        s = s * tl.exp(m - safe) + tl.exp(x - safe)
-        m = m_new
-    row_max = tl.max(m, axis=0)
-    safe_max = tl.where(row_max == -float("inf"), 0.0, row_max)
-    log_sum = tl.log(tl.sum(s * tl.exp(m - safe_max), axis=0))
+    row_max, row_sum = online_row_stats(x_row, N, BLOCK_N, IS_FP64)
+    log_sum = tl.log(row_sum)
     for start in range(0, N, BLOCK_N):
         c = start + cols
         x = _acc(tl.load(x_row + c, mask=c < N, other=-float("inf")), IS_FP64)

@@ -18,6 +18,34 @@ def _acc(x, IS_FP64: tl.constexpr):
 
 
 @triton.jit
+def online_row_stats(x_row, N, BLOCK_N: tl.constexpr, IS_FP64: tl.constexpr):
+    """(max, sum of exp(x - max)) of one row in a single pass over BLOCK_N-wide tiles.
+
+    Each lane keeps a running (max, sum) - the online softmax of Milakov & Gimelshein -
+    rescaling its sum by exp(m_old - m_new) when the max grows; the lanes merge at the end.
+    A lane whose max is still -inf never forms exp(-inf - -inf) = NaN. An all -inf row returns
+    (-inf, 0), so callers' exp(x - max) / sum gives NaN like torch.
+    """
+    cols = tl.arange(0, BLOCK_N)
+    if IS_FP64:
+        m = tl.full([BLOCK_N], -float("inf"), tl.float64)
+        s = tl.zeros([BLOCK_N], tl.float64)
+    else:
+        m = tl.full([BLOCK_N], -float("inf"), tl.float32)
+        s = tl.zeros([BLOCK_N], tl.float32)
+    for start in range(0, N, BLOCK_N):
+        c = start + cols
+        x = _acc(tl.load(x_row + c, mask=c < N, other=-float("inf")), IS_FP64)
+        m_new = tl.maximum(m, x)
+        safe = tl.where(m_new == -float("inf"), 0.0, m_new)
+        s = s * tl.exp(m - safe) + tl.exp(x - safe)
+        m = m_new
+    row_max = tl.max(m, axis=0)
+    safe_max = tl.where(row_max == -float("inf"), 0.0, row_max)
+    return row_max, tl.sum(s * tl.exp(m - safe_max), axis=0)
+
+
+@triton.jit
 def softmax_fused_kernel(
     out_ptr, x_ptr, M, N, x_row_stride,
     BLOCK_N: tl.constexpr, ROWS: tl.constexpr, IS_FP64: tl.constexpr,
@@ -51,32 +79,15 @@ def softmax_online_kernel(
 ):
     """Any row length: program p owns row p and walks it in BLOCK_N tiles, twice.
 
-    Pass 1 keeps a per-lane running (max, sum) - the online softmax of Milakov & Gimelshein -
-    rescaling the sum by exp(m_old - m_new) when the max grows; the lanes merge at the end.
-    Pass 2 re-reads each tile and writes exp(x - m) / s. Cost: 2 reads + 1 write per element
-    (the second read often hits L2 for rows up to a few MB).
+    Pass 1 is :func:`online_row_stats` (running (max, sum) per lane). Pass 2 re-reads each tile
+    and writes exp(x - m) / s. Cost: 2 reads + 1 write per element (the second read often hits
+    L2 for rows up to a few MB).
     """
     row = tl.program_id(0).to(tl.int64)
     x_row = x_ptr + row * x_row_stride
     o_row = out_ptr + row * N
     cols = tl.arange(0, BLOCK_N)
-    if IS_FP64:
-        m = tl.full([BLOCK_N], -float("inf"), tl.float64)
-        s = tl.zeros([BLOCK_N], tl.float64)
-    else:
-        m = tl.full([BLOCK_N], -float("inf"), tl.float32)
-        s = tl.zeros([BLOCK_N], tl.float32)
-    for start in range(0, N, BLOCK_N):
-        c = start + cols
-        x = _acc(tl.load(x_row + c, mask=c < N, other=-float("inf")), IS_FP64)
-        m_new = tl.maximum(m, x)
-        # A lane whose max is still -inf must not form exp(-inf - -inf) = NaN.
-        safe = tl.where(m_new == -float("inf"), 0.0, m_new)
-        s = s * tl.exp(m - safe) + tl.exp(x - safe)
-        m = m_new
-    row_max = tl.max(m, axis=0)
-    safe_max = tl.where(row_max == -float("inf"), 0.0, row_max)
-    row_sum = tl.sum(s * tl.exp(m - safe_max), axis=0)
+    row_max, row_sum = online_row_stats(x_row, N, BLOCK_N, IS_FP64)
     for start in range(0, N, BLOCK_N):
         c = start + cols
         x = _acc(tl.load(x_row + c, mask=c < N, other=-float("inf")), IS_FP64)
