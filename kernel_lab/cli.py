@@ -42,7 +42,18 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Entry point; a lab error (unknown name, unsupported input) is one line and exit code 2."""
+    from .errors import KernelLabError
+
     args = _parser().parse_args(argv)
+    try:
+        return _dispatch(args)
+    except KernelLabError as e:
+        print(f"kernel_lab {args.command}: {e}", file=sys.stderr)
+        return 2
+
+
+def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "list":
         from .checking import list_main
 
