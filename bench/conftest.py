@@ -1,4 +1,4 @@
-"""`pytest bench`: a pytest-benchmark suite over every registered variant (see bench/HOWTO.md).
+"""`pytest bench`: a pytest-benchmark suite over every registered variant (README, "Benchmarks").
 
 Decisions:
 
@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from kernel_lab import benchmarking as bm
+from kernel_lab import sweep
 
 PAIRS = pytest.StashKey[list]()
 RECORDS = pytest.StashKey[list]()
@@ -31,16 +32,9 @@ SKIPPED_NO_GPU = pytest.StashKey[int]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    g = parser.getgroup("kernel_lab", "kernel_lab benchmarks (bench/HOWTO.md)")
-    g.addoption("--preset", default=bm.DEFAULT_PRESET, choices=sorted(bm.PRESETS),
-                help="shape set: " + "; ".join(f"{k}: {p.description}"
-                                               for k, p in bm.PRESETS.items()))
-    g.addoption("--op", action="append", help="only these ops (comma-separated/repeatable)")
-    g.addoption("--variants", action="append",
-                help="only these variants or backends, e.g. triton,torch_eager")
-    g.addoption("--dtype", action="append", help="dtypes, e.g. float32,bf16 (default: preset's)")
-    g.addoption("--device", default="cuda", choices=("cuda", "cpu"),
-                help="cpu exercises the harness without a GPU (numbers meaningless)")
+    g = parser.getgroup("kernel_lab", "kernel_lab benchmarks (README, \"Benchmarks\")")
+    for flag, kw in sweep.SELECTION_OPTIONS:  # the same options as `python -m kernel_lab bench`
+        g.addoption(flag, **kw)
     g.addoption("--allow-device-mismatch", action="store_true",
                 help="let --benchmark-compare compare runs taken on different devices")
 
@@ -146,14 +140,12 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
         return
     from rich.console import Console
 
-    from kernel_lab.sweep import legend, problems, render_tables
-
     buf = io.StringIO()
     width = max(100, shutil.get_terminal_size().columns)
     console = Console(file=buf, width=width, force_terminal=tr.hasmarkup)
-    console.print(legend(_device(config), timed[0].copy_gbps), markup=False)
-    for table in render_tables(records, timed[0].copy_gbps):
+    console.print(sweep.legend(_device(config), timed[0].copy_gbps), markup=False)
+    for table in sweep.render_tables(records, timed[0].copy_gbps):
         console.print(table)
-    for line in problems(records):
+    for line in sweep.problems(records):
         console.print(f"  {line}", markup=False)
     tr.write(buf.getvalue())

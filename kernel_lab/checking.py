@@ -122,11 +122,11 @@ def run_checked(
     """Poison, run ``variant`` on ``inputs`` and compare with its op's float64 reference."""
     op = registry.get_op(variant.op)
     ref = op.reference(*inputs, **kw)
+    snapshot = [t.clone() for t in inputs]  # before the call: a variant must not write inputs
     poison_allocator(inputs[0])
     out = variant.fn(*inputs, **kw)
     if isinstance(out, torch.Tensor) and out.is_cuda:
         torch.cuda.synchronize(out.device)
-    snapshot = [t.clone() for t in inputs]
     result = op.check(out, *inputs, ref=ref, **kw)
     for before, after in zip(snapshot, inputs):
         if not torch.equal(before.nan_to_num(), after.nan_to_num()):

@@ -54,7 +54,7 @@ def ctype(dtype: torch.dtype) -> str:
 
 def vec_width(dtype: torch.dtype) -> int:
     """Elements per 16-byte vector."""
-    return 16 // torch.empty((), dtype=dtype).element_size()
+    return 16 // dtype.itemsize  # no tensor allocation: this runs on every launch
 
 
 def next_pow2(n: int) -> int:
@@ -74,6 +74,17 @@ def vec_aligned(*tensors2d: torch.Tensor) -> bool:
         if t.data_ptr() % 16 or (n * es) % 16 or (m > 1 and (t.stride(0) * es) % 16):
             return False
     return True
+
+
+def same_vector_phase(out: torch.Tensor, *inputs2d: torch.Tensor) -> int:
+    """1 if every row of every input starts at the same offset within 16 bytes as its row of
+    the contiguous (M, N) ``out`` - then kernels using aligned 16-byte windows can vectorize even
+    when the base pointer is not 16-byte aligned - else 0 (element-wise accesses)."""
+    es, (m, n) = out.element_size(), out.shape
+    for t in inputs2d:
+        if (t.data_ptr() - out.data_ptr()) % 16 or (m > 1 and (t.stride(0) - n) * es % 16):
+            return 0
+    return 1
 
 
 @dataclass
@@ -171,7 +182,7 @@ def register_row_kernel(
     ``threads`` threads (an int, or a function of (N, dtype)). ``name`` and ``kernel`` default
     to the file's stem. Returns the launcher; ``kernel_lab.run(name, ...)`` calls it.
     """
-    from kernel_lab.ops.softmax.rows import rowwise
+    from kernel_lab.rows import rowwise
 
     p = Path(path).expanduser().resolve()
     kname = kernel or p.stem

@@ -30,17 +30,26 @@ from .errors import KernelLabError
 STATUS_CELL = {"skipped": "[dim]skip[/]", "wrong": "[bold red]WRONG[/]", "error": "[red]error[/]"}
 
 
+# What to run: the options ``python -m kernel_lab bench`` and ``pytest bench`` share (argparse
+# and pytest's addoption take the same keywords).
+SELECTION_OPTIONS: tuple[tuple[str, dict], ...] = (
+    ("--preset", dict(default=bm.DEFAULT_PRESET, choices=sorted(bm.PRESETS),
+                      help="shape set: " + "; ".join(f"{k}: {v.description}"
+                                                     for k, v in bm.PRESETS.items()))),
+    ("--op", dict(action="append", help="only these ops (comma-separated/repeatable)")),
+    ("--variants", dict(action="append",
+                        help="only these variants or backends, e.g. triton,torch_eager")),
+    ("--dtype", dict(action="append", help="dtypes, e.g. float32,bf16 (default: preset's)")),
+    ("--device", dict(default="cuda", choices=("cuda", "cpu"),
+                      help="cpu exercises the harness on a GPU-less machine "
+                           "(numbers meaningless)")),
+)
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Options of ``python -m kernel_lab bench`` (also those of ``pytest bench``, same names)."""
-    p.add_argument("--preset", default=bm.DEFAULT_PRESET, choices=sorted(bm.PRESETS),
-                   help="shape set: " + "; ".join(f"{k}: {v.description}"
-                                                  for k, v in bm.PRESETS.items()))
-    p.add_argument("--op", action="append", help="only these ops (comma-separated/repeatable)")
-    p.add_argument("--variants", action="append",
-                   help="only these variants or backends, e.g. triton,torch_eager")
-    p.add_argument("--dtype", action="append", help="dtypes, e.g. float32,bf16 (default: preset's)")
-    p.add_argument("--device", default="cuda", choices=("cuda", "cpu"),
-                   help="cpu exercises the harness on a GPU-less machine (numbers meaningless)")
+    """Options of ``python -m kernel_lab bench``: the shared selection plus ``--out``."""
+    for flag, kw in SELECTION_OPTIONS:
+        p.add_argument(flag, **kw)
     p.add_argument("--out", type=Path, default=None,
                    help="folder for JSON/CSV/PNG (default: bench/results/)")
 

@@ -120,7 +120,7 @@ def _run(op: str, variant: str, tensors: Sequence[torch.Tensor], dim: int) -> to
 
 def _fake(op: str, variant: str, x: torch.Tensor, dim: int) -> torch.Tensor:
     registry.get_op(op)  # loads the ops (importing kernel_lab.ops before the registry does not)
-    from .ops.softmax.rows import normalize_dim
+    from .rows import normalize_dim
 
     normalize_dim(dim, x.dim())
     if variant != AUTO:

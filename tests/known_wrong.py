@@ -6,8 +6,8 @@ and checker (`kernel_lab.checking`) as the real variants.
 
 import torch
 
-from kernel_lab.ops.softmax.rows import rowwise
 from kernel_lab.registry import Variant
+from kernel_lab.rows import rowwise
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 

@@ -10,7 +10,7 @@ latter rounds to ulp(max), which is 1e-3 for a row near 1e4 in fp32.
 import triton
 import triton.language as tl
 
-from triton_src.softmax import _acc, online_row_stats
+from triton_src.softmax import _acc, load_row_block, online_row_stats
 
 
 @triton.jit
@@ -23,18 +23,11 @@ def log_softmax_rows_kernel(
     One read, one write per element (2*M*N*elem bytes). Masked tail lanes load -inf, which adds
     exp(-inf) = 0 to the sum; an all -inf row forms -inf - -inf = NaN, as torch does.
     """
-    pid = tl.program_id(0)
-    rows = pid * ROWS + tl.arange(0, ROWS)
-    cols = tl.arange(0, BLOCK_N)
-    mask = (rows[:, None] < M) & (cols[None, :] < N)
-    x = tl.load(x_ptr + rows[:, None].to(tl.int64) * x_row_stride + cols[None, :], mask=mask,
-                other=-float("inf"))
-    x = _acc(x, IS_FP64)
+    x, mask, out_offsets = load_row_block(x_ptr, M, N, x_row_stride, ROWS, BLOCK_N, IS_FP64)
     shifted = x - tl.max(x, axis=1)[:, None]
     s = tl.sum(tl.where(mask, tl.exp(shifted), 0.0), axis=1)
     y = shifted - tl.log(s)[:, None]
-    tl.store(out_ptr + rows[:, None].to(tl.int64) * N + cols[None, :],
-             y.to(out_ptr.dtype.element_ty), mask=mask)
+    tl.store(out_ptr + out_offsets, y.to(out_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit

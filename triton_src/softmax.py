@@ -18,6 +18,22 @@ def _acc(x, IS_FP64: tl.constexpr):
 
 
 @triton.jit
+def load_row_block(x_ptr, M, N, x_row_stride, ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
+                   IS_FP64: tl.constexpr):
+    """Program p's rows [p*ROWS, p*ROWS + ROWS), all BLOCK_N >= N columns, in registers.
+
+    Returns (x in the accumulator type, -inf in masked lanes; the mask; each element's offset in
+    a contiguous (M, N) output).
+    """
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    cols = tl.arange(0, BLOCK_N)
+    mask = (rows[:, None] < M) & (cols[None, :] < N)
+    x = tl.load(x_ptr + rows[:, None].to(tl.int64) * x_row_stride + cols[None, :], mask=mask,
+                other=-float("inf"))
+    return _acc(x, IS_FP64), mask, rows[:, None].to(tl.int64) * N + cols[None, :]
+
+
+@triton.jit
 def online_row_stats(x_row, N, BLOCK_N: tl.constexpr, IS_FP64: tl.constexpr):
     """(max, sum of exp(x - max)) of one row in a single pass over BLOCK_N-wide tiles.
 
@@ -56,20 +72,11 @@ def softmax_fused_kernel(
     no store). ROWS > 1 packs several narrow rows into one program so a program still moves
     a few KB. Cost: 2*M*N*elem bytes; registers hold ROWS*BLOCK_N values (spills past ~64K).
     """
-    pid = tl.program_id(0)
-    rows = pid * ROWS + tl.arange(0, ROWS)
-    cols = tl.arange(0, BLOCK_N)
-    mask = (rows[:, None] < M) & (cols[None, :] < N)
-    x = tl.load(x_ptr + rows[:, None].to(tl.int64) * x_row_stride + cols[None, :], mask=mask,
-                other=-float("inf"))
-    x = _acc(x, IS_FP64)
+    x, mask, out_offsets = load_row_block(x_ptr, M, N, x_row_stride, ROWS, BLOCK_N, IS_FP64)
     m = tl.max(x, axis=1)
-    e = tl.exp(x - m[:, None])
-    e = tl.where(mask, e, 0.0)
-    s = tl.sum(e, axis=1)
-    y = e / s[:, None]
-    tl.store(out_ptr + rows[:, None].to(tl.int64) * N + cols[None, :],
-             y.to(out_ptr.dtype.element_ty), mask=mask)
+    e = tl.where(mask, tl.exp(x - m[:, None]), 0.0)
+    y = e / tl.sum(e, axis=1)[:, None]
+    tl.store(out_ptr + out_offsets, y.to(out_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit

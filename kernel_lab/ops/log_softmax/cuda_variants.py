@@ -12,11 +12,18 @@ from __future__ import annotations
 
 import torch
 
-from kernel_lab.cuda_common import ALL_DTYPES, ctype, cuda_source, launch_rows, vec_width
+from kernel_lab.cuda_common import (
+    ALL_DTYPES,
+    ctype,
+    cuda_source,
+    launch_rows,
+    same_vector_phase,
+    vec_width,
+)
 from kernel_lab.interop import i32
 from kernel_lab.ops.softmax.cuda_variants import BWD_MAX_THREADS, VEC_MAX_THREADS, VPT, vec_config
-from kernel_lab.ops.softmax.rows import rowwise
 from kernel_lab.registry import register
+from kernel_lab.rows import rowwise
 
 _T = [ctype(dt) for dt in ALL_DTYPES]
 FORWARD = cuda_source(
@@ -28,16 +35,6 @@ BACKWARD = cuda_source(
     [f"log_softmax_backward<{t}, {v}>" for t in _T for v in VPT]
     + [f"log_softmax_backward_stream<{t}>" for t in _T],
 )
-
-
-def vec_mode(out: torch.Tensor, *inputs2d: torch.Tensor) -> int:
-    """1 if every row of every input starts at the same offset within 16 bytes as its output
-    row (the aligned-window kernels then use 16-byte accesses), else 0 (element accesses)."""
-    es, (m, n) = out.element_size(), out.shape
-    for t in inputs2d:
-        if (t.data_ptr() - out.data_ptr()) % 16 or (m > 1 and (t.stride(0) - n) * es % 16):
-            return 0
-    return 1
 
 
 def row_config(n: int, dtype: torch.dtype, max_threads: int) -> tuple[int, int | None]:
@@ -64,7 +61,7 @@ def log_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
         t = ctype(x2d.dtype)
         expr = f"log_softmax<{t}, {vpt}>" if vpt else f"log_softmax_stream<{t}>"
         launch_rows(FORWARD, expr, out, (x2d,), grid=m, block=threads,
-                    extra=(i32(vec_mode(out, x2d)),))
+                    extra=(i32(same_vector_phase(out, x2d)),))
 
     return rowwise(launch, x, dim=dim)
 
@@ -87,6 +84,6 @@ def log_softmax_backward(y: torch.Tensor, dy: torch.Tensor, dim: int = -1) -> to
         else:
             expr, threads = f"log_softmax_backward_stream<{t}>", 1024
         launch_rows(BACKWARD, expr, dx, (y2d, dy2d), grid=m, block=threads,
-                    extra=(i32(vec_mode(dx, y2d, dy2d)),))
+                    extra=(i32(same_vector_phase(dx, y2d, dy2d)),))
 
     return rowwise(launch, y, dy, dim=dim)

@@ -1,16 +1,16 @@
 """log_softmax in plain PyTorch: the library ops, and the decomposition under ``torch.compile``.
 
-The compile variants reuse softmax's :class:`CompiledPerSignature` (one compiled graph per input
-signature, never a silent eager fallback) rather than a copy of it.
+The compile variants use :class:`kernel_lab.compiling.CompiledPerSignature` (one compiled graph
+per input signature, never a silent eager fallback).
 """
 
 from __future__ import annotations
 
 import torch
 
-from kernel_lab.ops.softmax.rows import normalize_dim
-from kernel_lab.ops.softmax.torch_variants import CompiledPerSignature
+from kernel_lab.compiling import CompiledPerSignature
 from kernel_lab.registry import register
+from kernel_lab.rows import normalize_dim
 
 from .op import ALL_DTYPES
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import torch
 import triton
 
-from kernel_lab.ops.softmax.rows import rowwise
 from kernel_lab.ops.softmax.triton_variants import _num_warps
 from kernel_lab.registry import register
+from kernel_lab.rows import rowwise
 from triton_src import log_softmax as kernels
 
 from .op import ALL_DTYPES

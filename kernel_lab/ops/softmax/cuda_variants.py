@@ -23,13 +23,13 @@ from kernel_lab.cuda_common import (
     device_index,
     launch_rows,
     next_pow2,
+    same_vector_phase,
     vec_aligned,
     vec_width,
 )
 from kernel_lab.interop import i32, i64
 from kernel_lab.registry import register
-
-from .rows import normalize_dim, rowwise
+from kernel_lab.rows import normalize_dim, rowwise
 
 _T = [ctype(dt) for dt in ALL_DTYPES]
 WARP_EPT = (1, 2, 4, 8, 16, 32)  # elements per lane: rows up to 32 * 32 = 1024
@@ -240,7 +240,7 @@ _NON_PORTABLE_CLUSTER_ATTR = 14  # CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_A
 def _fast_vpt_cap(dtype: torch.dtype) -> int:
     """Vectors per thread for cluster/split rows: 16 (fp32/fp64), 4 for 2-byte types - beyond
     32 fp16/bf16 elements per thread the unpacked fp32 copies spill (measured: 1.1-1.4 TB/s)."""
-    return 4 if torch.empty((), dtype=dtype).element_size() == 2 else 16
+    return 4 if dtype.itemsize == 2 else 16
 
 
 def _fast_exprs() -> list[str]:
@@ -313,7 +313,7 @@ def fast_softmax_config(n: int, dtype: torch.dtype, aligned: bool = True) -> Fas
     ``aligned``: rows start on 16-byte boundaries (otherwise one extra window is budgeted).
     """
     nw = _windows(n, dtype, aligned)
-    es = torch.empty((), dtype=dtype).element_size()
+    es = dtype.itemsize
     if nw <= (128 if es == 2 else 32):
         if nw < 32:
             vpt = 1 if nw <= 4 else 2
@@ -338,14 +338,6 @@ def fast_softmax_config(n: int, dtype: torch.dtype, aligned: bool = True) -> Fas
 FAST_CHOICES: dict[tuple[int, torch.dtype, bool], FastConfig] = {}
 
 
-def _fast_vec_mode(out: torch.Tensor, x2d: torch.Tensor) -> int:
-    """1 if every input row starts at the same offset within 16 bytes as its output row."""
-    es, (m, n) = x2d.element_size(), x2d.shape
-    same_start = (x2d.data_ptr() - out.data_ptr()) % 16 == 0
-    same_step = m == 1 or (x2d.stride(0) - n) * es % 16 == 0
-    return int(same_start and same_step)
-
-
 def _rows_aligned(x2d: torch.Tensor) -> bool:
     """Every row of x (and so of the output, in vector mode) starts on a 16-byte boundary."""
     es, (m, n) = x2d.element_size(), x2d.shape
@@ -354,11 +346,16 @@ def _rows_aligned(x2d: torch.Tensor) -> bool:
     )
 
 
-def fast_launch(out: torch.Tensor, x2d: torch.Tensor, cfg: FastConfig) -> None:
-    """Launch ``cfg`` on (M, N) ``x2d`` into contiguous ``out`` (used by tuning scripts too)."""
+def fast_launch(
+    out: torch.Tensor, x2d: torch.Tensor, cfg: FastConfig, phase: int | None = None
+) -> None:
+    """Launch ``cfg`` on (M, N) ``x2d`` into contiguous ``out`` (used by tuning scripts too).
+
+    ``phase``: :func:`same_vector_phase` of (out, x2d) when the caller already computed it.
+    """
     m, n = out.shape
     t = ctype(x2d.dtype)
-    vec = i32(_fast_vec_mode(out, x2d))
+    vec = i32(same_vector_phase(out, x2d) if phase is None else phase)
     if cfg.kind == "warp":
         rows_per_block = cfg.threads // cfg.group
         launch_rows(FAST, cfg.expr(t), out, (x2d,), grid=-(-m // rows_per_block),
@@ -424,10 +421,11 @@ def _split_launch(out: torch.Tensor, x2d: torch.Tensor, cfg: FastConfig, vec) ->
 )
 def fast_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     def launch(out, x2d):
-        key = (out.shape[1], x2d.dtype, _fast_vec_mode(out, x2d) == 1 and _rows_aligned(x2d))
+        phase = same_vector_phase(out, x2d)
+        key = (out.shape[1], x2d.dtype, phase == 1 and _rows_aligned(x2d))
         cfg = FAST_CHOICES.get(key)
         if cfg is None:
             cfg = FAST_CHOICES[key] = fast_softmax_config(*key)
-        fast_launch(out, x2d, cfg)
+        fast_launch(out, x2d, cfg, phase)
 
     return rowwise(launch, x, dim=dim)

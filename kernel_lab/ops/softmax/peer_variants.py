@@ -22,8 +22,7 @@ import importlib.util
 import torch
 
 from kernel_lab.registry import register
-
-from .rows import normalize_dim
+from kernel_lab.rows import normalize_dim
 
 SOURCE = "kernel_lab/ops/softmax/peer_variants.py"
 PEER_DTYPES = (torch.float32, torch.float16, torch.bfloat16)

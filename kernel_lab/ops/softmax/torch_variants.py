@@ -5,14 +5,13 @@ These run anywhere torch runs (CPU included) and are the baselines every kernel 
 
 from __future__ import annotations
 
-import threading
-
 import torch
 
+from kernel_lab.compiling import CompiledPerSignature
 from kernel_lab.registry import register
+from kernel_lab.rows import normalize_dim
 
 from .op import ALL_DTYPES
-from .rows import normalize_dim
 
 
 @register(
@@ -52,49 +51,6 @@ def torch_naive(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     if x.numel() == 0:
         return torch.empty_like(x)
     return naive_softmax_math(x, dim)
-
-
-class CompiledPerSignature:
-    """``torch.compile`` of a function, one compiled artefact per input signature.
-
-    Why: dynamo keeps its compiled graphs on the *code object* and, with ``dynamic=False``, stops
-    recompiling after ``recompile_limit`` (8) shapes and silently runs the eager code from then on.
-    A benchmark of "compile" that is secretly eager is a lie. So each signature (shape, strides,
-    dtype, device, kwargs) gets its own copy of the code object - its own dynamo cache holding
-    exactly one graph - and every call runs under ``error_on_recompile=True``: a guard failure
-    raises instead of falling back. ``compiled_signatures`` counts what was built.
-    """
-
-    def __init__(self, fn, **compile_kwargs) -> None:
-        self.fn = fn
-        self.compile_kwargs = {"fullgraph": True, "dynamic": False, **compile_kwargs}
-        self._cache: dict[tuple, object] = {}
-        self._lock = threading.Lock()
-
-    @property
-    def compiled_signatures(self) -> int:
-        return len(self._cache)
-
-    def _compiled_for(self, key: tuple):
-        c = self._cache.get(key)
-        if c is None:
-            with self._lock:
-                c = self._cache.get(key)
-                if c is None:
-                    name = f"{self.fn.__name__}_{len(self._cache)}"
-                    code = self.fn.__code__.replace(co_name=name)
-                    clone = type(self.fn)(code, self.fn.__globals__, code.co_name,
-                                          self.fn.__defaults__, self.fn.__closure__)
-                    c = self._cache[key] = torch.compile(clone, **self.compile_kwargs)
-        return c
-
-    def __call__(self, *tensors: torch.Tensor, **kw):
-        key = tuple(
-            (tuple(t.shape), t.stride(), t.dtype, t.device, t.requires_grad) for t in tensors
-        ) + tuple(sorted(kw.items()))
-        compiled = self._compiled_for(key)
-        with torch._dynamo.config.patch(error_on_recompile=True):
-            return compiled(*tensors, **kw)
 
 
 _compiled_naive = CompiledPerSignature(naive_softmax_math)

@@ -10,10 +10,10 @@ import torch
 import triton
 
 from kernel_lab.registry import register
+from kernel_lab.rows import rowwise
 from triton_src import softmax as kernels
 
 from .op import ALL_DTYPES
-from .rows import rowwise
 
 SOURCE = "triton_src/softmax.py"
 FUSED_MAX_N = 65536  # beyond this one program's registers spill so badly it is pointless
