@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
+import numpy as np
 import torch
 
 from . import interop, jit
@@ -131,8 +132,9 @@ def compile_targets() -> list[tuple[Path, tuple[str, ...]]]:
 
 
 def device_index(t: torch.Tensor) -> int:
-    idx = t.device.index
-    return torch.cuda.current_device() if idx is None else idx
+    """The CUDA device ordinal of ``t`` (``get_device()``: no torch.device object per call)."""
+    idx = t.get_device()
+    return torch.cuda.current_device() if idx < 0 else idx
 
 
 def launch_rows(
@@ -150,14 +152,19 @@ def launch_rows(
     dev = device_index(out2d)
     fn = src.function(expr, dev)
     m, n = out2d.shape
-    args = (
-        out2d.data_ptr(),
-        *(t.data_ptr() for t in inputs2d),
-        interop.i64(m),
-        interop.i32(n),
-        *(interop.i64(t.stride(0)) for t in inputs2d),
-        *extra,
-    )
+    if len(inputs2d) == 1:  # the common case, without generators (per-call hot path)
+        x = inputs2d[0]
+        args = (out2d.data_ptr(), x.data_ptr(), np.int64(m), interop.i32(n),
+                np.int64(x.stride(0)), *extra)
+    else:
+        args = (
+            out2d.data_ptr(),
+            *[t.data_ptr() for t in inputs2d],
+            np.int64(m),
+            interop.i32(n),
+            *[np.int64(t.stride(0)) for t in inputs2d],
+            *extra,
+        )
     interop.launch(fn, (grid,), (block,), args, device_index=dev, shared_mem=shared_mem)
 
 

@@ -3,14 +3,17 @@
 * ``to_torch(inputs)``: torch tensors pass through untouched (the fast path: no DLPack at all);
   any other DLPack producer (CuPy, NumPy, JAX ...) is wrapped zero-copy with ``torch.from_dlpack``
   and the result is handed back in the caller's framework, zero-copy too.
-* ``launch(fn, ...)``: runs a CuPy ``Function`` on PyTorch's *current* stream of the tensor's own
+* ``launch(fn, ...)``: runs a loaded kernel on PyTorch's *current* stream of the tensor's own
   device, so graph capture works and later torch ops are ordered after the kernel. Pointers come
-  from ``data_ptr()`` (~0.2 us) rather than ``cupy.from_dlpack`` (~20-30 us per call).
+  from ``data_ptr()`` (~0.2 us) rather than ``cupy.from_dlpack`` (~20-30 us per call), and the
+  launch is a raw ``cuLaunchKernel`` with a cached argument buffer (``pack_args``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import struct
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -29,7 +32,10 @@ def _framework_of(obj: Any) -> str:
 
 def to_torch(inputs: tuple) -> tuple[tuple, Callable[[Any], Any]]:
     """Inputs as torch tensors (zero-copy) plus a function returning a result in their framework."""
-    if all(isinstance(x, torch.Tensor) or not hasattr(x, "__dlpack__") for x in inputs):
+    for x in inputs:
+        if not isinstance(x, torch.Tensor) and hasattr(x, "__dlpack__"):
+            break
+    else:
         return inputs, _identity
     converted = []
     framework = None
@@ -67,26 +73,14 @@ def _returner(framework: str | None) -> Callable[[Any], Any]:
 
 
 # -- streams and launches ---------------------------------------------------------------------
-_streams: dict[tuple[int, int], Any] = {}
-_streams_lock = threading.Lock()
+_get_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
 
 def current_stream_ptr(device_index: int) -> int:
     """Raw cudaStream_t of PyTorch's current stream on ``device_index`` (~0.3 us)."""
-    get_raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    if get_raw is not None:
-        return get_raw(device_index)
+    if _get_raw_stream is not None:
+        return _get_raw_stream(device_index)
     return torch.cuda.current_stream(device_index).cuda_stream
-
-
-def _cupy_stream(device_index: int, ptr: int):
-    s = _streams.get((device_index, ptr))
-    if s is None:
-        import cupy
-
-        with _streams_lock, cupy.cuda.Device(device_index):
-            s = _streams[(device_index, ptr)] = cupy.cuda.ExternalStream(ptr, device_index)
-    return s
 
 
 _recorder: list | None = None  # set by record_launches(): kernels launched meanwhile
@@ -103,6 +97,79 @@ def record_launches():
         _recorder = None
 
 
+# Kernel arguments -> the ``void**`` that cuLaunchKernel takes. Every argument gets an 8-byte
+# slot of one buffer (little-endian: a 4-byte int or float sits in the slot's low half, which
+# is where the pointer points); the pointer array is built once per argument-type signature and
+# thread, so a launch costs one ``struct.pack_into``. The driver copies the values at launch
+# (and into the graph node during capture), so the buffer is free again when the call returns.
+_SLOT_FORMATS: dict[type, str] = {
+    int: "Q",  # device pointers (data_ptr()); use np.int64 for signed 64-bit values
+    np.uint64: "Q",
+    np.int64: "q",
+    np.int32: "i4x",
+    np.uint32: "I4x",
+    np.float32: "f4x",
+    np.float64: "d",
+}
+
+
+class _ArgPacker:
+    def __init__(self, types: tuple[type, ...]) -> None:
+        try:
+            fmt = "<" + "".join(_SLOT_FORMATS[t] for t in types)
+        except KeyError:
+            bad = next(t for t in types if t not in _SLOT_FORMATS)
+            raise TypeError(
+                f"kernel argument of type {bad.__name__}: pass device pointers as Python ints "
+                "and scalars as numpy scalars (np.int32, np.int64, np.float32, np.float64) - "
+                "a Python float or bool has no defined C type"
+            ) from None
+        self.struct = struct.Struct(fmt)
+        self.values = ctypes.create_string_buffer(max(8, self.struct.size))
+        base = ctypes.addressof(self.values)
+        self.pointers = (ctypes.c_void_p * max(1, len(types)))(
+            *(base + 8 * i for i in range(len(types)))
+        )
+        self.address = ctypes.addressof(self.pointers)
+
+    def pack(self, args: tuple) -> int:
+        self.struct.pack_into(self.values, 0, *args)
+        return self.address
+
+
+_packers = threading.local()
+
+
+def pack_args(args: tuple) -> int:
+    """Address of a ``void*[]`` pointing at ``args`` packed as C values (this thread's buffer,
+    valid until its next launch with the same argument types)."""
+    cache = getattr(_packers, "by_types", None)
+    if cache is None:
+        cache = _packers.by_types = {}
+    types = tuple(map(type, args))
+    packer = cache.get(types)
+    if packer is None:
+        packer = cache[types] = _ArgPacker(types)
+    try:
+        return packer.pack(args)
+    except struct.error as e:
+        raise OverflowError(f"kernel argument out of range for its C type: {e}") from None
+
+
+_driver = None
+_runtime = None
+_thread_state = threading.local()
+
+
+def _cuda_api():
+    global _driver, _runtime
+    if _driver is None:
+        from cupy.cuda import driver, runtime
+
+        _driver, _runtime = driver, runtime
+    return _driver, _runtime
+
+
 def launch(
     fn: Any,
     grid: tuple[int, ...],
@@ -112,21 +179,32 @@ def launch(
     device_index: int,
     shared_mem: int = 0,
 ) -> None:
-    """Launch CuPy Function ``fn`` on torch's current stream of ``device_index``.
+    """Launch kernel ``fn`` (a CuPy ``Function``) on torch's current stream of ``device_index``.
 
     ``args`` must already be typed: tensor pointers as Python ints (sent as 64-bit), scalars as
-    numpy scalars (``np.int32``, ``np.float32``) - a Python float would arrive as garbage.
+    numpy scalars (``np.int32``, ``np.float32``); anything else raises ``TypeError``.
+    The launch is one ``cuLaunchKernel`` (CuPy's driver binding) with a cached argument buffer:
+    CuPy's ``Function.__call__`` boxes every argument on every call, ~10 us more per launch.
     """
-    import cupy
-
+    driver, runtime = _cuda_api()
+    if not getattr(_thread_state, "ready", False):
+        # The driver API needs a current context on each thread; a thread that has not called
+        # the runtime yet may have none. cudaSetDevice makes the primary context current.
+        runtime.setDevice(runtime.getDevice())
+        _thread_state.ready = True
     if _recorder is not None:
         _recorder.append(fn)
-    stream = _cupy_stream(device_index, current_stream_ptr(device_index))
-    if cupy.cuda.runtime.getDevice() == device_index:
-        fn(grid, block, args, shared_mem=shared_mem, stream=stream)
-    else:  # a tensor on another GPU: its own device's context, never device 0's
+    params = pack_args(args)
+    gx, gy, gz = (*grid, 1, 1)[:3]
+    bx, by, bz = (*block, 1, 1)[:3]
+    stream = current_stream_ptr(device_index)
+    if runtime.getDevice() == device_index:
+        driver.launchKernel(fn.ptr, gx, gy, gz, bx, by, bz, shared_mem, stream, params, 0)
+    else:  # a tensor on another GPU: its own device's context, never the current one's
+        import cupy
+
         with cupy.cuda.Device(device_index):
-            fn(grid, block, args, shared_mem=shared_mem, stream=stream)
+            driver.launchKernel(fn.ptr, gx, gy, gz, bx, by, bz, shared_mem, stream, params, 0)
 
 
 def i32(v: int) -> np.int32:

@@ -91,7 +91,7 @@ class Variant:
                 other.dtype != x.dtype or other.device != x.device or other.shape != x.shape
             ):
                 return "all tensor inputs must share dtype, device and shape"
-        if self.needs_cuda and x.device.type != "cuda":
+        if self.needs_cuda and not x.is_cuda:
             if not (self.backend == "triton" and _triton_interpreting()):
                 return f"needs a CUDA tensor, got device {x.device}"
         if self.check is not None:
@@ -255,7 +255,9 @@ def run(name: str, *inputs: Any, **kw: Any) -> Any:
     """
     from . import interop
 
-    variant = get(name)
+    variant = _variants.get(name) if _loaded else None  # the per-call hot path
+    if variant is None:
+        variant = get(name)
     tensors, back = interop.to_torch(inputs)
     ensure_supported(variant, *tensors, **kw)
     out = variant.fn(*tensors, **kw)

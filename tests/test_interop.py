@@ -1,0 +1,69 @@
+"""The launch seam's argument packing (CPU): what cuLaunchKernel reads is what we passed."""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+
+import numpy as np
+import pytest
+
+from kernel_lab import interop
+
+
+def _read(addr: int, ctypes_types: list) -> list:
+    pointers = (ctypes.c_void_p * len(ctypes_types)).from_address(addr)
+    return [t.from_address(p).value for t, p in zip(ctypes_types, pointers)]
+
+
+def test_pack_args_round_trips_every_supported_type():
+    args = (2**63 + 5, np.uint64(7), np.int64(-(2**40)), np.int32(-7), np.uint32(2**32 - 1),
+            np.float32(1.5), np.float64(-2.25))
+    got = _read(interop.pack_args(args), [ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int64,
+                                          ctypes.c_int32, ctypes.c_uint32, ctypes.c_float,
+                                          ctypes.c_double])
+    assert got == [2**63 + 5, 7, -(2**40), -7, 2**32 - 1, 1.5, -2.25]
+
+
+def test_pack_args_reuses_one_buffer_per_signature_and_overwrites_it():
+    a = interop.pack_args((1, np.int32(2)))
+    b = interop.pack_args((3, np.int32(4)))
+    assert a == b  # same signature, same thread: the cached buffer
+    assert _read(b, [ctypes.c_uint64, ctypes.c_int32]) == [3, 4]
+    c = interop.pack_args((np.int32(4), 3))
+    assert c != a  # another signature, another buffer
+
+
+@pytest.mark.parametrize("bad", [1.5, True, "x", None])
+def test_pack_args_rejects_untyped_scalars(bad):
+    with pytest.raises(TypeError, match="numpy scalars"):
+        interop.pack_args((1, bad))
+
+
+def test_pack_args_rejects_negative_pointers():
+    with pytest.raises(OverflowError, match="out of range"):
+        interop.pack_args((-1,))
+
+
+def test_pack_args_buffers_are_per_thread():
+    addrs, seen = {}, {}
+
+    def pack(i):
+        addrs[i] = interop.pack_args((i, np.int64(i)))
+        barrier.wait()  # the other thread has packed meanwhile; our values must be intact
+        seen[i] = _read(addrs[i], [ctypes.c_uint64, ctypes.c_int64])
+
+    barrier = threading.Barrier(2)
+    threads = [threading.Thread(target=pack, args=(i,)) for i in (11, 22)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert seen == {11: [11, 11], 22: [22, 22]}
+    assert addrs[11] != addrs[22]
+
+
+def test_i32_range_checked():
+    assert interop.i32(2**31 - 1) == 2**31 - 1
+    with pytest.raises(OverflowError):
+        interop.i32(2**31)
