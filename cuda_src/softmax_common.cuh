@@ -236,6 +236,20 @@ __device__ __forceinline__ void store_vec_scalar(T* p, const Vec<T>& v, int vali
     if (i < valid) p[i] = from_acc<T>(v.get(i));
 }
 
+// ---- asynchronous 16-byte copies global -> shared (sm_80+) ---------------------------------
+// cp.async.cg: L2 only (bypasses L1), completes in the background; the issuing thread sees the
+// data after cp_async_wait_all(). Used by the persistent kernels to prefetch the next row.
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;" ::: "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() {
+  asm volatile("cp.async.wait_group 0;" ::: "memory");
+}
+
 // ---- aligned windows over a row ----------------------------------------------------------------
 // A row may start mid-vector (odd N such as 50257 puts row r at r * N elements). Window v covers
 // elements [v * W - h, v * W - h + W) of the row, h = (row address % 16) / sizeof(T): every
@@ -274,6 +288,18 @@ __device__ __forceinline__ void store_window(T* row, int v, int n, int h, int ve
   for (int i = 0; i < W; ++i) {
     const int e = e0 + i;
     if (e >= 0 && e < n) row[e] = from_acc<T>(r.get(i));
+  }
+}
+
+// Make the packed words of 2-byte vectors opaque to the compiler: values unpacked to fp32 before
+// this point cannot be reused after it, so it re-unpacks (a shift) instead of keeping an fp32
+// copy of every element alive across loops (which doubles registers and spills). No-op for
+// 4/8-byte types, whose "unpacking" is free.
+template <typename T, int K> __device__ __forceinline__ void opaque_2byte(Vec<T> (&r)[K]) {
+  if constexpr (sizeof(T) == 2) {
+#pragma unroll
+    for (int k = 0; k < K; ++k)
+      asm volatile("" : "+r"(r[k].raw.x), "+r"(r[k].raw.y), "+r"(r[k].raw.z), "+r"(r[k].raw.w));
   }
 }
 

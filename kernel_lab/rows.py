@@ -58,15 +58,21 @@ def rowwise(
     with no launch.
     """
     x = inputs[0]
-    d = normalize_dim(dim, x.dim())
-    if x.numel() == 0:
-        return torch.empty_like(x)
-    if x.dim() == 2 and d == 1 and all(t.is_contiguous() for t in inputs):
+    if (
+        (dim == -1 or dim == 1)
+        and x.dim() == 2
+        and x.is_contiguous()
+        and (len(inputs) == 1 or all(t.is_contiguous() for t in inputs))
+        and x.numel()
+    ):
         # The per-call hot path (~3 us less): no views, no closures. data_ptr() works on
         # requires_grad tensors, so no detach either.
         out = torch.empty_like(x, memory_format=torch.contiguous_format)
         kernel(out, *inputs)
         return out
+    normalize_dim(dim, x.dim())  # raises on a 0-d input or a bad dim
+    if x.numel() == 0:
+        return torch.empty_like(x)
     views = [as_rows(t.detach(), dim) for t in inputs]
     x2d, restore = views[0]
     out2d = x2d.new_empty(x2d.shape)

@@ -1,10 +1,14 @@
 """Launchers for the CUDA C++ log_softmax kernels: ``cuda_src/log_softmax.cu`` (forward) and
 ``cuda_src/log_softmax_backward.cu``. Variants are named after their files.
 
-Each file holds a rows-on-chip kernel (templated on vectors per thread) and a streaming kernel
-for rows longer than one block holds; the launch shape is softmax's ``vec_config`` applied to
-the row's worst-case count of 16-byte windows. Everything else - declaring the sources so CI
-compiles them, launching on torch's stream, dim/stride handling - is the lab's shared plumbing
+The forward runs fast_softmax's kernel family (``cuda_src/row_softmax_kernels.cuh``) with the
+log epilogue, so it is launched exactly like fast_softmax: the same ``fast_softmax_config``
+(and ``FAST_CHOICES`` memo) picks the kernel and shape, the same ``fast_launch`` launches it,
+only the kernel-name prefix (``log_softmax_*``) and source differ. The backward holds a
+rows-on-chip kernel (templated on vectors per thread) and a streaming kernel for rows longer
+than one block holds; its launch shape is softmax's ``vec_config`` applied to the row's
+worst-case count of 16-byte windows. Everything else - declaring the sources so CI compiles
+them, launching on torch's stream, dim/stride handling - is the lab's shared plumbing
 (``cuda_common``, ``rows.rowwise``).
 """
 
@@ -21,15 +25,21 @@ from kernel_lab.cuda_common import (
     vec_width,
 )
 from kernel_lab.interop import i32
-from kernel_lab.ops.softmax.cuda_variants import BWD_MAX_THREADS, VEC_MAX_THREADS, VPT, vec_config
+from kernel_lab.ops.softmax.cuda_variants import (
+    BWD_MAX_THREADS,
+    VPT,
+    RowKernels,
+    fast_choice,
+    fast_launch,
+    row_kernel_exprs,
+    vec_config,
+)
 from kernel_lab.registry import register
 from kernel_lab.rows import rowwise
 
 _T = [ctype(dt) for dt in ALL_DTYPES]
-FORWARD = cuda_source(
-    "log_softmax.cu",
-    [f"log_softmax<{t}, {v}>" for t in _T for v in VPT] + [f"log_softmax_stream<{t}>" for t in _T],
-)
+FORWARD = cuda_source("log_softmax.cu", row_kernel_exprs("log_softmax"))
+FORWARD_KERNELS = RowKernels(FORWARD, "log_softmax")
 BACKWARD = cuda_source(
     "log_softmax_backward.cu",
     [f"log_softmax_backward<{t}, {v}>" for t in _T for v in VPT]
@@ -50,18 +60,14 @@ def row_config(n: int, dtype: torch.dtype, max_threads: int) -> tuple[int, int |
     op="log_softmax",
     backend="cuda",
     dtypes=ALL_DTYPES,
-    description="row in registers (16-byte aligned windows), one read + one write; "
-    "streaming online (max, sum) beyond 128 KB rows",
+    description="fast_softmax's kernels with the log epilogue: lane groups / CTA / persistent "
+    "prefetching CTAs or clusters / split, one read + one write (see fast_softmax_config)",
     source="cuda_src/log_softmax.cu",
 )
 def log_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     def launch(out, x2d):
-        m, n = out.shape
-        threads, vpt = row_config(n, x2d.dtype, VEC_MAX_THREADS)
-        t = ctype(x2d.dtype)
-        expr = f"log_softmax<{t}, {vpt}>" if vpt else f"log_softmax_stream<{t}>"
-        launch_rows(FORWARD, expr, out, (x2d,), grid=m, block=threads,
-                    extra=(i32(same_vector_phase(out, x2d)),))
+        cfg, phase = fast_choice(out, x2d)
+        fast_launch(out, x2d, cfg, phase, FORWARD_KERNELS)
 
     return rowwise(launch, x, dim=dim)
 

@@ -234,6 +234,9 @@ def _round32(threads: int) -> int:
 FAST_WARP = ((4, 1), (4, 2), (8, 2), (16, 2), (32, 1), (32, 2), (32, 4))  # (group, vpt)
 FAST_BLOCK_VPT = (2, 4, 8)
 FAST_CL = (2, 4, 8, 16)
+PERSIST_VPT = {4: (4, 8, 16), 2: (4,)}  # by itemsize: 2-byte types spill beyond 4 (see NOTES)
+PERSIST_CL = (1, 2, 4, 8, 16)
+PERSIST_DTYPES = (torch.float32, torch.float16, torch.bfloat16)  # fp64: correctness, not speed
 _NON_PORTABLE_CLUSTER_ATTR = 14  # CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED
 
 
@@ -243,27 +246,50 @@ def _fast_vpt_cap(dtype: torch.dtype) -> int:
     return 4 if dtype.itemsize == 2 else 16
 
 
-def _fast_exprs() -> list[str]:
+def persist_max_threads(vpt: int) -> int:
+    """CTA size limit of the persistent kernels (``MaxThreads`` in row_softmax_kernels.cuh)."""
+    return 512 if vpt >= 16 else 1024
+
+
+def row_kernel_exprs(prefix: str) -> list[str]:
+    """Every instantiation of the row-softmax family (row_softmax_kernels.cuh) under ``prefix``:
+    fast_softmax.cu and log_softmax.cu declare the same list."""
     out = []
     for dt, t in zip(ALL_DTYPES, _T):
         big = _fast_vpt_cap(dt)
-        out += [f"fast_softmax_warp<{t}, {g}, {v}>" for g, v in FAST_WARP]
-        out += [f"fast_softmax_block<{t}, {v}>" for v in FAST_BLOCK_VPT]
-        out += [f"fast_softmax_cluster<{t}, {big}, {c}>" for c in FAST_CL]
+        out += [f"{prefix}_warp<{t}, {g}, {v}>" for g, v in FAST_WARP]
+        out += [f"{prefix}_block<{t}, {v}>" for v in FAST_BLOCK_VPT]
+        out += [f"{prefix}_cluster<{t}, {big}, {c}>" for c in FAST_CL]
         sv = min(big, 8)
-        out += [f"fast_softmax_split_stats<{t}, {sv}>", f"fast_softmax_split_apply<{t}, {sv}>"]
+        out += [f"{prefix}_split_stats<{t}, {sv}>", f"{prefix}_split_apply<{t}, {sv}>"]
+        if dt in PERSIST_DTYPES:
+            for v in PERSIST_VPT[dt.itemsize]:
+                out += [f"{prefix}_persist<{t}, {v}>"]
+                out += [f"{prefix}_persist_cluster<{t}, {v}, {c}>" for c in PERSIST_CL if c > 1]
     return out
 
 
-FAST = cuda_source("fast_softmax.cu", _fast_exprs())
+@dataclass(frozen=True)
+class RowKernels:
+    """One op's instantiation of the row-softmax family: its CudaSource and kernel-name prefix
+    (fast_softmax.cu -> ``fast_softmax_*``, log_softmax.cu -> ``log_softmax_*``)."""
+
+    src: object  # CudaSource
+    prefix: str
+
+
+FAST = cuda_source("fast_softmax.cu", row_kernel_exprs("fast_softmax"))
+FAST_KERNELS = RowKernels(FAST, "fast_softmax")
 
 
 @dataclass(frozen=True)
 class FastConfig:
-    """What fast_softmax launches for one (N, dtype): kernel kind and its shape.
+    """What fast_softmax (and log_softmax) launches for one (N, dtype): kernel kind and shape.
 
     kind: ``warp`` (``group`` lanes per row, several rows per block), ``block`` (a CTA per row),
-    ``cluster`` (``cluster`` CTAs per row, DSMEM reduction) or ``split`` (two kernels).
+    ``cluster`` (``cluster`` CTAs per row, DSMEM reduction), ``split`` (two kernels) or
+    ``persist`` (resident CTAs / clusters loop over rows, next row prefetched into shared memory;
+    ``cluster`` = 1 is the single-CTA form).
     ``threads`` is the CTA size, ``vpt`` the 16-byte vectors each thread keeps in registers.
     """
 
@@ -273,20 +299,35 @@ class FastConfig:
     group: int = 32
     cluster: int = 1
 
-    def expr(self, t: str) -> str:
+    def expr(self, t: str, prefix: str = "fast_softmax") -> str:
         if self.kind == "warp":
-            return f"fast_softmax_warp<{t}, {self.group}, {self.vpt}>"
+            return f"{prefix}_warp<{t}, {self.group}, {self.vpt}>"
         if self.kind == "block":
-            return f"fast_softmax_block<{t}, {self.vpt}>"
+            return f"{prefix}_block<{t}, {self.vpt}>"
         if self.kind == "cluster":
-            return f"fast_softmax_cluster<{t}, {self.vpt}, {self.cluster}>"
-        return f"fast_softmax_split_stats<{t}, {self.vpt}>"
+            return f"{prefix}_cluster<{t}, {self.vpt}, {self.cluster}>"
+        if self.kind == "persist":
+            if self.cluster == 1:
+                return f"{prefix}_persist<{t}, {self.vpt}>"
+            return f"{prefix}_persist_cluster<{t}, {self.vpt}, {self.cluster}>"
+        return f"{prefix}_split_stats<{t}, {self.vpt}>"
 
     def capacity(self) -> int:
         """Windows (16-byte slots) one row may span."""
         if self.kind == "warp":
             return self.group * self.vpt
         return self.threads * self.vpt * self.cluster
+
+    def shared_mem(self) -> int:
+        """Dynamic shared memory per CTA: the persistent kernels' prefetch slots."""
+        return self.threads * self.vpt * 16 if self.kind == "persist" else 0
+
+    def label(self) -> str:
+        if self.kind == "warp":
+            return f"warp g{self.group}x{self.vpt}"
+        if self.kind in ("cluster", "persist"):
+            return f"{self.kind} {self.cluster}x{self.threads}x{self.vpt}"
+        return f"{self.kind} {self.threads}x{self.vpt}"
 
 
 def _windows(n: int, dtype: torch.dtype, aligned: bool = True) -> int:
@@ -296,21 +337,42 @@ def _windows(n: int, dtype: torch.dtype, aligned: bool = True) -> int:
     return -(-n // w) if aligned else -(-(n + w - 1) // w)
 
 
-def fast_softmax_config(n: int, dtype: torch.dtype, aligned: bool = True) -> FastConfig:
-    """The launch fast_softmax uses for rows of ``n`` elements of ``dtype``.
+def persist_vpt(dtype: torch.dtype) -> int:
+    """Vectors per thread of the persistent kernels: fp32 16 x <= 512 threads (128 KB of
+    registers per CTA, and as much again of prefetch slots, 124 registers, no spills); fp16/bf16
+    4 x <= 1024 (64 KB + 64 KB): at 8 or 16 vectors ptxas spills 50-300 bytes per thread even
+    with the packed words kept opaque between loops."""
+    return 16 if dtype.itemsize == 4 else 4
 
-    Rules from a sweep of every candidate shape on an H200 (bench/NOTES.md, "CUDA kernel
-    versions"), in 16-byte windows ``nw`` per row:
+
+def persist_config(nw: int, vpt: int, cluster: int) -> FastConfig:
+    """The persistent shape holding ``nw`` windows with ``vpt`` per thread over ``cluster``
+    CTAs: the multiple of 32 threads that just covers the row."""
+    return FastConfig("persist", threads=_round32(-(-nw // (vpt * cluster))), vpt=vpt,
+                      cluster=cluster)
+
+
+def fast_softmax_config(
+    n: int, dtype: torch.dtype, aligned: bool = True, vec: bool = True
+) -> FastConfig:
+    """The launch fast_softmax (and log_softmax) uses for rows of ``n`` elements of ``dtype``.
+
+    Rules, in 16-byte windows ``nw`` per row (bench/NOTES.md, "CUDA kernel versions", has the
+    sweeps behind them; ``python bench/tune_long_rows.py`` reruns them):
 
     * nw <= 32 (<= 128 for 2-byte types): a lane group per row, 1-4 vectors per lane;
-    * nw <= 8192 (4096 for 2-byte types): one CTA per row, 2 (fp32, nw <= 256), 4 (nw <= 2048,
+    * nw <= PERSIST_MIN_NW: one CTA per row (``block``), 2 (fp32, nw <= 256), 4 (nw <= 2048,
       and always for 2-byte types) or 8 vectors per thread, threads = the multiple of 32 that
       just covers the row (no idle pow2 padding);
-    * up to 16 CTAs: a cluster, 16 vectors x <= 512 threads (fp32/fp64) or 4 x <= 1024
-      (fp16/bf16) per CTA;
-    * longer: the two-kernel split.
+    * longer, when input and output rows share their 16-byte phase (``vec``) and the dtype is
+      fp32/fp16/bf16: ``persist``, the smallest cluster (1, 2, 4, 8, 16 CTAs) whose CTAs of
+      <= 512 threads x 16 vectors (fp32) or <= 1024 x 4 (fp16/bf16) hold the row;
+    * otherwise (fp64, misaligned phase, or longer rows): a one-row cluster of up to 16 CTAs
+      with 16 vectors x <= 512 threads (fp32/fp64) or 4 x <= 1024 (fp16/bf16), else the
+      two-kernel split.
 
     ``aligned``: rows start on 16-byte boundaries (otherwise one extra window is budgeted).
+    ``vec``: input and output rows share their 16-byte phase (the persistent kernels need it).
     """
     nw = _windows(n, dtype, aligned)
     es = dtype.itemsize
@@ -321,10 +383,16 @@ def fast_softmax_config(n: int, dtype: torch.dtype, aligned: bool = True) -> Fas
         else:
             g, vpt = 32, next_pow2(-(-nw // 32))
         return FastConfig("warp", threads=128, vpt=vpt, group=g)
-    block_max = 1024 * (4 if es == 2 else 8)
+    persist_ok = vec and dtype in PERSIST_DTYPES
+    block_max = PERSIST_MIN_NW if persist_ok else 1024 * (4 if es == 2 else 8)
     if nw <= block_max:
         vpt = 2 if (nw <= 256 and es >= 4) else 4 if (nw <= 2048 or es == 2) else 8
         return FastConfig("block", threads=_round32(-(-nw // vpt)), vpt=vpt)
+    if persist_ok:
+        vpt = persist_vpt(dtype)
+        for cl in PERSIST_CL:
+            if nw <= cl * persist_max_threads(vpt) * vpt:
+                return persist_config(nw, vpt, cl)
     big = _fast_vpt_cap(dtype)
     per_cta = (1024 if big <= 8 else 512) * big
     for cl in FAST_CL:
@@ -334,8 +402,10 @@ def fast_softmax_config(n: int, dtype: torch.dtype, aligned: bool = True) -> Fas
     return FastConfig("split", threads=1024, vpt=min(big, 8))
 
 
-# Every (N, dtype, rows aligned) launched so far and the config it got.
-FAST_CHOICES: dict[tuple[int, torch.dtype, bool], FastConfig] = {}
+PERSIST_MIN_NW = 2048  # rows of more windows than this take the persistent kernels
+
+# Every (N, dtype, rows aligned, same vector phase) launched so far and the config it got.
+FAST_CHOICES: dict[tuple[int, torch.dtype, bool, bool], FastConfig] = {}
 
 
 def _rows_aligned(x2d: torch.Tensor) -> bool:
@@ -346,29 +416,56 @@ def _rows_aligned(x2d: torch.Tensor) -> bool:
     )
 
 
+def fast_choice(out: torch.Tensor, x2d: torch.Tensor) -> tuple[FastConfig, int]:
+    """(config, vector phase) for this launch, memoized in FAST_CHOICES."""
+    phase = same_vector_phase(out, x2d)
+    key = (out.shape[1], x2d.dtype, phase == 1 and _rows_aligned(x2d), phase == 1)
+    cfg = FAST_CHOICES.get(key)
+    if cfg is None:
+        cfg = FAST_CHOICES[key] = fast_softmax_config(*key)
+    return cfg, phase
+
+
 def fast_launch(
-    out: torch.Tensor, x2d: torch.Tensor, cfg: FastConfig, phase: int | None = None
+    out: torch.Tensor,
+    x2d: torch.Tensor,
+    cfg: FastConfig,
+    phase: int | None = None,
+    kernels: RowKernels = FAST_KERNELS,
+    max_groups: int | None = None,
 ) -> None:
     """Launch ``cfg`` on (M, N) ``x2d`` into contiguous ``out`` (used by tuning scripts too).
 
     ``phase``: :func:`same_vector_phase` of (out, x2d) when the caller already computed it.
+    ``kernels``: which op's instantiation (fast_softmax's or log_softmax's).
+    ``max_groups``: for ``persist``, cap the resident CTAs / clusters (tests use it to make each
+    one loop over many rows).
     """
     m, n = out.shape
     t = ctype(x2d.dtype)
+    src, expr = kernels.src, cfg.expr(t, kernels.prefix)
     vec = i32(same_vector_phase(out, x2d) if phase is None else phase)
     if cfg.kind == "warp":
         rows_per_block = cfg.threads // cfg.group
-        launch_rows(FAST, cfg.expr(t), out, (x2d,), grid=-(-m // rows_per_block),
-                    block=cfg.threads, extra=(vec,))
+        launch_rows(src, expr, out, (x2d,), grid=-(-m // rows_per_block), block=cfg.threads,
+                    extra=(vec,))
     elif cfg.kind == "block":
-        launch_rows(FAST, cfg.expr(t), out, (x2d,), grid=m, block=cfg.threads, extra=(vec,))
+        launch_rows(src, expr, out, (x2d,), grid=m, block=cfg.threads, extra=(vec,))
     elif cfg.kind == "cluster":
         if cfg.cluster > 8:
-            _allow_non_portable_cluster(FAST, cfg.expr(t), device_index(out))
-        launch_rows(FAST, cfg.expr(t), out, (x2d,), grid=m * cfg.cluster, block=cfg.threads,
+            _allow_non_portable_cluster(src, expr, device_index(out))
+        launch_rows(src, expr, out, (x2d,), grid=m * cfg.cluster, block=cfg.threads,
                     extra=(vec,))
+    elif cfg.kind == "persist":
+        if not vec:
+            raise ValueError(f"{expr} needs input and output rows in the same 16-byte phase")
+        groups = min(m, resident_groups(src, expr, cfg, device_index(out)))
+        if max_groups is not None:
+            groups = max(1, min(groups, max_groups))
+        launch_rows(src, expr, out, (x2d,), grid=groups * cfg.cluster, block=cfg.threads,
+                    extra=(vec,), shared_mem=cfg.shared_mem())
     else:
-        _split_launch(out, x2d, cfg, vec)
+        _split_launch(out, x2d, cfg, vec, kernels)
 
 
 _non_portable_done: set[tuple[int, int]] = set()
@@ -385,20 +482,86 @@ def _allow_non_portable_cluster(src, expr: str, dev: int) -> None:
     _non_portable_done.add((fn.ptr, dev))
 
 
+_resident: dict[tuple[int, int, int, int], int] = {}
+
+
+def resident_groups(src, expr: str, cfg: FastConfig, dev: int) -> int:
+    """CTAs (cluster 1) or clusters of ``cfg`` that are resident at once on device ``dev``: the
+    persistent grid. Sets the kernel's dynamic shared memory limit (and the non-portable
+    cluster opt-in) first. Keyed by the loaded function, so a hot reload asks again.
+
+    A grid larger than this would run a second, mostly idle wave (each group owns ~M / grid
+    rows), so it must not be overestimated: clusters are counted by the driver
+    (cuOccupancyMaxActiveClusters), since GPCs do not divide evenly into clusters.
+    """
+    fn = src.function(expr, dev)
+    key = (fn.ptr, dev, cfg.threads, cfg.cluster)
+    got = _resident.get(key)
+    if got is not None:
+        return got
+    from cupy.cuda import driver
+
+    from kernel_lab import jit
+
+    smem = cfg.shared_mem()
+    jit.set_max_dynamic_shared(fn, smem)
+    if cfg.cluster > 8:
+        _allow_non_portable_cluster(src, expr, dev)
+    sms = torch.cuda.get_device_properties(dev).multi_processor_count
+    per_sm = driver.occupancyMaxActiveBlocksPerMultiprocessor(fn.ptr, cfg.threads, smem)
+    if cfg.cluster == 1:
+        got = per_sm * sms
+    else:
+        got = _max_active_clusters(fn.ptr, cfg.threads, smem, cfg.cluster, dev)
+        if got <= 0:  # no driver answer: whole clusters per SM-aligned share, one spare
+            got = max(1, per_sm * sms // cfg.cluster - 1)
+    if got <= 0:
+        raise RuntimeError(f"{expr}: {cfg.threads} threads with {smem} B of shared memory "
+                           "do not fit on one SM")
+    _resident[key] = got
+    return got
+
+
+def _max_active_clusters(func: int, threads: int, smem: int, cluster: int, dev: int) -> int:
+    """cuOccupancyMaxActiveClusters through ctypes (CuPy does not wrap it); 0 if unavailable."""
+    import ctypes
+
+    class LaunchConfig(ctypes.Structure):  # CUlaunchConfig
+        _fields_ = [("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3),
+                    ("shared", ctypes.c_uint), ("stream", ctypes.c_void_p),
+                    ("attrs", ctypes.c_void_p), ("num_attrs", ctypes.c_uint)]
+
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return 0
+    import cupy
+
+    cfg = LaunchConfig((cluster, 1, 1), (threads, 1, 1), smem, None, None, 0)
+    count = ctypes.c_int(0)
+    with cupy.cuda.Device(dev):
+        rc = lib.cuOccupancyMaxActiveClusters(ctypes.byref(count), ctypes.c_void_p(func),
+                                              ctypes.byref(cfg))
+    return count.value if rc == 0 else 0
+
+
 SPLIT_GROUP_BYTES = 24 << 20  # rows per launch pair: kernel B's re-read should hit L2
 
 
-def _split_launch(out: torch.Tensor, x2d: torch.Tensor, cfg: FastConfig, vec) -> None:
+def _split_launch(
+    out: torch.Tensor, x2d: torch.Tensor, cfg: FastConfig, vec, kernels: RowKernels
+) -> None:
     m, n = out.shape
     t = ctype(x2d.dtype)
+    p = kernels.prefix
     chunk = cfg.threads * cfg.vpt
     chunks = -(-_windows(n, x2d.dtype, aligned=False) // chunk)
     acc = torch.float64 if x2d.dtype == torch.float64 else torch.float32
     group = max(1, SPLIT_GROUP_BYTES // max(1, n * x2d.element_size()))
     part = torch.empty((min(m, group), chunks, 2), dtype=acc, device=out.device)
     dev = device_index(out)
-    stats = FAST.function(f"fast_softmax_split_stats<{t}, {cfg.vpt}>", dev)
-    apply = FAST.function(f"fast_softmax_split_apply<{t}, {cfg.vpt}>", dev)
+    stats = kernels.src.function(f"{p}_split_stats<{t}, {cfg.vpt}>", dev)
+    apply = kernels.src.function(f"{p}_split_apply<{t}, {cfg.vpt}>", dev)
     for r0 in range(0, m, group):
         rows = min(group, m - r0)
         xs, ys = x2d[r0:r0 + rows], out[r0:r0 + rows]
@@ -415,17 +578,14 @@ def _split_launch(out: torch.Tensor, x2d: torch.Tensor, cfg: FastConfig, vec) ->
     op="softmax",
     backend="cuda",
     dtypes=ALL_DTYPES,
-    description="speed-of-light dispatch per (N, dtype): lane groups / CTA / cluster (DSMEM) / "
-    "split, rows on chip with 16-byte aligned windows (see fast_softmax_config)",
+    description="speed-of-light dispatch per (N, dtype): lane groups / CTA / persistent "
+    "prefetching CTAs or clusters (DSMEM) / split, rows on chip with 16-byte aligned windows "
+    "(see fast_softmax_config)",
     source="cuda_src/fast_softmax.cu",
 )
 def fast_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     def launch(out, x2d):
-        phase = same_vector_phase(out, x2d)
-        key = (out.shape[1], x2d.dtype, phase == 1 and _rows_aligned(x2d))
-        cfg = FAST_CHOICES.get(key)
-        if cfg is None:
-            cfg = FAST_CHOICES[key] = fast_softmax_config(*key)
+        cfg, phase = fast_choice(out, x2d)
         fast_launch(out, x2d, cfg, phase)
 
     return rowwise(launch, x, dim=dim)
