@@ -220,3 +220,46 @@ def test_second_gpu(name):
     torch.cuda.synchronize(1)
     assert y.device == x.device
     torch.testing.assert_close(y, torch.softmax(x, -1))
+
+
+@needs_gpu
+def test_fresh_threads_launch_concurrently():
+    """Each new thread gets its own argument buffer and a current context (raw launch path)."""
+    import threading
+
+    xs = [torch.randn(17 + i, 999, device="cuda") for i in range(6)]
+    outs: dict[int, torch.Tensor] = {}
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(len(xs))
+
+    def work(i):
+        try:
+            barrier.wait()
+            for _ in range(20):
+                outs[i] = kernel_lab.run("online_softmax", xs[i])
+            torch.cuda.synchronize()
+        except BaseException as e:  # noqa: BLE001 - re-raised in the main thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(xs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    for i, x in enumerate(xs):
+        torch.testing.assert_close(outs[i], torch.softmax(x, -1))
+
+
+@pytest.mark.skipif(not HAS_CUDA or torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs")
+def test_second_gpu_from_a_fresh_thread_and_other_current_device():
+    """cuda:1 input while cuda:0 is current, launched from a thread that never used CUDA."""
+    import threading
+
+    x = torch.randn(40, 4096, device="cuda:1")
+    out = {}
+    t = threading.Thread(target=lambda: out.setdefault("y", kernel_lab.run("fast_softmax", x)))
+    t.start()
+    t.join()
+    torch.cuda.synchronize(1)
+    torch.testing.assert_close(out["y"], torch.softmax(x, -1))
