@@ -142,6 +142,23 @@ def problems(records: Sequence[Record]) -> list[str]:
     return [f"{v}: {s} ({k} case{'s' if k > 1 else ''}): {why}" for (v, s, why), k in seen.items()]
 
 
+def cross_check(records: Sequence[Record], min_s: float = 100e-6, tol: float = 0.10) -> str | None:
+    """One line: how many timed runs longer than ``min_s`` agree with their CUDA-event median
+    within ``tol``, and the worst disagreement (None when no run had an event median)."""
+    pairs = [r for r in records if r.status == "ok" and r.event_median_s and r.median_s >= min_s]
+    if not pairs:
+        return None
+
+    def gap(r: Record) -> float:
+        return r.event_median_s / r.median_s - 1
+
+    ok = sum(abs(gap(r)) <= tol for r in pairs)
+    worst = max(pairs, key=lambda r: abs(gap(r)))
+    return (f"timer cross-check: {ok} of {len(pairs)} runs over {min_s * 1e6:.0f} us agree with "
+            f"the CUDA-event median within {tol:.0%}; worst {worst.variant} {worst.dtype} "
+            f"{worst.m}x{worst.n}: event {gap(worst):+.1%}")
+
+
 def _x_axis(recs: Sequence[Record]) -> tuple:
     """x of a point and the axis label: N; M when N is fixed; M*N when both vary."""
     ns, shapes = {r.n for r in recs}, {(r.m, r.n) for r in recs}
@@ -237,6 +254,9 @@ def main(args: argparse.Namespace) -> int:
         console.print(t)
     for line in problems(records):
         console.print(f"  {line}", markup=False)
+    agreement = cross_check(records)
+    if agreement:
+        console.print(agreement, markup=False)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
     meta = {"preset": args.preset, "device": args.device, "copy_gbps": copy,
             "created_utc": stamp, "argv": sys.argv, **bm.machine_info(args.device)}

@@ -264,6 +264,21 @@ def test_table_csv_json_plot_from_fake_records(tmp_path):
     assert json.loads(paths[0].read_text())["records"][1]["gbps"] == 3500.0
 
 
+def test_cross_check_line_counts_long_runs_and_names_the_worst():
+    from kernel_lab.benchmarking import Record
+
+    def rec(variant, median_s, event_s, status="ok"):
+        return Record("softmax", "float32", 64, 4096, variant, "cuda", status,
+                      median_s=median_s, event_median_s=event_s)
+
+    recs = [rec("a", 200e-6, 205e-6), rec("b", 300e-6, 360e-6), rec("c", 50e-6, 10e-6),
+            rec("d", 200e-6, None), rec("e", 400e-6, 1.0, status="wrong")]
+    line = sweep.cross_check(recs)
+    assert line.startswith("timer cross-check: 1 of 2 runs over 100 us")
+    assert "worst b float32 64x4096: event +20.0%" in line
+    assert sweep.cross_check([rec("c", 50e-6, 10e-6)]) is None
+
+
 def _cli(*argv: str) -> argparse.Namespace:
     p = argparse.ArgumentParser()
     sweep.add_arguments(p)
