@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-import numpy as np
 import torch
 
 from . import interop, jit
@@ -152,20 +151,23 @@ def launch_rows(
     dev = device_index(out2d)
     fn = src.function(expr, dev)
     m, n = out2d.shape
-    if len(inputs2d) == 1:  # the common case, without generators (per-call hot path)
+    k = len(inputs2d)
+    signature = _ROW_SIGNATURES.get((k, *map(type, extra)))
+    if signature is None:
+        signature = _ROW_SIGNATURES[(k, *map(type, extra))] = (
+            "Q" * (1 + k) + "q" + "i4x" + "q" * k + interop.slot_format(map(type, extra)))
+    if k == 1:  # the common case, without generators (per-call hot path)
         x = inputs2d[0]
-        args = (out2d.data_ptr(), x.data_ptr(), np.int64(m), interop.i32(n),
-                np.int64(x.stride(0)), *extra)
+        args = (out2d.data_ptr(), x.data_ptr(), m, n, x.stride(0), *extra)
     else:
-        args = (
-            out2d.data_ptr(),
-            *[t.data_ptr() for t in inputs2d],
-            np.int64(m),
-            interop.i32(n),
-            *[np.int64(t.stride(0)) for t in inputs2d],
-            *extra,
-        )
-    interop.launch(fn, (grid,), (block,), args, device_index=dev, shared_mem=shared_mem)
+        args = (out2d.data_ptr(), *[t.data_ptr() for t in inputs2d], m, n,
+                *[t.stride(0) for t in inputs2d], *extra)
+    interop.launch(fn, (grid,), (block,), args, device_index=dev, shared_mem=shared_mem,
+                   signature=signature)
+
+
+# (number of inputs, *types of the extra arguments) -> pack_args signature of a row launch
+_ROW_SIGNATURES: dict[tuple, str] = {}
 
 
 def register_row_kernel(

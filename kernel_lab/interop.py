@@ -15,7 +15,7 @@ import contextlib
 import ctypes
 import struct
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
@@ -113,23 +113,27 @@ _SLOT_FORMATS: dict[type, str] = {
 }
 
 
+def slot_format(types: Iterable[type]) -> str:
+    """The :func:`pack_args` ``signature`` of arguments of these Python types."""
+    types = tuple(types)
+    try:
+        return "".join(_SLOT_FORMATS[t] for t in types)
+    except KeyError:
+        bad = next(t for t in types if t not in _SLOT_FORMATS)
+        raise TypeError(
+            f"kernel argument of type {bad.__name__}: pass device pointers as Python ints "
+            "and scalars as numpy scalars (np.int32, np.int64, np.float32, np.float64) - "
+            "a Python float or bool has no defined C type"
+        ) from None
+
+
 class _ArgPacker:
-    def __init__(self, types: tuple[type, ...]) -> None:
-        try:
-            fmt = "<" + "".join(_SLOT_FORMATS[t] for t in types)
-        except KeyError:
-            bad = next(t for t in types if t not in _SLOT_FORMATS)
-            raise TypeError(
-                f"kernel argument of type {bad.__name__}: pass device pointers as Python ints "
-                "and scalars as numpy scalars (np.int32, np.int64, np.float32, np.float64) - "
-                "a Python float or bool has no defined C type"
-            ) from None
-        self.struct = struct.Struct(fmt)
+    def __init__(self, signature: str) -> None:
+        self.struct = struct.Struct("<" + signature)
+        slots = self.struct.size // 8
         self.values = ctypes.create_string_buffer(max(8, self.struct.size))
         base = ctypes.addressof(self.values)
-        self.pointers = (ctypes.c_void_p * max(1, len(types)))(
-            *(base + 8 * i for i in range(len(types)))
-        )
+        self.pointers = (ctypes.c_void_p * max(1, slots))(*(base + 8 * i for i in range(slots)))
         self.address = ctypes.addressof(self.pointers)
 
     def pack(self, args: tuple) -> int:
@@ -140,16 +144,22 @@ class _ArgPacker:
 _packers = threading.local()
 
 
-def pack_args(args: tuple) -> int:
+def pack_args(args: tuple, signature: str | None = None) -> int:
     """Address of a ``void*[]`` pointing at ``args`` packed as C values (this thread's buffer,
-    valid until its next launch with the same argument types)."""
-    cache = getattr(_packers, "by_types", None)
+    valid until its next launch with the same signature).
+
+    ``signature``: one struct code per 8-byte slot (``Q`` pointer, ``q`` int64, ``i4x`` int32,
+    ``f4x`` float, ``d`` double); then ``args`` may be plain Python numbers, range-checked by
+    ``struct``. Without it the codes come from the argument types (see ``slot_format``).
+    """
+    cache = getattr(_packers, "by_signature", None)
     if cache is None:
-        cache = _packers.by_types = {}
-    types = tuple(map(type, args))
-    packer = cache.get(types)
+        cache = _packers.by_signature = {}
+    if signature is None:
+        signature = slot_format(map(type, args))
+    packer = cache.get(signature)
     if packer is None:
-        packer = cache[types] = _ArgPacker(types)
+        packer = cache[signature] = _ArgPacker(signature)
     try:
         return packer.pack(args)
     except struct.error as e:
@@ -178,11 +188,13 @@ def launch(
     *,
     device_index: int,
     shared_mem: int = 0,
+    signature: str | None = None,
 ) -> None:
     """Launch kernel ``fn`` (a CuPy ``Function``) on torch's current stream of ``device_index``.
 
     ``args`` must already be typed: tensor pointers as Python ints (sent as 64-bit), scalars as
-    numpy scalars (``np.int32``, ``np.float32``); anything else raises ``TypeError``.
+    numpy scalars (``np.int32``, ``np.float32``); anything else raises ``TypeError``. Or give
+    the C types as a ``signature`` (see :func:`pack_args`) and pass plain Python numbers.
     The launch is one ``cuLaunchKernel`` (CuPy's driver binding) with a cached argument buffer:
     CuPy's ``Function.__call__`` boxes every argument on every call, ~10 us more per launch.
     """
@@ -194,7 +206,7 @@ def launch(
         _thread_state.ready = True
     if _recorder is not None:
         _recorder.append(fn)
-    params = pack_args(args)
+    params = pack_args(args, signature)
     gx, gy, gz = (*grid, 1, 1)[:3]
     bx, by, bz = (*block, 1, 1)[:3]
     stream = current_stream_ptr(device_index)

@@ -12,10 +12,11 @@ Decisions (measured or read in CuPy 14.2's source, see README "How the JIT works
 * The same ``compile_cubin`` runs on a GPU-less machine (CI): NVRTC needs no device.
 * ``#line 1 "cuda_src/<file>.cu"`` is prepended so NVRTC errors name the real file and line, and
   ``-I <dir of the file>`` (plus user include dirs) resolves quoted includes.
-* Hot reload: each :meth:`CudaModule.function` call re-stats the file and its headers (~1 us
-  each). A change of contents recompiles; a failed compile raises :class:`KernelCompileError`
-  with the NVRTC log. The last good module stays reachable through ``fallback=True`` only, never
-  silently.
+* Hot reload: :meth:`CudaModule.function` re-stats the file and its headers (1-3 us each) when
+  its last check is more than ``RELOAD_CHECK_S`` (1 ms) old, so any call that starts more than
+  1 ms after a save runs the new code, and back-to-back calls do not pay a stat each. A change of
+  contents recompiles; a failed compile raises :class:`KernelCompileError` with the NVRTC log.
+  The last good module stays reachable through ``fallback=True`` only, never silently.
 * Thread-safe: one lock per module; concurrent first calls compile once.
 """
 
@@ -26,6 +27,7 @@ import json
 import os
 import re
 import threading
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +37,8 @@ from .errors import KernelCompileError
 _INCLUDE_RE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
 _ERROR_RE = re.compile(r"^(.*?\(\d+\)): (?:catastrophic )?error.*$", re.MULTILINE)
 BASE_OPTIONS = ("-std=c++17", "-ftz=true")  # fp32 tolerances allow for flushed denormals
+# Seconds between two re-stats of a module's files on the call path (env: milliseconds).
+RELOAD_CHECK_S = float(os.environ.get("KERNEL_LAB_RELOAD_CHECK_MS", "1")) / 1000
 
 
 def cuda_src_dir() -> Path:
@@ -204,6 +208,7 @@ class CudaModule:
         self.options = tuple(options)
         self._lock = threading.Lock()
         self._stamp: tuple | None = None  # (mtime_ns, size) of every file at last check
+        self._checked_at = float("-inf")  # time.monotonic() of the last check by function()
         self._files: list[Path] = []
         self._file_strs: list[str] = []
         self._key = ""
@@ -276,8 +281,14 @@ class CudaModule:
         """CuPy Function for ``expr`` on ``device_index``, recompiling if the source changed.
 
         With ``fallback=True`` a failing edit returns the last good build instead of raising.
+        Files are re-checked when the last check is over ``RELOAD_CHECK_S`` old (see top).
         """
-        key = self.source_key()
+        now = time.monotonic()
+        if now - self._checked_at >= RELOAD_CHECK_S or not self._key:
+            self._checked_at = now  # before the stat: a save during it is caught next time
+            key = self.source_key()
+        else:
+            key = self._key
         entry = self._loaded.get(device_index)
         if entry is None or entry[0] != key:
             with self._lock:

@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 import uuid
 from pathlib import Path
 
@@ -66,9 +67,11 @@ def user_name():
 
 
 def _touch_later(path: Path) -> None:
-    """Make sure a rewrite is seen even on filesystems with coarse mtimes."""
+    """Make sure a rewrite is seen even on filesystems with coarse mtimes, and wait out the
+    loader's re-check interval: the promise is "every call that starts over 1 ms after a save"."""
     st = path.stat()
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+    time.sleep(2 * jit.RELOAD_CHECK_S)
 
 
 # -- CPU: compile everything -------------------------------------------------------------------

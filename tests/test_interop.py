@@ -67,3 +67,12 @@ def test_i32_range_checked():
     assert interop.i32(2**31 - 1) == 2**31 - 1
     with pytest.raises(OverflowError):
         interop.i32(2**31)
+
+
+def test_signature_packs_plain_python_numbers_and_range_checks_them():
+    addr = interop.pack_args((7, 9, -3, 2**31 - 1, 5), "QQqi4xq")
+    assert _read(addr, [ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int64, ctypes.c_int32,
+                        ctypes.c_int64]) == [7, 9, -3, 2**31 - 1, 5]
+    with pytest.raises(OverflowError):
+        interop.pack_args((7, 9, -3, 2**31, 5), "QQqi4xq")  # n must fit a C int
+    assert interop.slot_format([int, np.int32, np.float64]) == "Qi4xd"
