@@ -123,6 +123,27 @@ def test_header_edit_changes_source_key(tmp_path):
     assert CUDA_SRC / "softmax_common.cuh" in online.files
 
 
+def test_function_rechecks_files_at_most_once_per_interval(tmp_path, monkeypatch):
+    d = _toy_folder(tmp_path)
+    mod = jit.CudaModule(d / "toy.cu", ["toy<float>"], include_dirs=[CUDA_SRC])
+    loads = []
+
+    def fake_load(device_index, key):  # no GPU here: record what would be (re)loaded
+        loads.append(key)
+        entry = mod._loaded[device_index] = (key, None, {"toy<float>": object()})
+        return entry
+
+    monkeypatch.setattr(mod, "_load", fake_load)
+    monkeypatch.setattr(jit, "RELOAD_CHECK_S", 0.5)
+    mod.function("toy<float>", 0)
+    (d / "toy.cu").write_text(TOY_KERNEL + "// an edit that changes the size\n")
+    mod.function("toy<float>", 0)  # within the interval: no stat, the loaded build
+    assert len(loads) == 1
+    time.sleep(0.5)
+    mod.function("toy<float>", 0)  # over the interval after the save: reloaded
+    assert len(loads) == 2 and loads[0] != loads[1]
+
+
 def test_user_folder_registers_and_compiles(tmp_path, user_name):
     d = _toy_folder(tmp_path)
     name = user_name
