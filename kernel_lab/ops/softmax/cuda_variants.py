@@ -298,6 +298,7 @@ class FastConfig:
     vpt: int
     group: int = 32
     cluster: int = 1
+    late: bool = False  # persist clusters: next row's copies issued inside the cluster barrier
 
     def expr(self, t: str, prefix: str = "fast_softmax") -> str:
         if self.kind == "warp":
@@ -326,7 +327,8 @@ class FastConfig:
         if self.kind == "warp":
             return f"warp g{self.group}x{self.vpt}"
         if self.kind in ("cluster", "persist"):
-            return f"{self.kind} {self.cluster}x{self.threads}x{self.vpt}"
+            late = " late" if self.late else ""
+            return f"{self.kind} {self.cluster}x{self.threads}x{self.vpt}{late}"
         return f"{self.kind} {self.threads}x{self.vpt}"
 
 
@@ -345,11 +347,11 @@ def persist_vpt(dtype: torch.dtype) -> int:
     return 16 if dtype.itemsize == 4 else 4
 
 
-def persist_config(nw: int, vpt: int, cluster: int) -> FastConfig:
+def persist_config(nw: int, vpt: int, cluster: int, late: bool = False) -> FastConfig:
     """The persistent shape holding ``nw`` windows with ``vpt`` per thread over ``cluster``
     CTAs: the multiple of 32 threads that just covers the row."""
     return FastConfig("persist", threads=_round32(-(-nw // (vpt * cluster))), vpt=vpt,
-                      cluster=cluster)
+                      cluster=cluster, late=late and cluster > 1)
 
 
 def fast_softmax_config(
@@ -361,12 +363,14 @@ def fast_softmax_config(
     sweeps behind them; ``python bench/tune_long_rows.py`` reruns them):
 
     * nw <= 32 (<= 128 for 2-byte types): a lane group per row, 1-4 vectors per lane;
-    * nw <= PERSIST_MIN_NW: one CTA per row (``block``), 2 (fp32, nw <= 256), 4 (nw <= 2048,
-      and always for 2-byte types) or 8 vectors per thread, threads = the multiple of 32 that
-      just covers the row (no idle pow2 padding);
+    * nw <= PERSIST_MIN_NW (8192 fp32, 2048 fp16/bf16): one CTA per row (``block``), 2 (fp32,
+      nw <= 256), 4 (nw <= 2048, and always for 2-byte types) or 8 vectors per thread, threads
+      = the multiple of 32 that just covers the row (no idle pow2 padding);
     * longer, when input and output rows share their 16-byte phase (``vec``) and the dtype is
       fp32/fp16/bf16: ``persist``, the smallest cluster (1, 2, 4, 8, 16 CTAs) whose CTAs of
-      <= 512 threads x 16 vectors (fp32) or <= 1024 x 4 (fp16/bf16) hold the row;
+      <= 512 threads x 16 vectors (fp32) or <= 1024 x 4 (fp16/bf16) hold the row; the next
+      row's copies are issued inside the cluster barrier (``late``) for clusters of >= 4 (fp32:
+      +5-16 points at 131072-524288, -2..-5 at 2 CTAs) and every fp16/bf16 cluster (+2-6);
     * otherwise (fp64, misaligned phase, or longer rows): a one-row cluster of up to 16 CTAs
       with 16 vectors x <= 512 threads (fp32/fp64) or 4 x <= 1024 (fp16/bf16), else the
       two-kernel split.
@@ -384,7 +388,7 @@ def fast_softmax_config(
             g, vpt = 32, next_pow2(-(-nw // 32))
         return FastConfig("warp", threads=128, vpt=vpt, group=g)
     persist_ok = vec and dtype in PERSIST_DTYPES
-    block_max = PERSIST_MIN_NW if persist_ok else 1024 * (4 if es == 2 else 8)
+    block_max = PERSIST_MIN_NW[es] if persist_ok else 1024 * (4 if es == 2 else 8)
     if nw <= block_max:
         vpt = 2 if (nw <= 256 and es >= 4) else 4 if (nw <= 2048 or es == 2) else 8
         return FastConfig("block", threads=_round32(-(-nw // vpt)), vpt=vpt)
@@ -392,7 +396,7 @@ def fast_softmax_config(
         vpt = persist_vpt(dtype)
         for cl in PERSIST_CL:
             if nw <= cl * persist_max_threads(vpt) * vpt:
-                return persist_config(nw, vpt, cl)
+                return persist_config(nw, vpt, cl, late=cl >= 4 or es == 2)
     big = _fast_vpt_cap(dtype)
     per_cta = (1024 if big <= 8 else 512) * big
     for cl in FAST_CL:
@@ -402,7 +406,11 @@ def fast_softmax_config(
     return FastConfig("split", threads=1024, vpt=min(big, 8))
 
 
-PERSIST_MIN_NW = 2048  # rows of more windows than this take the persistent kernels
+# Rows of more windows than this take the persistent kernels (by itemsize). fp32: one CTA per
+# row up to 8192 windows (block 1024x8: 93 % at N = 32768 vs 92 % for persist 1x512x16, and
+# 97 % vs 90 % at 16384); 2-byte types: up to 2048 (N = 16384: block 512x4 87 %, persist 83 %;
+# N = 32768: persist 1x1024x4 83 % vs block 1024x4 65 %).
+PERSIST_MIN_NW = {8: 1 << 30, 4: 8192, 2: 2048}
 
 # Every (N, dtype, rows aligned, same vector phase) launched so far and the config it got.
 FAST_CHOICES: dict[tuple[int, torch.dtype, bool, bool], FastConfig] = {}
@@ -463,7 +471,7 @@ def fast_launch(
         if max_groups is not None:
             groups = max(1, min(groups, max_groups))
         launch_rows(src, expr, out, (x2d,), grid=groups * cfg.cluster, block=cfg.threads,
-                    extra=(vec,), shared_mem=cfg.shared_mem())
+                    extra=(vec, i32(int(cfg.late))), shared_mem=cfg.shared_mem())
     else:
         _split_launch(out, x2d, cfg, vec, kernels)
 

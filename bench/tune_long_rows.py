@@ -1,0 +1,174 @@
+"""Sweep fast_softmax launch configs per (N, dtype) at M*N = 2^28 and compare with copy speed.
+
+    python bench/tune_long_rows.py --out DIR [--ns 1024,65536] [--dtypes float32,bfloat16]
+
+For every (N, dtype): the device-to-device copy ``y.copy_(x)`` on the same tensors, the config
+``fast_softmax_config`` picks, the pre-persistent ("legacy": vec=False rules) config, and every
+persistent shape that fits, each timed by CUDA events around back-to-back launches (one call
+queued first, then events around K calls, / K, median of R: the kernel's own time). Then the
+registered ``fast_softmax`` and ``log_softmax`` variants through their full launch path.
+Writes DIR/tune.jsonl (one line per timing) and DIR/attrs.json (registers / spills of every
+instantiation, resident groups of each persistent shape timed); prints a summary last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+import kernel_lab
+from kernel_lab import jit
+from kernel_lab.ops.log_softmax import cuda_variants as lcv
+from kernel_lab.ops.softmax import cuda_variants as cv
+
+NS = (1024, 2048, 4096, 8192, 16384, 32000, 32768, 50257, 65536, 128256, 131072, 151936,
+      262144, 524288, 1048576)
+
+
+def med_ms(fn, reps: int = 9, k: int = 5) -> float:
+    fn()
+    torch.cuda.synchronize()
+    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    ts = []
+    for _ in range(reps):
+        fn()  # queued ahead: the events below bracket GPU work only
+        e0.record()
+        for _ in range(k):
+            fn()
+        e1.record()
+        e1.synchronize()
+        ts.append(e0.elapsed_time(e1) / k)
+    return statistics.median(ts)
+
+
+def candidates(n: int, dtype: torch.dtype, aligned: bool) -> dict[str, cv.FastConfig]:
+    out = {}
+    for c in (cv.fast_softmax_config(n, dtype, aligned, True),
+              cv.fast_softmax_config(n, dtype, aligned, False)):
+        out[c.label()] = c
+    nw = cv._windows(n, dtype, aligned)
+    for vpt in cv.PERSIST_VPT[dtype.itemsize]:
+        for cl in cv.PERSIST_CL:
+            c = cv.persist_config(nw, vpt, cl)
+            if c.threads > cv.persist_max_threads(vpt) or (cl > 1 and c.threads < 64):
+                continue
+            if c.capacity() > 1.5 * nw + 32 * vpt * cl:
+                continue
+            out.setdefault(c.label(), c)
+            if cl > 1:
+                c = cv.persist_config(nw, vpt, cl, late=True)
+                out.setdefault(c.label(), c)
+    return out
+
+
+def sane(out: torch.Tensor, x: torch.Tensor, log: bool) -> bool:
+    rows = [0, 1, out.shape[0] - 1]
+    a = x[rows].double()
+    ref = torch.log_softmax(a, -1) if log else torch.softmax(a, -1)
+    err = (out[rows].double() - ref).abs().max().item()
+    return err < (2e-2 if log else 1e-2) * (1 if x.dtype == torch.float32 else 4)
+
+
+def attrs(out_dir: Path, timed: dict) -> None:
+    res = {"functions": {}, "resident": timed}
+    for src in (cv.FAST, lcv.FORWARD):
+        for e in src.name_expressions:
+            try:
+                a = jit.function_attributes(src.function(e, 0))
+                res["functions"][e] = [a["num_regs"], a["local_size_bytes"]]
+            except Exception as ex:  # noqa: BLE001 - record, keep going
+                res["functions"][e] = str(ex)
+    (out_dir / "attrs.json").write_text(json.dumps(res, indent=1))
+    spills = {e: v for e, v in res["functions"].items() if not isinstance(v, list) or v[1]}
+    print("ATTR spills/errors:", json.dumps(spills))
+    sel = {e: v for e, v in res["functions"].items() if "persist" in e and "fast" in e}
+    print("ATTR persist:", json.dumps(sel))
+
+
+def measure(n: int, dtype: torch.dtype, args, resident: dict) -> tuple[dict, list[dict]]:
+    fast_v, log_v = kernel_lab.get("fast_softmax"), kernel_lab.get("log_softmax")
+    dname = str(dtype).replace("torch.", "")
+    m = max(1, (1 << args.total_log2) // n)
+    x = torch.randn(m, n, device="cuda", dtype=dtype)
+    y = torch.empty_like(x)
+    nbytes = 2 * x.numel() * x.element_size()
+
+    def gbs(ms: float) -> float:
+        return nbytes / ms / 1e6
+
+    copy = gbs(med_ms(lambda: y.copy_(x)))
+    aligned = n * x.element_size() % 16 == 0
+    default = cv.fast_softmax_config(n, dtype, aligned, True)
+    cands = candidates(n, dtype, aligned)
+    if args.no_sweep:
+        legacy = cv.fast_softmax_config(n, dtype, aligned, False)
+        cands = {c.label(): c for c in (default, legacy)}
+    rows = []
+    for label, c in cands.items():
+        try:
+            t = med_ms(lambda c=c: cv.fast_launch(y, x, c, 1))
+            ok = sane(y, x, False)
+        except Exception as ex:  # noqa: BLE001
+            print(f"ERR {dname} {n} {label}: {ex}", flush=True)
+            continue
+        if c.kind == "persist":
+            e = c.expr(cv.ctype(dtype))
+            resident[f"{e} t{c.threads}"] = cv.resident_groups(cv.FAST, e, c, 0)
+        rows.append({"dtype": dname, "M": m, "N": n, "cfg": label, "gbs": round(gbs(t)),
+                     "pct": round(100 * gbs(t) / copy, 1), "copy": round(copy), "ok": ok,
+                     "default": c == default})
+    tf = med_ms(lambda: fast_v(x))
+    ok_f = sane(fast_v(x), x, False)
+    tl = med_ms(lambda: log_v(x))
+    ok_l = sane(log_v(x), x, True)
+    var = {"dtype": dname, "M": m, "N": n, "copy": round(copy),
+           "fast_softmax": round(gbs(tf)), "log_softmax": round(gbs(tl)),
+           "fast_pct": round(100 * gbs(tf) / copy, 1), "log_pct": round(100 * gbs(tl) / copy, 1),
+           "log_vs_fast": round(tf / tl, 3), "ok": ok_f and ok_l}
+    return var, rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="bench/tune_out")
+    ap.add_argument("--ns", default=",".join(map(str, NS)))
+    ap.add_argument("--dtypes", default="float32,bfloat16")
+    ap.add_argument("--total-log2", type=int, default=28)
+    ap.add_argument("--no-sweep", action="store_true", help="only default / legacy / variants")
+    args = ap.parse_args()
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    log = open(out_dir / "tune.jsonl", "w")
+    summary = []
+    resident = {}
+    for dname in args.dtypes.split(","):
+        dtype = getattr(torch, dname)
+        for n in map(int, args.ns.split(",")):
+            var, rows = measure(n, dtype, args, resident)
+            for r in rows:
+                log.write(json.dumps(r) + "\n")
+            log.write(json.dumps(var) + "\n")
+            log.flush()
+            best = max(rows, key=lambda r: r["gbs"]) if rows else None
+            summary.append((var, best, next((r for r in rows if r["default"]), None)))
+            print(json.dumps({"N": n, "dtype": dname, "copy": var["copy"],
+                              "rows": [(r["cfg"], r["gbs"], r["pct"], r["ok"]) for r in rows],
+                              "variants": var}), flush=True)
+            torch.cuda.empty_cache()
+    attrs(out_dir, resident)
+    print("\nSUMMARY  dtype N copy | default cfg GB/s % | best cfg GB/s % | fast% log% log/fast ok")
+    for var, best, dflt in summary:
+        d = f"{dflt['cfg']} {dflt['gbs']} {dflt['pct']}" if dflt else "-"
+        b = f"{best['cfg']} {best['gbs']} {best['pct']}" if best else "-"
+        print(f"{var['dtype']:9s} {var['N']:8d} {var['copy']} | {d} | {b} | {var['fast_pct']} "
+              f"{var['log_pct']} {var['log_vs_fast']} {var['ok']}")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,423 @@
+// The fast row-softmax kernel family, written once and instantiated per op with an EPILOGUE:
+// what to write for an element x once its row's (max, sum of exp(x - max)) is known.
+//
+//   fast_softmax.cu:  KLAB_ROW_SOFTMAX_KERNELS(fast_softmax, klab::SoftmaxEpilogue)
+//                     y = exp(x - max) * (1 / sum)
+//   log_softmax.cu:   KLAB_ROW_SOFTMAX_KERNELS(log_softmax, klab::LogSoftmaxEpilogue)
+//                     y = (x - max) - log(sum)
+//
+// The macro defines thin __global__ templates named <prefix>_warp, _block, _cluster,
+// _split_stats, _split_apply, _persist and _persist_cluster (so NVRTC name expressions such as
+// "fast_softmax_block<float, 4>" or "log_softmax_persist_cluster<__nv_bfloat16, 8, 4>" work);
+// each forwards to one device body below, templated on the epilogue. The launcher picks a kernel
+// and its shape per (N, dtype): kernel_lab/ops/softmax/cuda_variants.py, fast_softmax_config.
+//
+// Common to all kernels here
+//   Layout:   "aligned windows" (softmax_common.cuh: load_window/store_window): window v of a row
+//             is one aligned 16-byte slot, so odd row lengths (50257) still move full vectors;
+//             only a row's first and last window are element-wise. `vec` = 0 (input and output
+//             rows misaligned differently, e.g. x = buf[1:].view(M, N) in fp32) loads the same
+//             layout element by element: slower, never a fault.
+//   Math:     local (max, sum) over registers (1 exp per element), one merge of (max, sum)
+//             pairs across lanes / warps / CTAs, then the epilogue (softmax: 1 more exp).
+//   Bytes:    2 * M * N * sizeof(T) for every kernel except the split pair (3 * M * N, part
+//             of the second read served by L2).
+//   Precond:  rows < 2^31 blocks' worth; n < 2^31 - 16; fp32 accumulation (fp64 for double).
+//
+// 1. <p>_warp<T, G, VPT>: short rows. A group of G lanes (G | 32) owns one row; lane l holds
+//    windows l, l + G, ..., l + (VPT - 1) * G. Reductions are G-wide shuffles: no shared memory,
+//    no barrier. Launch: blockDim.x threads (128/256), blockDim.x / G rows per block.
+//    Changed from warp_softmax: 16-byte accesses, several rows per warp, row length <= G*VPT*W.
+// 2. <p>_block<T, VPT>: mid rows. Block b owns row b; thread t holds windows t + k * blockDim.x.
+//    One block all-reduce (2 barriers, 32 (max, sum) pairs of static shared memory). Launch:
+//    M blocks of 64..1024. Changed from vec_softmax: aligned windows, split max/sum merge.
+// 3. <p>_cluster<T, VPT, CL>: long rows. A cluster of CL CTAs (compile-time __cluster_dims__,
+//    grid = M * CL blocks) owns one row; CTA rank c, thread t holds windows
+//    k * CL * blockDim.x + c * blockDim.x + t. Each CTA reduces its (max, sum) to shared memory,
+//    one cluster barrier publishes it, every warp reads the CL pairs through distributed shared
+//    memory (mapa + ld.shared::cluster) and merges them. The CTA waits on a second, split
+//    barrier before exiting so peers never read freed shared memory. Up to CL * 128 KB per row.
+// 4. <p>_split_stats / _apply<T, VPT>: rows too long for a cluster. Kernel A: block
+//    (row, chunk) writes the chunk's (max, sum) to `part` (M x P pairs). Kernel B: block
+//    (row, chunk) loads its chunk again, merges the row's P pairs, writes y. The launcher runs
+//    both on groups of rows small enough for L2 to serve kernel B's re-read.
+// 5. <p>_persist<T, VPT> (CL = 1) and <p>_persist_cluster<T, VPT, CL>: persistent, prefetching.
+//    Ownership: the grid holds only as many CTAs (clusters) as are resident at once; CTA
+//            (cluster) q of Q owns rows q, q + Q, q + 2Q, ...; inside a row the windows are
+//            owned as in kernel 3 (CL = 1: as in kernel 2).
+//    Pipeline: the current row's windows sit in registers; the NEXT row's windows of this thread
+//            are in flight into dynamic shared memory (cp.async.cg, 16 bytes each) while the
+//            CTA reduces, crosses the cluster barrier, normalizes and stores. Each thread reads
+//            back only the slots it copied itself (wait_group 0 is enough: no block barrier).
+//            The prefetch is issued right after the local (max, sum), once every register value
+//            read from those slots has been consumed.
+//    Cluster: the per-CTA (max, sum) slot is double-buffered by iteration parity, so one cluster
+//            barrier per row suffices: a CTA rewrites slot p two rows later, after a barrier that
+//            every peer reaches only once done reading slot p. One last barrier before exit.
+//            `late` != 0 (clusters only) issues the next row's copies between the barrier's
+//            arrive and wait instead of right after the local (max, sum): the copies' issue time
+//            hides the barrier latency, at the cost of starting them one block reduction later.
+//    Launch: grid = min(M, resident) CTAs (x CL), blockDim.x a multiple of 32 covering the row
+//            (blockDim.x * VPT * CL windows), dynamic shared memory = blockDim.x * VPT * 16 B
+//            (> 48 KB needs the attribute; the launcher sets it). Static: 32 pairs + 2 slots.
+//    Bytes:  2 * M * N * sizeof(T), with loads always in flight (no launch per row, no idle SM
+//            while a row's barrier and stores drain).
+//    Precond: vec != 0 (input and output rows in the same 16-byte phase; any phase: odd N is
+//            fine). The prefetch copies whole aligned 16-byte slots: the first and last slot of
+//            a row may hold bytes of the neighbouring row (never outside the allocation, since
+//            the slot holds a byte of this row); those elements are replaced by -inf on read.
+//    Changed from 2/3: one launch for all rows, next row's loads overlap this row's reduction,
+//            barrier and stores; 2-byte types keep their packed words opaque between loops
+//            (opaque_2byte) so 8-16 vectors per thread fit without fp32 copies spilling.
+#pragma once
+
+#include "cluster.cuh"
+#include "softmax_common.cuh"
+
+namespace klab {
+
+// ---- epilogues -------------------------------------------------------------------------------
+// Constructed once per row from the row's merged (max, sum); applied to every element.
+
+// y = exp(x - m) * (1 / s). An all -inf row (m = -inf, s = 0) gives exp(NaN) * inf = NaN, like
+// torch.softmax; -inf entries of other rows give exact zeros.
+template <typename A> struct SoftmaxEpilogue {
+  A m, inv;
+  __device__ __forceinline__ explicit SoftmaxEpilogue(MaxSum<A> st) : m(st.m), inv(A(1) / st.s) {}
+  __device__ __forceinline__ A operator()(A x) const { return exp_acc(x - m) * inv; }
+};
+
+__device__ __forceinline__ float log_acc(float v) { return logf(v); }
+__device__ __forceinline__ double log_acc(double v) { return log(v); }
+
+// y = (x - m) - log(s), in that order - never x - (m + log(s)), which rounds to ulp(m) (1e-3 for
+// a row near 1e4 in fp32) and would wipe out log-probabilities near 0.
+// Edge cases, as torch.log_softmax: -inf gives -inf; an all -inf row gives NaN (m = -inf,
+// s = 0: (-inf - -inf) - log(0)); NaN reaches the sum and so the whole row.
+template <typename A> struct LogSoftmaxEpilogue {
+  A m, log_sum;
+  __device__ __forceinline__ explicit LogSoftmaxEpilogue(MaxSum<A> st)
+      : m(st.m), log_sum(log_acc(st.s)) {}
+  __device__ __forceinline__ A operator()(A x) const { return (x - m) - log_sum; }
+};
+
+namespace rowk {
+
+// An opaque copy of v: index math derived from it is redone where used instead of being kept
+// live (VPT offsets or addresses per thread) across the persistent loop.
+__device__ __forceinline__ int opaque(int v) {
+  asm volatile("" : "+r"(v));
+  return v;
+}
+
+template <typename T> __device__ __forceinline__ MaxSum<acc_t<T>> id() {
+  return maxsum_identity<acc_t<T>>();
+}
+
+// Local (max, sum) of K register vectors, 2-byte words re-unpacked per loop (opaque_2byte).
+template <typename T, int K>
+__device__ __forceinline__ MaxSum<acc_t<T>> row_maxsum(Vec<T> (&r)[K]) {
+  using A = acc_t<T>;
+  opaque_2byte(r);
+  A m = neg_inf<A>();
+#pragma unroll
+  for (int k = 0; k < K; ++k)
+#pragma unroll
+    for (int i = 0; i < Vec<T>::N; ++i) m = amax(m, r[k].get(i));
+  opaque_2byte(r);
+  const A ms = safe_max(m);
+  A s = A(0);
+#pragma unroll
+  for (int k = 0; k < K; ++k)
+#pragma unroll
+    for (int i = 0; i < Vec<T>::N; ++i) s += exp_acc(r[k].get(i) - ms);
+  opaque_2byte(r);
+  return {m, s};
+}
+
+template <typename T, typename Epi>
+__device__ __forceinline__ void apply_epilogue(Vec<T>& r, const Epi& epi) {
+#pragma unroll
+  for (int i = 0; i < Vec<T>::N; ++i) r.set(i, epi(r.get(i)));
+}
+
+template <template <typename> class E, typename T, int K>
+__device__ __forceinline__ void apply_epilogue(Vec<T> (&r)[K], MaxSum<acc_t<T>> st) {
+  const E<acc_t<T>> epi(st);
+#pragma unroll
+  for (int k = 0; k < K; ++k) apply_epilogue(r[k], epi);
+}
+
+// Merge the CL CTAs' pairs of a cluster: every warp reads slot `p` of each peer over DSMEM.
+template <typename A, int CL>
+__device__ __forceinline__ MaxSum<A> cluster_merge(const A* slot) {
+  const int lane = threadIdx.x & 31;
+  MaxSum<A> st = maxsum_identity<A>();
+  if (lane < CL) {
+    const unsigned a = dsmem_map(slot, lane);
+    st = {dsmem_load(a, A()), dsmem_load(a + sizeof(A), A())};
+  }
+  return warp_allreduce(st, MergeOp{});
+}
+
+// Kernels 2 and 3: a row held by one CTA (CL == 1) or one cluster (CL > 1).
+template <template <typename> class E, typename T, int VPT, int CL>
+__device__ __forceinline__ void row_on_chip(T* __restrict__ y, const T* __restrict__ x, int n,
+                                            long long stride, int vec, long long row,
+                                            unsigned rank) {
+  using A = acc_t<T>;
+  __shared__ MaxSum<A> red[32];
+  __shared__ A part[2];
+  const T* xr = x + row * stride;
+  T* yr = y + row * (long long)n;
+  const int h = row_head(xr, vec);
+  const int base = rank * blockDim.x + threadIdx.x, step = CL * blockDim.x;
+  const T fill = neg_inf_t<T>();
+
+  Vec<T> r[VPT];
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) r[k] = load_window(xr, k * step + base, n, h, vec, fill);
+  MaxSum<A> st = row_maxsum(r);
+  st = block_allreduce(st, MergeOp{}, id<T>(), red);
+  if constexpr (CL > 1) {
+    if (threadIdx.x == 0) {
+      part[0] = st.m;
+      part[1] = st.s;
+    }
+    cluster_sync();  // every CTA's pair is now visible cluster-wide
+    st = cluster_merge<A, CL>(part);
+    cluster_arrive();  // done reading peers
+  }
+  apply_epilogue<E>(r, st);
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) store_window(yr, k * step + base, n, h, vec, r[k]);
+  if constexpr (CL > 1) cluster_wait();  // peers are done with our `part`
+}
+
+// Kernel 1.
+template <template <typename> class E, typename T, int G, int VPT>
+__device__ __forceinline__ void warp_rows(T* __restrict__ y, const T* __restrict__ x,
+                                          long long rows, int n, long long stride, int vec) {
+  using A = acc_t<T>;
+  const long long g = (blockIdx.x * (long long)blockDim.x + threadIdx.x) / G;
+  const int lane = threadIdx.x % G;
+  const bool active = g < rows;  // inactive groups still shuffle (full-mask), then leave
+  const long long row = active ? g : rows - 1;
+  const T* xr = x + row * stride;
+  T* yr = y + row * (long long)n;
+  const int h = row_head(xr, vec);
+  const T fill = neg_inf_t<T>();
+
+  Vec<T> r[VPT];
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) r[k] = load_window(xr, k * G + lane, n, h, vec, fill);
+  MaxSum<A> st = row_maxsum(r);
+  st = warp_allreduce<G>(st, MergeOp{});
+  if (!active) return;
+  apply_epilogue<E>(r, st);
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) store_window(yr, k * G + lane, n, h, vec, r[k]);
+}
+
+// Kernel 4a. part: (rows x chunks) (max, sum) pairs, chunk = blockDim.x * VPT windows.
+template <typename T, int VPT>
+__device__ __forceinline__ void split_stats(acc_t<T>* __restrict__ part, const T* __restrict__ x,
+                                            int n, long long stride, int vec, int chunks) {
+  using A = acc_t<T>;
+  __shared__ MaxSum<A> red[32];
+  const long long row = blockIdx.x / chunks;
+  const int c = blockIdx.x % chunks;
+  const T* xr = x + row * stride;
+  const int h = row_head(xr, vec);
+  const int base = c * blockDim.x * VPT + threadIdx.x;
+  Vec<T> r[VPT];
+#pragma unroll
+  for (int k = 0; k < VPT; ++k)
+    r[k] = load_window<T, false>(xr, base + k * blockDim.x, n, h, vec, neg_inf_t<T>());
+  MaxSum<A> st = row_maxsum(r);
+  st = block_allreduce(st, MergeOp{}, id<T>(), red);
+  if (threadIdx.x == 0) {
+    part[2 * blockIdx.x] = st.m;
+    part[2 * blockIdx.x + 1] = st.s;
+  }
+}
+
+// Kernel 4b.
+template <template <typename> class E, typename T, int VPT>
+__device__ __forceinline__ void split_apply(T* __restrict__ y, const T* __restrict__ x, int n,
+                                            long long stride, int vec,
+                                            const acc_t<T>* __restrict__ part, int chunks) {
+  using A = acc_t<T>;
+  const long long row = blockIdx.x / chunks;
+  const int c = blockIdx.x % chunks;
+  const T* xr = x + row * stride;
+  T* yr = y + row * (long long)n;
+  const int h = row_head(xr, vec);
+  const int base = c * blockDim.x * VPT + threadIdx.x;
+  Vec<T> r[VPT];
+#pragma unroll
+  for (int k = 0; k < VPT; ++k)
+    r[k] = load_window(xr, base + k * blockDim.x, n, h, vec, neg_inf_t<T>());
+  MaxSum<A> st = id<T>();  // every warp merges the row's pairs itself: no barrier
+  const A* pr = part + 2 * row * chunks;
+  for (int i = threadIdx.x & 31; i < chunks; i += 32)
+    st = merge(st, MaxSum<A>{pr[2 * i], pr[2 * i + 1]});
+  st = warp_allreduce(st, MergeOp{});
+  apply_epilogue<E>(r, st);
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) store_window(yr, base + k * blockDim.x, n, h, vec, r[k]);
+}
+
+// ---- kernel 5: persistent, next row prefetched into shared memory ---------------------------
+// This thread's slots: slot k at mine[k * blockDim.x] (consecutive threads, consecutive 16 B:
+// conflict-free). Window v = k * step + base of the row; slot v covers bytes [16v, 16v + 16) of
+// the row's first aligned 16-byte block.
+template <typename T, int VPT>
+__device__ __forceinline__ void prefetch_row(uint4* mine, const T* xr, int nwin, int base,
+                                             int step) {
+  const char* a = reinterpret_cast<const char*>(xr) - (reinterpret_cast<size_t>(xr) & 15);
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) {
+    const int v = k * step + base;
+    if (v < nwin) cp_async16(mine + k * blockDim.x, a + 16 * static_cast<size_t>(v));
+  }
+}
+
+// Back from the slots into registers; elements outside [0, n) of the row become -inf.
+template <typename T, int VPT>
+__device__ __forceinline__ void read_prefetched(Vec<T> (&r)[VPT], const uint4* mine, int n, int h,
+                                                int nwin, int base, int step) {
+  using A = acc_t<T>;
+  constexpr int W = Vec<T>::N;
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) {
+    const int v = k * step + base;
+    const int e0 = v * W - h;
+    if (v < nwin) {
+      r[k].raw = mine[k * blockDim.x];
+      if (e0 < 0 || e0 + W > n) {  // a row's first or last window: mask the neighbours' bytes
+#pragma unroll
+        for (int i = 0; i < W; ++i)
+          if (e0 + i < 0 || e0 + i >= n) r[k].set(i, neg_inf<A>());
+      }
+    } else {
+      r[k].fill(neg_inf_t<T>());
+    }
+  }
+}
+
+template <template <typename> class E, typename T, int VPT, int CL>
+__device__ __forceinline__ void persistent_rows(T* __restrict__ y, const T* __restrict__ x,
+                                                long long rows, int n, long long stride,
+                                                int late) {
+  using A = acc_t<T>;
+  constexpr int W = Vec<T>::N;
+  __shared__ MaxSum<A> red[32];
+  __shared__ A part[2][2];  // [iteration parity][max, sum]: read by peers over DSMEM
+  extern __shared__ uint4 prefetch_slots[];  // blockDim.x * VPT slots
+  const unsigned rank = CL > 1 ? cluster_rank() : 0u;
+  const long long q = blockIdx.x / CL, Q = gridDim.x / CL;
+  const int base = rank * blockDim.x + threadIdx.x, step = CL * blockDim.x;
+  uint4* mine = prefetch_slots + threadIdx.x;
+
+  long long row = q;
+  if (row < rows) {
+    const T* xr = x + row * stride;
+    prefetch_row<T, VPT>(mine, xr, (n + row_head(xr, 1) + W - 1) / W, base, step);
+  }
+  cp_async_commit();
+  for (int it = 0; row < rows; ++it, row += Q) {
+    const T* xr = x + row * stride;
+    T* yr = y + row * (long long)n;
+    const int h = row_head(xr, 1);
+    cp_async_wait_all();  // this thread's copies of `row` have landed
+    Vec<T> r[VPT];
+    read_prefetched(r, mine, n, h, (n + h + W - 1) / W, opaque(base), step);
+    auto prefetch_next = [&]() {
+      if (row + Q < rows) {
+        const T* xn = x + (row + Q) * stride;
+        prefetch_row<T, VPT>(mine, xn, (n + row_head(xn, 1) + W - 1) / W, opaque(base), step);
+      }
+      cp_async_commit();
+    };
+    MaxSum<A> st = row_maxsum(r);  // consumes every value read from the slots ...
+    if (CL == 1 || !late) prefetch_next();  // ... so the slots can take the next row now
+    st = block_allreduce(st, MergeOp{}, id<T>(), red);
+    if constexpr (CL > 1) {
+      A* slot = part[it & 1];
+      if (threadIdx.x == 0) {
+        slot[0] = st.m;
+        slot[1] = st.s;
+      }
+      // Publishes slot; every peer is also done with slot (it & 1) of two rows ago.
+      cluster_arrive();
+      if (late) prefetch_next();  // issue the next row's copies while the barrier completes
+      cluster_wait();
+      st = cluster_merge<A, CL>(slot);
+    }
+    const E<A> epi(st);
+    const int b = opaque(base);
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {  // one vector's fp32 values live at a time
+      apply_epilogue(r[k], epi);
+      store_window(yr, k * step + b, n, h, 1, r[k]);
+    }
+  }
+  cp_async_wait_all();
+  if constexpr (CL > 1) cluster_sync();  // no CTA leaves while a peer may read its last slot
+}
+
+// 16 vectors per thread need > 64 registers: such blocks are capped at 512 threads.
+template <int VPT> struct MaxThreads {
+  static constexpr int value = VPT >= 16 ? 512 : 1024;
+};
+
+}  // namespace rowk
+}  // namespace klab
+
+// The kernel family under one prefix and one epilogue (see the header comment for each kernel).
+#define KLAB_ROW_SOFTMAX_KERNELS(P, EPI)                                                          \
+  template <typename T, int G, int VPT>                                                          \
+  __global__ void __launch_bounds__(256)                                                         \
+      P##_warp(T* __restrict__ y, const T* __restrict__ x, long long rows, int n,                \
+               long long stride, int vec) {                                                      \
+    klab::rowk::warp_rows<EPI, T, G, VPT>(y, x, rows, n, stride, vec);                           \
+  }                                                                                              \
+  template <typename T, int VPT>                                                                 \
+  __global__ void __launch_bounds__(klab::rowk::MaxThreads<VPT>::value)                          \
+      P##_block(T* __restrict__ y, const T* __restrict__ x, long long rows, int n,               \
+                long long stride, int vec) {                                                     \
+    klab::rowk::row_on_chip<EPI, T, VPT, 1>(y, x, n, stride, vec, blockIdx.x, 0);                \
+  }                                                                                              \
+  template <typename T, int VPT, int CL>                                                         \
+  __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(klab::rowk::MaxThreads<VPT>::value) \
+      P##_cluster(T* __restrict__ y, const T* __restrict__ x, long long rows, int n,             \
+                  long long stride, int vec) {                                                   \
+    klab::rowk::row_on_chip<EPI, T, VPT, CL>(y, x, n, stride, vec, blockIdx.x / CL,              \
+                                             klab::cluster_rank());                              \
+  }                                                                                              \
+  template <typename T, int VPT>                                                                 \
+  __global__ void __launch_bounds__(1024)                                                        \
+      P##_split_stats(klab::acc_t<T>* __restrict__ part, const T* __restrict__ x,                \
+                      long long rows, int n, long long stride, int vec, int chunks) {            \
+    klab::rowk::split_stats<T, VPT>(part, x, n, stride, vec, chunks);                            \
+  }                                                                                              \
+  template <typename T, int VPT>                                                                 \
+  __global__ void __launch_bounds__(1024)                                                        \
+      P##_split_apply(T* __restrict__ y, const T* __restrict__ x, long long rows, int n,         \
+                      long long stride, int vec, const klab::acc_t<T>* __restrict__ part,        \
+                      int chunks) {                                                              \
+    klab::rowk::split_apply<EPI, T, VPT>(y, x, n, stride, vec, part, chunks);                    \
+  }                                                                                              \
+  template <typename T, int VPT>                                                                 \
+  __global__ void __launch_bounds__(klab::rowk::MaxThreads<VPT>::value)                          \
+      P##_persist(T* __restrict__ y, const T* __restrict__ x, long long rows, int n,             \
+                  long long stride, int vec, int late) {                                         \
+    klab::rowk::persistent_rows<EPI, T, VPT, 1>(y, x, rows, n, stride, late);                    \
+  }                                                                                              \
+  template <typename T, int VPT, int CL>                                                         \
+  __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(klab::rowk::MaxThreads<VPT>::value) \
+      P##_persist_cluster(T* __restrict__ y, const T* __restrict__ x, long long rows, int n,     \
+                          long long stride, int vec, int late) {                                 \
+    klab::rowk::persistent_rows<EPI, T, VPT, CL>(y, x, rows, n, stride, late);                   \
+  }

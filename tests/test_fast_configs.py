@@ -1,0 +1,99 @@
+"""fast_softmax / log_softmax launch configs (CPU) and every persistent kernel shape (GPU).
+
+CPU: ``fast_softmax_config`` always returns a shape that holds the row, names an instantiation
+both sources declare, and respects the kernels' limits. GPU: each persistent instantiation runs
+forced (``fast_launch(..., max_groups=...)``) so every CTA / cluster loops over several rows -
+the prefetch pipeline and the parity-buffered cluster exchange - on odd and aligned rows with
+-inf / NaN rows, for softmax and log_softmax. The generic suite (test_correctness.py) only ever
+gives a persistent group one or two rows.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import HAS_CUDA
+
+from kernel_lab.cuda_common import ALL_DTYPES, vec_width
+from kernel_lab.ops.log_softmax import cuda_variants as lcv
+from kernel_lab.ops.log_softmax import op as log_op
+from kernel_lab.ops.softmax import cuda_variants as cv
+from kernel_lab.reference import check
+
+NS = sorted({1, 3, 7, 31, 127, 128, 129, 512, 781, 1023, 1024, 1823, 2048, 4096, 4097, 8192,
+             16384, 16385, 32000, 32768, 50257, 65536, 128256, 131072, 151936, 262144, 262145,
+             524288, 1048576, 1048577, 2097152})
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
+@pytest.mark.parametrize("aligned,vec", [(True, True), (False, True), (False, False)])
+def test_config_holds_the_row(dtype, aligned, vec):
+    fast = set(cv.FAST.name_expressions)
+    log = set(lcv.FORWARD.name_expressions)
+    t = cv.ctype(dtype)
+    for n in NS:
+        c = cv.fast_softmax_config(n, dtype, aligned, vec)
+        assert c.kind != "persist" or (vec and dtype in cv.PERSIST_DTYPES), (n, c)
+        if c.kind != "split":
+            assert c.capacity() >= cv._windows(n, dtype, aligned), (n, c)
+        assert c.threads % 32 == 0 and 32 <= c.threads <= 1024, (n, c)
+        if c.kind == "persist":
+            assert c.threads <= cv.persist_max_threads(c.vpt), (n, c)
+            assert c.shared_mem() <= 227 * 1024, (n, c)
+        assert c.expr(t) in fast, (n, c.expr(t))
+        assert c.expr(t, "log_softmax") in log, (n, c.expr(t, "log_softmax"))
+
+
+def test_both_sources_declare_the_same_family():
+    fast = [e.replace("fast_softmax_", "", 1) for e in cv.FAST.name_expressions]
+    log = [e.replace("log_softmax_", "", 1) for e in lcv.FORWARD.name_expressions]
+    assert fast == log
+
+
+def _persist_cases():
+    """(dtype, vpt, cluster, threads, late) for every persistent instantiation and schedule: a
+    small CTA (many rows, quick) and, for clusters 1 and 16, the largest CTA (> 48 KB of
+    shared memory)."""
+    for dt in cv.PERSIST_DTYPES:
+        for vpt in cv.PERSIST_VPT[dt.itemsize]:
+            for cl in cv.PERSIST_CL:
+                for late in (False, True) if cl > 1 else (False,):
+                    tag = "-late" if late else ""
+                    yield pytest.param(dt, vpt, cl, 64, late, id=f"{dt}-v{vpt}-cl{cl}-t64{tag}")
+                    if cl in (1, 16):
+                        big = cv.persist_max_threads(vpt)
+                        yield pytest.param(dt, vpt, cl, big, late,
+                                           id=f"{dt}-v{vpt}-cl{cl}-t{big}{tag}")
+
+
+def _edge_rows(x: torch.Tensor) -> torch.Tensor:
+    x[0] = float("-inf")  # all -inf: NaN
+    x[1, ::3] = float("-inf")  # -inf entries: 0 / -inf
+    x[2, x.shape[1] // 2] = float("nan")  # NaN reaches its row
+    x[3, : x.shape[1] // 2] = float("-inf")  # a long -inf prefix
+    x[4] += 1e4 if x.dtype == torch.float32 else 3e3  # skipping the max would overflow
+    return x
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype,vpt,cl,threads,late", list(_persist_cases()))
+def test_persistent_kernels_loop_over_rows(dtype, vpt, cl, threads, late):
+    w = vec_width(dtype)
+    cap = threads * vpt * cl * w  # elements the shape holds
+    gen = torch.Generator(device="cuda").manual_seed(1234 + vpt * 100 + cl)
+    cfg = cv.FastConfig("persist", threads=threads, vpt=vpt, cluster=cl, late=late)
+    for n in (cap, cap - w - 3, cap - (threads * vpt * cl * w) // 3 - 5):  # aligned, odd rows
+        m = 23
+        x = torch.randn(m, n, device="cuda", dtype=torch.float32, generator=gen).to(dtype)
+        x = _edge_rows(x)
+        for kernels, ref_fn, tol in (
+            (cv.FAST_KERNELS, lambda a: torch.softmax(a.double(), -1), None),
+            (lcv.FORWARD_KERNELS, lambda a: torch.log_softmax(a.double(), -1),
+             log_op.TOLERANCES),
+        ):
+            ref = ref_fn(x)
+            for groups in (3, None):  # 3 groups: each loops over ~8 rows
+                out = torch.full_like(x, float("nan"))
+                cv.fast_launch(out, x, cfg, kernels=kernels, max_groups=groups)
+                res = check(out, ref, dtype, tol)
+                assert res.ok, f"{kernels.prefix} {cfg} n={n} groups={groups}: {res.message}"
