@@ -19,7 +19,9 @@
 //             rows misaligned differently, e.g. x = buf[1:].view(M, N) in fp32) loads the same
 //             layout element by element: slower, never a fault.
 //   Math:     local (max, sum) over registers (1 exp per element), one merge of (max, sum)
-//             pairs across lanes / warps / CTAs, then the epilogue (softmax: 1 more exp).
+//             pairs across lanes / warps / CTAs, then the epilogue. Softmax keeps the exps of
+//             the sum loop in fp32 registers and scales them (exp_maxsum / exp_scale: 1 exp per
+//             element in all); log_softmax keeps x and writes (x - max) - log(sum).
 //   Bytes:    2 * M * N * sizeof(T) for every kernel except the split pair (3 * M * N, part
 //             of the second read served by L2).
 //   Precond:  rows < 2^31 blocks' worth; n < 2^31 - 16; fp32 accumulation (fp64 for double).
@@ -82,6 +84,10 @@ namespace klab {
 // y = exp(x - m) * (1 / s). An all -inf row (m = -inf, s = 0) gives exp(NaN) * inf = NaN, like
 // torch.softmax; -inf entries of other rows give exact zeros.
 template <typename A> struct SoftmaxEpilogue {
+  // The kernels keep e = exp(x - m_thread) from the sum loop and scale it (exp_scale): one exp
+  // per element instead of two. bf16 at copy speed needs 8 elements/clk/SM; two exps each would
+  // be the SM's whole MUFU rate (16/clk).
+  static constexpr bool kScalesExp = true;
   A m, inv;
   __device__ __forceinline__ explicit SoftmaxEpilogue(MaxSum<A> st) : m(st.m), inv(A(1) / st.s) {}
   __device__ __forceinline__ A operator()(A x) const { return exp_acc(x - m) * inv; }
@@ -95,6 +101,7 @@ __device__ __forceinline__ double log_acc(double v) { return log(v); }
 // Edge cases, as torch.log_softmax: -inf gives -inf; an all -inf row gives NaN (m = -inf,
 // s = 0: (-inf - -inf) - log(0)); NaN reaches the sum and so the whole row.
 template <typename A> struct LogSoftmaxEpilogue {
+  static constexpr bool kScalesExp = false;
   A m, log_sum;
   __device__ __forceinline__ explicit LogSoftmaxEpilogue(MaxSum<A> st)
       : m(st.m), log_sum(log_acc(st.s)) {}
@@ -133,6 +140,50 @@ __device__ __forceinline__ MaxSum<acc_t<T>> row_maxsum(Vec<T> (&r)[K]) {
     for (int i = 0; i < Vec<T>::N; ++i) s += exp_acc(r[k].get(i) - ms);
   opaque_2byte(r);
   return {m, s};
+}
+
+// Softmax with one exp per element. exp_maxsum: this thread's max m_t, then e = exp(x - m_t)
+// kept in fp32 registers (they replace the raw values: same count for fp32, the fp32 copies
+// 2-byte types would hold anyway) and summed. After the merge into the row's (M, S), every e is
+// scaled by exp(m_t - M) / S (one exp per thread). Edge cases as torch.softmax: S = 0 (all -inf
+// row) or NaN (a NaN or +inf in the row) makes the whole row NaN; a thread whose elements are
+// all -inf writes zeros.
+template <typename T, int K>
+__device__ __forceinline__ MaxSum<acc_t<T>> exp_maxsum(Vec<T> (&r)[K],
+                                                       acc_t<T> (&e)[K][Vec<T>::N]) {
+  using A = acc_t<T>;
+  A m = neg_inf<A>();
+#pragma unroll
+  for (int k = 0; k < K; ++k)
+#pragma unroll
+    for (int i = 0; i < Vec<T>::N; ++i) m = amax(m, r[k].get(i));
+  const A ms = safe_max(m);
+  A s = A(0);
+#pragma unroll
+  for (int k = 0; k < K; ++k)
+#pragma unroll
+    for (int i = 0; i < Vec<T>::N; ++i) {
+      e[k][i] = exp_acc(r[k].get(i) - ms);
+      s += e[k][i];
+    }
+  return {m, s};
+}
+
+__device__ __forceinline__ float quiet_nan(float) { return CUDART_NAN_F; }
+__device__ __forceinline__ double quiet_nan(double) { return CUDART_NAN; }
+
+template <typename A> __device__ __forceinline__ A exp_scale(A m_thread, MaxSum<A> row) {
+  if (!(row.s > A(0))) return quiet_nan(A());  // S = 0 or NaN
+  if (m_thread == neg_inf<A>()) return A(0);
+  return exp_acc(m_thread - row.m) * (A(1) / row.s);
+}
+
+template <typename T>
+__device__ __forceinline__ Vec<T> scaled(const acc_t<T> (&e)[Vec<T>::N], acc_t<T> f) {
+  Vec<T> o;
+#pragma unroll
+  for (int i = 0; i < Vec<T>::N; ++i) o.set(i, e[i] * f);
+  return o;
 }
 
 template <typename T, typename Epi>
@@ -174,10 +225,14 @@ __device__ __forceinline__ void row_on_chip(T* __restrict__ y, const T* __restri
   const int base = rank * blockDim.x + threadIdx.x, step = CL * blockDim.x;
   const T fill = neg_inf_t<T>();
 
+  constexpr bool kExp = E<A>::kScalesExp;
   Vec<T> r[VPT];
+  A e[kExp ? VPT : 1][Vec<T>::N];
 #pragma unroll
   for (int k = 0; k < VPT; ++k) r[k] = load_window(xr, k * step + base, n, h, vec, fill);
-  MaxSum<A> st = row_maxsum(r);
+  MaxSum<A> st;
+  if constexpr (kExp) st = exp_maxsum(r, e); else st = row_maxsum(r);
+  const A m_thread = st.m;
   st = block_allreduce(st, MergeOp{}, id<T>(), red);
   if constexpr (CL > 1) {
     if (threadIdx.x == 0) {
@@ -188,9 +243,15 @@ __device__ __forceinline__ void row_on_chip(T* __restrict__ y, const T* __restri
     st = cluster_merge<A, CL>(part);
     cluster_arrive();  // done reading peers
   }
-  apply_epilogue<E>(r, st);
+  if constexpr (kExp) {
+    const A f = exp_scale(m_thread, st);
 #pragma unroll
-  for (int k = 0; k < VPT; ++k) store_window(yr, k * step + base, n, h, vec, r[k]);
+    for (int k = 0; k < VPT; ++k) store_window(yr, k * step + base, n, h, vec, scaled<T>(e[k], f));
+  } else {
+    apply_epilogue<E>(r, st);
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) store_window(yr, k * step + base, n, h, vec, r[k]);
+  }
   if constexpr (CL > 1) cluster_wait();  // peers are done with our `part`
 }
 
@@ -208,15 +269,25 @@ __device__ __forceinline__ void warp_rows(T* __restrict__ y, const T* __restrict
   const int h = row_head(xr, vec);
   const T fill = neg_inf_t<T>();
 
+  constexpr bool kExp = E<A>::kScalesExp;
   Vec<T> r[VPT];
+  A e[kExp ? VPT : 1][Vec<T>::N];
 #pragma unroll
   for (int k = 0; k < VPT; ++k) r[k] = load_window(xr, k * G + lane, n, h, vec, fill);
-  MaxSum<A> st = row_maxsum(r);
+  MaxSum<A> st;
+  if constexpr (kExp) st = exp_maxsum(r, e); else st = row_maxsum(r);
+  const A m_thread = st.m;
   st = warp_allreduce<G>(st, MergeOp{});
   if (!active) return;
-  apply_epilogue<E>(r, st);
+  if constexpr (kExp) {
+    const A f = exp_scale(m_thread, st);
 #pragma unroll
-  for (int k = 0; k < VPT; ++k) store_window(yr, k * G + lane, n, h, vec, r[k]);
+    for (int k = 0; k < VPT; ++k) store_window(yr, k * G + lane, n, h, vec, scaled<T>(e[k], f));
+  } else {
+    apply_epilogue<E>(r, st);
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) store_window(yr, k * G + lane, n, h, vec, r[k]);
+  }
 }
 
 // Kernel 4a. part: (rows x chunks) (max, sum) pairs, chunk = blockDim.x * VPT windows.
@@ -331,7 +402,9 @@ __device__ __forceinline__ void persistent_rows(T* __restrict__ y, const T* __re
     T* yr = y + row * (long long)n;
     const int h = row_head(xr, 1);
     cp_async_wait_all();  // this thread's copies of `row` have landed
+    constexpr bool kExp = E<A>::kScalesExp;
     Vec<T> r[VPT];
+    A e[kExp ? VPT : 1][W];
     read_prefetched(r, mine, n, h, (n + h + W - 1) / W, opaque(base), step);
     auto prefetch_next = [&]() {
       if (row + Q < rows) {
@@ -340,7 +413,9 @@ __device__ __forceinline__ void persistent_rows(T* __restrict__ y, const T* __re
       }
       cp_async_commit();
     };
-    MaxSum<A> st = row_maxsum(r);  // consumes every value read from the slots ...
+    MaxSum<A> st;  // consumes every value read from the slots ...
+    if constexpr (kExp) st = exp_maxsum(r, e); else st = row_maxsum(r);
+    const A m_thread = st.m;
     if (CL == 1 || !late) prefetch_next();  // ... so the slots can take the next row now
     st = block_allreduce(st, MergeOp{}, id<T>(), red);
     if constexpr (CL > 1) {
@@ -355,12 +430,18 @@ __device__ __forceinline__ void persistent_rows(T* __restrict__ y, const T* __re
       cluster_wait();
       st = cluster_merge<A, CL>(slot);
     }
-    const E<A> epi(st);
     const int b = opaque(base);
+    if constexpr (kExp) {
+      const A f = exp_scale(m_thread, st);
 #pragma unroll
-    for (int k = 0; k < VPT; ++k) {  // one vector's fp32 values live at a time
-      apply_epilogue(r[k], epi);
-      store_window(yr, k * step + b, n, h, 1, r[k]);
+      for (int k = 0; k < VPT; ++k) store_window(yr, k * step + b, n, h, 1, scaled<T>(e[k], f));
+    } else {
+      const E<A> epi(st);
+#pragma unroll
+      for (int k = 0; k < VPT; ++k) {  // one vector's fp32 values live at a time
+        apply_epilogue(r[k], epi);
+        store_window(yr, k * step + b, n, h, 1, r[k]);
+      }
     }
   }
   cp_async_wait_all();
