@@ -74,19 +74,21 @@ def _has_cupy() -> bool:
 
 
 def measured_preferences(op: str, x: torch.Tensor, dim: int = -1) -> tuple[str, ...]:
-    """PREFERENCES, reordered by the H200 sweep of 2026-11-29 (bench/NOTES.md, M*N = 2^28).
+    """PREFERENCES, reordered by the H200 sweeps of 2026-11-29 (bench/NOTES.md, M*N = 2^28).
 
-    There the Triton whole-row kernel beat fast_softmax for 2048 <= N <= 32768 (fp32 and bf16),
-    and for 2-byte types with N >= 65536 vec_softmax beat it (e.g. bf16 N = 131072: 2766 vs 1978
-    GB/s). Elsewhere fast_softmax led. Re-measure and edit this table when kernels change.
+    Softmax forward, fastest per row length N there: Triton's whole-row kernel for N <= 256,
+    for 2048 <= N <= 32768 in fp32 and for N <= 8192 in fp16/bf16 (97-100 % of copy against
+    fast_softmax's 80-98 %); vec_softmax's streaming kernel for the longest rows (N >= 2^20, and
+    2^19 in fp16/bf16: 61-63 % against fast_softmax's split pair at 34-45 %); fast_softmax
+    everywhere else. Re-measure and edit this table when kernels change.
     """
     prefs = PREFERENCES[op]
     if op != "softmax" or x.dim() == 0:
         return prefs
-    n = x.shape[dim]
-    if 2048 <= n <= 32768:
+    n, two_byte = x.shape[dim], x.element_size() == 2
+    if n <= 256 or (two_byte and n <= 8192) or (not two_byte and 2048 <= n <= 32768):
         return ("triton_fused", *prefs)
-    if n >= 65536 and x.element_size() == 2:
+    if n >= 1 << 20 or (two_byte and n >= 1 << 19):
         return ("vec_softmax", *prefs)
     return prefs
 
