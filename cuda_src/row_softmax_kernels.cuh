@@ -19,9 +19,11 @@
 //             rows misaligned differently, e.g. x = buf[1:].view(M, N) in fp32) loads the same
 //             layout element by element: slower, never a fault.
 //   Math:     local (max, sum) over registers (1 exp per element), one merge of (max, sum)
-//             pairs across lanes / warps / CTAs, then the epilogue. Softmax keeps the exps of
-//             the sum loop in fp32 registers and scales them (exp_maxsum / exp_scale: 1 exp per
-//             element in all); log_softmax keeps x and writes (x - max) - log(sum).
+//             pairs across lanes / warps / CTAs, then the epilogue. Softmax in the persistent
+//             kernels and in every fp16/bf16 kernel keeps the exps of the sum loop in fp32
+//             registers and scales them (exp_maxsum / exp_scale: 1 exp per element in all);
+//             elsewhere it recomputes exp(x - max) (2 per element); log_softmax keeps x and
+//             writes (x - max) - log(sum).
 //   Bytes:    2 * M * N * sizeof(T) for every kernel except the split pair (3 * M * N, part
 //             of the second read served by L2).
 //   Precond:  rows < 2^31 blocks' worth; n < 2^31 - 16; fp32 accumulation (fp64 for double).
@@ -172,6 +174,10 @@ __device__ __forceinline__ MaxSum<acc_t<T>> exp_maxsum(Vec<T> (&r)[K],
 __device__ __forceinline__ float quiet_nan(float) { return CUDART_NAN_F; }
 __device__ __forceinline__ double quiet_nan(double) { return CUDART_NAN; }
 
+// Where the one-exp path runs (measured on an H200, bench/NOTES.md): every persistent kernel,
+// and the warp / block / cluster kernels for fp16/bf16 only. In fp32 the MUFU is half-loaded
+// at copy speed, and the kept exps made block<float, 8> spill 24 bytes at 1024 threads
+// (N = 16384: 91 % of copy vs 97 % with two exps).
 template <typename A> __device__ __forceinline__ A exp_scale(A m_thread, MaxSum<A> row) {
   if (!(row.s > A(0))) return quiet_nan(A());  // S = 0 or NaN
   if (m_thread == neg_inf<A>()) return A(0);
@@ -225,7 +231,7 @@ __device__ __forceinline__ void row_on_chip(T* __restrict__ y, const T* __restri
   const int base = rank * blockDim.x + threadIdx.x, step = CL * blockDim.x;
   const T fill = neg_inf_t<T>();
 
-  constexpr bool kExp = E<A>::kScalesExp;
+  constexpr bool kExp = E<A>::kScalesExp && sizeof(T) == 2;  // see exp_scale
   Vec<T> r[VPT];
   A e[kExp ? VPT : 1][Vec<T>::N];
 #pragma unroll
@@ -269,7 +275,7 @@ __device__ __forceinline__ void warp_rows(T* __restrict__ y, const T* __restrict
   const int h = row_head(xr, vec);
   const T fill = neg_inf_t<T>();
 
-  constexpr bool kExp = E<A>::kScalesExp;
+  constexpr bool kExp = E<A>::kScalesExp && sizeof(T) == 2;  // see exp_scale
   Vec<T> r[VPT];
   A e[kExp ? VPT : 1][Vec<T>::N];
 #pragma unroll
