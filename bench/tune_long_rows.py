@@ -118,7 +118,8 @@ def measure(n: int, dtype: torch.dtype, args, resident: dict) -> tuple[dict, lis
             continue
         if c.kind == "persist":
             e = c.expr(cv.ctype(dtype))
-            resident[f"{e} t{c.threads}"] = cv.resident_groups(cv.FAST, e, c, 0)
+            resident[f"{e} t{c.threads}"] = cv.resident_groups(cv.FAST, e, c.threads, c.cluster,
+                                                                c.shared_mem(), 0)
         rows.append({"dtype": dname, "M": m, "N": n, "cfg": label, "gbs": round(gbs(t)),
                      "pct": round(100 * gbs(t) / copy, 1), "copy": round(copy), "ok": ok,
                      "default": c == default})

@@ -24,6 +24,31 @@
 //
 // Kernel 3, fused_softmax_backward_stream<T> (rows longer than a cluster holds): a dot pass and
 // an elementwise pass, both with vector loads: 5 * M * N * sizeof(T) bytes (L2 catches part).
+//
+// Kernel 4, fused_softmax_backward_persist<T, VPT, CL> (long rows, aligned tensors): persistent
+// and prefetching, the forward's fast_softmax_persist_cluster (row_softmax_kernels.cuh) for two
+// inputs.
+// Ownership: the grid holds only the clusters of CL CTAs (CL = 1: single CTAs) that are resident
+//            at once; cluster q of Q owns rows q, q + Q, ...; inside a row, CTA rank c, thread t
+//            holds windows k * CL * blockDim.x + c * blockDim.x + t (k < VPT) of y and dy.
+// Pipeline:  the current row's y and dy sit in registers; the next row's windows of this thread
+//            are in flight into dynamic shared memory (cp.async.cg, 16 bytes each) while the
+//            CTA reduces the dot product, crosses the cluster barrier and stores dx. Each thread
+//            reads back only the slots it copied (wait_group 0: no block barrier). The copies
+//            are issued once the dot loop has consumed every value read from the slots.
+// Cluster:   the per-CTA partial dot is double-buffered by iteration parity: one cluster barrier
+//            per row (a CTA rewrites slot p two rows later, after a barrier every peer reaches
+//            only once done reading slot p), one more before exit.
+// Launch:    grid = min(M, resident clusters) * CL, blockDim.x a multiple of 32 (<= 1024 at
+//            VPT = 4), dynamic shared memory 2 * blockDim.x * VPT * 16 B (y slots, then dy).
+// Bytes:     3 * M * N * sizeof(T), loads always in flight.
+// Preconds:  `vec_ok` (y, dy, row strides and N * sizeof(T) 16-byte aligned: every window is
+//            whole); the launcher falls back to kernels 1-3 otherwise. Instantiated for fp32
+//            only (2- and 4-CTA clusters: measured faster there, see cuda_variants.py): fp32
+//            needs 56 registers, no spills; fp16/bf16 at 1024 threads hit the
+//            64-register cap and spill 40-48 bytes (NVRTC 13.5, sm_90), so they keep kernel 2.
+// Changed:   from kernel 2: one launch for all rows; the next row's loads overlap this row's
+//            reduction, barrier and stores.
 #include "cluster.cuh"
 #include "softmax_common.cuh"
 
@@ -155,4 +180,87 @@ __global__ void __launch_bounds__(1024)
     if (vec_ok) klab::store_vec(dxr + e, a);
     else klab::store_vec_scalar(dxr + e, a, n - e);
   }
+}
+
+template <typename T, int VPT>
+__device__ __forceinline__ void prefetch_pair(uint4* my_y, uint4* my_dy, const T* yr,
+                                              const T* dyr, int nwin, int base, int step) {
+  const uint4* y4 = reinterpret_cast<const uint4*>(yr);
+  const uint4* dy4 = reinterpret_cast<const uint4*>(dyr);
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) {
+    const int v = k * step + base;
+    if (v < nwin) {
+      klab::cp_async16(my_y + k * blockDim.x, y4 + v);
+      klab::cp_async16(my_dy + k * blockDim.x, dy4 + v);
+    }
+  }
+}
+
+template <typename T, int VPT, int CL>
+__global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(1024)
+    fused_softmax_backward_persist(T* __restrict__ dx, const T* __restrict__ y,
+                                   const T* __restrict__ dy, long long rows, int n,
+                                   long long y_stride, long long dy_stride, int vec_ok) {
+  using A = klab::acc_t<T>;
+  using V = klab::Vec<T>;
+  constexpr int W = V::N;
+  __shared__ A red[32];
+  __shared__ A part[2];  // [iteration parity]: this CTA's partial dot, read by peers
+  extern __shared__ uint4 slots[];  // VPT * blockDim.x for y, then as many for dy
+  const unsigned rank = CL > 1 ? klab::cluster_rank() : 0u;
+  const long long q = blockIdx.x / CL, Q = gridDim.x / CL;
+  const int base = rank * blockDim.x + threadIdx.x, step = CL * blockDim.x;
+  const int nwin = n / W;  // vec_ok: whole windows only
+  uint4* my_y = slots + threadIdx.x;
+  uint4* my_dy = slots + VPT * blockDim.x + threadIdx.x;
+
+  if (q < rows)
+    prefetch_pair<T, VPT>(my_y, my_dy, y + q * y_stride, dy + q * dy_stride, nwin, base, step);
+  klab::cp_async_commit();
+  for (long long row = q, it = 0; row < rows; row += Q, ++it) {
+    klab::cp_async_wait_all();  // this thread's copies of `row` have landed
+    V ry[VPT], rd[VPT];
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+      if (k * step + base < nwin) {
+        ry[k].raw = my_y[k * blockDim.x];
+        rd[k].raw = my_dy[k * blockDim.x];
+      } else {
+        ry[k].fill(T(0.0f));
+        rd[k].fill(T(0.0f));
+      }
+    }
+    A dot = A(0);
+#pragma unroll
+    for (int k = 0; k < VPT; ++k)
+#pragma unroll
+      for (int i = 0; i < W; ++i) dot += ry[k].get(i) * rd[k].get(i);
+    // Every value read from the slots is consumed: they can take the next row now.
+    if (row + Q < rows)
+      prefetch_pair<T, VPT>(my_y, my_dy, y + (row + Q) * y_stride, dy + (row + Q) * dy_stride,
+                            nwin, base, step);
+    klab::cp_async_commit();
+    dot = klab::block_allreduce(dot, klab::SumOp{}, A(0), red);
+    if constexpr (CL > 1) {
+      A* slot = &part[it & 1];
+      if (threadIdx.x == 0) *slot = dot;
+      klab::cluster_sync();  // publishes slot; peers are done with the other parity's slot
+      const int lane = threadIdx.x & 31;
+      dot = lane < CL ? klab::dsmem_load(klab::dsmem_map(slot, lane), A()) : A(0);
+      dot = klab::warp_allreduce(dot, klab::SumOp{});
+    }
+    T* dxr = dx + row * (long long)n;
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+      const int v = k * step + base;
+      if (v >= nwin) continue;
+      V o;
+#pragma unroll
+      for (int i = 0; i < W; ++i) o.set(i, ry[k].get(i) * (rd[k].get(i) - dot));
+      klab::store_vec(dxr + v * W, o);
+    }
+  }
+  klab::cp_async_wait_all();
+  if constexpr (CL > 1) klab::cluster_sync();  // no CTA leaves while a peer may read its slot
 }

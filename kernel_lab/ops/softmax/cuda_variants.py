@@ -46,11 +46,19 @@ VEC = cuda_source(
     [f"vec_softmax<{t}, {v}>" for t in _T for v in VPT] + [f"vec_softmax_stream<{t}>" for t in _T],
 )
 BACKWARD_CL = (2, 4, 8, 16)
+BACKWARD_PERSIST_VPT, BACKWARD_PERSIST_THREADS = 4, 1024  # 2 x 64 KB of y, dy per CTA
+# Persistent backward clusters: 2 and 4 CTAs (H200, fp32, M*N = 2^28: N = 32000 90.2 % of copy vs
+# 86 % for the one-row cluster kernel, 65536 84.7 vs 82). With 16 CTAs it lost (151936: 54 % vs
+# 59 %; 262144: 55 % vs 71 % for 16 x 512 x 8 one-row clusters), so longer rows keep those.
+BACKWARD_PERSIST_CL = (2, 4)
+BACKWARD_PERSIST_DTYPES = (torch.float32,)  # 2-byte types spill at 1024 threads (see the .cu)
 BACKWARD = cuda_source(
     "fused_softmax_backward.cu",
     [f"fused_softmax_backward<{t}, {v}>" for t in _T for v in VPT]
     + [f"fused_softmax_backward_cluster<{ctype(d)}, {4 if vec_width(d) == 8 else 8}, {c}>"
        for d in ALL_DTYPES for c in BACKWARD_CL]
+    + [f"fused_softmax_backward_persist<{ctype(d)}, {BACKWARD_PERSIST_VPT}, {c}>"
+       for d in BACKWARD_PERSIST_DTYPES for c in BACKWARD_PERSIST_CL]
     + [f"fused_softmax_backward_stream<{t}>" for t in _T],
 )
 
@@ -194,30 +202,47 @@ def fused_softmax_backward(y: torch.Tensor, dy: torch.Tensor, dim: int = -1) -> 
     def launch(dx, y2d, dy2d):
         m, n = dx.shape
         t = ctype(y2d.dtype)
-        ok = i32(int(vec_aligned(y2d, dy2d, dx)))
-        kind, threads, vpt, cl = backward_config(n, y2d.dtype)
+        aligned = vec_aligned(y2d, dy2d, dx)
+        kind, threads, vpt, cl = backward_config(n, y2d.dtype, aligned)
+        smem = 0
         if kind == "block":
             expr, grid = f"fused_softmax_backward<{t}, {vpt}>", m
         elif kind == "cluster":
             expr, grid = f"fused_softmax_backward_cluster<{t}, {vpt}, {cl}>", m * cl
             if cl > 8:
                 _allow_non_portable_cluster(BACKWARD, expr, device_index(dx))
+        elif kind == "persist":
+            expr, smem = f"fused_softmax_backward_persist<{t}, {vpt}, {cl}>", 2 * threads * vpt * 16
+            groups = resident_groups(BACKWARD, expr, threads, cl, smem, device_index(dx))
+            grid = min(m, groups) * cl
         else:
             expr, grid = f"fused_softmax_backward_stream<{t}>", m
-        launch_rows(BACKWARD, expr, dx, (y2d, dy2d), grid=grid, block=threads, extra=(ok,))
+        launch_rows(BACKWARD, expr, dx, (y2d, dy2d), grid=grid, block=threads,
+                    extra=(i32(int(aligned)),), shared_mem=smem)
 
     return rowwise(launch, y, dy, dim=dim)
 
 
-def backward_config(n: int, dtype: torch.dtype) -> tuple[str, int, int | None, int]:
+def backward_config(
+    n: int, dtype: torch.dtype, aligned: bool = True
+) -> tuple[str, int, int | None, int]:
     """(kind, threads, vectors per thread, cluster size) of fused_softmax_backward for rows of n.
 
-    One CTA holds y and dy up to 512 threads x 8 vectors each; a cluster of up to 16 CTAs holds
-    16 times that; longer rows stream (two passes)."""
+    One CTA holds y and dy up to 512 threads x 8 vectors each (``block``). Longer rows, when
+    y, dy and dx are 16-byte aligned (``aligned``) in fp32: ``persist``, the smallest
+    cluster of 2 or 4 CTAs of <= 1024 threads x 4 vectors that holds the row (N <= 65536),
+    persistent with the next row prefetched. Otherwise a one-row cluster of up to 16 CTAs of
+    512 x 8 (fp32) or x 4 (2-byte) vectors; longer rows stream (two passes)."""
     threads, vpt = vec_config(n, dtype, BWD_MAX_THREADS)
     if vpt:
         return "block", threads, vpt, 1
     nw = -(-n // vec_width(dtype))
+    if aligned and dtype in BACKWARD_PERSIST_DTYPES:
+        per_cta = BACKWARD_PERSIST_THREADS * BACKWARD_PERSIST_VPT
+        for cl in BACKWARD_PERSIST_CL:
+            if nw <= cl * per_cta:
+                return ("persist", _round32(-(-nw // (BACKWARD_PERSIST_VPT * cl))),
+                        BACKWARD_PERSIST_VPT, cl)
     vpt = 4 if vec_width(dtype) == 8 else 8  # fp16/bf16: 2 x 32 elements per thread, no spills
     for cl in BACKWARD_CL:
         if nw <= cl * BWD_MAX_THREADS * vpt:
@@ -469,7 +494,8 @@ def fast_launch(
     elif cfg.kind == "persist":
         if not vec:
             raise ValueError(f"{expr} needs input and output rows in the same 16-byte phase")
-        groups = min(m, resident_groups(src, expr, cfg, device_index(out)))
+        groups = min(m, resident_groups(src, expr, cfg.threads, cfg.cluster, cfg.shared_mem(),
+                                        device_index(out)))
         if max_groups is not None:
             groups = max(1, min(groups, max_groups))
         launch_rows(src, expr, out, (x2d,), grid=groups * cfg.cluster, block=cfg.threads,
@@ -492,20 +518,21 @@ def _allow_non_portable_cluster(src, expr: str, dev: int) -> None:
     _non_portable_done.add((fn.ptr, dev))
 
 
-_resident: dict[tuple[int, int, int, int], int] = {}
+_resident: dict[tuple[int, int, int, int, int], int] = {}
 
 
-def resident_groups(src, expr: str, cfg: FastConfig, dev: int) -> int:
-    """CTAs (cluster 1) or clusters of ``cfg`` that are resident at once on device ``dev``: the
-    persistent grid. Sets the kernel's dynamic shared memory limit (and the non-portable
-    cluster opt-in) first. Keyed by the loaded function, so a hot reload asks again.
+def resident_groups(src, expr: str, threads: int, cluster: int, smem: int, dev: int) -> int:
+    """CTAs (cluster 1) or clusters of ``cluster`` CTAs of ``threads`` threads and ``smem`` bytes
+    of dynamic shared memory that are resident at once on device ``dev``: a persistent grid.
+    Sets the kernel's dynamic shared memory limit (and the non-portable cluster opt-in) first.
+    Keyed by the loaded function, so a hot reload asks again.
 
     A grid larger than this would run a second, mostly idle wave (each group owns ~M / grid
     rows), so it must not be overestimated: clusters are counted by the driver
     (cuOccupancyMaxActiveClusters), since GPCs do not divide evenly into clusters.
     """
     fn = src.function(expr, dev)
-    key = (fn.ptr, dev, cfg.threads, cfg.cluster)
+    key = (fn.ptr, dev, threads, cluster, smem)
     got = _resident.get(key)
     if got is not None:
         return got
@@ -513,20 +540,19 @@ def resident_groups(src, expr: str, cfg: FastConfig, dev: int) -> int:
 
     from kernel_lab import jit
 
-    smem = cfg.shared_mem()
     jit.set_max_dynamic_shared(fn, smem)
-    if cfg.cluster > 8:
+    if cluster > 8:
         _allow_non_portable_cluster(src, expr, dev)
     sms = torch.cuda.get_device_properties(dev).multi_processor_count
-    per_sm = driver.occupancyMaxActiveBlocksPerMultiprocessor(fn.ptr, cfg.threads, smem)
-    if cfg.cluster == 1:
+    per_sm = driver.occupancyMaxActiveBlocksPerMultiprocessor(fn.ptr, threads, smem)
+    if cluster == 1:
         got = per_sm * sms
     else:
-        got = _max_active_clusters(fn.ptr, cfg.threads, smem, cfg.cluster, dev)
+        got = _max_active_clusters(fn.ptr, threads, smem, cluster, dev)
         if got <= 0:  # no driver answer: whole clusters per SM-aligned share, one spare
-            got = max(1, per_sm * sms // cfg.cluster - 1)
+            got = max(1, per_sm * sms // cluster - 1)
     if got <= 0:
-        raise RuntimeError(f"{expr}: {cfg.threads} threads with {smem} B of shared memory "
+        raise RuntimeError(f"{expr}: {threads} threads with {smem} B of shared memory "
                            "do not fit on one SM")
     _resident[key] = got
     return got

@@ -1,0 +1,65 @@
+"""fused_softmax_backward launch configs (CPU) and its persistent kernels (GPU).
+
+CPU: ``backward_config`` holds every row, names a declared instantiation and takes the
+persistent kernels only for aligned fp32. GPU: every persistent cluster size runs with more rows
+than resident clusters, so each cluster loops (prefetch pipeline, parity-buffered partial dots),
+checked against the float64 reference through the op's own error scale.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import HAS_CUDA
+
+import kernel_lab
+from kernel_lab.cuda_common import ALL_DTYPES, ctype, vec_width
+from kernel_lab.ops.softmax import cuda_variants as cv
+
+NS = (1, 127, 4096, 16384, 16385, 20000, 32000, 50257, 65536, 151936, 262144, 524288, 1048576)
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
+@pytest.mark.parametrize("aligned", [True, False])
+def test_backward_config_holds_the_row(dtype, aligned):
+    declared = set(cv.BACKWARD.name_expressions)
+    t = ctype(dtype)
+    for n in NS:
+        kind, threads, vpt, cl = cv.backward_config(n, dtype, aligned)
+        assert threads % 32 == 0 and 32 <= threads <= 1024, (n, kind, threads)
+        nw = -(-n // vec_width(dtype))
+        if kind == "persist":
+            assert aligned and dtype == torch.float32, (n, dtype)
+            assert f"fused_softmax_backward_persist<{t}, {vpt}, {cl}>" in declared
+            assert threads * vpt * cl >= nw and threads <= cv.BACKWARD_PERSIST_THREADS
+        elif kind == "cluster":
+            assert f"fused_softmax_backward_cluster<{t}, {vpt}, {cl}>" in declared
+            assert threads * vpt * cl >= nw and threads <= 512
+        elif kind == "block":
+            assert f"fused_softmax_backward<{t}, {vpt}>" in declared
+            assert threads * vpt >= nw
+
+
+def test_long_aligned_fp32_rows_take_the_persistent_kernel():
+    assert cv.backward_config(65536, torch.float32)[0] == "persist"
+    assert cv.backward_config(65537, torch.float32)[0] == "cluster"  # 16-CTA persist lost
+    assert cv.backward_config(65536, torch.float32, aligned=False)[0] == "cluster"
+    assert cv.backward_config(65536, torch.bfloat16)[0] == "cluster"
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("n,cl", [(20000, 2), (40000, 4), (65536, 4)])
+def test_persistent_backward_loops_over_rows(n, cl):
+    kind, threads, vpt, got_cl = cv.backward_config(n, torch.float32)
+    assert (kind, got_cl) == ("persist", cl)
+    expr = f"fused_softmax_backward_persist<float, {vpt}, {cl}>"
+    groups = cv.resident_groups(cv.BACKWARD, expr, threads, cl, 2 * threads * vpt * 16, 0)
+    m = 2 * groups + 3  # every cluster loops over two or three rows
+    gen = torch.Generator(device="cuda").manual_seed(n)
+    x = torch.randn(m, n, device="cuda", generator=gen)
+    y = torch.softmax(x, -1)
+    dy = torch.randn(m, n, device="cuda", generator=gen)
+    dx = kernel_lab.run("fused_softmax_backward", y, dy)
+    op = kernel_lab.get_op("softmax_backward")
+    res = op.check(dx, y, dy)
+    assert res.ok, f"n={n} cl={cl} rows={m} groups={groups}: {res.message}"
