@@ -205,6 +205,23 @@ __device__ __forceinline__ void apply_epilogue(Vec<T> (&r)[K], MaxSum<acc_t<T>> 
   for (int k = 0; k < K; ++k) apply_epilogue(r[k], epi);
 }
 
+// Write a row's K windows through store(k, vector): the epilogue applied to the raw values r
+// (two-exp path) or, on the one-exp path (KEXP), this thread's kept exps e scaled by
+// exp_scale(m_thread, st).
+template <template <typename> class E, bool KEXP, typename T, int K, int KE, typename Store>
+__device__ __forceinline__ void write_row(Vec<T> (&r)[K], const acc_t<T> (&e)[KE][Vec<T>::N],
+                                          acc_t<T> m_thread, MaxSum<acc_t<T>> st, Store store) {
+  if constexpr (KEXP) {
+    const acc_t<T> f = exp_scale(m_thread, st);
+#pragma unroll
+    for (int k = 0; k < K; ++k) store(k, scaled<T>(e[k], f));
+  } else {
+    apply_epilogue<E>(r, st);
+#pragma unroll
+    for (int k = 0; k < K; ++k) store(k, r[k]);
+  }
+}
+
 // Merge the CL CTAs' pairs of a cluster: every warp reads slot `p` of each peer over DSMEM.
 template <typename A, int CL>
 __device__ __forceinline__ MaxSum<A> cluster_merge(const A* slot) {
@@ -249,15 +266,9 @@ __device__ __forceinline__ void row_on_chip(T* __restrict__ y, const T* __restri
     st = cluster_merge<A, CL>(part);
     cluster_arrive();  // done reading peers
   }
-  if constexpr (kExp) {
-    const A f = exp_scale(m_thread, st);
-#pragma unroll
-    for (int k = 0; k < VPT; ++k) store_window(yr, k * step + base, n, h, vec, scaled<T>(e[k], f));
-  } else {
-    apply_epilogue<E>(r, st);
-#pragma unroll
-    for (int k = 0; k < VPT; ++k) store_window(yr, k * step + base, n, h, vec, r[k]);
-  }
+  write_row<E, kExp>(r, e, m_thread, st, [&](int k, const Vec<T>& v) {
+    store_window(yr, k * step + base, n, h, vec, v);
+  });
   if constexpr (CL > 1) cluster_wait();  // peers are done with our `part`
 }
 
@@ -285,15 +296,9 @@ __device__ __forceinline__ void warp_rows(T* __restrict__ y, const T* __restrict
   const A m_thread = st.m;
   st = warp_allreduce<G>(st, MergeOp{});
   if (!active) return;
-  if constexpr (kExp) {
-    const A f = exp_scale(m_thread, st);
-#pragma unroll
-    for (int k = 0; k < VPT; ++k) store_window(yr, k * G + lane, n, h, vec, scaled<T>(e[k], f));
-  } else {
-    apply_epilogue<E>(r, st);
-#pragma unroll
-    for (int k = 0; k < VPT; ++k) store_window(yr, k * G + lane, n, h, vec, r[k]);
-  }
+  write_row<E, kExp>(r, e, m_thread, st, [&](int k, const Vec<T>& v) {
+    store_window(yr, k * G + lane, n, h, vec, v);
+  });
 }
 
 // Kernel 4a. part: (rows x chunks) (max, sum) pairs, chunk = blockDim.x * VPT windows.

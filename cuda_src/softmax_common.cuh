@@ -303,33 +303,6 @@ template <typename T, int K> __device__ __forceinline__ void opaque_2byte(Vec<T>
   }
 }
 
-// Local (max, sum) of K register vectors: max first, then one exp per element.
-template <typename T, int K>
-__device__ __forceinline__ MaxSum<acc_t<T>> local_maxsum(const Vec<T> (&r)[K]) {
-  using A = acc_t<T>;
-  A m = neg_inf<A>();
-#pragma unroll
-  for (int k = 0; k < K; ++k)
-#pragma unroll
-    for (int i = 0; i < Vec<T>::N; ++i) m = amax(m, r[k].get(i));
-  const A ms = safe_max(m);
-  A s = A(0);
-#pragma unroll
-  for (int k = 0; k < K; ++k)
-#pragma unroll
-    for (int i = 0; i < Vec<T>::N; ++i) s += exp_acc(r[k].get(i) - ms);
-  return {m, s};
-}
-
-// y = exp(x - m) * inv in place, for K register vectors.
-template <typename T, int K>
-__device__ __forceinline__ void normalize(Vec<T> (&r)[K], acc_t<T> m, acc_t<T> inv) {
-#pragma unroll
-  for (int k = 0; k < K; ++k)
-#pragma unroll
-    for (int i = 0; i < Vec<T>::N; ++i) r[k].set(i, exp_acc(r[k].get(i) - m) * inv);
-}
-
 template <typename T> __device__ __forceinline__ T neg_inf_t() {
   return from_acc<T>(neg_inf<acc_t<T>>());
 }
