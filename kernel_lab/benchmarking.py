@@ -6,7 +6,11 @@ Decisions (see DESIGN.md "Measuring"):
   ``perf_counter``. Used as pytest-benchmark's timer, one round is ``sync; k launches; sync``, so
   ``(round time) / k`` is the GPU time per call (or the launch cost, when launching is slower
   than the kernel: the true per-call cost of a small shape). ``k`` is chosen so a round lasts
-  >= :data:`ROUND_S`, which keeps the ~10-30 us of one sync under 1 % of the round.
+  >= :data:`ROUND_S`, which keeps the ~10-30 us of one sync under 1 % of the round, and >=
+  :data:`HOST_LATENCY_ROUNDS` times the host time of one call: each round starts from an idle
+  GPU, so the first call's host latency is idle GPU time inside the round. (A torch.compile
+  wrapper spends ~0.5 ms of host time per call; with 5 ms rounds that read 6-10 % slow against
+  the CUDA events in the second H200 sweep.)
 * **Cross-check.** :func:`cuda_event_median` brackets short bursts of back-to-back calls with
   CUDA events, one call queued ahead so the stream is busy when the start event fires, and
   takes the median per call. (The first H200 sweep bracketed single calls, do_bench style: host
@@ -39,6 +43,7 @@ from .registry import BACKENDS, Op, Variant, get, get_op, ops, variants
 
 NO_GPU = "no CUDA GPU"
 ROUND_S = 5e-3  # one timed round (one sync) covers at least this much work
+HOST_LATENCY_ROUNDS = 100  # ... and at least this many times one call's host time
 BUDGET_S = 0.25  # timed work per (variant, shape), split into rounds
 MIN_ROUNDS, MAX_ROUNDS = 10, 50
 MAX_ITERATIONS = 10_000
@@ -283,8 +288,22 @@ class Plan:
     estimate_s: float  # per call, from the calibration
 
 
-def plan(fn: Callable[[], Any], timer: Callable[[], float]) -> Plan:
-    """Calibrate: iterations so one round lasts ROUND_S, rounds so all fit BUDGET_S."""
+def host_latency(fn: Callable[[], Any]) -> float:
+    """Host seconds one call takes to return, started on an idle GPU (median of 5)."""
+    samples = []
+    for _ in range(5):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - t0)
+    torch.cuda.synchronize()
+    return statistics.median(samples)
+
+
+def plan(fn: Callable[[], Any], timer: Callable[[], float], host_s: float = 0.0) -> Plan:
+    """Calibrate: iterations so one round lasts ROUND_S and HOST_LATENCY_ROUNDS x ``host_s``
+    (one call's host latency, see the module notes), rounds so all fit BUDGET_S (at least
+    MIN_ROUNDS)."""
     n = 1
     while True:
         t0 = timer()
@@ -295,7 +314,8 @@ def plan(fn: Callable[[], Any], timer: Callable[[], float]) -> Plan:
             break
         n *= 4
     est = max(dt / n, 1e-9)
-    iterations = max(1, min(MAX_ITERATIONS, math.ceil(ROUND_S / est)))
+    round_s = max(ROUND_S, HOST_LATENCY_ROUNDS * host_s)
+    iterations = max(1, min(MAX_ITERATIONS, math.ceil(round_s / est)))
     rounds = max(MIN_ROUNDS, min(MAX_ROUNDS, math.ceil(BUDGET_S / (iterations * est))))
     return Plan(rounds, iterations, est)
 
@@ -315,8 +335,9 @@ def time_rounds(fn: Callable[[], Any], timer: Callable[[], float], p: Plan) -> l
 def calibrate(variant: Variant, work: Workload) -> tuple[Callable[[], Any], Plan, float | None]:
     """The rotating call, its timing plan and (on a GPU) the CUDA-event median cross-check."""
     fn = work.caller(variant)
-    p = plan(fn, timer_for(work.device))
-    event = cuda_event_median(fn, p.estimate_s) if work.device.startswith("cuda") else None
+    cuda = work.device.startswith("cuda")
+    p = plan(fn, timer_for(work.device), host_latency(fn) if cuda else 0.0)
+    event = cuda_event_median(fn, p.estimate_s) if cuda else None
     return fn, p, event
 
 

@@ -314,3 +314,20 @@ def test_cli_entry_point_without_gpu():
     if "ModuleNotFoundError" in r.stderr and "kernel_lab." in r.stderr:
         pytest.skip(f"the CLI cannot import yet: {r.stderr.strip().splitlines()[-1]}")
     assert r.returncode == 0 and r.stdout.count("\n") == 1 and bm.NO_GPU in r.stdout, r
+
+
+def test_plan_rounds_cover_the_host_latency_of_one_call():
+    """A round starts from an idle GPU: the first call's host time must stay ~1 % of it."""
+    clock = [0.0]
+
+    def timer():
+        return clock[0]
+
+    def call():  # 650 us of work per call, as compile_naive at 32768x8192 fp32 on an H200
+        clock[0] += 650e-6
+
+    short = bm.plan(call, timer)  # a cheap launcher: ROUND_S decides
+    assert short.iterations * 650e-6 >= bm.ROUND_S and short.iterations < 10
+    slow_host = bm.plan(call, timer, host_s=500e-6)  # ~0.5 ms of host time per call
+    assert slow_host.iterations * 650e-6 >= bm.HOST_LATENCY_ROUNDS * 500e-6
+    assert slow_host.rounds >= bm.MIN_ROUNDS
