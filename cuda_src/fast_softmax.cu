@@ -12,8 +12,10 @@
 //   fast_softmax_persist<T, VPT>              persistent CTAs, next row prefetched (cp.async)
 //   fast_softmax_persist_cluster<T, VPT, CL>  persistent clusters, next row prefetched
 //
-// Epilogue: y = exp(x - max) * (1 / sum). An all -inf row gives NaN (exp(-inf - -inf) / 0), like
-// torch.softmax; -inf entries of other rows give exact zeros; NaN reaches its whole row.
+// Epilogue: y = exp(x - max) * (1 / sum); the persistent kernels and every fp16/bf16 kernel
+// compute it as e * (exp(max_thread - max) / sum) from the exps e kept from the sum loop (one exp
+// per element: exp_scale in the header). An all -inf row gives NaN, like torch.softmax; -inf
+// entries of other rows give exact zeros; NaN reaches its whole row.
 #include "row_softmax_kernels.cuh"
 
 KLAB_ROW_SOFTMAX_KERNELS(fast_softmax, klab::SoftmaxEpilogue)
