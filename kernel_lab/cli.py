@@ -1,6 +1,7 @@
-"""``python -m kernel_lab``: list, check, bench, watch.
+"""``python -m kernel_lab``: list, check, bench, watch, resources.
 
-Each subcommand's work lives in its own module (``checking``, ``sweep``, ``watch``); this file
+Each subcommand's work lives in its own module (``checking``, ``sweep``, ``watch``,
+``resources``); this file
 only parses arguments and dispatches.
 """
 
@@ -38,6 +39,11 @@ def _parser() -> argparse.ArgumentParser:
     watch.add_arguments(
         sub.add_parser("watch", help="recompile, re-check and re-time a kernel on every save")
     )
+
+    from . import resources
+
+    resources.add_arguments(sub.add_parser(
+        "resources", help="registers and spills of a CUDA variant's kernels (NVRTC, no GPU)"))
     return p
 
 
@@ -70,6 +76,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         from .watch import main as watch_main
 
         return watch_main(args)
+    if args.command == "resources":
+        from .resources import main as resources_main
+
+        return resources_main(args)
     return 2
 
 

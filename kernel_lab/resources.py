@@ -1,0 +1,134 @@
+"""Registers, spills and machine-code digests of a ``.cu`` file's kernels - no GPU needed.
+
+    python -m kernel_lab resources fast_softmax                # every instantiation
+    python -m kernel_lab resources fast_softmax -k persist     # names containing "persist"
+    python -m kernel_lab resources fused_softmax_backward --arch sm_90 --digests
+
+NVRTC compiles the variant's file (the same call CI makes) to a cubin; this module reads the
+ELF directly: per kernel the register count (``EIATTR_REGCOUNT``), the stack frame, which is
+where spilled registers go (``EIATTR_FRAME_SIZE``), and a digest of its ``.text`` section.
+Digests answer "did my refactor change the machine code?" (equal digests: byte-identical SASS).
+
+The numbers are those of *this* machine's NVRTC: the GPU machine's CUDA version may allocate
+registers differently (seen here: 0 vs 24 spill bytes for one kernel), so read them as a lead
+and confirm with ``jit.function_attributes`` on the GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import struct
+from dataclasses import dataclass
+
+_SVAL = 0x04  # EIFMT_SVAL: u16 size, then payload (u32 symbol index, u32 value, ...)
+_FRAME_SIZE, _REGCOUNT = 0x11, 0x2F  # EIATTR_FRAME_SIZE, EIATTR_REGCOUNT
+
+
+@dataclass(frozen=True)
+class KernelResources:
+    name: str  # the name expression (e.g. "fast_softmax_block<float, 8>") or mangled symbol
+    registers: int
+    frame_bytes: int  # per-thread stack frame: spilled registers live here
+    text_digest: str  # sha256 prefix of the kernel's machine code
+
+    @property
+    def spills(self) -> bool:
+        return self.frame_bytes > 0
+
+
+def _sections(data: bytes) -> list[tuple[str, int, int, int]]:
+    """(name, offset, size, info) of every ELF64 section."""
+    if data[:4] != b"\x7fELF" or data[4] != 2:
+        raise ValueError("not an ELF64 cubin")
+    shoff = struct.unpack_from("<Q", data, 0x28)[0]
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+    raw = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
+    strtab = raw[shstrndx][4]
+
+    def cstr(off: int) -> str:
+        return data[strtab + off:data.index(b"\0", strtab + off)].decode()
+
+    return [(cstr(r[0]), r[4], r[5], r[7]) for r in raw]
+
+
+def cubin_resources(data: bytes) -> dict[str, KernelResources]:
+    """Mangled kernel symbol -> its resources, from a cubin's bytes."""
+    secs = {name: (off, size, info) for name, off, size, info in _sections(data)}
+    sym_off, sym_size, _ = secs[".symtab"]
+    str_off = secs[".strtab"][0]
+    symbols = []
+    for i in range(sym_size // 24):
+        name_off = struct.unpack_from("<I", data, sym_off + i * 24)[0]
+        symbols.append(data[str_off + name_off:data.index(b"\0", str_off + name_off)].decode())
+    attrs: dict[str, dict[int, int]] = {}
+    off, size, _ = secs.get(".nv.info", (0, 0, 0))
+    i = 0
+    while i + 4 <= size:
+        fmt, attr, length = data[off + i], data[off + i + 1], struct.unpack_from(
+            "<H", data, off + i + 2)[0]
+        if fmt == _SVAL and attr in (_FRAME_SIZE, _REGCOUNT) and length >= 8:
+            sym, value = struct.unpack_from("<II", data, off + i + 4)
+            attrs.setdefault(symbols[sym], {})[attr] = value
+        i += 4 + (length if fmt == _SVAL else 0)
+    out = {}
+    for name, (t_off, t_size, info) in secs.items():
+        if not name.startswith(".text."):
+            continue
+        sym = name[len(".text."):]
+        a = attrs.get(sym, {})
+        digest = hashlib.sha256(data[t_off:t_off + t_size]).hexdigest()[:16]
+        out[sym] = KernelResources(sym, a.get(_REGCOUNT, info >> 24), a.get(_FRAME_SIZE, 0),
+                                   digest)
+    return out
+
+
+def source_resources(src, arch: str = "sm_90") -> list[KernelResources]:
+    """Compile a :class:`~kernel_lab.cuda_common.CudaSource` with NVRTC and report every
+    instantiation under its name expression, in declaration order."""
+    from . import jit
+
+    out = jit.compile_cubin(src.path, src.name_expressions, arch=arch,
+                            include_dirs=src.include_dirs)
+    by_symbol = cubin_resources(out.cubin)
+    rows = []
+    for expr in src.name_expressions:
+        r = by_symbol.get(out.lowered.get(expr, ""))
+        if r is not None:
+            rows.append(KernelResources(expr, r.registers, r.frame_bytes, r.text_digest))
+    return rows
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("name", help="a CUDA variant (its .cu file is compiled)")
+    p.add_argument("-k", dest="contains", default=None,
+                   help="only instantiations whose name contains this text")
+    p.add_argument("--arch", default="sm_90", help="NVRTC target (default sm_90)")
+    p.add_argument("--digests", action="store_true", help="print machine-code digests too")
+
+
+def main(args: argparse.Namespace) -> int:
+    from . import cuda_common, jit, registry
+
+    variant = registry.get(args.name)
+    if variant.backend != "cuda" or not variant.source:
+        print(f"kernel_lab resources: {variant.name} is a {variant.backend} variant; "
+              "resources reads CUDA variants' .cu files")
+        return 2
+    sources = [s for s in cuda_common.SOURCES if jit.display_name(s.path) == variant.source]
+    if not sources:
+        print(f"kernel_lab resources: no declared source {variant.source} for {variant.name}")
+        return 2
+    rows = [r for s in sources for r in source_resources(s, args.arch)
+            if args.contains is None or args.contains in r.name]
+    width = max((len(r.name) for r in rows), default=10)
+    nvrtc = ".".join(map(str, jit.nvrtc_version()))
+    print(f"{variant.source} ({args.arch}, this machine's NVRTC {nvrtc}): registers, stack frame"
+          " (spills) per thread")
+    for r in rows:
+        flag = "  SPILLS" if r.spills else ""
+        digest = f"  {r.text_digest}" if args.digests else ""
+        print(f"  {r.name:<{width}}  {r.registers:3d} regs  {r.frame_bytes:4d} B{digest}{flag}")
+    spilling = sum(r.spills for r in rows)
+    print(f"{len(rows)} kernels, {spilling} with a stack frame")
+    return 0
