@@ -214,7 +214,9 @@ class CudaModule:
         self._key = ""
         self._loaded: dict[int, tuple[str, object, dict]] = {}  # device -> (key, Module, funcs)
         self._last_good: dict[int, tuple[str, object, dict]] = {}
-        self._error: KernelCompileError | None = None
+        # device -> (source key, error) of its last failed compile: an unchanged broken file
+        # raises again without another NVRTC run (a loop over a broken kernel recompiled each call)
+        self._failed: dict[int, tuple[str, KernelCompileError]] = {}
 
     @property
     def display_name(self) -> str:
@@ -295,8 +297,13 @@ class CudaModule:
                 entry = self._loaded.get(device_index)
                 if entry is None or entry[0] != key:
                     try:
+                        failed = self._failed.get(device_index)
+                        if failed is not None and failed[0] == key:
+                            e = failed[1]
+                            raise KernelCompileError(str(e), e.log, e.source)
                         entry = self._load(device_index, key)
-                    except KernelCompileError:
+                    except KernelCompileError as e:
+                        self._failed[device_index] = (key, e)
                         if fallback and device_index in self._last_good:
                             entry = self._last_good[device_index]
                         else:

@@ -144,6 +144,40 @@ def test_function_rechecks_files_at_most_once_per_interval(tmp_path, monkeypatch
     assert len(loads) == 2 and loads[0] != loads[1]
 
 
+def test_unchanged_broken_file_raises_again_without_recompiling(tmp_path, monkeypatch):
+    d = _toy_folder(tmp_path)
+    cu = d / "toy.cu"
+    mod = jit.CudaModule(cu, ["toy<float>"], include_dirs=[CUDA_SRC])
+    compiles = []
+
+    def load_on_cpu(device_index, key):  # _load minus the GPU: compile for sm_90 only
+        compiles.append(key)
+        mod.cubin("sm_90")
+        entry = mod._loaded[device_index] = (key, None, {"toy<float>": object()})
+        mod._last_good[device_index] = entry
+        return entry
+
+    monkeypatch.setattr(mod, "_load", load_on_cpu)
+    monkeypatch.setattr(jit, "RELOAD_CHECK_S", 0.0)
+    monkeypatch.setenv("KERNEL_LAB_CACHE_DIR", str(tmp_path / "cache"))
+    mod.function("toy<float>", 0)
+    cu.write_text(TOY_KERNEL.replace("* TOY_SCALE)", "* TOY_SCALE +)"))
+    _touch_later(cu)
+    for _ in range(3):
+        with pytest.raises(KernelCompileError, match=r"toy\.cu\(\d+\)"):
+            mod.function("toy<float>", 0)
+    assert len(compiles) == 2  # the good build, then the broken one once
+    assert mod.function("toy<float>", 0, fallback=True) is not None  # the last good build
+    cu.write_text(TOY_KERNEL)  # back to the loaded source: no compile at all
+    _touch_later(cu)
+    mod.function("toy<float>", 0)
+    assert len(compiles) == 2
+    cu.write_text(TOY_KERNEL + "// fixed differently\n")  # a new good source compiles
+    _touch_later(cu)
+    mod.function("toy<float>", 0)
+    assert len(compiles) == 3
+
+
 def test_user_folder_registers_and_compiles(tmp_path, user_name):
     d = _toy_folder(tmp_path)
     name = user_name
