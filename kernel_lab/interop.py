@@ -195,8 +195,9 @@ def launch(
     ``args`` must already be typed: tensor pointers as Python ints (sent as 64-bit), scalars as
     numpy scalars (``np.int32``, ``np.float32``); anything else raises ``TypeError``. Or give
     the C types as a ``signature`` (see :func:`pack_args`) and pass plain Python numbers.
-    The launch is one ``cuLaunchKernel`` (CuPy's driver binding) with a cached argument buffer:
-    CuPy's ``Function.__call__`` boxes every argument on every call, ~10 us more per launch.
+    The launch is one ``cuLaunchKernel`` (CuPy's driver binding) with a cached argument buffer,
+    instead of CuPy's ``Function.__call__``, which boxes every argument on every call (bench
+    /NOTES.md "Per-call overhead" has the measured pieces of this path).
     """
     driver, runtime = _cuda_api()
     if not getattr(_thread_state, "ready", False):
