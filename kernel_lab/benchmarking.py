@@ -256,8 +256,14 @@ def check_variant(variant: Variant, work: Workload) -> CheckResult:
     return work.op.check(out, *work.inputs, ref=work.reference(), **work.kwargs)
 
 
+TIMED = ("ok", "inexact")  # statuses whose records carry timings
+
+
 def vet(variant: Variant, work: Workload) -> "Record | None":
-    """A ``skipped`` (its ``supports()`` reason) or ``wrong`` record, or None: time it.
+    """None (time it), or a record saying why not as is: ``skipped`` (its ``supports()``
+    reason), ``wrong``, or ``inexact`` - a miss the variant declares in ``known_inexact`` (a
+    peer we do not control, e.g. PyTorch's own bf16 backward): still timed, since users run it,
+    but marked, never the best of a shape, and never a failure.
 
     Exceptions from the variant propagate: the caller decides how an error is reported.
     """
@@ -266,6 +272,9 @@ def vet(variant: Variant, work: Workload) -> "Record | None":
         return Record.start(work.case, variant, "skipped", reason)
     result = check_variant(variant, work)
     if not result:
+        known = variant.known_inexact.get(work.case.dtype)
+        if known is not None:
+            return Record.start(work.case, variant, "inexact", f"{known}; here: {result.message}")
         return Record.start(work.case, variant, "wrong", result.message)
     return None
 

@@ -71,10 +71,11 @@ def run_sweep(pairs: Sequence[tuple[bm.Case, bm.Variant]], device: str,
         try:
             work = cache.get(case)
             rec = bm.vet(variant, work)
-            if rec is None:
+            if rec is None or rec.status == "inexact":
                 fn, plan, event = bm.calibrate(variant, work)
                 median = sorted(bm.time_rounds(fn, bm.timer_for(device), plan))
-                rec = Record.start(case, variant).fill(
+                status = ("inexact", rec.reason) if rec is not None else ()
+                rec = Record.start(case, variant, *status).fill(
                     work, median[len(median) // 2], event, copy_gbps,
                     bm.kernel_attributes(variant, work), plan)
         except Exception as e:  # noqa: BLE001 - one broken variant must not end the sweep
@@ -121,6 +122,8 @@ def render_tables(records: Sequence[Record], copy_gbps: float) -> list:
                 r = cells.get((name, n, m))
                 if r is None:
                     row.append("")
+                elif r.status == "inexact":
+                    row.append(f"[yellow]{_num(r.gbps)} ({r.pct_of_copy:.0f}%) inexact[/]")
                 elif r.status != "ok":
                     row.append(STATUS_CELL.get(r.status, r.status))
                 elif best[(n, m)][1] == name:
@@ -145,7 +148,8 @@ def problems(records: Sequence[Record]) -> list[str]:
 def cross_check(records: Sequence[Record], min_s: float = 100e-6, tol: float = 0.10) -> str | None:
     """One line: how many timed runs longer than ``min_s`` agree with their CUDA-event median
     within ``tol``, and the worst disagreement (None when no run had an event median)."""
-    pairs = [r for r in records if r.status == "ok" and r.event_median_s and r.median_s >= min_s]
+    pairs = [r for r in records
+             if r.status in bm.TIMED and r.event_median_s and r.median_s >= min_s]
     if not pairs:
         return None
 
@@ -189,7 +193,8 @@ def plot_results(records: Sequence[Record], copy_gbps: float, path: Path) -> Pat
         ax.axhline(copy_gbps, ls="--", color="black", lw=1,
                    label=f"device copy {copy_gbps:,.0f} GB/s")
         for name in dict.fromkeys(r.variant for r in recs):
-            pts = sorted((x_of(r), r.gbps) for r in recs if r.variant == name and r.status == "ok")
+            pts = sorted((x_of(r), r.gbps) for r in recs
+                         if r.variant == name and r.status in bm.TIMED)
             if pts:
                 ax.plot(*zip(*pts), marker="o", ms=3, lw=1.2, label=name)
         ax.set_xscale("log", base=2)

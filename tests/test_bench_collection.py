@@ -56,6 +56,12 @@ def fake_wrong(x, dim=-1):
     return torch.softmax(x, dim) * 1.01
 
 
+@register("fake_inexact", op="softmax", backend="torch", dtypes=(torch.float32,),
+          description="1% off, and says so", known_inexact={torch.float32: "a known 1% miss"})
+def fake_inexact(x, dim=-1):
+    return torch.softmax(x, dim) * 1.01
+
+
 @register("fake_crash", op="softmax", backend="torch", dtypes=(torch.float32,),
           description="raises")
 def fake_crash(x, dim=-1):
@@ -104,7 +110,7 @@ def runs(tmp_path_factory) -> dict[str, tuple[int, str]]:
     procs["compare-allowed"] = _start(*compare, "--allow-device-mismatch", cwd=tmp)
     procs["cpu"] = _start(
         "-rA", "--device", "cpu", "--preset", "small", "--op", "softmax", "--dtype", "float32",
-        "--variants", "torch_eager,triton_fused,fake_limited,fake_wrong,fake_crash",
+        "--variants", "torch_eager,triton_fused,fake_limited,fake_wrong,fake_inexact,fake_crash",
         "-k", "1x128 or 1x151936", "-p", "fake_bench_plugin",
         "--benchmark-json", str(tmp / "cpu.json"), pythonpath=tmp,
     )
@@ -182,7 +188,7 @@ def test_no_gpu_says_so_once_and_exits_0(runs):
 def test_cpu_run_checks_times_and_skips_with_supports_reasons(runs, monkeypatch):
     rc, out = runs["cpu"]
     assert rc == 1, out  # fake_wrong and fake_crash must fail
-    assert re.search(r"\b3 passed\b", out) and re.search(r"\b4 failed\b", out), out
+    assert re.search(r"\b5 passed\b", out) and re.search(r"\b4 failed\b", out), out
     assert re.search(r"\b3 skipped\b", out), out
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     x = torch.randn(1, 151936)
@@ -210,6 +216,10 @@ def test_cpu_run_checks_times_and_skips_with_supports_reasons(runs, monkeypatch)
     attrs = benches["softmax-float32-1x128-fake_limited"]["extra_info"]
     assert (attrs["registers"], attrs["spill_bytes"]) == (32, 8)
     assert not any("fake_wrong" in k or "triton" in k for k in benches)
+    # a declared miss is timed and marked, never a failure
+    known = benches["softmax-float32-1x128-fake_inexact"]["extra_info"]["inexact"]
+    assert known.startswith("a known 1% miss; here:")
+    assert "inexact │" in out and "fake_inexact: inexact (1 case): a known 1% miss; here:" in out
 
 
 def test_compare_refuses_another_device(runs):
