@@ -141,7 +141,9 @@ class _ArgPacker:
         return self.address
 
 
-_packers = threading.local()
+# Per thread: ``packers`` (signature -> _ArgPacker) and ``ready`` (the driver has a current
+# context here, see launch).
+_thread = threading.local()
 
 
 def pack_args(args: tuple, signature: str | None = None) -> int:
@@ -152,9 +154,9 @@ def pack_args(args: tuple, signature: str | None = None) -> int:
     ``f4x`` float, ``d`` double); then ``args`` may be plain Python numbers, range-checked by
     ``struct``. Without it the codes come from the argument types (see ``slot_format``).
     """
-    cache = getattr(_packers, "by_signature", None)
+    cache = getattr(_thread, "packers", None)
     if cache is None:
-        cache = _packers.by_signature = {}
+        cache = _thread.packers = {}
     if signature is None:
         signature = slot_format(map(type, args))
     packer = cache.get(signature)
@@ -168,7 +170,6 @@ def pack_args(args: tuple, signature: str | None = None) -> int:
 
 _driver = None
 _runtime = None
-_thread_state = threading.local()
 
 
 def _cuda_api():
@@ -200,11 +201,11 @@ def launch(
     /NOTES.md "Per-call overhead" has the measured pieces of this path).
     """
     driver, runtime = _cuda_api()
-    if not getattr(_thread_state, "ready", False):
+    if not getattr(_thread, "ready", False):
         # The driver API needs a current context on each thread; a thread that has not called
         # the runtime yet may have none. cudaSetDevice makes the primary context current.
         runtime.setDevice(runtime.getDevice())
-        _thread_state.ready = True
+        _thread.ready = True
     if _recorder is not None:
         _recorder.append(fn)
     params = pack_args(args, signature)

@@ -11,6 +11,7 @@ exposed as ``*_config`` so benchmarks and notes can print exactly what ran.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -223,6 +224,7 @@ def fused_softmax_backward(y: torch.Tensor, dy: torch.Tensor, dim: int = -1) -> 
     return rowwise(launch, y, dy, dim=dim)
 
 
+@functools.lru_cache(maxsize=None)  # runs on every launch: a pure function of its arguments
 def backward_config(
     n: int, dtype: torch.dtype, aligned: bool = True
 ) -> tuple[str, int, int | None, int]:
@@ -238,20 +240,31 @@ def backward_config(
         return "block", threads, vpt, 1
     nw = -(-n // vec_width(dtype))
     if aligned and dtype in BACKWARD_PERSIST_DTYPES:
-        per_cta = BACKWARD_PERSIST_THREADS * BACKWARD_PERSIST_VPT
-        for cl in BACKWARD_PERSIST_CL:
-            if nw <= cl * per_cta:
-                return ("persist", _round32(-(-nw // (BACKWARD_PERSIST_VPT * cl))),
-                        BACKWARD_PERSIST_VPT, cl)
+        shape = _cluster_shape(nw, BACKWARD_PERSIST_VPT, BACKWARD_PERSIST_THREADS,
+                               BACKWARD_PERSIST_CL)
+        if shape:
+            return "persist", shape[1], BACKWARD_PERSIST_VPT, shape[0]
     vpt = 4 if vec_width(dtype) == 8 else 8  # fp16/bf16: 2 x 32 elements per thread, no spills
-    for cl in BACKWARD_CL:
-        if nw <= cl * BWD_MAX_THREADS * vpt:
-            return "cluster", _round32(-(-nw // (vpt * cl))), vpt, cl
+    shape = _cluster_shape(nw, vpt, BWD_MAX_THREADS, BACKWARD_CL)
+    if shape:
+        return "cluster", shape[1], vpt, shape[0]
     return "stream", 1024, None, 1
 
 
 def _round32(threads: int) -> int:
     return max(32, -(-threads // 32) * 32)
+
+
+def _cluster_shape(
+    nw: int, vpt: int, max_threads: int, sizes: tuple[int, ...]
+) -> tuple[int, int] | None:
+    """(cluster, threads): the smallest cluster of ``sizes`` whose CTAs of <= ``max_threads``
+    threads x ``vpt`` vectors hold ``nw`` windows, with the multiple of 32 threads that just
+    covers them; None if even the largest cluster is too small."""
+    for cl in sizes:
+        if nw <= cl * max_threads * vpt:
+            return cl, _round32(-(-nw // (vpt * cl)))
+    return None
 
 
 # -- fast_softmax: speed of light ---------------------------------------------------------------
@@ -421,15 +434,13 @@ def fast_softmax_config(
         return FastConfig("block", threads=_round32(-(-nw // vpt)), vpt=vpt)
     if persist_ok:
         vpt = persist_vpt(dtype)
-        for cl in PERSIST_CL:
-            if nw <= cl * persist_max_threads(vpt) * vpt:
-                return persist_config(nw, vpt, cl, late=cl >= 4 or es == 2)
+        shape = _cluster_shape(nw, vpt, persist_max_threads(vpt), PERSIST_CL)
+        if shape:
+            return persist_config(nw, vpt, shape[0], late=shape[0] >= 4 or es == 2)
     big = _fast_vpt_cap(dtype)
-    per_cta = (1024 if big <= 8 else 512) * big
-    for cl in FAST_CL:
-        if nw <= cl * per_cta:
-            return FastConfig("cluster", threads=_round32(-(-nw // (big * cl))), vpt=big,
-                              cluster=cl)
+    shape = _cluster_shape(nw, big, 1024 if big <= 8 else 512, FAST_CL)
+    if shape:
+        return FastConfig("cluster", threads=shape[1], vpt=big, cluster=shape[0])
     return FastConfig("split", threads=1024, vpt=min(big, 8))
 
 
