@@ -364,9 +364,15 @@ def function_attributes(fn) -> dict[str, int]:
 
 
 def set_max_dynamic_shared(fn, nbytes: int) -> None:
-    """Allow ``nbytes`` of dynamic shared memory (needed above 48 KB)."""
+    """Allow at least ``nbytes`` of dynamic shared memory (needed above 48 KB).
+
+    The limit only ever rises: it is one attribute of the loaded function, shared by every
+    launch of it, so lowering it for a small CTA would make a cached larger launch of the same
+    kernel fail with CUDA_ERROR_INVALID_VALUE (seen on the H200: persist bf16 1024 threads after
+    64 threads).
+    """
     from cupy.cuda import driver
 
-    driver.funcSetAttribute(
-        fn.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, int(nbytes)
-    )
+    attr = driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+    if driver.funcGetAttribute(attr, fn.ptr) < nbytes:
+        driver.funcSetAttribute(fn.ptr, attr, int(nbytes))

@@ -97,3 +97,20 @@ def test_persistent_kernels_loop_over_rows(dtype, vpt, cl, threads, late):
                 cv.fast_launch(out, x, cfg, kernels=kernels, max_groups=groups)
                 res = check(out, ref, dtype, tol)
                 assert res.ok, f"{kernels.prefix} {cfg} n={n} groups={groups}: {res.message}"
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype", cv.PERSIST_DTYPES, ids=str)
+def test_small_cta_does_not_shrink_a_large_ctas_shared_memory(dtype):
+    """One persistent instantiation launched large, then small, then large again: the dynamic
+    shared-memory limit is one attribute of the function, and the small launch must not lower
+    it under the large one (that failed with CUDA_ERROR_INVALID_VALUE on the H200)."""
+    vpt = cv.PERSIST_VPT[dtype.itemsize][0]
+    big = cv.persist_max_threads(vpt)
+    for threads in (big, 64, big):
+        cfg = cv.FastConfig("persist", threads=threads, vpt=vpt, cluster=1)
+        x = torch.randn(5, cfg.capacity() * vec_width(dtype) - 3, device="cuda").to(dtype)
+        out = torch.full_like(x, float("nan"))
+        cv.fast_launch(out, x, cfg)
+        res = check(out, torch.softmax(x.double(), -1), dtype)
+        assert res.ok, f"{cfg} n={x.shape[1]}: {res.message}"
