@@ -28,7 +28,7 @@ from kernel_lab.cuda_common import (
     vec_aligned,
     vec_width,
 )
-from kernel_lab.interop import i32, i64
+from kernel_lab.interop import i32
 from kernel_lab.registry import register
 from kernel_lab.rows import normalize_dim, rowwise
 
@@ -598,26 +598,36 @@ SPLIT_GROUP_BYTES = 24 << 20  # rows per launch pair: kernel B's re-read should 
 def _split_launch(
     out: torch.Tensor, x2d: torch.Tensor, cfg: FastConfig, vec, kernels: RowKernels
 ) -> None:
+    """The split pair on groups of rows (kernel B's re-read of a group should hit L2). One
+    launch pair per group costs ~2 launches of host time and no tensor ops: at N = 2^20 a call
+    has 11-22 groups of 12-24 us of GPU work each, and slicing tensors per group made the call
+    host-bound (H200, bf16 256 x 2^20: CUDA events read 14 % slower than back-to-back rounds)."""
     m, n = out.shape
     t = ctype(x2d.dtype)
     p = kernels.prefix
     chunk = cfg.threads * cfg.vpt
     chunks = -(-_windows(n, x2d.dtype, aligned=False) // chunk)
     acc = torch.float64 if x2d.dtype == torch.float64 else torch.float32
-    group = max(1, SPLIT_GROUP_BYTES // max(1, n * x2d.element_size()))
+    es = x2d.element_size()
+    group = max(1, SPLIT_GROUP_BYTES // max(1, n * es))
     part = torch.empty((min(m, group), chunks, 2), dtype=acc, device=out.device)
     dev = device_index(out)
     stats = kernels.src.function(f"{p}_split_stats<{t}, {cfg.vpt}>", dev)
     apply = kernels.src.function(f"{p}_split_apply<{t}, {cfg.vpt}>", dev)
+    block, stride, v = (cfg.threads,), x2d.stride(0), int(vec)
+    xp, yp, pp = x2d.data_ptr(), out.data_ptr(), part.data_ptr()
     for r0 in range(0, m, group):
         rows = min(group, m - r0)
-        xs, ys = x2d[r0:r0 + rows], out[r0:r0 + rows]
-        grid, common = (rows * chunks,), (i64(rows), i32(n), i64(x2d.stride(0)), vec)
-        interop.launch(stats, grid, (cfg.threads,),
-                       (part.data_ptr(), xs.data_ptr(), *common, i32(chunks)), device_index=dev)
-        interop.launch(apply, grid, (cfg.threads,),
-                       (ys.data_ptr(), xs.data_ptr(), *common, part.data_ptr(), i32(chunks)),
-                       device_index=dev)
+        xs, ys = xp + r0 * stride * es, yp + r0 * n * es
+        interop.launch(stats, (rows * chunks,), block, (pp, xs, rows, n, stride, v, chunks),
+                       device_index=dev, signature=_SPLIT_STATS_SIG)
+        interop.launch(apply, (rows * chunks,), block, (ys, xs, rows, n, stride, v, pp, chunks),
+                       device_index=dev, signature=_SPLIT_APPLY_SIG)
+
+
+# (part|y, x, rows, n, stride, vec[, part], chunks): see the split kernels' signatures
+_SPLIT_STATS_SIG = "QQqi4xqi4xi4x"
+_SPLIT_APPLY_SIG = "QQqi4xqi4xQi4x"
 
 
 @register(
