@@ -4,6 +4,15 @@
 //   cluster_arrive/wait   split cluster barrier (release / acquire): arrive early, wait late
 //   dsmem_map(p, rank)    the address of shared variable p in CTA `rank` of the cluster
 //   dsmem_load(addr)      read it (ld.shared::cluster)
+//   mbar_init / fence_mbar_init / mbar_arrive_expect_tx / mbar_wait: a shared-memory mbarrier
+//                         whose phase completes after one arrive and a byte count
+//   dsmem_send(dst, bar, rank, a, b)  write the pair (a, b) into CTA `rank`'s `dst` and count
+//                         its bytes on that CTA's mbarrier `bar` (st.async): no fence
+//
+// Why messages: barrier.cluster.arrive.release (and fence.acq_rel.cluster) compile to
+// MEMBAR.ALL.GPU, which waits until every earlier store of the thread is acknowledged. In a
+// persistent kernel those are the previous row's stores, so each row's cluster exchange stalled
+// on them. st.async + mbarrier orders only the message itself.
 #pragma once
 
 namespace klab {
@@ -37,6 +46,52 @@ __device__ __forceinline__ double dsmem_load(unsigned addr, double) {
   double v;
   asm volatile("ld.shared::cluster.f64 %0, [%1];" : "=d"(v) : "r"(addr) : "memory");
   return v;
+}
+
+
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void mbar_init(unsigned long long* bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count)
+               : "memory");
+}
+// Makes mbarrier.init visible to the cluster (peers may signal it); then a cluster barrier.
+__device__ __forceinline__ void fence_mbar_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+// This phase completes after this arrive and `bytes` more bytes of complete_tx (which may land
+// before the arrive: the transaction count may go negative meanwhile).
+__device__ __forceinline__ void mbar_arrive_expect_tx(unsigned long long* bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)),
+               "r"(bytes)
+               : "memory");
+}
+// Wait until the phase with this parity has completed (acquire: its bytes are visible).
+__device__ __forceinline__ void mbar_wait(unsigned long long* bar, unsigned parity) {
+  asm volatile(
+      "{\n"
+      "  .reg .pred done;\n"
+      "WAIT_%=:\n"
+      "  mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
+      "  @!done bra WAIT_%=;\n"
+      "}\n" ::"r"(smem_addr(bar)),
+      "r"(parity)
+      : "memory");
+}
+__device__ __forceinline__ void dsmem_send(const void* dst, unsigned long long* bar,
+                                           unsigned rank, float a, float b) {
+  asm volatile(
+      "st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 [%0], {%1, %2}, [%3];"
+      ::"r"(dsmem_map(dst, rank)), "f"(a), "f"(b), "r"(dsmem_map(bar, rank))
+      : "memory");
+}
+__device__ __forceinline__ void dsmem_send(const void* dst, unsigned long long* bar,
+                                           unsigned rank, double a, double b) {
+  asm volatile(
+      "st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f64 [%0], {%1, %2}, [%3];"
+      ::"r"(dsmem_map(dst, rank)), "d"(a), "d"(b), "r"(dsmem_map(bar, rank))
+      : "memory");
 }
 
 }  // namespace klab

@@ -96,8 +96,7 @@ __global__ void __launch_bounds__(512)
   for (int k = 0; k < VPT; ++k) {
     const int e = (k * blockDim.x + threadIdx.x) * W;
     if (e >= n) continue;
-#pragma unroll
-    for (int i = 0; i < W; ++i) ry[k].set(i, ry[k].get(i) * (rd[k].get(i) - dot));
+    ry[k] = klab::vec_of<T>([&](int i) { return ry[k].get(i) * (rd[k].get(i) - dot); });
     if (vec_ok) klab::store_vec(dxr + e, ry[k]);
     else klab::store_vec_scalar(dxr + e, ry[k], n - e);
   }
@@ -139,9 +138,7 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(512)
   klab::cluster_arrive();
 #pragma unroll
   for (int k = 0; k < VPT; ++k) {
-#pragma unroll
-    for (int i = 0; i < klab::Vec<T>::N; ++i)
-      ry[k].set(i, ry[k].get(i) * (rd[k].get(i) - dot));
+    ry[k] = klab::vec_of<T>([&](int i) { return ry[k].get(i) * (rd[k].get(i) - dot); });
     klab::store_window(dxr, k * step + base, n, 0, vec_ok, ry[k]);
   }
   klab::cluster_wait();
@@ -175,8 +172,7 @@ __global__ void __launch_bounds__(1024)
   for (int e = threadIdx.x * W; e < n; e += step) {
     V a = load_any(yr + e, n - e, vec_ok);
     const V b = load_any(dyr + e, n - e, vec_ok);
-#pragma unroll
-    for (int i = 0; i < W; ++i) a.set(i, a.get(i) * (b.get(i) - dot));
+    a = klab::vec_of<T>([&](int i) { return a.get(i) * (b.get(i) - dot); });
     if (vec_ok) klab::store_vec(dxr + e, a);
     else klab::store_vec_scalar(dxr + e, a, n - e);
   }
@@ -255,10 +251,9 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(1024)
     for (int k = 0; k < VPT; ++k) {
       const int v = k * step + base;
       if (v >= nwin) continue;
-      V o;
-#pragma unroll
-      for (int i = 0; i < W; ++i) o.set(i, ry[k].get(i) * (rd[k].get(i) - dot));
-      klab::store_vec(dxr + v * W, o);
+      klab::store_vec(dxr + v * W, klab::vec_of<T>([&](int i) {
+                        return ry[k].get(i) * (rd[k].get(i) - dot);
+                      }));
     }
   }
   klab::cp_async_wait_all();

@@ -48,8 +48,8 @@ __global__ void __launch_bounds__(512)
   sum = klab::block_allreduce(sum, klab::SumOp{}, A(0), red);
 #pragma unroll
   for (int k = 0; k < VPT; ++k) {
-#pragma unroll
-    for (int i = 0; i < W; ++i) rd[k].set(i, rd[k].get(i) - klab::exp_acc(ry[k].get(i)) * sum);
+    rd[k] = klab::vec_of<T>(
+        [&](int i) { return rd[k].get(i) - klab::exp_acc(ry[k].get(i)) * sum; });
     klab::store_window(dxr, k * blockDim.x + threadIdx.x, n, h, vec, rd[k]);
   }
 }
@@ -79,8 +79,7 @@ __global__ void __launch_bounds__(1024)
   for (int v = threadIdx.x; v < windows; v += blockDim.x) {
     const klab::Vec<T> r = klab::load_window(yr, v, n, h, vec, zero);
     klab::Vec<T> d = klab::load_window(dyr, v, n, h, vec, zero);
-#pragma unroll
-    for (int i = 0; i < W; ++i) d.set(i, d.get(i) - klab::exp_acc(r.get(i)) * sum);
+    d = klab::vec_of<T>([&](int i) { return d.get(i) - klab::exp_acc(r.get(i)) * sum; });
     klab::store_window(dxr, v, n, h, vec, d);
   }
 }

@@ -186,16 +186,12 @@ template <typename A> __device__ __forceinline__ A exp_scale(A m_thread, MaxSum<
 
 template <typename T>
 __device__ __forceinline__ Vec<T> scaled(const acc_t<T> (&e)[Vec<T>::N], acc_t<T> f) {
-  Vec<T> o;
-#pragma unroll
-  for (int i = 0; i < Vec<T>::N; ++i) o.set(i, e[i] * f);
-  return o;
+  return vec_of<T>([&](int i) { return e[i] * f; });
 }
 
 template <typename T, typename Epi>
 __device__ __forceinline__ void apply_epilogue(Vec<T>& r, const Epi& epi) {
-#pragma unroll
-  for (int i = 0; i < Vec<T>::N; ++i) r.set(i, epi(r.get(i)));
+  r = vec_of<T>([&](int i) { return epi(r.get(i)); });
 }
 
 template <template <typename> class E, typename T, int K>
@@ -388,7 +384,7 @@ __device__ __forceinline__ void read_prefetched(Vec<T> (&r)[VPT], const uint4* m
   }
 }
 
-template <template <typename> class E, typename T, int VPT, int CL>
+template <template <typename> class E, typename T, int VPT, int CL, bool MSG = false>
 __device__ __forceinline__ void persistent_rows(T* __restrict__ y, const T* __restrict__ x,
                                                 long long rows, int n, long long stride,
                                                 int late) {
@@ -396,11 +392,21 @@ __device__ __forceinline__ void persistent_rows(T* __restrict__ y, const T* __re
   constexpr int W = Vec<T>::N;
   __shared__ MaxSum<A> red[32];
   __shared__ A part[2][2];  // [iteration parity][max, sum]: read by peers over DSMEM
+  __shared__ MaxSum<A> inbox[2][CL];  // MSG: [iteration parity][sender rank], sent by st.async
+  __shared__ unsigned long long inbox_full[2];  // MSG: completes when all CL pairs landed
   extern __shared__ uint4 prefetch_slots[];  // blockDim.x * VPT slots
   const unsigned rank = CL > 1 ? cluster_rank() : 0u;
   const long long q = blockIdx.x / CL, Q = gridDim.x / CL;
   const int base = rank * blockDim.x + threadIdx.x, step = CL * blockDim.x;
   uint4* mine = prefetch_slots + threadIdx.x;
+  if constexpr (CL > 1 && MSG) {
+    if (threadIdx.x == 0) {
+      mbar_init(&inbox_full[0], 1);
+      mbar_init(&inbox_full[1], 1);
+      fence_mbar_init();
+    }
+    cluster_sync();  // every peer's inbox barrier exists before the first message
+  }
 
   long long row = q;
   if (row < rows) {
@@ -429,7 +435,20 @@ __device__ __forceinline__ void persistent_rows(T* __restrict__ y, const T* __re
     const A m_thread = st.m;
     if (CL == 1 || !late) prefetch_next();  // ... so the slots can take the next row now
     st = block_allreduce(st, MergeOp{}, id<T>(), red);
-    if constexpr (CL > 1) {
+    if constexpr (CL > 1 && MSG) {
+      // Lane c of warp 0 sends this CTA's pair to CTA c's inbox. Every thread here has passed
+      // the block barriers above, so it finished reading inbox[it & 1] two rows ago; a peer
+      // sends row it + 2 only after this CTA's row it + 1 message: no inbox is overwritten
+      // early, and the last row's wait means no message is in flight when the CTA exits.
+      const int b = it & 1, lane = threadIdx.x & 31;
+      if (threadIdx.x < 32) {
+        if (lane == 0) mbar_arrive_expect_tx(&inbox_full[b], CL * sizeof(MaxSum<A>));
+        if (lane < CL) dsmem_send(&inbox[b][rank], &inbox_full[b], lane, st.m, st.s);
+      }
+      if (late) prefetch_next();  // issue the next row's copies while the messages fly
+      mbar_wait(&inbox_full[b], (it >> 1) & 1);
+      st = warp_allreduce(lane < CL ? inbox[b][lane] : id<T>(), MergeOp{});
+    } else if constexpr (CL > 1) {
       A* slot = part[it & 1];
       if (threadIdx.x == 0) {
         slot[0] = st.m;
@@ -456,7 +475,7 @@ __device__ __forceinline__ void persistent_rows(T* __restrict__ y, const T* __re
     }
   }
   cp_async_wait_all();
-  if constexpr (CL > 1) cluster_sync();  // no CTA leaves while a peer may read its last slot
+  if constexpr (CL > 1 && !MSG) cluster_sync();  // no CTA leaves while a peer reads its slot
 }
 
 // 16 vectors per thread need > 64 registers: such blocks are capped at 512 threads.
@@ -512,4 +531,10 @@ template <int VPT> struct MaxThreads {
       P##_persist_cluster(T* __restrict__ y, const T* __restrict__ x, long long rows, int n,     \
                           long long stride, int vec, int late) {                                 \
     klab::rowk::persistent_rows<EPI, T, VPT, CL>(y, x, rows, n, stride, late);                   \
+  }                                                                                              \
+  template <typename T, int VPT, int CL>                                                         \
+  __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(klab::rowk::MaxThreads<VPT>::value) \
+      P##_persist_cluster_msg(T* __restrict__ y, const T* __restrict__ x, long long rows, int n, \
+                              long long stride, int vec, int late) {                             \
+    klab::rowk::persistent_rows<EPI, T, VPT, CL, true>(y, x, rows, n, stride, late);             \
   }

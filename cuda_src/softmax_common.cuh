@@ -123,6 +123,20 @@ __device__ __forceinline__ V warp_allreduce(V v, Op op) {
   return v;
 }
 
+// (max, sum) pairs: the max first (shuffles of one value), then each lane rescales its sum to
+// that max once and the sums are added: one exp per lane instead of two per shuffle step.
+// Same edge cases as merge(): -inf pairs add 0; a +inf max or a NaN sum makes the sum NaN.
+template <int WIDTH = 32, typename A>
+__device__ __forceinline__ MaxSum<A> warp_allreduce(MaxSum<A> v, MergeOp) {
+  A m = v.m;
+#pragma unroll
+  for (int o = WIDTH / 2; o > 0; o >>= 1) m = amax(m, shfl_xor(m, o));
+  A s = v.s * exp_acc(v.m - safe_max(m));
+#pragma unroll
+  for (int o = WIDTH / 2; o > 0; o >>= 1) s += shfl_xor(s, o);
+  return {m, s};
+}
+
 // All-reduce across the block (blockDim.x a multiple of 32). `smem` holds >= 32 V.
 // Two barriers: the first keeps a previous call's readers safe, the second publishes.
 template <typename V, typename Op>
@@ -175,6 +189,12 @@ template <> struct Bits<__half> {
   static __device__ __forceinline__ void set(uint4& r, int i, float v) {
     set_half_bits(r, i, __half_as_ushort(__float2half_rn(v)));
   }
+  static __device__ __forceinline__ unsigned pack(float lo, float hi) {  // one F2FP
+    const __half2 p = __floats2half2_rn(lo, hi);
+    unsigned u;
+    memcpy(&u, &p, sizeof u);
+    return u;
+  }
 };
 template <> struct Bits<__nv_bfloat16> {
   static __device__ __forceinline__ float get(const uint4& r, int i) {
@@ -182,6 +202,12 @@ template <> struct Bits<__nv_bfloat16> {
   }
   static __device__ __forceinline__ void set(uint4& r, int i, float v) {
     set_half_bits(r, i, __bfloat16_as_ushort(__float2bfloat16_rn(v)));
+  }
+  static __device__ __forceinline__ unsigned pack(float lo, float hi) {  // one F2FP
+    const __nv_bfloat162 p = __floats2bfloat162_rn(lo, hi);
+    unsigned u;
+    memcpy(&u, &p, sizeof u);
+    return u;
   }
 };
 template <> struct Bits<double> {
@@ -204,6 +230,22 @@ template <typename T> struct Vec {
     for (int i = 0; i < N; ++i) set(i, to_acc(v));
   }
 };
+
+// A whole vector from element values f(0) ... f(N - 1) (accumulator type). 2-byte types round
+// pairs straight into words, one F2FP per pair; set(i, v) per element costs a conversion on the
+// quarter-rate pipe plus a shift and a merge each, which made bf16 rows issue-bound.
+template <typename T, typename F> __device__ __forceinline__ Vec<T> vec_of(F f) {
+  Vec<T> o;
+  if constexpr (sizeof(T) == 2) {
+#pragma unroll
+    for (int j = 0; j < Vec<T>::N / 2; ++j)
+      set_word(o.raw, j, Bits<T>::pack(f(2 * j), f(2 * j + 1)));
+  } else {
+#pragma unroll
+    for (int i = 0; i < Vec<T>::N; ++i) o.set(i, f(i));
+  }
+  return o;
+}
 
 // 16-byte load through the read-only path: for data read again soon (a second pass).
 template <typename T> __device__ __forceinline__ Vec<T> load_vec(const T* p) {

@@ -51,18 +51,21 @@ def test_both_sources_declare_the_same_family():
 
 
 def _persist_cases():
-    """(dtype, vpt, cluster, threads, late) for every persistent instantiation and schedule: a
+    """(dtype, vpt, cluster, threads, late, msg) for every persistent instantiation and schedule: a
     small CTA (many rows, quick) and, for clusters 1 and 16, the largest CTA (> 48 KB of
     shared memory)."""
     for dt in cv.PERSIST_DTYPES:
         for vpt in cv.PERSIST_VPT[dt.itemsize]:
             for cl in cv.PERSIST_CL:
-                for late in (False, True) if cl > 1 else (False,):
-                    tag = "-late" if late else ""
-                    yield pytest.param(dt, vpt, cl, 64, late, id=f"{dt}-v{vpt}-cl{cl}-t64{tag}")
+                for late, msg in ((False, False), (True, False), (False, True), (True, True)):
+                    if cl == 1 and (late or msg):
+                        continue
+                    tag = ("-late" if late else "") + ("-msg" if msg else "")
+                    yield pytest.param(dt, vpt, cl, 64, late, msg,
+                                       id=f"{dt}-v{vpt}-cl{cl}-t64{tag}")
                     if cl in (1, 16):
                         big = cv.persist_max_threads(vpt)
-                        yield pytest.param(dt, vpt, cl, big, late,
+                        yield pytest.param(dt, vpt, cl, big, late, msg,
                                            id=f"{dt}-v{vpt}-cl{cl}-t{big}{tag}")
 
 
@@ -76,12 +79,12 @@ def _edge_rows(x: torch.Tensor) -> torch.Tensor:
 
 
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
-@pytest.mark.parametrize("dtype,vpt,cl,threads,late", list(_persist_cases()))
-def test_persistent_kernels_loop_over_rows(dtype, vpt, cl, threads, late):
+@pytest.mark.parametrize("dtype,vpt,cl,threads,late,msg", list(_persist_cases()))
+def test_persistent_kernels_loop_over_rows(dtype, vpt, cl, threads, late, msg):
     w = vec_width(dtype)
     cap = threads * vpt * cl * w  # elements the shape holds
     gen = torch.Generator(device="cuda").manual_seed(1234 + vpt * 100 + cl)
-    cfg = cv.FastConfig("persist", threads=threads, vpt=vpt, cluster=cl, late=late)
+    cfg = cv.FastConfig("persist", threads=threads, vpt=vpt, cluster=cl, late=late, msg=msg)
     for n in (cap, cap - w - 3, cap - (threads * vpt * cl * w) // 3 - 5):  # aligned, odd rows
         m = 23
         x = torch.randn(m, n, device="cuda", dtype=torch.float32, generator=gen).to(dtype)
@@ -109,8 +112,22 @@ def test_small_cta_does_not_shrink_a_large_ctas_shared_memory(dtype):
     big = cv.persist_max_threads(vpt)
     for threads in (big, 64, big):
         cfg = cv.FastConfig("persist", threads=threads, vpt=vpt, cluster=1)
-        x = torch.randn(5, cfg.capacity() * vec_width(dtype) - 3, device="cuda").to(dtype)
+        w = vec_width(dtype)  # odd rows start mid-window: one window of slack
+        x = torch.randn(5, cfg.capacity() * w - w - 3, device="cuda").to(dtype)
         out = torch.full_like(x, float("nan"))
         cv.fast_launch(out, x, cfg)
         res = check(out, torch.softmax(x.double(), -1), dtype)
         assert res.ok, f"{cfg} n={x.shape[1]}: {res.message}"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_a_config_too_small_for_the_row_is_refused(dtype):
+    """fast_launch with a caller's config checks that it holds the row before launching (the
+    kernel would leave the row's tail unwritten). CPU tensors: the check comes before any launch.
+    A row one element too long, and rows that start mid-window and need one window of slack."""
+    cfg = cv.FastConfig("block", threads=64, vpt=2)
+    w = vec_width(dtype)
+    for n in (cfg.capacity() * w + 1, cfg.capacity() * w - 1):
+        x = torch.zeros(3, n, dtype=dtype)
+        with pytest.raises(ValueError, match="spans"):
+            cv.fast_launch(torch.empty_like(x), x, cfg)

@@ -304,6 +304,8 @@ def row_kernel_exprs(prefix: str) -> list[str]:
             for v in PERSIST_VPT[dt.itemsize]:
                 out += [f"{prefix}_persist<{t}, {v}>"]
                 out += [f"{prefix}_persist_cluster<{t}, {v}, {c}>" for c in PERSIST_CL if c > 1]
+                out += [f"{prefix}_persist_cluster_msg<{t}, {v}, {c}>"
+                        for c in PERSIST_CL if c > 1]
     return out
 
 
@@ -337,6 +339,7 @@ class FastConfig:
     group: int = 32
     cluster: int = 1
     late: bool = False  # persist clusters: next row's copies issued inside the cluster barrier
+    msg: bool = False  # persist clusters: (max, sum) exchanged as st.async messages, no barrier
 
     def expr(self, t: str, prefix: str = "fast_softmax") -> str:
         if self.kind == "warp":
@@ -348,7 +351,8 @@ class FastConfig:
         if self.kind == "persist":
             if self.cluster == 1:
                 return f"{prefix}_persist<{t}, {self.vpt}>"
-            return f"{prefix}_persist_cluster<{t}, {self.vpt}, {self.cluster}>"
+            msg = "_msg" if self.msg else ""
+            return f"{prefix}_persist_cluster{msg}<{t}, {self.vpt}, {self.cluster}>"
         return f"{prefix}_split_stats<{t}, {self.vpt}>"
 
     def capacity(self) -> int:
@@ -366,7 +370,8 @@ class FastConfig:
             return f"warp g{self.group}x{self.vpt}"
         if self.kind in ("cluster", "persist"):
             late = " late" if self.late else ""
-            return f"{self.kind} {self.cluster}x{self.threads}x{self.vpt}{late}"
+            msg = " msg" if self.msg and self.cluster > 1 else ""
+            return f"{self.kind} {self.cluster}x{self.threads}x{self.vpt}{late}{msg}"
         return f"{self.kind} {self.threads}x{self.vpt}"
 
 
@@ -387,11 +392,12 @@ def persist_vpt(dtype: torch.dtype) -> int:
     return 8 if dtype.itemsize == 4 else 4
 
 
-def persist_config(nw: int, vpt: int, cluster: int, late: bool = False) -> FastConfig:
+def persist_config(nw: int, vpt: int, cluster: int, late: bool = False,
+                   msg: bool = False) -> FastConfig:
     """The persistent shape holding ``nw`` windows with ``vpt`` per thread over ``cluster``
     CTAs: the multiple of 32 threads that just covers the row."""
     return FastConfig("persist", threads=_round32(-(-nw // (vpt * cluster))), vpt=vpt,
-                      cluster=cluster, late=late and cluster > 1)
+                      cluster=cluster, late=late and cluster > 1, msg=msg and cluster > 1)
 
 
 def fast_softmax_config(
@@ -490,7 +496,13 @@ def fast_launch(
     m, n = out.shape
     t = ctype(x2d.dtype)
     src, expr = kernels.src, cfg.expr(t, kernels.prefix)
-    vec = i32(same_vector_phase(out, x2d) if phase is None else phase)
+    if phase is None:  # a caller's own config (tests, tuning): check that it holds the row
+        phase = same_vector_phase(out, x2d)
+        need = _windows(n, x2d.dtype, aligned=not phase or _rows_aligned(x2d))
+        if cfg.kind != "split" and cfg.capacity() < need:
+            raise ValueError(f"{cfg.label()} holds {cfg.capacity()} 16-byte windows; a row of "
+                             f"{n} {x2d.dtype} here spans {need}")
+    vec = i32(phase)
     if cfg.kind == "warp":
         rows_per_block = cfg.threads // cfg.group
         launch_rows(src, expr, out, (x2d,), grid=-(-m // rows_per_block), block=cfg.threads,

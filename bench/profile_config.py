@@ -1,0 +1,58 @@
+"""Launch one fast_softmax config a few times, for Nsight Compute (hardware counters).
+
+    ncu --clock-control none -k regex:persist --launch-skip 2 --launch-count 1 \\
+        --section SpeedOfLight --section WarpStateStats --section MemoryWorkloadAnalysis \\
+        python3 bench/profile_config.py --n 65536 --dtype bfloat16 --kind persist \\
+        --threads 1024 --vpt 4 --cluster 2 --late
+
+The first launch compiles (NVRTC) and sets the kernel's attributes; ``--launch-skip`` skips the
+warm-up launches so the profiled one runs like the benchmark's. M * N = 2^``--total-log2``.
+Without ncu it prints the config and the median time of the launches (CUDA events).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+from kernel_lab.benchmarking import parse_dtype
+from kernel_lab.ops.softmax import cuda_variants as cv
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--n", type=int, required=True)
+    ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--kind", default=None, help="warp/block/cluster/persist/split "
+                    "(default: the config fast_softmax picks)")
+    ap.add_argument("--threads", type=int, default=1024)
+    ap.add_argument("--vpt", type=int, default=8)
+    ap.add_argument("--cluster", type=int, default=1)
+    ap.add_argument("--late", action="store_true")
+    ap.add_argument("--launches", type=int, default=4)
+    ap.add_argument("--total-log2", type=int, default=28)
+    a = ap.parse_args()
+    dtype = parse_dtype(a.dtype)
+    m = max(1, (1 << a.total_log2) // a.n)
+    x = torch.randn(m, a.n, device="cuda", dtype=dtype)
+    y = torch.empty_like(x)
+    if a.kind is None:
+        cfg, _ = cv.fast_choice(y, x)
+    else:
+        cfg = cv.FastConfig(a.kind, threads=a.threads, vpt=a.vpt, cluster=a.cluster, late=a.late)
+    times = []
+    for _ in range(a.launches):
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        e0.record()
+        cv.fast_launch(y, x, cfg, 1)
+        e1.record()
+        e1.synchronize()
+        times.append(e0.elapsed_time(e1))
+    ms = sorted(times)[len(times) // 2]
+    gbs = 2 * x.numel() * x.element_size() / ms / 1e6
+    print(f"{a.dtype} {m}x{a.n} {cfg.label()}: {ms:.3f} ms, {gbs:,.0f} GB/s (one launch, events)")
+
+
+if __name__ == "__main__":
+    main()
