@@ -61,9 +61,8 @@ def candidates(n: int, dtype: torch.dtype, aligned: bool) -> dict[str, cv.FastCo
                 continue
             out.setdefault(c.label(), c)
             if cl > 1:
-                for late, msg in ((True, False), (False, True), (True, True)):
-                    c = cv.persist_config(nw, vpt, cl, late=late, msg=msg)
-                    out.setdefault(c.label(), c)
+                c = cv.persist_config(nw, vpt, cl, late=True)
+                out.setdefault(c.label(), c)
     return out
 
 

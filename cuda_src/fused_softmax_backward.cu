@@ -33,20 +33,19 @@
 //            holds windows k * CL * blockDim.x + c * blockDim.x + t (k < VPT) of y and dy.
 // Pipeline:  the current row's y and dy sit in registers; the next row's windows of this thread
 //            are in flight into dynamic shared memory (cp.async.cg, 16 bytes each) while the
-//            CTA reduces the dot product, crosses the cluster barrier and stores dx. Each thread
+//            CTA reduces the dot product, exchanges it with its peers and stores dx. Each thread
 //            reads back only the slots it copied (wait_group 0: no block barrier). The copies
 //            are issued once the dot loop has consumed every value read from the slots.
-// Cluster:   the per-CTA partial dot is double-buffered by iteration parity: one cluster barrier
-//            per row (a CTA rewrites slot p two rows later, after a barrier every peer reaches
-//            only once done reading slot p), one more before exit.
+// Cluster:   each CTA sends its partial dot to every peer as an st.async message counted by
+//            the peer's mbarrier (cluster.cuh, ClusterInbox): no cluster barrier per row, whose
+//            release (MEMBAR.ALL.GPU) waited for the previous row's dx stores.
 // Launch:    grid = min(M, resident clusters) * CL, blockDim.x a multiple of 32 (<= 1024 at
 //            VPT = 4), dynamic shared memory 2 * blockDim.x * VPT * 16 B (y slots, then dy).
 // Bytes:     3 * M * N * sizeof(T), loads always in flight.
 // Preconds:  `vec_ok` (y, dy, row strides and N * sizeof(T) 16-byte aligned: every window is
-//            whole); the launcher falls back to kernels 1-3 otherwise. Instantiated for fp32
-//            only (2- and 4-CTA clusters: measured faster there, see cuda_variants.py): fp32
-//            needs 56 registers, no spills; fp16/bf16 at 1024 threads hit the
-//            64-register cap and spill 40-48 bytes (NVRTC 13.5, sm_90), so they keep kernel 2.
+//            whole); the launcher falls back to kernels 1-3 otherwise. Threads: <= 1024 for
+//            fp32 (55 registers, no spills), <= 512 for fp16/bf16 (at the 1024-thread cap of
+//            64 registers they spilled 48-56 bytes; NVRTC 13.5, sm_90).
 // Changed:   from kernel 2: one launch for all rows; the next row's loads overlap this row's
 //            reduction, barrier and stores.
 #include "cluster.cuh"
@@ -193,8 +192,14 @@ __device__ __forceinline__ void prefetch_pair(uint4* my_y, uint4* my_dy, const T
   }
 }
 
+// fp32: <= 1024 threads (55 registers); fp16/bf16: <= 512 threads, since at the 1024-thread
+// cap of 64 registers they spilled 48-56 bytes.
+template <typename T> struct BackwardPersistThreads {
+  static constexpr int value = sizeof(T) == 2 ? 512 : 1024;
+};
+
 template <typename T, int VPT, int CL>
-__global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(1024)
+__global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(BackwardPersistThreads<T>::value)
     fused_softmax_backward_persist(T* __restrict__ dx, const T* __restrict__ y,
                                    const T* __restrict__ dy, long long rows, int n,
                                    long long y_stride, long long dy_stride, int vec_ok) {
@@ -202,7 +207,7 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(1024)
   using V = klab::Vec<T>;
   constexpr int W = V::N;
   __shared__ A red[32];
-  __shared__ A part[2];  // [iteration parity]: this CTA's partial dot, read by peers
+  __shared__ klab::ClusterInbox<A, CL> inbox;  // CL > 1: every CTA's partial dot of each row
   extern __shared__ uint4 slots[];  // VPT * blockDim.x for y, then as many for dy
   const unsigned rank = CL > 1 ? klab::cluster_rank() : 0u;
   const long long q = blockIdx.x / CL, Q = gridDim.x / CL;
@@ -210,6 +215,10 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(1024)
   const int nwin = n / W;  // vec_ok: whole windows only
   uint4* my_y = slots + threadIdx.x;
   uint4* my_dy = slots + VPT * blockDim.x + threadIdx.x;
+  if constexpr (CL > 1) {
+    if (threadIdx.x == 0) inbox.init();
+    klab::cluster_sync();  // every peer's inbox exists before the first message
+  }
 
   if (q < rows)
     prefetch_pair<T, VPT>(my_y, my_dy, y + q * y_stride, dy + q * dy_stride, nwin, base, step);
@@ -238,13 +247,12 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(1024)
                             nwin, base, step);
     klab::cp_async_commit();
     dot = klab::block_allreduce(dot, klab::SumOp{}, A(0), red);
-    if constexpr (CL > 1) {
-      A* slot = &part[it & 1];
-      if (threadIdx.x == 0) *slot = dot;
-      klab::cluster_sync();  // publishes slot; peers are done with the other parity's slot
+    if constexpr (CL > 1) {  // no cluster barrier per row: messages (klab::ClusterInbox)
+      if (threadIdx.x < 32) inbox.send(static_cast<int>(it), rank, dot, A(0));
+      inbox.wait(static_cast<int>(it));
       const int lane = threadIdx.x & 31;
-      dot = lane < CL ? klab::dsmem_load(klab::dsmem_map(slot, lane), A()) : A(0);
-      dot = klab::warp_allreduce(dot, klab::SumOp{});
+      dot = klab::warp_allreduce(lane < CL ? inbox.a(static_cast<int>(it), lane) : A(0),
+                                 klab::SumOp{});
     }
     T* dxr = dx + row * (long long)n;
 #pragma unroll
@@ -257,5 +265,4 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(1024)
     }
   }
   klab::cp_async_wait_all();
-  if constexpr (CL > 1) klab::cluster_sync();  // no CTA leaves while a peer may read its slot
 }

@@ -55,12 +55,13 @@
 //            back only the slots it copied itself (wait_group 0 is enough: no block barrier).
 //            The prefetch is issued right after the local (max, sum), once every register value
 //            read from those slots has been consumed.
-//    Cluster: the per-CTA (max, sum) slot is double-buffered by iteration parity, so one cluster
-//            barrier per row suffices: a CTA rewrites slot p two rows later, after a barrier that
-//            every peer reaches only once done reading slot p. One last barrier before exit.
-//            `late` != 0 (clusters only) issues the next row's copies between the barrier's
-//            arrive and wait instead of right after the local (max, sum): the copies' issue time
-//            hides the barrier latency, at the cost of starting them one block reduction later.
+//    Cluster: each CTA sends its (max, sum) to every peer's inbox as an st.async message
+//            counted by the peer's mbarrier (cluster.cuh, ClusterInbox): no cluster barrier
+//            per row. (The barrier's release compiled to MEMBAR.ALL.GPU, which made every
+//            row wait for the previous row's stores to be acknowledged: bf16 151936 went from
+//            57 % to 78 % of copy without it.) Inboxes alternate by row parity.
+//            `late` != 0 (clusters only) issues the next row's copies between sending and
+//            waiting instead of right after the local (max, sum).
 //    Launch: grid = min(M, resident) CTAs (x CL), blockDim.x a multiple of 32 covering the row
 //            (blockDim.x * VPT * CL windows), dynamic shared memory = blockDim.x * VPT * 16 B
 //            (> 48 KB needs the attribute; the launcher sets it). Static: 32 pairs + 2 slots.
@@ -384,28 +385,22 @@ __device__ __forceinline__ void read_prefetched(Vec<T> (&r)[VPT], const uint4* m
   }
 }
 
-template <template <typename> class E, typename T, int VPT, int CL, bool MSG = false>
+template <template <typename> class E, typename T, int VPT, int CL>
 __device__ __forceinline__ void persistent_rows(T* __restrict__ y, const T* __restrict__ x,
                                                 long long rows, int n, long long stride,
                                                 int late) {
   using A = acc_t<T>;
   constexpr int W = Vec<T>::N;
   __shared__ MaxSum<A> red[32];
-  __shared__ A part[2][2];  // [iteration parity][max, sum]: read by peers over DSMEM
-  __shared__ MaxSum<A> inbox[2][CL];  // MSG: [iteration parity][sender rank], sent by st.async
-  __shared__ unsigned long long inbox_full[2];  // MSG: completes when all CL pairs landed
+  __shared__ ClusterInbox<A, CL> inbox;  // CL > 1: every CTA's (max, sum) of each row
   extern __shared__ uint4 prefetch_slots[];  // blockDim.x * VPT slots
   const unsigned rank = CL > 1 ? cluster_rank() : 0u;
   const long long q = blockIdx.x / CL, Q = gridDim.x / CL;
   const int base = rank * blockDim.x + threadIdx.x, step = CL * blockDim.x;
   uint4* mine = prefetch_slots + threadIdx.x;
-  if constexpr (CL > 1 && MSG) {
-    if (threadIdx.x == 0) {
-      mbar_init(&inbox_full[0], 1);
-      mbar_init(&inbox_full[1], 1);
-      fence_mbar_init();
-    }
-    cluster_sync();  // every peer's inbox barrier exists before the first message
+  if constexpr (CL > 1) {
+    if (threadIdx.x == 0) inbox.init();
+    cluster_sync();  // every peer's inbox exists before the first message
   }
 
   long long row = q;
@@ -435,30 +430,13 @@ __device__ __forceinline__ void persistent_rows(T* __restrict__ y, const T* __re
     const A m_thread = st.m;
     if (CL == 1 || !late) prefetch_next();  // ... so the slots can take the next row now
     st = block_allreduce(st, MergeOp{}, id<T>(), red);
-    if constexpr (CL > 1 && MSG) {
-      // Lane c of warp 0 sends this CTA's pair to CTA c's inbox. Every thread here has passed
-      // the block barriers above, so it finished reading inbox[it & 1] two rows ago; a peer
-      // sends row it + 2 only after this CTA's row it + 1 message: no inbox is overwritten
-      // early, and the last row's wait means no message is in flight when the CTA exits.
-      const int b = it & 1, lane = threadIdx.x & 31;
-      if (threadIdx.x < 32) {
-        if (lane == 0) mbar_arrive_expect_tx(&inbox_full[b], CL * sizeof(MaxSum<A>));
-        if (lane < CL) dsmem_send(&inbox[b][rank], &inbox_full[b], lane, st.m, st.s);
-      }
+    if constexpr (CL > 1) {
+      if (threadIdx.x < 32) inbox.send(it, rank, st.m, st.s);
       if (late) prefetch_next();  // issue the next row's copies while the messages fly
-      mbar_wait(&inbox_full[b], (it >> 1) & 1);
-      st = warp_allreduce(lane < CL ? inbox[b][lane] : id<T>(), MergeOp{});
-    } else if constexpr (CL > 1) {
-      A* slot = part[it & 1];
-      if (threadIdx.x == 0) {
-        slot[0] = st.m;
-        slot[1] = st.s;
-      }
-      // Publishes slot; every peer is also done with slot (it & 1) of two rows ago.
-      cluster_arrive();
-      if (late) prefetch_next();  // issue the next row's copies while the barrier completes
-      cluster_wait();
-      st = cluster_merge<A, CL>(slot);
+      inbox.wait(it);
+      const int lane = threadIdx.x & 31;
+      st = warp_allreduce(lane < CL ? MaxSum<A>{inbox.a(it, lane), inbox.b(it, lane)} : id<T>(),
+                          MergeOp{});
     }
     const int b = opaque(base);
     if constexpr (kExp) {
@@ -475,7 +453,6 @@ __device__ __forceinline__ void persistent_rows(T* __restrict__ y, const T* __re
     }
   }
   cp_async_wait_all();
-  if constexpr (CL > 1 && !MSG) cluster_sync();  // no CTA leaves while a peer reads its slot
 }
 
 // 16 vectors per thread need > 64 registers: such blocks are capped at 512 threads.
@@ -531,10 +508,4 @@ template <int VPT> struct MaxThreads {
       P##_persist_cluster(T* __restrict__ y, const T* __restrict__ x, long long rows, int n,     \
                           long long stride, int vec, int late) {                                 \
     klab::rowk::persistent_rows<EPI, T, VPT, CL>(y, x, rows, n, stride, late);                   \
-  }                                                                                              \
-  template <typename T, int VPT, int CL>                                                         \
-  __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(klab::rowk::MaxThreads<VPT>::value) \
-      P##_persist_cluster_msg(T* __restrict__ y, const T* __restrict__ x, long long rows, int n, \
-                              long long stride, int vec, int late) {                             \
-    klab::rowk::persistent_rows<EPI, T, VPT, CL, true>(y, x, rows, n, stride, late);             \
   }

@@ -31,7 +31,7 @@ def test_backward_config_holds_the_row(dtype, aligned):
         if kind == "persist":
             assert aligned and dtype == torch.float32, (n, dtype)
             assert f"fused_softmax_backward_persist<{t}, {vpt}, {cl}>" in declared
-            assert threads * vpt * cl >= nw and threads <= cv.BACKWARD_PERSIST_THREADS
+            assert threads * vpt * cl >= nw and threads <= cv.BACKWARD_PERSIST_THREADS[4]
         elif kind == "cluster":
             assert f"fused_softmax_backward_cluster<{t}, {vpt}, {cl}>" in declared
             assert threads * vpt * cl >= nw and threads <= 512
@@ -63,3 +63,29 @@ def test_persistent_backward_loops_over_rows(n, cl):
     op = kernel_lab.get_op("softmax_backward")
     res = op.check(dx, y, dy)
     assert res.ok, f"n={n} cl={cl} rows={m} groups={groups}: {res.message}"
+
+
+def _persist_instantiations():
+    """Every declared persistent backward kernel: (dtype, cluster)."""
+    for d in (torch.float32, torch.float16, torch.bfloat16):
+        for cl in cv.BACKWARD_PERSIST_SIZES:
+            yield pytest.param(d, cl, id=f"{d}-cl{cl}")
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype,cl", list(_persist_instantiations()))
+def test_every_persistent_backward_kernel_loops_over_rows(dtype, cl):
+    """Each instantiation forced (backward_launch), at its largest CTA and a small one, with
+    3 clusters for 23 rows: every cluster loops over ~8 rows (prefetch, message exchange)."""
+    vpt, w = cv.BACKWARD_PERSIST_VPT, vec_width(dtype)
+    op = kernel_lab.get_op("softmax_backward")
+    gen = torch.Generator(device="cuda").manual_seed(cl)
+    for threads in (cv.BACKWARD_PERSIST_THREADS[dtype.itemsize], 64):
+        n = threads * vpt * cl * w - 2 * w  # whole windows (the persistent kernel's precondition)
+        y = torch.softmax(torch.randn(23, n, device="cuda", generator=gen), -1).to(dtype)
+        dy = torch.randn(23, n, device="cuda", generator=gen).to(dtype)
+        for groups in (3, None):
+            dx = torch.full_like(y, float("nan"))
+            cv.backward_launch(dx, y, dy, ("persist", threads, vpt, cl), True, max_groups=groups)
+            res = op.check(dx, y, dy)
+            assert res.ok, f"{dtype} cl={cl} threads={threads} groups={groups}: {res.message}"

@@ -51,21 +51,18 @@ def test_both_sources_declare_the_same_family():
 
 
 def _persist_cases():
-    """(dtype, vpt, cluster, threads, late, msg) for every persistent instantiation and schedule: a
+    """(dtype, vpt, cluster, threads, late) for every persistent instantiation and schedule: a
     small CTA (many rows, quick) and, for clusters 1 and 16, the largest CTA (> 48 KB of
     shared memory)."""
     for dt in cv.PERSIST_DTYPES:
         for vpt in cv.PERSIST_VPT[dt.itemsize]:
             for cl in cv.PERSIST_CL:
-                for late, msg in ((False, False), (True, False), (False, True), (True, True)):
-                    if cl == 1 and (late or msg):
-                        continue
-                    tag = ("-late" if late else "") + ("-msg" if msg else "")
-                    yield pytest.param(dt, vpt, cl, 64, late, msg,
-                                       id=f"{dt}-v{vpt}-cl{cl}-t64{tag}")
+                for late in (False, True) if cl > 1 else (False,):
+                    tag = "-late" if late else ""
+                    yield pytest.param(dt, vpt, cl, 64, late, id=f"{dt}-v{vpt}-cl{cl}-t64{tag}")
                     if cl in (1, 16):
                         big = cv.persist_max_threads(vpt)
-                        yield pytest.param(dt, vpt, cl, big, late, msg,
+                        yield pytest.param(dt, vpt, cl, big, late,
                                            id=f"{dt}-v{vpt}-cl{cl}-t{big}{tag}")
 
 
@@ -79,12 +76,12 @@ def _edge_rows(x: torch.Tensor) -> torch.Tensor:
 
 
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
-@pytest.mark.parametrize("dtype,vpt,cl,threads,late,msg", list(_persist_cases()))
-def test_persistent_kernels_loop_over_rows(dtype, vpt, cl, threads, late, msg):
+@pytest.mark.parametrize("dtype,vpt,cl,threads,late", list(_persist_cases()))
+def test_persistent_kernels_loop_over_rows(dtype, vpt, cl, threads, late):
     w = vec_width(dtype)
     cap = threads * vpt * cl * w  # elements the shape holds
     gen = torch.Generator(device="cuda").manual_seed(1234 + vpt * 100 + cl)
-    cfg = cv.FastConfig("persist", threads=threads, vpt=vpt, cluster=cl, late=late, msg=msg)
+    cfg = cv.FastConfig("persist", threads=threads, vpt=vpt, cluster=cl, late=late)
     for n in (cap, cap - w - 3, cap - (threads * vpt * cl * w) // 3 - 5):  # aligned, odd rows
         m = 23
         x = torch.randn(m, n, device="cuda", dtype=torch.float32, generator=gen).to(dtype)

@@ -47,19 +47,23 @@ VEC = cuda_source(
     [f"vec_softmax<{t}, {v}>" for t in _T for v in VPT] + [f"vec_softmax_stream<{t}>" for t in _T],
 )
 BACKWARD_CL = (2, 4, 8, 16)
-BACKWARD_PERSIST_VPT, BACKWARD_PERSIST_THREADS = 4, 1024  # 2 x 64 KB of y, dy per CTA
+BACKWARD_PERSIST_VPT = 4  # vectors of y and of dy per thread: 2 x 64 KB per 1024-thread CTA
+BACKWARD_PERSIST_THREADS = {4: 1024, 2: 512}  # by itemsize: 2-byte types spill at 1024
+# Instantiated persistent backward clusters; the config uses BACKWARD_PERSIST_CL of them.
+BACKWARD_PERSIST_SIZES = (2, 4, 8, 16)
 # Persistent backward clusters: 2 and 4 CTAs (H200, fp32, M*N = 2^28: N = 32000 90.2 % of copy vs
 # 86 % for the one-row cluster kernel, 65536 84.7 vs 82). With 16 CTAs it lost (151936: 54 % vs
 # 59 %; 262144: 55 % vs 71 % for 16 x 512 x 8 one-row clusters), so longer rows keep those.
+# (Measured with the cluster barrier per row, before the message exchange.)
 BACKWARD_PERSIST_CL = (2, 4)
-BACKWARD_PERSIST_DTYPES = (torch.float32,)  # 2-byte types spill at 1024 threads (see the .cu)
+BACKWARD_PERSIST_DTYPES = (torch.float32,)  # the config's; 2-byte kernels exist for tuning
 BACKWARD = cuda_source(
     "fused_softmax_backward.cu",
     [f"fused_softmax_backward<{t}, {v}>" for t in _T for v in VPT]
     + [f"fused_softmax_backward_cluster<{ctype(d)}, {4 if vec_width(d) == 8 else 8}, {c}>"
        for d in ALL_DTYPES for c in BACKWARD_CL]
     + [f"fused_softmax_backward_persist<{ctype(d)}, {BACKWARD_PERSIST_VPT}, {c}>"
-       for d in BACKWARD_PERSIST_DTYPES for c in BACKWARD_PERSIST_CL]
+       for d in (torch.float32, torch.float16, torch.bfloat16) for c in BACKWARD_PERSIST_SIZES]
     + [f"fused_softmax_backward_stream<{t}>" for t in _T],
 )
 
@@ -201,27 +205,37 @@ def vec_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
 )
 def fused_softmax_backward(y: torch.Tensor, dy: torch.Tensor, dim: int = -1) -> torch.Tensor:
     def launch(dx, y2d, dy2d):
-        m, n = dx.shape
-        t = ctype(y2d.dtype)
         aligned = vec_aligned(y2d, dy2d, dx)
-        kind, threads, vpt, cl = backward_config(n, y2d.dtype, aligned)
-        smem = 0
-        if kind == "block":
-            expr, grid = f"fused_softmax_backward<{t}, {vpt}>", m
-        elif kind == "cluster":
-            expr, grid = f"fused_softmax_backward_cluster<{t}, {vpt}, {cl}>", m * cl
-            if cl > 8:
-                _allow_non_portable_cluster(BACKWARD, expr, device_index(dx))
-        elif kind == "persist":
-            expr, smem = f"fused_softmax_backward_persist<{t}, {vpt}, {cl}>", 2 * threads * vpt * 16
-            groups = resident_groups(BACKWARD, expr, threads, cl, smem, device_index(dx))
-            grid = min(m, groups) * cl
-        else:
-            expr, grid = f"fused_softmax_backward_stream<{t}>", m
-        launch_rows(BACKWARD, expr, dx, (y2d, dy2d), grid=grid, block=threads,
-                    extra=(i32(int(aligned)),), shared_mem=smem)
+        backward_launch(dx, y2d, dy2d, backward_config(dx.shape[1], y2d.dtype, aligned), aligned)
 
     return rowwise(launch, y, dy, dim=dim)
+
+
+def backward_launch(dx, y2d, dy2d, cfg: tuple[str, int, int | None, int], aligned: bool,
+                    max_groups: int | None = None) -> None:
+    """Launch one :func:`backward_config` shape ``cfg`` = (kind, threads, vpt, cluster) on (M, N)
+    rows (tests and tuning force shapes through it). ``aligned``: y, dy, dx 16-byte aligned
+    (required by ``persist``); ``max_groups`` caps the persistent grid, so each cluster loops."""
+    m, n = dx.shape
+    t = ctype(y2d.dtype)
+    kind, threads, vpt, cl = cfg
+    smem = 0
+    if kind == "block":
+        expr, grid = f"fused_softmax_backward<{t}, {vpt}>", m
+    elif kind == "cluster":
+        expr, grid = f"fused_softmax_backward_cluster<{t}, {vpt}, {cl}>", m * cl
+        if cl > 8:
+            _allow_non_portable_cluster(BACKWARD, expr, device_index(dx))
+    elif kind == "persist":
+        expr, smem = f"fused_softmax_backward_persist<{t}, {vpt}, {cl}>", 2 * threads * vpt * 16
+        if not aligned:
+            raise ValueError(f"{expr} needs 16-byte aligned y, dy and dx rows")
+        groups = min(m, resident_groups(BACKWARD, expr, threads, cl, smem, device_index(dx)))
+        grid = max(1, min(groups, max_groups or groups)) * cl
+    else:
+        expr, grid = f"fused_softmax_backward_stream<{t}>", m
+    launch_rows(BACKWARD, expr, dx, (y2d, dy2d), grid=grid, block=threads,
+                extra=(i32(int(aligned)),), shared_mem=smem)
 
 
 @functools.lru_cache(maxsize=None)  # runs on every launch: a pure function of its arguments
@@ -240,7 +254,7 @@ def backward_config(
         return "block", threads, vpt, 1
     nw = -(-n // vec_width(dtype))
     if aligned and dtype in BACKWARD_PERSIST_DTYPES:
-        shape = _cluster_shape(nw, BACKWARD_PERSIST_VPT, BACKWARD_PERSIST_THREADS,
+        shape = _cluster_shape(nw, BACKWARD_PERSIST_VPT, BACKWARD_PERSIST_THREADS[4],
                                BACKWARD_PERSIST_CL)
         if shape:
             return "persist", shape[1], BACKWARD_PERSIST_VPT, shape[0]
@@ -274,6 +288,13 @@ FAST_BLOCK_VPT = (2, 4, 8)
 FAST_CL = (2, 4, 8, 16)
 PERSIST_VPT = {4: (4, 8, 16), 2: (4,)}  # by itemsize: 2-byte types spill beyond 4 (see NOTES)
 PERSIST_CL = (1, 2, 4, 8, 16)
+# Rows longer than one persistent CTA: clusters of 8 CTAs (16 when 8 x 1024 threads do not hold
+# the row), sized down to the threads that cover it. With the message exchange (no cluster
+# barrier) more, smaller CTAs per row won (H200, M*N = 2^28, % of copy, one tuning run):
+# bf16 65536 8x256x4 84.7 vs 2x1024x4 81.8; 151936 8x608x4 78.4 (16x320x4 78.8);
+# 262144 8x1024x4 80.3; fp32 65536 8x256x8 86.2 vs 2x1024x8 83.2; 151936 8x608x8 85.1;
+# 262144 8x1024x8 84.8. Issuing the next row's copies late was mixed (-6..+3 points): off.
+PERSIST_CLUSTER_SIZES = (8, 16)
 PERSIST_DTYPES = (torch.float32, torch.float16, torch.bfloat16)  # fp64: correctness, not speed
 _NON_PORTABLE_CLUSTER_ATTR = 14  # CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED
 
@@ -304,8 +325,6 @@ def row_kernel_exprs(prefix: str) -> list[str]:
             for v in PERSIST_VPT[dt.itemsize]:
                 out += [f"{prefix}_persist<{t}, {v}>"]
                 out += [f"{prefix}_persist_cluster<{t}, {v}, {c}>" for c in PERSIST_CL if c > 1]
-                out += [f"{prefix}_persist_cluster_msg<{t}, {v}, {c}>"
-                        for c in PERSIST_CL if c > 1]
     return out
 
 
@@ -339,7 +358,6 @@ class FastConfig:
     group: int = 32
     cluster: int = 1
     late: bool = False  # persist clusters: next row's copies issued inside the cluster barrier
-    msg: bool = False  # persist clusters: (max, sum) exchanged as st.async messages, no barrier
 
     def expr(self, t: str, prefix: str = "fast_softmax") -> str:
         if self.kind == "warp":
@@ -351,8 +369,7 @@ class FastConfig:
         if self.kind == "persist":
             if self.cluster == 1:
                 return f"{prefix}_persist<{t}, {self.vpt}>"
-            msg = "_msg" if self.msg else ""
-            return f"{prefix}_persist_cluster{msg}<{t}, {self.vpt}, {self.cluster}>"
+            return f"{prefix}_persist_cluster<{t}, {self.vpt}, {self.cluster}>"
         return f"{prefix}_split_stats<{t}, {self.vpt}>"
 
     def capacity(self) -> int:
@@ -370,8 +387,7 @@ class FastConfig:
             return f"warp g{self.group}x{self.vpt}"
         if self.kind in ("cluster", "persist"):
             late = " late" if self.late else ""
-            msg = " msg" if self.msg and self.cluster > 1 else ""
-            return f"{self.kind} {self.cluster}x{self.threads}x{self.vpt}{late}{msg}"
+            return f"{self.kind} {self.cluster}x{self.threads}x{self.vpt}{late}"
         return f"{self.kind} {self.threads}x{self.vpt}"
 
 
@@ -392,12 +408,11 @@ def persist_vpt(dtype: torch.dtype) -> int:
     return 8 if dtype.itemsize == 4 else 4
 
 
-def persist_config(nw: int, vpt: int, cluster: int, late: bool = False,
-                   msg: bool = False) -> FastConfig:
+def persist_config(nw: int, vpt: int, cluster: int, late: bool = False) -> FastConfig:
     """The persistent shape holding ``nw`` windows with ``vpt`` per thread over ``cluster``
     CTAs: the multiple of 32 threads that just covers the row."""
     return FastConfig("persist", threads=_round32(-(-nw // (vpt * cluster))), vpt=vpt,
-                      cluster=cluster, late=late and cluster > 1, msg=msg and cluster > 1)
+                      cluster=cluster, late=late and cluster > 1)
 
 
 def fast_softmax_config(
@@ -413,10 +428,9 @@ def fast_softmax_config(
       nw <= 256), 4 (nw <= 2048, and always for 2-byte types) or 8 vectors per thread, threads
       = the multiple of 32 that just covers the row (no idle pow2 padding);
     * longer, when input and output rows share their 16-byte phase (``vec``) and the dtype is
-      fp32/fp16/bf16: ``persist``, the smallest cluster (1, 2, 4, 8, 16 CTAs) whose CTAs of
-      <= 1024 threads x 8 vectors (fp32) or <= 1024 x 4 (fp16/bf16) hold the row; the next
-      row's copies are issued inside the cluster barrier (``late``) for clusters of >= 4 (fp32:
-      +5-16 points at 131072-524288, -2..-5 at 2 CTAs) and every fp16/bf16 cluster (+2-6);
+      fp32/fp16/bf16: ``persist``, one CTA of <= 1024 threads x 8 vectors (fp32) or x 4
+      (fp16/bf16) if it holds the row, else a cluster of PERSIST_CLUSTER_SIZES (8, then 16)
+      such CTAs, threads = the multiple of 32 that just covers the row;
     * otherwise (fp64, misaligned phase, or longer rows): a one-row cluster of up to 16 CTAs
       with 16 vectors x <= 512 threads (fp32/fp64) or 4 x <= 1024 (fp16/bf16), else the
       two-kernel split.
@@ -440,9 +454,11 @@ def fast_softmax_config(
         return FastConfig("block", threads=_round32(-(-nw // vpt)), vpt=vpt)
     if persist_ok:
         vpt = persist_vpt(dtype)
-        shape = _cluster_shape(nw, vpt, persist_max_threads(vpt), PERSIST_CL)
+        most = persist_max_threads(vpt)
+        shape = _cluster_shape(nw, vpt, most, (1,)) or _cluster_shape(
+            nw, vpt, most, PERSIST_CLUSTER_SIZES)
         if shape:
-            return persist_config(nw, vpt, shape[0], late=shape[0] >= 4 or es == 2)
+            return persist_config(nw, vpt, shape[0])
     big = _fast_vpt_cap(dtype)
     shape = _cluster_shape(nw, big, 1024 if big <= 8 else 512, FAST_CL)
     if shape:

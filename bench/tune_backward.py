@@ -1,0 +1,83 @@
+"""Time fused_softmax_backward launch shapes per (N, dtype) at M*N = 2^28 against copy speed.
+
+    python bench/tune_backward.py [--ns 65536,151936,262144] [--dtypes float32,bfloat16]
+
+For every (N, dtype): the device-to-device copy on the same tensors, the shape
+``backward_config`` picks, and every persistent cluster shape that holds the row (clusters of
+``BACKWARD_PERSIST_SIZES`` CTAs, threads = the multiple of 32 that covers it), each forced
+through ``backward_launch`` and timed by CUDA events around back-to-back launches (method B of
+tune_long_rows.py). Bytes: y and dy read, dx written (3 tensors). One JSON line per (N, dtype)
+on stdout, a summary table last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import torch
+
+from kernel_lab.cuda_common import vec_width
+from kernel_lab.ops.softmax import cuda_variants as cv
+
+try:  # run as a script from the repository root
+    from tune_long_rows import med_ms
+except ImportError:  # pragma: no cover - imported as bench.tune_backward
+    from bench.tune_long_rows import med_ms
+
+
+def candidates(n: int, dtype: torch.dtype) -> dict[str, tuple]:
+    out = {"default " + "x".join(map(str, cv.backward_config(n, dtype))): cv.backward_config(
+        n, dtype)}
+    nw = -(-n // vec_width(dtype))
+    vpt, most = cv.BACKWARD_PERSIST_VPT, cv.BACKWARD_PERSIST_THREADS[dtype.itemsize]
+    for cl in cv.BACKWARD_PERSIST_SIZES:
+        threads = max(64, -(-nw // (vpt * cl * 32)) * 32)
+        if threads <= most:
+            out[f"persist {cl}x{threads}x{vpt}"] = ("persist", threads, vpt, cl)
+    return out
+
+
+def measure(n: int, dtype: torch.dtype, total_log2: int) -> tuple[int, float, list]:
+    """(rows M, copy GB/s, [(shape, GB/s, % of copy) or (shape, error)])."""
+    m = max(1, (1 << total_log2) // n)
+    y = torch.softmax(torch.randn(m, n, device="cuda"), -1).to(dtype)
+    dy = torch.randn(m, n, device="cuda").to(dtype)
+    dx = torch.empty_like(y)
+    es = y.element_size()
+    copy = 2 * y.numel() * es / med_ms(lambda: dx.copy_(y)) / 1e6
+    rows = []
+    for label, cfg in candidates(n, dtype).items():
+        try:
+            ms = med_ms(lambda cfg=cfg: cv.backward_launch(dx, y, dy, cfg, True))
+        except Exception as ex:  # noqa: BLE001 - record and keep going
+            rows.append((label, str(ex)[:80]))
+            continue
+        gbs = 3 * y.numel() * es / ms / 1e6
+        rows.append((label, round(gbs), round(100 * gbs / copy, 1)))
+    return m, copy, rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--ns", default="32000,65536,151936,262144")
+    ap.add_argument("--dtypes", default="float32,bfloat16")
+    ap.add_argument("--total-log2", type=int, default=28)
+    args = ap.parse_args()
+    summary = []
+    for dname in args.dtypes.split(","):
+        dtype = getattr(torch, dname)
+        for n in map(int, args.ns.split(",")):
+            m, copy, rows = measure(n, dtype, args.total_log2)
+            print(json.dumps({"dtype": dname, "N": n, "M": m, "copy": round(copy), "rows": rows}),
+                  flush=True)
+            summary.append((dname, n, rows))
+            torch.cuda.empty_cache()
+    print("\nSUMMARY dtype N | shapes, % of copy (3 tensors), best first")
+    for dname, n, rows in summary:
+        ok = sorted((r for r in rows if len(r) == 3), key=lambda r: -r[1])
+        print(f"{dname:9s} {n:7d} | " + "; ".join(f"{r[0]} {r[2]}" for r in ok))
+
+
+if __name__ == "__main__":
+    main()
