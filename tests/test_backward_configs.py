@@ -1,9 +1,9 @@
 """fused_softmax_backward launch configs (CPU) and its persistent kernels (GPU).
 
 CPU: ``backward_config`` holds every row, names a declared instantiation and takes the
-persistent kernels only for aligned fp32. GPU: every persistent cluster size runs with more rows
-than resident clusters, so each cluster loops (prefetch pipeline, parity-buffered partial dots),
-checked against the float64 reference through the op's own error scale.
+persistent kernels only for aligned rows. GPU: every persistent instantiation runs with more
+rows than resident clusters, so each cluster loops (prefetch pipeline, partial dots exchanged
+as messages), checked against the float64 reference through the op's own error scale.
 """
 
 from __future__ import annotations
@@ -29,9 +29,10 @@ def test_backward_config_holds_the_row(dtype, aligned):
         assert threads % 32 == 0 and 32 <= threads <= 1024, (n, kind, threads)
         nw = -(-n // vec_width(dtype))
         if kind == "persist":
-            assert aligned and dtype == torch.float32, (n, dtype)
+            assert aligned and dtype in cv.BACKWARD_PERSIST_DTYPES, (n, dtype)
             assert f"fused_softmax_backward_persist<{t}, {vpt}, {cl}>" in declared
-            assert threads * vpt * cl >= nw and threads <= cv.BACKWARD_PERSIST_THREADS[4]
+            assert threads * vpt * cl >= nw
+            assert threads <= cv.BACKWARD_PERSIST_THREADS[dtype.itemsize]
         elif kind == "cluster":
             assert f"fused_softmax_backward_cluster<{t}, {vpt}, {cl}>" in declared
             assert threads * vpt * cl >= nw and threads <= 512
@@ -40,16 +41,23 @@ def test_backward_config_holds_the_row(dtype, aligned):
             assert threads * vpt >= nw
 
 
-def test_long_aligned_fp32_rows_take_the_persistent_kernel():
-    assert cv.backward_config(65536, torch.float32)[0] == "persist"
-    assert cv.backward_config(65537, torch.float32)[0] == "cluster"  # 16-CTA persist lost
-    assert cv.backward_config(65536, torch.float32, aligned=False)[0] == "cluster"
-    assert cv.backward_config(65536, torch.bfloat16)[0] == "cluster"
+def test_long_aligned_rows_take_the_persistent_kernel():
+    def kind_and_cluster(n, dtype, aligned=True):
+        kind, _, _, cl = cv.backward_config(n, dtype, aligned)
+        return kind, cl
+
+    assert kind_and_cluster(65536, torch.float32) == ("persist", 8)
+    assert kind_and_cluster(151936, torch.float32) == ("persist", 16)
+    assert kind_and_cluster(262144, torch.float32)[0] == "cluster"  # 16 x 1024 persist lost
+    assert kind_and_cluster(65536, torch.float32, aligned=False)[0] == "cluster"
+    assert kind_and_cluster(262144, torch.bfloat16) == ("persist", 16)
+    assert kind_and_cluster(32000, torch.bfloat16)[0] == "block"
 
 
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
-@pytest.mark.parametrize("n,cl", [(20000, 2), (40000, 4), (65536, 4)])
+@pytest.mark.parametrize("n,cl", [(20000, 8), (65536, 8), (151936, 16)])
 def test_persistent_backward_loops_over_rows(n, cl):
+    """Through the registered op: the config's persistent shapes, more rows than clusters."""
     kind, threads, vpt, got_cl = cv.backward_config(n, torch.float32)
     assert (kind, got_cl) == ("persist", cl)
     expr = f"fused_softmax_backward_persist<float, {vpt}, {cl}>"

@@ -49,14 +49,18 @@ VEC = cuda_source(
 BACKWARD_CL = (2, 4, 8, 16)
 BACKWARD_PERSIST_VPT = 4  # vectors of y and of dy per thread: 2 x 64 KB per 1024-thread CTA
 BACKWARD_PERSIST_THREADS = {4: 1024, 2: 512}  # by itemsize: 2-byte types spill at 1024
-# Instantiated persistent backward clusters; the config uses BACKWARD_PERSIST_CL of them.
-BACKWARD_PERSIST_SIZES = (2, 4, 8, 16)
-# Persistent backward clusters: 2 and 4 CTAs (H200, fp32, M*N = 2^28: N = 32000 90.2 % of copy vs
-# 86 % for the one-row cluster kernel, 65536 84.7 vs 82). With 16 CTAs it lost (151936: 54 % vs
-# 59 %; 262144: 55 % vs 71 % for 16 x 512 x 8 one-row clusters), so longer rows keep those.
-# (Measured with the cluster barrier per row, before the message exchange.)
-BACKWARD_PERSIST_CL = (2, 4)
-BACKWARD_PERSIST_DTYPES = (torch.float32,)  # the config's; 2-byte kernels exist for tuning
+BACKWARD_PERSIST_SIZES = (2, 4, 8, 16)  # instantiated cluster sizes (tuning, tests)
+# The config: rows longer than one CTA holds take persistent clusters of 8 CTAs, or 16 when 8
+# do not hold the row, with at most BACKWARD_PERSIST_CONFIG_THREADS threads each; longer rows
+# keep the one-row cluster kernel. Measured (H200, M*N = 2^28, % of copy, bench/tune_backward.py,
+# after the message exchange): fp32 32000 8x256x4 87.7 (2x1024x4 83.6), 65536 8x512x4 88.1
+# (4x1024x4 79.6), 151936 16x608x4 79.0 (one-row cluster 62.7), 262144 16x1024x4 70.5 vs the
+# one-row cluster's 75.6 (so fp32 CTAs stop at 768 threads); bf16 65536 8x256x4 89.4 (one-row
+# 4-CTA cluster 73.9), 151936 16x320x4 82.7 (63.0), 262144 16x512x4 80.1 (56.1). fp16 runs the
+# bf16 rule (the same kernel; its speed was not measured separately).
+BACKWARD_PERSIST_CL = (8, 16)
+BACKWARD_PERSIST_CONFIG_THREADS = {4: 768, 2: 512}
+BACKWARD_PERSIST_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 BACKWARD = cuda_source(
     "fused_softmax_backward.cu",
     [f"fused_softmax_backward<{t}, {v}>" for t in _T for v in VPT]
@@ -245,17 +249,18 @@ def backward_config(
     """(kind, threads, vectors per thread, cluster size) of fused_softmax_backward for rows of n.
 
     One CTA holds y and dy up to 512 threads x 8 vectors each (``block``). Longer rows, when
-    y, dy and dx are 16-byte aligned (``aligned``) in fp32: ``persist``, the smallest
-    cluster of 2 or 4 CTAs of <= 1024 threads x 4 vectors that holds the row (N <= 65536),
-    persistent with the next row prefetched. Otherwise a one-row cluster of up to 16 CTAs of
-    512 x 8 (fp32) or x 4 (2-byte) vectors; longer rows stream (two passes)."""
+    y, dy and dx are 16-byte aligned (``aligned``): ``persist``, a cluster of 8 (else 16) CTAs
+    of <= 768 (fp32) or 512 (fp16/bf16) threads x 4 vectors that holds the row (fp32 N <=
+    196608, 2-byte N <= 524288), persistent with the next row prefetched (BACKWARD_PERSIST_CL
+    has the measurements). Otherwise a one-row cluster of up to 16 CTAs of 512 x 8 (fp32) or
+    x 4 (2-byte) vectors; longer rows stream (two passes)."""
     threads, vpt = vec_config(n, dtype, BWD_MAX_THREADS)
     if vpt:
         return "block", threads, vpt, 1
     nw = -(-n // vec_width(dtype))
     if aligned and dtype in BACKWARD_PERSIST_DTYPES:
-        shape = _cluster_shape(nw, BACKWARD_PERSIST_VPT, BACKWARD_PERSIST_THREADS[4],
-                               BACKWARD_PERSIST_CL)
+        shape = _cluster_shape(nw, BACKWARD_PERSIST_VPT,
+                               BACKWARD_PERSIST_CONFIG_THREADS[dtype.itemsize], BACKWARD_PERSIST_CL)
         if shape:
             return "persist", shape[1], BACKWARD_PERSIST_VPT, shape[0]
     vpt = 4 if vec_width(dtype) == 8 else 8  # fp16/bf16: 2 x 32 elements per thread, no spills
