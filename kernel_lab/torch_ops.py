@@ -78,9 +78,10 @@ def measured_preferences(op: str, x: torch.Tensor, dim: int = -1) -> tuple[str, 
 
     Softmax forward, fastest per row length N there: Triton's whole-row kernel for N <= 256,
     for 2048 <= N <= 32768 in fp32 and for N <= 8192 in fp16/bf16 (97-100 % of copy against
-    fast_softmax's 80-98 %); vec_softmax's streaming kernel for the longest rows (N >= 2^20, and
-    2^19 in fp16/bf16: 61-63 % against fast_softmax's split pair at 34-45 %); fast_softmax
-    everywhere else. Re-measure and edit this table when kernels change.
+    fast_softmax's 80-98 %); vec_softmax's streaming kernel for the longest rows (N >= 2^20:
+    61-63 % against fast_softmax's split pair at 34-45 %); fast_softmax everywhere else (at
+    2^19 in fp16/bf16 too since the third run: 75 % against vec_softmax's 61 % of the first).
+    Re-measure and edit this table when kernels change.
     """
     prefs = PREFERENCES[op]
     if op != "softmax" or x.dim() == 0:
@@ -88,7 +89,7 @@ def measured_preferences(op: str, x: torch.Tensor, dim: int = -1) -> tuple[str, 
     n, two_byte = x.shape[dim], x.element_size() == 2
     if n <= 256 or (two_byte and n <= 8192) or (not two_byte and 2048 <= n <= 32768):
         return ("triton_fused", *prefs)
-    if n >= 1 << 20 or (two_byte and n >= 1 << 19):
+    if n >= 1 << 20:
         return ("vec_softmax", *prefs)
     return prefs
 
