@@ -51,8 +51,8 @@
 //            owned as in kernel 3 (CL = 1: as in kernel 2).
 //    Pipeline: the current row's windows sit in registers; the NEXT row's windows of this thread
 //            are in flight into dynamic shared memory (cp.async.cg, 16 bytes each) while the
-//            CTA reduces, crosses the cluster barrier, normalizes and stores. Each thread reads
-//            back only the slots it copied itself (wait_group 0 is enough: no block barrier).
+//            CTA reduces, exchanges (max, sum) with its peers, normalizes and stores. Each
+//            thread reads back only the slots it copied (wait_group 0 is enough: no barrier).
 //            The prefetch is issued right after the local (max, sum), once every register value
 //            read from those slots has been consumed.
 //    Cluster: each CTA sends its (max, sum) to every peer's inbox as an st.async message

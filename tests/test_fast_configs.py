@@ -3,7 +3,7 @@
 CPU: ``fast_softmax_config`` always returns a shape that holds the row, names an instantiation
 both sources declare, and respects the kernels' limits. GPU: each persistent instantiation runs
 forced (``fast_launch(..., max_groups=...)``) so every CTA / cluster loops over several rows -
-the prefetch pipeline and the parity-buffered cluster exchange - on odd and aligned rows with
+the prefetch pipeline and the parity-buffered message exchange - on odd and aligned rows with
 -inf / NaN rows, for softmax and log_softmax. The generic suite (test_correctness.py) only ever
 gives a persistent group one or two rows.
 """

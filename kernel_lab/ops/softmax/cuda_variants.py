@@ -362,7 +362,7 @@ class FastConfig:
     vpt: int
     group: int = 32
     cluster: int = 1
-    late: bool = False  # persist clusters: next row's copies issued inside the cluster barrier
+    late: bool = False  # persist clusters: next row's copies issued while (max, sum) messages fly
 
     def expr(self, t: str, prefix: str = "fast_softmax") -> str:
         if self.kind == "warp":
