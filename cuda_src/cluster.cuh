@@ -48,7 +48,6 @@ __device__ __forceinline__ double dsmem_load(unsigned addr, double) {
   return v;
 }
 
-
 __device__ __forceinline__ unsigned smem_addr(const void* p) {
   return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }

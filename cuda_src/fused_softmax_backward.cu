@@ -39,15 +39,16 @@
 // Cluster:   each CTA sends its partial dot to every peer as an st.async message counted by
 //            the peer's mbarrier (cluster.cuh, ClusterInbox): no cluster barrier per row, whose
 //            release (MEMBAR.ALL.GPU) waited for the previous row's dx stores.
-// Launch:    grid = min(M, resident clusters) * CL, blockDim.x a multiple of 32 (<= 1024 at
-//            VPT = 4), dynamic shared memory 2 * blockDim.x * VPT * 16 B (y slots, then dy).
+// Launch:    grid = min(M, resident clusters) * CL, blockDim.x a multiple of 32 (<= 1024 in
+//            fp32, <= 512 in fp16/bf16), dynamic shared memory 2 * blockDim.x * VPT * 16 B (y
+//            slots, then dy).
 // Bytes:     3 * M * N * sizeof(T), loads always in flight.
 // Preconds:  `vec_ok` (y, dy, row strides and N * sizeof(T) 16-byte aligned: every window is
 //            whole); the launcher falls back to kernels 1-3 otherwise. Threads: <= 1024 for
 //            fp32 (55 registers, no spills), <= 512 for fp16/bf16 (at the 1024-thread cap of
 //            64 registers they spilled 48-56 bytes; NVRTC 13.5, sm_90).
 // Changed:   from kernel 2: one launch for all rows; the next row's loads overlap this row's
-//            reduction, barrier and stores.
+//            reduction, exchange and stores.
 #include "cluster.cuh"
 #include "softmax_common.cuh"
 

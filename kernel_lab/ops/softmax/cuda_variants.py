@@ -67,7 +67,7 @@ BACKWARD = cuda_source(
     + [f"fused_softmax_backward_cluster<{ctype(d)}, {4 if vec_width(d) == 8 else 8}, {c}>"
        for d in ALL_DTYPES for c in BACKWARD_CL]
     + [f"fused_softmax_backward_persist<{ctype(d)}, {BACKWARD_PERSIST_VPT}, {c}>"
-       for d in (torch.float32, torch.float16, torch.bfloat16) for c in BACKWARD_PERSIST_SIZES]
+       for d in BACKWARD_PERSIST_DTYPES for c in BACKWARD_PERSIST_SIZES]
     + [f"fused_softmax_backward_stream<{t}>" for t in _T],
 )
 
@@ -251,7 +251,7 @@ def backward_config(
     One CTA holds y and dy up to 512 threads x 8 vectors each (``block``). Longer rows, when
     y, dy and dx are 16-byte aligned (``aligned``): ``persist``, a cluster of 8 (else 16) CTAs
     of <= 768 (fp32) or 512 (fp16/bf16) threads x 4 vectors that holds the row (fp32 N <=
-    196608, 2-byte N <= 524288), persistent with the next row prefetched (BACKWARD_PERSIST_CL
+    196608, 2-byte N <= 262144), persistent with the next row prefetched (BACKWARD_PERSIST_CL
     has the measurements). Otherwise a one-row cluster of up to 16 CTAs of 512 x 8 (fp32) or
     x 4 (2-byte) vectors; longer rows stream (two passes)."""
     threads, vpt = vec_config(n, dtype, BWD_MAX_THREADS)
@@ -632,9 +632,10 @@ def _split_launch(
     out: torch.Tensor, x2d: torch.Tensor, cfg: FastConfig, vec, kernels: RowKernels
 ) -> None:
     """The split pair on groups of rows (kernel B's re-read of a group should hit L2). One
-    launch pair per group costs ~2 launches of host time and no tensor ops: at N = 2^20 a call
-    has 11-22 groups of 12-24 us of GPU work each, and slicing tensors per group made the call
-    host-bound (H200, bf16 256 x 2^20: CUDA events read 14 % slower than back-to-back rounds)."""
+    launch pair per group costs ~2 launches of host time and no tensor ops: at 256 x 2^20 a call
+    has 22 (bf16) to 43 (fp32) groups of ~30 us of GPU work each, and slicing tensors per group
+    made the call host-bound (H200, bf16: CUDA events read 14 % slower than back-to-back
+    rounds)."""
     m, n = out.shape
     t = ctype(x2d.dtype)
     p = kernels.prefix
