@@ -32,7 +32,7 @@ def candidates(n: int, dtype: torch.dtype) -> dict[str, tuple]:
     nw = -(-n // vec_width(dtype))
     vpt, most = cv.BACKWARD_PERSIST_VPT, cv.BACKWARD_PERSIST_THREADS[dtype.itemsize]
     for cl in cv.BACKWARD_PERSIST_SIZES:
-        threads = max(64, -(-nw // (vpt * cl * 32)) * 32)
+        threads = max(64, cv._round32(-(-nw // (vpt * cl))))
         if threads <= most:
             out[f"persist {cl}x{threads}x{vpt}"] = ("persist", threads, vpt, cl)
     return out

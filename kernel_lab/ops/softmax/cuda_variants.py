@@ -459,9 +459,7 @@ def fast_softmax_config(
         return FastConfig("block", threads=_round32(-(-nw // vpt)), vpt=vpt)
     if persist_ok:
         vpt = persist_vpt(dtype)
-        most = persist_max_threads(vpt)
-        shape = _cluster_shape(nw, vpt, most, (1,)) or _cluster_shape(
-            nw, vpt, most, PERSIST_CLUSTER_SIZES)
+        shape = _cluster_shape(nw, vpt, persist_max_threads(vpt), (1, *PERSIST_CLUSTER_SIZES))
         if shape:
             return persist_config(nw, vpt, shape[0])
     big = _fast_vpt_cap(dtype)
