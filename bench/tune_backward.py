@@ -4,7 +4,8 @@
 
 For every (N, dtype): the device-to-device copy on the same tensors, the shape
 ``backward_config`` picks, and every persistent cluster shape that holds the row (clusters of
-``BACKWARD_PERSIST_SIZES`` CTAs, threads = the multiple of 32 that covers it), each forced
+``BACKWARD_PERSIST_SIZES`` CTAs, threads = the multiple of 32 that covers it; one and two rows
+in flight, ``stages``, where they fit shared memory), each forced
 through ``backward_launch`` and timed by CUDA events around back-to-back launches (method B of
 tune_long_rows.py). Bytes: y and dy read, dx written (3 tensors). One JSON line per (N, dtype)
 on stdout, a summary table last.
@@ -26,16 +27,23 @@ except ImportError:  # pragma: no cover - imported as bench.tune_backward
     from bench.tune_long_rows import med_ms
 
 
-def candidates(n: int, dtype: torch.dtype) -> dict[str, tuple]:
-    out = {"default " + "x".join(map(str, cv.backward_config(n, dtype))): cv.backward_config(
-        n, dtype)}
+def candidates(n: int, dtype: torch.dtype) -> dict[str, cv.BackwardConfig]:
+    default = cv.backward_config(n, dtype)
+    out = {"default " + default.label(): default}
     nw = -(-n // vec_width(dtype))
     vpt, most = cv.BACKWARD_PERSIST_VPT, cv.BACKWARD_PERSIST_THREADS[dtype.itemsize]
     for cl in cv.BACKWARD_PERSIST_SIZES:
         threads = max(64, cv._round32(-(-nw // (vpt * cl))))
-        if threads <= most:
-            out[f"persist {cl}x{threads}x{vpt}"] = ("persist", threads, vpt, cl)
+        if threads > most:
+            continue
+        for stages in (1, 2):
+            if stages * 2 * threads * vpt * 16 <= SHARED_PER_SM:
+                cfg = cv.BackwardConfig("persist", threads, vpt, cl, stages)
+                out[cfg.label()] = cfg
     return out
+
+
+SHARED_PER_SM = 227 * 1024  # H100/H200: the most dynamic shared memory one CTA may take
 
 
 def measure(n: int, dtype: torch.dtype, total_log2: int) -> tuple[int, float, list]:

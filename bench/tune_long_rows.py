@@ -4,7 +4,7 @@
 
 For every (N, dtype): the device-to-device copy ``y.copy_(x)`` on the same tensors, the config
 ``fast_softmax_config`` picks, the pre-persistent ("legacy": vec=False rules) config, and every
-persistent shape that fits, each timed by CUDA events around back-to-back launches (one call
+persistent shape that fits (one and two rows in flight, ``stages``), each timed by CUDA events around back-to-back launches (one call
 queued first, then events around K calls, / K, median of R: the kernel's own time). Then the
 registered ``fast_softmax`` and ``log_softmax`` variants through their full launch path.
 Writes DIR/tune.jsonl (one line per timing) and DIR/attrs.json (registers / spills of every
@@ -60,10 +60,16 @@ def candidates(n: int, dtype: torch.dtype, aligned: bool) -> dict[str, cv.FastCo
             if c.capacity() > 1.5 * nw + 32 * vpt * cl:
                 continue
             out.setdefault(c.label(), c)
+            c2 = cv.persist_config(nw, vpt, cl, stages=2)
+            if c2.shared_mem() <= SHARED_PER_SM:
+                out.setdefault(c2.label(), c2)
             if cl > 1:
                 c = cv.persist_config(nw, vpt, cl, late=True)
                 out.setdefault(c.label(), c)
     return out
+
+
+SHARED_PER_SM = 227 * 1024  # H100/H200: the most dynamic shared memory one CTA may take
 
 
 def sane(out: torch.Tensor, x: torch.Tensor, log: bool) -> bool:

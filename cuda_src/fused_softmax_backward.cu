@@ -32,16 +32,17 @@
 //            at once; cluster q of Q owns rows q, q + Q, ...; inside a row, CTA rank c, thread t
 //            holds windows k * CL * blockDim.x + c * blockDim.x + t (k < VPT) of y and dy.
 // Pipeline:  the current row's y and dy sit in registers; the next row's windows of this thread
-//            are in flight into dynamic shared memory (cp.async.cg, 16 bytes each) while the
-//            CTA reduces the dot product, exchanges it with its peers and stores dx. Each thread
-//            reads back only the slots it copied (wait_group 0: no block barrier). The copies
-//            are issued once the dot loop has consumed every value read from the slots.
+//            (`stages` = 2: the next two rows', in alternating slot sets) are in flight into
+//            dynamic shared memory (cp.async.cg, 16 bytes each) while the CTA reduces the dot
+//            product, exchanges it with its peers and stores dx. Each thread reads back only the
+//            slots it copied (wait_group: no block barrier). The copies are issued once the dot
+//            loop has consumed every value read from the slots.
 // Cluster:   each CTA sends its partial dot to every peer as an st.async message counted by
 //            the peer's mbarrier (cluster.cuh, ClusterInbox): no cluster barrier per row, whose
 //            release (MEMBAR.ALL.GPU) waited for the previous row's dx stores.
 // Launch:    grid = min(M, resident clusters) * CL, blockDim.x a multiple of 32 (<= 1024 in
-//            fp32, <= 512 in fp16/bf16), dynamic shared memory 2 * blockDim.x * VPT * 16 B (y
-//            slots, then dy).
+//            fp32, <= 512 in fp16/bf16), dynamic shared memory stages * 2 * blockDim.x * VPT *
+//            16 B (per stage: y slots, then dy); stages is 1 or 2.
 // Bytes:     3 * M * N * sizeof(T), loads always in flight.
 // Preconds:  `vec_ok` (y, dy, row strides and N * sizeof(T) 16-byte aligned: every window is
 //            whole); the launcher falls back to kernels 1-3 otherwise. Threads: <= 1024 for
@@ -203,29 +204,37 @@ template <typename T, int VPT, int CL>
 __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(BackwardPersistThreads<T>::value)
     fused_softmax_backward_persist(T* __restrict__ dx, const T* __restrict__ y,
                                    const T* __restrict__ dy, long long rows, int n,
-                                   long long y_stride, long long dy_stride, int vec_ok) {
+                                   long long y_stride, long long dy_stride, int vec_ok,
+                                   int stages) {
   using A = klab::acc_t<T>;
   using V = klab::Vec<T>;
   constexpr int W = V::N;
   __shared__ A red[32];
   __shared__ klab::ClusterInbox<A, CL> inbox;  // CL > 1: every CTA's partial dot of each row
-  extern __shared__ uint4 slots[];  // VPT * blockDim.x for y, then as many for dy
+  extern __shared__ uint4 slots[];  // per stage: VPT * blockDim.x for y, then as many for dy
   const unsigned rank = CL > 1 ? klab::cluster_rank() : 0u;
   const long long q = blockIdx.x / CL, Q = gridDim.x / CL;
   const int base = rank * blockDim.x + threadIdx.x, step = CL * blockDim.x;
   const int nwin = n / W;  // vec_ok: whole windows only
-  uint4* my_y = slots + threadIdx.x;
-  uint4* my_dy = slots + VPT * blockDim.x + threadIdx.x;
+  const int stage_slots = 2 * VPT * blockDim.x;
   if constexpr (CL > 1) {
     if (threadIdx.x == 0) inbox.init();
     klab::cluster_sync();  // every peer's inbox exists before the first message
   }
 
-  if (q < rows)
-    prefetch_pair<T, VPT>(my_y, my_dy, y + q * y_stride, dy + q * dy_stride, nwin, base, step);
-  klab::cp_async_commit();
+  // Prologue: rows q, q + Q, ... (one per stage) in flight, one commit group each.
+  for (int s = 0; s < stages; ++s) {
+    const long long r = q + s * Q;
+    uint4* my_y = slots + s * stage_slots + threadIdx.x;
+    if (r < rows)
+      prefetch_pair<T, VPT>(my_y, my_y + VPT * blockDim.x, y + r * y_stride, dy + r * dy_stride,
+                            nwin, base, step);
+    klab::cp_async_commit();
+  }
   for (long long row = q, it = 0; row < rows; row += Q, ++it) {
-    klab::cp_async_wait_all();  // this thread's copies of `row` have landed
+    uint4* my_y = slots + (stages > 1 ? (it & 1) : 0) * stage_slots + threadIdx.x;
+    uint4* my_dy = my_y + VPT * blockDim.x;
+    klab::cp_async_wait_stage(stages);  // this thread's copies of `row` have landed
     V ry[VPT], rd[VPT];
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
@@ -242,10 +251,11 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(BackwardPersistThre
     for (int k = 0; k < VPT; ++k)
 #pragma unroll
       for (int i = 0; i < W; ++i) dot += ry[k].get(i) * rd[k].get(i);
-    // Every value read from the slots is consumed: they can take the next row now.
-    if (row + Q < rows)
-      prefetch_pair<T, VPT>(my_y, my_dy, y + (row + Q) * y_stride, dy + (row + Q) * dy_stride,
-                            nwin, base, step);
+    // Every value read from the slots is consumed: they take the row `stages` ahead now.
+    const long long rn = row + stages * Q;
+    if (rn < rows)
+      prefetch_pair<T, VPT>(my_y, my_dy, y + rn * y_stride, dy + rn * dy_stride, nwin, base,
+                            step);
     klab::cp_async_commit();
     dot = klab::block_allreduce(dot, klab::SumOp{}, A(0), red);
     if constexpr (CL > 1) {  // no cluster barrier per row: messages (klab::ClusterInbox)

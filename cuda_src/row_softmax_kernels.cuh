@@ -50,9 +50,10 @@
 //            (cluster) q of Q owns rows q, q + Q, q + 2Q, ...; inside a row the windows are
 //            owned as in kernel 3 (CL = 1: as in kernel 2).
 //    Pipeline: the current row's windows sit in registers; the NEXT row's windows of this thread
-//            are in flight into dynamic shared memory (cp.async.cg, 16 bytes each) while the
-//            CTA reduces, exchanges (max, sum) with its peers, normalizes and stores. Each
-//            thread reads back only the slots it copied (wait_group 0 is enough: no barrier).
+//            (`stages` = 2: the next two rows', in alternating slot sets) are in flight into
+//            dynamic shared memory (cp.async.cg, 16 bytes each, one commit group per row) while
+//            the CTA reduces, exchanges (max, sum) with its peers, normalizes and stores. Each
+//            thread reads back only the slots it copied (wait_group: no barrier).
 //            The prefetch is issued right after the local (max, sum), once every register value
 //            read from those slots has been consumed.
 //    Cluster: each CTA sends its (max, sum) to every peer's inbox as an st.async message
@@ -63,8 +64,9 @@
 //            `late` != 0 (clusters only) issues the next row's copies between sending and
 //            waiting instead of right after the local (max, sum).
 //    Launch: grid = min(M, resident) CTAs (x CL), blockDim.x a multiple of 32 covering the row
-//            (blockDim.x * VPT * CL windows), dynamic shared memory = blockDim.x * VPT * 16 B
-//            (> 48 KB needs the attribute; the launcher sets it). Static: 32 pairs + 2 slots.
+//            (blockDim.x * VPT * CL windows), dynamic shared memory = stages * blockDim.x *
+//            VPT * 16 B, stages 1 or 2 (> 48 KB needs the attribute; the launcher sets it).
+//            Static: 32 pairs + 2 inboxes.
 //    Bytes:  2 * M * N * sizeof(T), with loads always in flight (no launch per row, no idle SM
 //            while a row's barrier and stores drain).
 //    Precond: vec != 0 (input and output rows in the same 16-byte phase; any phase: odd N is
@@ -388,39 +390,46 @@ __device__ __forceinline__ void read_prefetched(Vec<T> (&r)[VPT], const uint4* m
 template <template <typename> class E, typename T, int VPT, int CL>
 __device__ __forceinline__ void persistent_rows(T* __restrict__ y, const T* __restrict__ x,
                                                 long long rows, int n, long long stride,
-                                                int late) {
+                                                int late, int stages) {
   using A = acc_t<T>;
   constexpr int W = Vec<T>::N;
   __shared__ MaxSum<A> red[32];
   __shared__ ClusterInbox<A, CL> inbox;  // CL > 1: every CTA's (max, sum) of each row
-  extern __shared__ uint4 prefetch_slots[];  // blockDim.x * VPT slots
+  extern __shared__ uint4 prefetch_slots[];  // stages * blockDim.x * VPT slots
   const unsigned rank = CL > 1 ? cluster_rank() : 0u;
   const long long q = blockIdx.x / CL, Q = gridDim.x / CL;
   const int base = rank * blockDim.x + threadIdx.x, step = CL * blockDim.x;
-  uint4* mine = prefetch_slots + threadIdx.x;
+  const int stage_slots = blockDim.x * VPT;
   if constexpr (CL > 1) {
     if (threadIdx.x == 0) inbox.init();
     cluster_sync();  // every peer's inbox exists before the first message
   }
 
-  long long row = q;
-  if (row < rows) {
-    const T* xr = x + row * stride;
-    prefetch_row<T, VPT>(mine, xr, (n + row_head(xr, 1) + W - 1) / W, base, step);
+  // Prologue: rows q, q + Q, ... (one per stage) in flight, one commit group each.
+  for (int s = 0; s < stages; ++s) {
+    const long long r = q + s * Q;
+    if (r < rows) {
+      const T* xr = x + r * stride;
+      prefetch_row<T, VPT>(prefetch_slots + s * stage_slots + threadIdx.x, xr,
+                           (n + row_head(xr, 1) + W - 1) / W, base, step);
+    }
+    cp_async_commit();
   }
-  cp_async_commit();
+  long long row = q;
   for (int it = 0; row < rows; ++it, row += Q) {
     const T* xr = x + row * stride;
     T* yr = y + row * (long long)n;
     const int h = row_head(xr, 1);
-    cp_async_wait_all();  // this thread's copies of `row` have landed
+    uint4* mine = prefetch_slots + (stages > 1 ? (it & 1) : 0) * stage_slots + threadIdx.x;
+    cp_async_wait_stage(stages);  // this thread's copies of `row` have landed
     constexpr bool kExp = E<A>::kScalesExp;
     Vec<T> r[VPT];
     A e[kExp ? VPT : 1][W];
     read_prefetched(r, mine, n, h, (n + h + W - 1) / W, opaque(base), step);
-    auto prefetch_next = [&]() {
-      if (row + Q < rows) {
-        const T* xn = x + (row + Q) * stride;
+    auto prefetch_next = [&]() {  // the row `stages` ahead, into the slots just read
+      const long long rn = row + stages * Q;
+      if (rn < rows) {
+        const T* xn = x + rn * stride;
         prefetch_row<T, VPT>(mine, xn, (n + row_head(xn, 1) + W - 1) / W, opaque(base), step);
       }
       cp_async_commit();
@@ -500,12 +509,12 @@ template <int VPT> struct MaxThreads {
   template <typename T, int VPT>                                                                 \
   __global__ void __launch_bounds__(klab::rowk::MaxThreads<VPT>::value)                          \
       P##_persist(T* __restrict__ y, const T* __restrict__ x, long long rows, int n,             \
-                  long long stride, int vec, int late) {                                         \
-    klab::rowk::persistent_rows<EPI, T, VPT, 1>(y, x, rows, n, stride, late);                    \
+                  long long stride, int vec, int late, int stages) {                             \
+    klab::rowk::persistent_rows<EPI, T, VPT, 1>(y, x, rows, n, stride, late, stages);            \
   }                                                                                              \
   template <typename T, int VPT, int CL>                                                         \
   __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(klab::rowk::MaxThreads<VPT>::value) \
       P##_persist_cluster(T* __restrict__ y, const T* __restrict__ x, long long rows, int n,     \
-                          long long stride, int vec, int late) {                                 \
-    klab::rowk::persistent_rows<EPI, T, VPT, CL>(y, x, rows, n, stride, late);                   \
+                          long long stride, int vec, int late, int stages) {                     \
+    klab::rowk::persistent_rows<EPI, T, VPT, CL>(y, x, rows, n, stride, late, stages);           \
   }

@@ -291,6 +291,15 @@ __device__ __forceinline__ void cp_async_commit() {
 __device__ __forceinline__ void cp_async_wait_all() {
   asm volatile("cp.async.wait_group 0;" ::: "memory");
 }
+// Wait for all but the newest committed group (two-stage prefetch: the next row stays in flight).
+__device__ __forceinline__ void cp_async_wait_all_but_newest() {
+  asm volatile("cp.async.wait_group 1;" ::: "memory");
+}
+// Stages of a prefetch ring (1 or 2): wait until the oldest stage's copies have landed.
+__device__ __forceinline__ void cp_async_wait_stage(int stages) {
+  if (stages > 1) cp_async_wait_all_but_newest();
+  else cp_async_wait_all();
+}
 
 // ---- aligned windows over a row ----------------------------------------------------------------
 // A row may start mid-vector (odd N such as 50257 puts row r at r * N elements). Window v covers

@@ -25,7 +25,8 @@ def test_backward_config_holds_the_row(dtype, aligned):
     declared = set(cv.BACKWARD.name_expressions)
     t = ctype(dtype)
     for n in NS:
-        kind, threads, vpt, cl = cv.backward_config(n, dtype, aligned)
+        kind, threads, vpt, cl, stages = cv.backward_config(n, dtype, aligned)
+        assert stages in (1, 2) and (stages == 1 or kind == "persist"), (n, kind, stages)
         assert threads % 32 == 0 and 32 <= threads <= 1024, (n, kind, threads)
         nw = -(-n // vec_width(dtype))
         if kind == "persist":
@@ -43,8 +44,8 @@ def test_backward_config_holds_the_row(dtype, aligned):
 
 def test_long_aligned_rows_take_the_persistent_kernel():
     def kind_and_cluster(n, dtype, aligned=True):
-        kind, _, _, cl = cv.backward_config(n, dtype, aligned)
-        return kind, cl
+        cfg = cv.backward_config(n, dtype, aligned)
+        return cfg.kind, cfg.cluster
 
     assert kind_and_cluster(65536, torch.float32) == ("persist", 8)
     assert kind_and_cluster(151936, torch.float32) == ("persist", 16)
@@ -58,10 +59,11 @@ def test_long_aligned_rows_take_the_persistent_kernel():
 @pytest.mark.parametrize("n,cl", [(20000, 8), (65536, 8), (151936, 16)])
 def test_persistent_backward_loops_over_rows(n, cl):
     """Through the registered op: the config's persistent shapes, more rows than clusters."""
-    kind, threads, vpt, got_cl = cv.backward_config(n, torch.float32)
+    kind, threads, vpt, got_cl, stages = cv.backward_config(n, torch.float32)
     assert (kind, got_cl) == ("persist", cl)
     expr = f"fused_softmax_backward_persist<float, {vpt}, {cl}>"
-    groups = cv.resident_groups(cv.BACKWARD, expr, threads, cl, 2 * threads * vpt * 16, 0)
+    smem = stages * 2 * threads * vpt * 16
+    groups = cv.resident_groups(cv.BACKWARD, expr, threads, cl, smem, 0)
     m = 2 * groups + 3  # every cluster loops over two or three rows
     gen = torch.Generator(device="cuda").manual_seed(n)
     x = torch.randn(m, n, device="cuda", generator=gen)
@@ -84,7 +86,8 @@ def _persist_instantiations():
 @pytest.mark.parametrize("dtype,cl", list(_persist_instantiations()))
 def test_every_persistent_backward_kernel_loops_over_rows(dtype, cl):
     """Each instantiation forced (backward_launch), at its largest CTA and a small one, with
-    3 clusters for 23 rows: every cluster loops over ~8 rows (prefetch, message exchange)."""
+    3 clusters for 23 rows: every cluster loops over ~8 rows (prefetch, message exchange), with
+    one and two rows in flight (stages)."""
     vpt, w = cv.BACKWARD_PERSIST_VPT, vec_width(dtype)
     op = kernel_lab.get_op("softmax_backward")
     gen = torch.Generator(device="cuda").manual_seed(cl)
@@ -92,8 +95,20 @@ def test_every_persistent_backward_kernel_loops_over_rows(dtype, cl):
         n = threads * vpt * cl * w - 2 * w  # whole windows (the persistent kernel's precondition)
         y = torch.softmax(torch.randn(23, n, device="cuda", generator=gen), -1).to(dtype)
         dy = torch.randn(23, n, device="cuda", generator=gen).to(dtype)
-        for groups in (3, None):
+        for groups, stages in ((3, 1), (3, 2), (None, 1), (None, 2)):
+            if stages == 2 and threads * vpt * 16 * 4 > 227 * 1024:
+                continue  # two stages of y and dy do not fit one SM's shared memory
             dx = torch.full_like(y, float("nan"))
-            cv.backward_launch(dx, y, dy, ("persist", threads, vpt, cl), True, max_groups=groups)
+            cfg = cv.BackwardConfig("persist", threads, vpt, cl, stages)
+            cv.backward_launch(dx, y, dy, cfg, True, max_groups=groups)
             res = op.check(dx, y, dy)
-            assert res.ok, f"{dtype} cl={cl} threads={threads} groups={groups}: {res.message}"
+            assert res.ok, f"{dtype} {cfg.label()} groups={groups}: {res.message}"
+
+
+def test_backward_config_names_its_fields_and_rejects_bad_stages():
+    cfg = cv.backward_config(65536, torch.bfloat16)
+    assert cfg.kind == "persist" and cfg.label().startswith("persist 8x")
+    assert tuple(cfg) == (cfg.kind, cfg.threads, cfg.vpt, cfg.cluster, cfg.stages)
+    y = torch.zeros(2, 64)
+    with pytest.raises(ValueError, match="stages"):
+        cv.backward_launch(y, y, y, ("persist", 64, 4, 8, 3), True)

@@ -51,19 +51,20 @@ def test_both_sources_declare_the_same_family():
 
 
 def _persist_cases():
-    """(dtype, vpt, cluster, threads, late) for every persistent instantiation and schedule: a
-    small CTA (many rows, quick) and, for clusters 1 and 16, the largest CTA (> 48 KB of
-    shared memory)."""
+    """(dtype, vpt, cluster, threads, late, stages) for every persistent instantiation and
+    schedule: a small CTA (many rows, quick) with one and two rows in flight and, for clusters
+    1 and 16, the largest CTA (> 48 KB of shared memory) and the largest whose two stages fit."""
     for dt in cv.PERSIST_DTYPES:
         for vpt in cv.PERSIST_VPT[dt.itemsize]:
+            big = cv.persist_max_threads(vpt)
+            big2 = min(big, 227 * 1024 // (2 * vpt * 16) // 32 * 32)
             for cl in cv.PERSIST_CL:
                 for late in (False, True) if cl > 1 else (False,):
                     tag = "-late" if late else ""
-                    yield pytest.param(dt, vpt, cl, 64, late, id=f"{dt}-v{vpt}-cl{cl}-t64{tag}")
-                    if cl in (1, 16):
-                        big = cv.persist_max_threads(vpt)
-                        yield pytest.param(dt, vpt, cl, big, late,
-                                           id=f"{dt}-v{vpt}-cl{cl}-t{big}{tag}")
+                    shapes = [(64, 1), (64, 2)] + ([(big, 1), (big2, 2)] if cl in (1, 16) else [])
+                    for threads, stages in shapes:
+                        yield pytest.param(dt, vpt, cl, threads, late, stages,
+                                           id=f"{dt}-v{vpt}-cl{cl}-t{threads}{tag}-s{stages}")
 
 
 def _edge_rows(x: torch.Tensor) -> torch.Tensor:
@@ -76,12 +77,13 @@ def _edge_rows(x: torch.Tensor) -> torch.Tensor:
 
 
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
-@pytest.mark.parametrize("dtype,vpt,cl,threads,late", list(_persist_cases()))
-def test_persistent_kernels_loop_over_rows(dtype, vpt, cl, threads, late):
+@pytest.mark.parametrize("dtype,vpt,cl,threads,late,stages", list(_persist_cases()))
+def test_persistent_kernels_loop_over_rows(dtype, vpt, cl, threads, late, stages):
     w = vec_width(dtype)
     cap = threads * vpt * cl * w  # elements the shape holds
     gen = torch.Generator(device="cuda").manual_seed(1234 + vpt * 100 + cl)
-    cfg = cv.FastConfig("persist", threads=threads, vpt=vpt, cluster=cl, late=late)
+    cfg = cv.FastConfig("persist", threads=threads, vpt=vpt, cluster=cl, late=late,
+                        stages=stages)
     for n in (cap, cap - w - 3, cap - (threads * vpt * cl * w) // 3 - 5):  # aligned, odd rows
         m = 23
         x = torch.randn(m, n, device="cuda", dtype=torch.float32, generator=gen).to(dtype)
@@ -128,3 +130,13 @@ def test_a_config_too_small_for_the_row_is_refused(dtype):
         x = torch.zeros(3, n, dtype=dtype)
         with pytest.raises(ValueError, match="spans"):
             cv.fast_launch(torch.empty_like(x), x, cfg)
+
+
+def test_two_stage_persistent_config_doubles_its_slots():
+    one = cv.FastConfig("persist", threads=256, vpt=4, cluster=8)
+    two = cv.FastConfig("persist", threads=256, vpt=4, cluster=8, stages=2)
+    assert two.shared_mem() == 2 * one.shared_mem() == 2 * 256 * 4 * 16
+    assert two.label() == "persist 8x256x4 s2" and one.label() == "persist 8x256x4"
+    assert two.expr("float") == one.expr("float")  # one kernel: stages is a launch argument
+    with pytest.raises(ValueError, match="stages"):
+        cv.FastConfig("persist", threads=256, vpt=4, cluster=8, stages=3)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
@@ -215,15 +216,34 @@ def fused_softmax_backward(y: torch.Tensor, dy: torch.Tensor, dim: int = -1) -> 
     return rowwise(launch, y, dy, dim=dim)
 
 
-def backward_launch(dx, y2d, dy2d, cfg: tuple[str, int, int | None, int], aligned: bool,
+class BackwardConfig(NamedTuple):
+    """One fused_softmax_backward launch shape: kernel kind, CTA size, vectors of y and of dy
+    per thread (None: streaming), CTAs per cluster, and for ``persist`` the rows in flight into
+    shared memory (1: the next row; 2: the next two)."""
+
+    kind: str
+    threads: int
+    vpt: int | None
+    cluster: int = 1
+    stages: int = 1
+
+    def label(self) -> str:
+        stages = f" s{self.stages}" if self.stages > 1 else ""
+        return f"{self.kind} {self.cluster}x{self.threads}x{self.vpt}{stages}"
+
+
+def backward_launch(dx, y2d, dy2d, cfg: BackwardConfig | tuple, aligned: bool,
                     max_groups: int | None = None) -> None:
-    """Launch one :func:`backward_config` shape ``cfg`` = (kind, threads, vpt, cluster) on (M, N)
-    rows (tests and tuning force shapes through it). ``aligned``: y, dy, dx 16-byte aligned
-    (required by ``persist``); ``max_groups`` caps the persistent grid, so each cluster loops."""
+    """Launch one :func:`backward_config` shape ``cfg`` (a BackwardConfig or the tuple of its
+    fields) on (M, N) rows (tests and tuning force shapes through it). ``aligned``: y, dy, dx
+    16-byte aligned (required by ``persist``); ``max_groups`` caps the persistent grid, so each
+    cluster loops."""
     m, n = dx.shape
     t = ctype(y2d.dtype)
-    kind, threads, vpt, cl = cfg
-    smem = 0
+    kind, threads, vpt, cl, stages = BackwardConfig(*cfg)
+    if stages not in (1, 2):
+        raise ValueError(f"stages must be 1 or 2, not {stages}")
+    smem, extra = 0, (i32(int(aligned)),)
     if kind == "block":
         expr, grid = f"fused_softmax_backward<{t}, {vpt}>", m
     elif kind == "cluster":
@@ -231,21 +251,20 @@ def backward_launch(dx, y2d, dy2d, cfg: tuple[str, int, int | None, int], aligne
         if cl > 8:
             _allow_non_portable_cluster(BACKWARD, expr, device_index(dx))
     elif kind == "persist":
-        expr, smem = f"fused_softmax_backward_persist<{t}, {vpt}, {cl}>", 2 * threads * vpt * 16
+        expr = f"fused_softmax_backward_persist<{t}, {vpt}, {cl}>"
+        smem, extra = stages * 2 * threads * vpt * 16, (*extra, i32(stages))
         if not aligned:
             raise ValueError(f"{expr} needs 16-byte aligned y, dy and dx rows")
         groups = min(m, resident_groups(BACKWARD, expr, threads, cl, smem, device_index(dx)))
         grid = max(1, min(groups, max_groups or groups)) * cl
     else:
         expr, grid = f"fused_softmax_backward_stream<{t}>", m
-    launch_rows(BACKWARD, expr, dx, (y2d, dy2d), grid=grid, block=threads,
-                extra=(i32(int(aligned)),), shared_mem=smem)
+    launch_rows(BACKWARD, expr, dx, (y2d, dy2d), grid=grid, block=threads, extra=extra,
+                shared_mem=smem)
 
 
 @functools.lru_cache(maxsize=None)  # runs on every launch: a pure function of its arguments
-def backward_config(
-    n: int, dtype: torch.dtype, aligned: bool = True
-) -> tuple[str, int, int | None, int]:
+def backward_config(n: int, dtype: torch.dtype, aligned: bool = True) -> BackwardConfig:
     """(kind, threads, vectors per thread, cluster size) of fused_softmax_backward for rows of n.
 
     One CTA holds y and dy up to 512 threads x 8 vectors each (``block``). Longer rows, when
@@ -256,18 +275,18 @@ def backward_config(
     x 4 (2-byte) vectors; longer rows stream (two passes)."""
     threads, vpt = vec_config(n, dtype, BWD_MAX_THREADS)
     if vpt:
-        return "block", threads, vpt, 1
+        return BackwardConfig("block", threads, vpt)
     nw = -(-n // vec_width(dtype))
     if aligned and dtype in BACKWARD_PERSIST_DTYPES:
         shape = _cluster_shape(nw, BACKWARD_PERSIST_VPT,
                                BACKWARD_PERSIST_CONFIG_THREADS[dtype.itemsize], BACKWARD_PERSIST_CL)
         if shape:
-            return "persist", shape[1], BACKWARD_PERSIST_VPT, shape[0]
+            return BackwardConfig("persist", shape[1], BACKWARD_PERSIST_VPT, shape[0])
     vpt = 4 if vec_width(dtype) == 8 else 8  # fp16/bf16: 2 x 32 elements per thread, no spills
     shape = _cluster_shape(nw, vpt, BWD_MAX_THREADS, BACKWARD_CL)
     if shape:
-        return "cluster", shape[1], vpt, shape[0]
-    return "stream", 1024, None, 1
+        return BackwardConfig("cluster", shape[1], vpt, shape[0])
+    return BackwardConfig("stream", 1024, None)
 
 
 def _round32(threads: int) -> int:
@@ -363,6 +382,11 @@ class FastConfig:
     group: int = 32
     cluster: int = 1
     late: bool = False  # persist clusters: next row's copies issued while (max, sum) messages fly
+    stages: int = 1  # persist: rows in flight into shared memory (1: the next; 2: the next two)
+
+    def __post_init__(self):
+        if self.stages not in (1, 2):
+            raise ValueError(f"stages must be 1 or 2, not {self.stages}")
 
     def expr(self, t: str, prefix: str = "fast_softmax") -> str:
         if self.kind == "warp":
@@ -385,14 +409,15 @@ class FastConfig:
 
     def shared_mem(self) -> int:
         """Dynamic shared memory per CTA: the persistent kernels' prefetch slots."""
-        return self.threads * self.vpt * 16 if self.kind == "persist" else 0
+        return self.threads * self.vpt * 16 * self.stages if self.kind == "persist" else 0
 
     def label(self) -> str:
         if self.kind == "warp":
             return f"warp g{self.group}x{self.vpt}"
         if self.kind in ("cluster", "persist"):
             late = " late" if self.late else ""
-            return f"{self.kind} {self.cluster}x{self.threads}x{self.vpt}{late}"
+            stages = f" s{self.stages}" if self.stages > 1 else ""
+            return f"{self.kind} {self.cluster}x{self.threads}x{self.vpt}{late}{stages}"
         return f"{self.kind} {self.threads}x{self.vpt}"
 
 
@@ -413,11 +438,12 @@ def persist_vpt(dtype: torch.dtype) -> int:
     return 8 if dtype.itemsize == 4 else 4
 
 
-def persist_config(nw: int, vpt: int, cluster: int, late: bool = False) -> FastConfig:
+def persist_config(nw: int, vpt: int, cluster: int, late: bool = False,
+                   stages: int = 1) -> FastConfig:
     """The persistent shape holding ``nw`` windows with ``vpt`` per thread over ``cluster``
     CTAs: the multiple of 32 threads that just covers the row."""
     return FastConfig("persist", threads=_round32(-(-nw // (vpt * cluster))), vpt=vpt,
-                      cluster=cluster, late=late and cluster > 1)
+                      cluster=cluster, late=late and cluster > 1, stages=stages)
 
 
 def fast_softmax_config(
@@ -541,7 +567,7 @@ def fast_launch(
         if max_groups is not None:
             groups = max(1, min(groups, max_groups))
         launch_rows(src, expr, out, (x2d,), grid=groups * cfg.cluster, block=cfg.threads,
-                    extra=(vec, i32(int(cfg.late))), shared_mem=cfg.shared_mem())
+                    extra=(vec, i32(int(cfg.late)), i32(cfg.stages)), shared_mem=cfg.shared_mem())
     else:
         _split_launch(out, x2d, cfg, vec, kernels)
 
