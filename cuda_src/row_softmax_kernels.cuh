@@ -7,8 +7,8 @@
 //                     y = (x - max) - log(sum)
 //
 // The macro defines thin __global__ templates named <prefix>_warp, _block, _cluster,
-// _split_stats, _split_apply, _persist and _persist_cluster (so NVRTC name expressions such as
-// "fast_softmax_block<float, 4>" or "log_softmax_persist_cluster<__nv_bfloat16, 8, 4>" work);
+// _split_stats, _split_apply, _persist, _persist_cluster and _wide (so NVRTC name expressions
+// such as "fast_softmax_block<float, 4>" or "log_softmax_persist_cluster<__nv_bfloat16, 8, 4>" work);
 // each forwards to one device body below, templated on the epilogue. The launcher picks a kernel
 // and its shape per (N, dtype): kernel_lab/ops/softmax/cuda_variants.py, fast_softmax_config.
 //
@@ -76,6 +76,22 @@
 //    Changed from 2/3: one launch for all rows, next row's loads overlap this row's reduction,
 //            barrier and stores; 2-byte types keep their packed words opaque between loops
 //            (opaque_2byte) so 8-16 vectors per thread fit without fp32 copies spilling.
+// 6. <p>_wide<T, CL>: rows longer than any shape above holds (fp32 2^20 = 4 MB).
+//    Ownership: a cluster of CL CTAs owns one row (grid = M * CL); CTA rank c owns the
+//            contiguous windows [c * chunk, (c + 1) * chunk), chunk = ceil(windows / CL);
+//            thread t of it owns windows c * chunk + j * blockDim.x + t, j < per =
+//            ceil(chunk / blockDim.x) (consecutive threads, consecutive 16 bytes).
+//    Passes: (1) batches of 4 windows: local (max, sum); the first `kept` windows per thread are
+//            also written to dynamic shared memory. Block all-reduce, one cluster barrier,
+//            every warp merges the CL pairs over DSMEM (as kernel 3). (2) batches of 4: windows
+//            j < kept from shared memory, the rest re-read from global memory (evict-first),
+//            epilogue, store.
+//    Launch: grid = M * CL, blockDim.x <= 1024, dynamic shared memory kept * blockDim.x * 16 B
+//            (the launcher keeps as many windows as 227 KB hold: bf16 2^20 keeps all of them).
+//    Bytes:  2 * M * N * sizeof(T) to DRAM when every window is kept; each window not kept is
+//            read twice (the second read usually from L2). Two exps per element.
+//    Changed from 4: one kernel, no (max, sum) round trip through global memory, no row groups
+//            per launch; the row's statistics cross the cluster over DSMEM.
 #pragma once
 
 #include "cluster.cuh"
@@ -464,6 +480,70 @@ __device__ __forceinline__ void persistent_rows(T* __restrict__ y, const T* __re
   cp_async_wait_all();
 }
 
+// ---- kernel 6: rows longer than any on-chip shape, read twice at most ---------------------------
+// Pass 1 reads this CTA's contiguous chunk of the row in batches of U windows and keeps the
+// first `kept` windows per thread in dynamic shared memory; pass 2 takes those from shared
+// memory and re-reads only the rest (evict-first: the re-read is its last use).
+template <template <typename> class E, typename T, int CL>
+__device__ __forceinline__ void wide_row(T* __restrict__ y, const T* __restrict__ x, int n,
+                                         long long stride, int vec, long long row, int kept) {
+  using A = acc_t<T>;
+  constexpr int W = Vec<T>::N, U = 4;
+  __shared__ MaxSum<A> red[32];
+  __shared__ A part[2];
+  extern __shared__ uint4 kept_slots[];  // kept * blockDim.x windows: slot j * blockDim.x + t
+  const unsigned rank = cluster_rank();
+  const T* xr = x + row * stride;
+  T* yr = y + row * (long long)n;
+  const int h = row_head(xr, vec);
+  const int nwin = (n + h + W - 1) / W;
+  const int chunk = (nwin + CL - 1) / CL;  // this CTA's windows: [c0, c1)
+  const int c0 = rank * chunk, c1 = min(c0 + chunk, nwin);
+  const int per = (chunk + blockDim.x - 1) / blockDim.x;  // windows per thread
+  const T fill = neg_inf_t<T>();
+  auto window = [&](int j) { return c0 + j * static_cast<int>(blockDim.x) + threadIdx.x; };
+
+  MaxSum<A> st = id<T>();
+  for (int j0 = 0; j0 < per; j0 += U) {
+    Vec<T> r[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int j = j0 + u, v = window(j);
+      if (j < per && v < c1) r[u] = load_window<T, false>(xr, v, n, h, vec, fill);
+      else r[u].fill(fill);
+      if (j < kept) kept_slots[j * blockDim.x + threadIdx.x] = r[u].raw;
+    }
+    st = merge(st, row_maxsum(r));
+  }
+  st = block_allreduce(st, MergeOp{}, id<T>(), red);
+  if (threadIdx.x == 0) {
+    part[0] = st.m;
+    part[1] = st.s;
+  }
+  cluster_sync();  // every CTA's pair is now visible cluster-wide
+  st = cluster_merge<A, CL>(part);
+  cluster_arrive();  // done reading peers
+  const E<A> epi(st);
+  for (int j0 = 0; j0 < per; j0 += U) {
+    Vec<T> r[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int j = j0 + u, v = window(j);
+      if (j < kept) r[u].raw = kept_slots[j * blockDim.x + threadIdx.x];
+      else if (j < per && v < c1) r[u] = load_window<T, true>(xr, v, n, h, vec, fill);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int j = j0 + u, v = window(j);
+      if (j < per && v < c1) {
+        apply_epilogue(r[u], epi);
+        store_window(yr, v, n, h, vec, r[u]);
+      }
+    }
+  }
+  cluster_wait();  // peers are done with our `part`
+}
+
 // 16 vectors per thread need > 64 registers: such blocks are capped at 512 threads.
 template <int VPT> struct MaxThreads {
   static constexpr int value = VPT >= 16 ? 512 : 1024;
@@ -517,4 +597,10 @@ template <int VPT> struct MaxThreads {
       P##_persist_cluster(T* __restrict__ y, const T* __restrict__ x, long long rows, int n,     \
                           long long stride, int vec, int late, int stages) {                     \
     klab::rowk::persistent_rows<EPI, T, VPT, CL>(y, x, rows, n, stride, late, stages);           \
+  }                                                                                              \
+  template <typename T, int CL>                                                                  \
+  __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(1024)                             \
+      P##_wide(T* __restrict__ y, const T* __restrict__ x, long long rows, int n,                \
+               long long stride, int vec, int kept) {                                            \
+    klab::rowk::wide_row<EPI, T, CL>(y, x, n, stride, vec, blockIdx.x / CL, kept);               \
   }

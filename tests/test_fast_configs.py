@@ -1,4 +1,4 @@
-"""fast_softmax / log_softmax launch configs (CPU) and every persistent kernel shape (GPU).
+"""fast_softmax / log_softmax launch configs (CPU) and every persistent / wide kernel shape (GPU).
 
 CPU: ``fast_softmax_config`` always returns a shape that holds the row, names an instantiation
 both sources declare, and respects the kernels' limits. GPU: each persistent instantiation runs
@@ -34,8 +34,9 @@ def test_config_holds_the_row(dtype, aligned, vec):
     for n in NS:
         c = cv.fast_softmax_config(n, dtype, aligned, vec)
         assert c.kind != "persist" or (vec and dtype in cv.PERSIST_DTYPES), (n, c)
-        if c.kind != "split":
-            assert c.capacity() >= cv._windows(n, dtype, aligned), (n, c)
+        assert c.capacity() >= cv._windows(n, dtype, aligned), (n, c)
+        if c.kind == "wide":
+            assert c.shared_mem() <= cv.WIDE_KEEP_BYTES and c.cluster in cv.WIDE_CL, (n, c)
         assert c.threads % 32 == 0 and 32 <= c.threads <= 1024, (n, c)
         if c.kind == "persist":
             assert c.threads <= cv.persist_max_threads(c.vpt), (n, c)
@@ -140,3 +141,46 @@ def test_two_stage_persistent_config_doubles_its_slots():
     assert two.expr("float") == one.expr("float")  # one kernel: stages is a launch argument
     with pytest.raises(ValueError, match="stages"):
         cv.FastConfig("persist", threads=256, vpt=4, cluster=8, stages=3)
+
+
+def test_wide_config_keeps_what_shared_memory_holds():
+    bf16 = cv.wide_config(cv._windows(1 << 20, torch.bfloat16))  # 8 windows per thread: all kept
+    assert (bf16.cluster, bf16.threads, bf16.vpt) == (16, 1024, 8)
+    fp32 = cv.wide_config(cv._windows(1 << 20, torch.float32))  # 16 per thread: 14 fit 227 KB
+    assert (fp32.vpt, fp32.shared_mem()) == (14, 14 * 1024 * 16)
+    assert fp32.label() == "wide 16x1024 keep 14" and fp32.capacity() >= 1 << 30
+    assert cv.fast_softmax_config(1 << 20, torch.float32).kind == "wide"
+    assert cv.wide_config(100, cluster=8, threads=64).vpt == 1  # short rows: one window each
+
+
+def _wide_cases():
+    """(dtype, cluster, threads, keep): every wide instantiation with nothing, part or all of
+    each thread's windows kept in shared memory."""
+    for dt in ALL_DTYPES:
+        for cl in cv.WIDE_CL:
+            for keep in (0, 2, 64):
+                yield pytest.param(dt, cl, 64, keep, id=f"{dt}-cl{cl}-t64-keep{keep}")
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype,cl,threads,keep", list(_wide_cases()))
+def test_wide_kernel_any_row(dtype, cl, threads, keep):
+    """The wide kernel on rows of 1 to ~5 windows per thread, odd lengths and a misaligned
+    input (vector phase 0), -inf / NaN rows, softmax and log_softmax, output poisoned."""
+    gen = torch.Generator(device="cuda").manual_seed(cl * 10 + keep)
+    w = vec_width(dtype)
+    for n in (cl * threads * w * 5 - 3, cl * threads * w, cl * threads * w // 2 + 1, 2 * w + 1):
+        buf = torch.randn(7, n + 1, device="cuda", generator=gen).to(dtype)
+        for x in (buf[:, :n].contiguous(), buf[:, 1:]):  # aligned rows; rows off by one element
+            x = _edge_rows(x.clone() if x.is_contiguous() else x)
+            per = cv.wide_per_thread(cv._windows(n, dtype, False), cl, threads)
+            cfg = cv.FastConfig("wide", threads=threads, vpt=min(keep, per), cluster=cl)
+            for kernels, ref_fn, tol in (
+                (cv.FAST_KERNELS, lambda a: torch.softmax(a.double(), -1), None),
+                (lcv.FORWARD_KERNELS, lambda a: torch.log_softmax(a.double(), -1),
+                 log_op.TOLERANCES),
+            ):
+                out = torch.full(x.shape, float("nan"), device="cuda", dtype=dtype)
+                cv.fast_launch(out, x, cfg, kernels=kernels)
+                res = check(out, ref_fn(x), dtype, tol)
+                assert res.ok, f"{kernels.prefix} {cfg.label()} n={n} {x.stride()}: {res.message}"

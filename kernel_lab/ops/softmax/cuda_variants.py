@@ -320,6 +320,11 @@ PERSIST_CL = (1, 2, 4, 8, 16)
 # 262144 8x1024x8 84.8. Issuing the next row's copies late was mixed (-6..+3 points): off.
 PERSIST_CLUSTER_SIZES = (8, 16)
 PERSIST_DTYPES = (torch.float32, torch.float16, torch.bfloat16)  # fp64: correctness, not speed
+# Rows longer than the on-chip shapes hold: a cluster of WIDE_CL[-1] CTAs of 1024 threads reads
+# its chunks twice, keeping up to WIDE_KEEP_BYTES of each CTA's chunk in shared memory (the rest
+# is re-read, mostly from L2). 8-CTA clusters: tuning and tests.
+WIDE_CL = (8, 16)
+WIDE_KEEP_BYTES = 227 * 1024  # H100/H200: the most dynamic shared memory one CTA may take
 _NON_PORTABLE_CLUSTER_ATTR = 14  # CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED
 
 
@@ -349,6 +354,7 @@ def row_kernel_exprs(prefix: str) -> list[str]:
             for v in PERSIST_VPT[dt.itemsize]:
                 out += [f"{prefix}_persist<{t}, {v}>"]
                 out += [f"{prefix}_persist_cluster<{t}, {v}, {c}>" for c in PERSIST_CL if c > 1]
+        out += [f"{prefix}_wide<{t}, {c}>" for c in WIDE_CL]
     return out
 
 
@@ -370,10 +376,11 @@ class FastConfig:
     """What fast_softmax (and log_softmax) launches for one (N, dtype): kernel kind and shape.
 
     kind: ``warp`` (``group`` lanes per row, several rows per block), ``block`` (a CTA per row),
-    ``cluster`` (``cluster`` CTAs per row, DSMEM reduction), ``split`` (two kernels) or
+    ``cluster`` (``cluster`` CTAs per row, DSMEM reduction), ``split`` (two kernels),
     ``persist`` (resident CTAs / clusters loop over rows, next row prefetched into shared memory;
-    ``cluster`` = 1 is the single-CTA form).
-    ``threads`` is the CTA size, ``vpt`` the 16-byte vectors each thread keeps in registers.
+    ``cluster`` = 1 is the single-CTA form) or ``wide`` (``cluster`` CTAs per row, two passes).
+    ``threads`` is the CTA size, ``vpt`` the 16-byte vectors each thread keeps in registers
+    (``wide``: in shared memory between its passes).
     """
 
     kind: str
@@ -399,17 +406,24 @@ class FastConfig:
             if self.cluster == 1:
                 return f"{prefix}_persist<{t}, {self.vpt}>"
             return f"{prefix}_persist_cluster<{t}, {self.vpt}, {self.cluster}>"
+        if self.kind == "wide":
+            return f"{prefix}_wide<{t}, {self.cluster}>"
         return f"{prefix}_split_stats<{t}, {self.vpt}>"
 
     def capacity(self) -> int:
-        """Windows (16-byte slots) one row may span."""
+        """Windows (16-byte slots) one row may span (split and wide: any row)."""
         if self.kind == "warp":
             return self.group * self.vpt
+        if self.kind in ("split", "wide"):
+            return 1 << 31
         return self.threads * self.vpt * self.cluster
 
     def shared_mem(self) -> int:
-        """Dynamic shared memory per CTA: the persistent kernels' prefetch slots."""
-        return self.threads * self.vpt * 16 * self.stages if self.kind == "persist" else 0
+        """Dynamic shared memory per CTA: the persistent kernels' prefetch slots, the wide
+        kernel's kept windows."""
+        if self.kind in ("persist", "wide"):
+            return self.threads * self.vpt * 16 * (self.stages if self.kind == "persist" else 1)
+        return 0
 
     def label(self) -> str:
         if self.kind == "warp":
@@ -418,6 +432,8 @@ class FastConfig:
             late = " late" if self.late else ""
             stages = f" s{self.stages}" if self.stages > 1 else ""
             return f"{self.kind} {self.cluster}x{self.threads}x{self.vpt}{late}{stages}"
+        if self.kind == "wide":
+            return f"wide {self.cluster}x{self.threads} keep {self.vpt}"
         return f"{self.kind} {self.threads}x{self.vpt}"
 
 
@@ -446,6 +462,20 @@ def persist_config(nw: int, vpt: int, cluster: int, late: bool = False,
                       cluster=cluster, late=late and cluster > 1, stages=stages)
 
 
+def wide_config(nw: int, cluster: int = WIDE_CL[-1], threads: int = 1024,
+                keep_bytes: int = WIDE_KEEP_BYTES) -> FastConfig:
+    """The wide kernel for rows of ``nw`` windows: ``cluster`` CTAs of ``threads``, each thread
+    keeping as many of its windows in shared memory as ``keep_bytes`` per CTA hold."""
+    return FastConfig("wide", threads=threads, cluster=cluster,
+                      vpt=min(wide_per_thread(nw, cluster, threads), keep_bytes // (16 * threads)))
+
+
+def wide_per_thread(nw: int, cluster: int, threads: int) -> int:
+    """Windows each thread of the wide kernel owns: ceil(ceil(nw / cluster) / threads)."""
+    chunk = -(-nw // cluster)
+    return -(-chunk // threads)
+
+
 def fast_softmax_config(
     n: int, dtype: torch.dtype, aligned: bool = True, vec: bool = True
 ) -> FastConfig:
@@ -463,8 +493,8 @@ def fast_softmax_config(
       (fp16/bf16) if it holds the row, else a cluster of PERSIST_CLUSTER_SIZES (8, then 16)
       such CTAs, threads = the multiple of 32 that just covers the row;
     * otherwise (fp64, misaligned phase, or longer rows): a one-row cluster of up to 16 CTAs
-      with 16 vectors x <= 512 threads (fp32/fp64) or 4 x <= 1024 (fp16/bf16), else the
-      two-kernel split.
+      with 16 vectors x <= 512 threads (fp32/fp64) or 4 x <= 1024 (fp16/bf16), else ``wide``
+      (16 CTAs of 1024 threads, two passes, up to 227 KB per CTA kept in shared memory).
 
     ``aligned``: rows start on 16-byte boundaries (otherwise one extra window is budgeted).
     ``vec``: input and output rows share their 16-byte phase (the persistent kernels need it).
@@ -492,7 +522,7 @@ def fast_softmax_config(
     shape = _cluster_shape(nw, big, 1024 if big <= 8 else 512, FAST_CL)
     if shape:
         return FastConfig("cluster", threads=shape[1], vpt=big, cluster=shape[0])
-    return FastConfig("split", threads=1024, vpt=min(big, 8))
+    return wide_config(nw)
 
 
 # Rows of more windows than this take the persistent kernels (by itemsize). fp32: one CTA per
@@ -544,7 +574,7 @@ def fast_launch(
     if phase is None:  # a caller's own config (tests, tuning): check that it holds the row
         phase = same_vector_phase(out, x2d)
         need = _windows(n, x2d.dtype, aligned=not phase or _rows_aligned(x2d))
-        if cfg.kind != "split" and cfg.capacity() < need:
+        if cfg.capacity() < need:
             raise ValueError(f"{cfg.label()} holds {cfg.capacity()} 16-byte windows; a row of "
                              f"{n} {x2d.dtype} here spans {need}")
     vec = i32(phase)
@@ -568,6 +598,15 @@ def fast_launch(
             groups = max(1, min(groups, max_groups))
         launch_rows(src, expr, out, (x2d,), grid=groups * cfg.cluster, block=cfg.threads,
                     extra=(vec, i32(int(cfg.late)), i32(cfg.stages)), shared_mem=cfg.shared_mem())
+    elif cfg.kind == "wide":
+        smem, dev = cfg.shared_mem(), device_index(out)
+        if cfg.cluster > 8:
+            _allow_non_portable_cluster(src, expr, dev)
+        from kernel_lab import jit
+
+        jit.set_max_dynamic_shared(src.function(expr, dev), smem)
+        launch_rows(src, expr, out, (x2d,), grid=m * cfg.cluster, block=cfg.threads,
+                    extra=(vec, i32(cfg.vpt)), shared_mem=smem)
     else:
         _split_launch(out, x2d, cfg, vec, kernels)
 
