@@ -81,13 +81,15 @@
 //            contiguous windows [c * chunk, (c + 1) * chunk), chunk = ceil(windows / CL);
 //            thread t of it owns windows c * chunk + j * blockDim.x + t, j < per =
 //            ceil(chunk / blockDim.x) (consecutive threads, consecutive 16 bytes).
-//    Passes: (1) batches of 4 windows: local (max, sum); the first `kept` windows per thread are
-//            also written to dynamic shared memory. Block all-reduce, one cluster barrier,
-//            every warp merges the CL pairs over DSMEM (as kernel 3). (2) batches of 4: windows
-//            j < kept from shared memory, the rest re-read from global memory (evict-first),
-//            epilogue, store.
+//    Passes: (1) the first `kept` windows per thread are requested into dynamic shared memory
+//            at once (cp.async, 16 bytes each: the whole kept chunk in flight; vec == 0 loads
+//            and stores them instead), the rest stream through registers in batches of 4
+//            windows meanwhile; local (max, sum) over both. Block all-reduce, one cluster
+//            barrier, every warp merges the CL pairs over DSMEM (as kernel 3). (2) batches of 4:
+//            windows j < kept from shared memory, the rest re-read from global memory
+//            (evict-first), epilogue, store.
 //    Launch: grid = M * CL, blockDim.x <= 1024, dynamic shared memory kept * blockDim.x * 16 B
-//            (the launcher keeps as many windows as 227 KB hold: bf16 2^20 keeps all of them).
+//            (the launcher keeps as many windows as 227 KB hold).
 //    Bytes:  2 * M * N * sizeof(T) to DRAM when every window is kept; each window not kept is
 //            read twice (the second read usually from L2). Two exps per element.
 //    Changed from 4: one kernel, no (max, sum) round trip through global memory, no row groups
@@ -481,9 +483,11 @@ __device__ __forceinline__ void persistent_rows(T* __restrict__ y, const T* __re
 }
 
 // ---- kernel 6: rows longer than any on-chip shape, read twice at most ---------------------------
-// Pass 1 reads this CTA's contiguous chunk of the row in batches of U windows and keeps the
-// first `kept` windows per thread in dynamic shared memory; pass 2 takes those from shared
-// memory and re-reads only the rest (evict-first: the re-read is its last use).
+// Pass 1 requests the first `kept` windows of each thread into dynamic shared memory at once
+// (cp.async, vec != 0; else loaded and stored), streams the other windows through registers in
+// batches of U while those copies land, then reduces the kept windows from shared memory.
+// Pass 2 takes the kept windows from shared memory and re-reads only the rest (evict-first:
+// the re-read is its last use).
 template <template <typename> class E, typename T, int CL>
 __device__ __forceinline__ void wide_row(T* __restrict__ y, const T* __restrict__ x, int n,
                                          long long stride, int vec, long long row, int kept) {
@@ -500,20 +504,51 @@ __device__ __forceinline__ void wide_row(T* __restrict__ y, const T* __restrict_
   const int chunk = (nwin + CL - 1) / CL;  // this CTA's windows: [c0, c1)
   const int c0 = rank * chunk, c1 = min(c0 + chunk, nwin);
   const int per = (chunk + blockDim.x - 1) / blockDim.x;  // windows per thread
+  const int keep = min(kept, per);
   const T fill = neg_inf_t<T>();
   auto window = [&](int j) { return c0 + j * static_cast<int>(blockDim.x) + threadIdx.x; };
+  uint4* mine = kept_slots + threadIdx.x;
 
+  if (vec) {  // whole aligned 16-byte slots; bytes outside the row are masked on read
+    const char* a = reinterpret_cast<const char*>(xr) - h * sizeof(T);
+    for (int j = 0; j < keep; ++j) {
+      const int v = window(j);
+      if (v < c1) cp_async16(mine + j * blockDim.x, a + 16 * static_cast<size_t>(v));
+    }
+    cp_async_commit();
+  }
   MaxSum<A> st = id<T>();
-  for (int j0 = 0; j0 < per; j0 += U) {
+  for (int j0 = vec ? keep : 0; j0 < per; j0 += U) {  // vec == 0: the kept windows too
     Vec<T> r[U];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int j = j0 + u, v = window(j);
       if (j < per && v < c1) r[u] = load_window<T, false>(xr, v, n, h, vec, fill);
       else r[u].fill(fill);
-      if (j < kept) kept_slots[j * blockDim.x + threadIdx.x] = r[u].raw;
+      if (j < keep) mine[j * blockDim.x] = r[u].raw;
     }
     st = merge(st, row_maxsum(r));
+  }
+  if (vec) {
+    cp_async_wait_all();
+    for (int j0 = 0; j0 < keep; j0 += U) {
+      Vec<T> r[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int j = j0 + u, v = window(j), e0 = v * W - h;
+        if (j < keep && v < c1) {
+          r[u].raw = mine[j * blockDim.x];
+          if (e0 < 0 || e0 + W > n) {  // a row's first or last window: mask the neighbours
+#pragma unroll
+            for (int i = 0; i < W; ++i)
+              if (e0 + i < 0 || e0 + i >= n) r[u].set(i, neg_inf<A>());
+          }
+        } else {
+          r[u].fill(fill);
+        }
+      }
+      st = merge(st, row_maxsum(r));
+    }
   }
   st = block_allreduce(st, MergeOp{}, id<T>(), red);
   if (threadIdx.x == 0) {
@@ -529,13 +564,13 @@ __device__ __forceinline__ void wide_row(T* __restrict__ y, const T* __restrict_
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int j = j0 + u, v = window(j);
-      if (j < kept) r[u].raw = kept_slots[j * blockDim.x + threadIdx.x];
+      if (j < keep) r[u].raw = mine[j * blockDim.x];
       else if (j < per && v < c1) r[u] = load_window<T, true>(xr, v, n, h, vec, fill);
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int j = j0 + u, v = window(j);
-      if (j < per && v < c1) {
+      if (j < per && v < c1) {  // store_window writes only the row's own elements
         apply_epilogue(r[u], epi);
         store_window(yr, v, n, h, vec, r[u]);
       }

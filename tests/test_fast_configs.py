@@ -144,11 +144,11 @@ def test_two_stage_persistent_config_doubles_its_slots():
 
 
 def test_wide_config_keeps_what_shared_memory_holds():
-    bf16 = cv.wide_config(cv._windows(1 << 20, torch.bfloat16))  # 8 windows per thread: all kept
-    assert (bf16.cluster, bf16.threads, bf16.vpt) == (16, 1024, 8)
-    fp32 = cv.wide_config(cv._windows(1 << 20, torch.float32))  # 16 per thread: 14 fit 227 KB
-    assert (fp32.vpt, fp32.shared_mem()) == (14, 14 * 1024 * 16)
-    assert fp32.label() == "wide 16x1024 keep 14" and fp32.capacity() >= 1 << 30
+    bf16 = cv.wide_config(cv._windows(1 << 20, torch.bfloat16), cluster=16)  # 8 per thread
+    assert (bf16.cluster, bf16.threads, bf16.vpt) == (16, 1024, 8)  # all kept
+    fp32 = cv.wide_config(cv._windows(1 << 20, torch.float32))  # 32 per thread: 14 fit 227 KB
+    assert (fp32.cluster, fp32.vpt, fp32.shared_mem()) == (8, 14, 14 * 1024 * 16)
+    assert fp32.label() == "wide 8x1024 keep 14" and fp32.capacity() >= 1 << 30
     assert cv.fast_softmax_config(1 << 20, torch.float32).kind == "wide"
     assert cv.wide_config(100, cluster=8, threads=64).vpt == 1  # short rows: one window each
 

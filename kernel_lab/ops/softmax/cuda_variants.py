@@ -59,8 +59,13 @@ BACKWARD_PERSIST_SIZES = (2, 4, 8, 16)  # instantiated cluster sizes (tuning, te
 # one-row cluster's 75.6 (so fp32 CTAs stop at 768 threads); bf16 65536 8x256x4 89.4 (one-row
 # 4-CTA cluster 73.9), 151936 16x320x4 82.7 (63.0), 262144 16x512x4 80.1 (56.1). fp16 runs the
 # bf16 rule (the same kernel; its speed was not measured separately).
+# Two rows in flight (stages = 2) for CTAs of >= BACKWARD_TWO_STAGE_THREADS threads, measured
+# twice (2026-11-30): bf16 151936 16x320x4 85.3 / 85.5 vs 80.8 / 81.1; 262144 16x512x4 81.1 /
+# 80.5 vs 80.4 / 79.6; fp32 65536 8x512x4 88.9 / 88.9 vs 87.7 / 87.7; smaller CTAs lost 1-1.5
+# points (fp32 32000 8x256x4 86.9 vs 88.3; bf16 65536 8x256x4 88.5 vs 89.5).
 BACKWARD_PERSIST_CL = (8, 16)
 BACKWARD_PERSIST_CONFIG_THREADS = {4: 768, 2: 512}
+BACKWARD_TWO_STAGE_THREADS = 320
 BACKWARD_PERSIST_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 BACKWARD = cuda_source(
     "fused_softmax_backward.cu",
@@ -265,14 +270,16 @@ def backward_launch(dx, y2d, dy2d, cfg: BackwardConfig | tuple, aligned: bool,
 
 @functools.lru_cache(maxsize=None)  # runs on every launch: a pure function of its arguments
 def backward_config(n: int, dtype: torch.dtype, aligned: bool = True) -> BackwardConfig:
-    """(kind, threads, vectors per thread, cluster size) of fused_softmax_backward for rows of n.
+    """The BackwardConfig (kind, threads, vectors per thread, cluster size, stages) of
+    fused_softmax_backward for rows of n.
 
     One CTA holds y and dy up to 512 threads x 8 vectors each (``block``). Longer rows, when
     y, dy and dx are 16-byte aligned (``aligned``): ``persist``, a cluster of 8 (else 16) CTAs
     of <= 768 (fp32) or 512 (fp16/bf16) threads x 4 vectors that holds the row (fp32 N <=
-    196608, 2-byte N <= 262144), persistent with the next row prefetched (BACKWARD_PERSIST_CL
-    has the measurements). Otherwise a one-row cluster of up to 16 CTAs of 512 x 8 (fp32) or
-    x 4 (2-byte) vectors; longer rows stream (two passes)."""
+    196608, 2-byte N <= 262144), persistent with the next row prefetched (the next two rows
+    for CTAs of >= 320 threads; BACKWARD_PERSIST_CL has the measurements). Otherwise a
+    one-row cluster of up to 16 CTAs of 512 x 8 (fp32) or x 4 (2-byte) vectors; longer rows
+    stream (two passes)."""
     threads, vpt = vec_config(n, dtype, BWD_MAX_THREADS)
     if vpt:
         return BackwardConfig("block", threads, vpt)
@@ -281,7 +288,9 @@ def backward_config(n: int, dtype: torch.dtype, aligned: bool = True) -> Backwar
         shape = _cluster_shape(nw, BACKWARD_PERSIST_VPT,
                                BACKWARD_PERSIST_CONFIG_THREADS[dtype.itemsize], BACKWARD_PERSIST_CL)
         if shape:
-            return BackwardConfig("persist", shape[1], BACKWARD_PERSIST_VPT, shape[0])
+            cl, threads = shape
+            stages = 2 if threads >= BACKWARD_TWO_STAGE_THREADS else 1
+            return BackwardConfig("persist", threads, BACKWARD_PERSIST_VPT, cl, stages)
     vpt = 4 if vec_width(dtype) == 8 else 8  # fp16/bf16: 2 x 32 elements per thread, no spills
     shape = _cluster_shape(nw, vpt, BWD_MAX_THREADS, BACKWARD_CL)
     if shape:
@@ -312,17 +321,22 @@ FAST_BLOCK_VPT = (2, 4, 8)
 FAST_CL = (2, 4, 8, 16)
 PERSIST_VPT = {4: (4, 8, 16), 2: (4,)}  # by itemsize: 2-byte types spill beyond 4 (see NOTES)
 PERSIST_CL = (1, 2, 4, 8, 16)
-# Rows longer than one persistent CTA: clusters of 8 CTAs (16 when 8 x 1024 threads do not hold
-# the row), sized down to the threads that cover it. With the message exchange (no cluster
-# barrier) more, smaller CTAs per row won (H200, M*N = 2^28, % of copy, one tuning run):
-# bf16 65536 8x256x4 84.7 vs 2x1024x4 81.8; 151936 8x608x4 78.4 (16x320x4 78.8);
-# 262144 8x1024x4 80.3; fp32 65536 8x256x8 86.2 vs 2x1024x8 83.2; 151936 8x608x8 85.1;
-# 262144 8x1024x8 84.8. Issuing the next row's copies late was mixed (-6..+3 points): off.
+# Rows longer than one persistent CTA: clusters of 8, else 16 CTAs, trying (vectors per thread,
+# most threads per CTA) in the order of PERSIST_CLUSTER_SHAPES, sized down to the threads that
+# cover the row, the next row's copies issued while the (max, sum) messages fly (`late`).
+# Measured twice on the H200 (M*N = 2^28, % of copy, bench/tune_long_rows.py, 2026-11-30):
+# small CTAs of many vectors win - fp32 65536 8x128x16 late 88.2 / 88.8 vs the former
+# 8x256x8 84.5 / 83.8; 151936 16x160x16 late 85.4 / 86.8 vs 8x608x8 83.9 / 84.0; 262144
+# 16x256x16 late 86.0 vs 8x1024x8 84.3 / 79.1; 524288 16x1024x8 late 78.1 / 79.0 vs 71.3 /
+# 71.4; bf16 65536 8x256x4 late 84.6 / 86.2 vs 81.7 / 82.2; 151936 16x320x4 late 77.8 / 77.7
+# vs 8x608x4 74.6 / 74.5; 262144 16x512x4 late 81.4 / 80.7 vs 8x1024x4 79.3 / 77.8.
 PERSIST_CLUSTER_SIZES = (8, 16)
+PERSIST_CLUSTER_SHAPES = {4: ((16, 256), (8, 1024)), 2: ((4, 512), (4, 1024))}  # by itemsize
 PERSIST_DTYPES = (torch.float32, torch.float16, torch.bfloat16)  # fp64: correctness, not speed
-# Rows longer than the on-chip shapes hold: a cluster of WIDE_CL[-1] CTAs of 1024 threads reads
+# Rows longer than the on-chip shapes hold: a cluster of WIDE_CL[0] CTAs of 1024 threads reads
 # its chunks twice, keeping up to WIDE_KEEP_BYTES of each CTA's chunk in shared memory (the rest
-# is re-read, mostly from L2). 8-CTA clusters: tuning and tests.
+# is re-read). 16-CTA clusters (tuning and tests) lost badly: H200, M*N = 2^28, 2^20 bf16 41 %
+# of copy vs 61 % with 8 (one row per cluster launch: a 16-CTA cluster waits for 16 free SMs).
 WIDE_CL = (8, 16)
 WIDE_KEEP_BYTES = 227 * 1024  # H100/H200: the most dynamic shared memory one CTA may take
 _NON_PORTABLE_CLUSTER_ATTR = 14  # CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED
@@ -462,7 +476,7 @@ def persist_config(nw: int, vpt: int, cluster: int, late: bool = False,
                       cluster=cluster, late=late and cluster > 1, stages=stages)
 
 
-def wide_config(nw: int, cluster: int = WIDE_CL[-1], threads: int = 1024,
+def wide_config(nw: int, cluster: int = WIDE_CL[0], threads: int = 1024,
                 keep_bytes: int = WIDE_KEEP_BYTES) -> FastConfig:
     """The wide kernel for rows of ``nw`` windows: ``cluster`` CTAs of ``threads``, each thread
     keeping as many of its windows in shared memory as ``keep_bytes`` per CTA hold."""
@@ -491,10 +505,12 @@ def fast_softmax_config(
     * longer, when input and output rows share their 16-byte phase (``vec``) and the dtype is
       fp32/fp16/bf16: ``persist``, one CTA of <= 1024 threads x 8 vectors (fp32) or x 4
       (fp16/bf16) if it holds the row, else a cluster of PERSIST_CLUSTER_SIZES (8, then 16)
-      such CTAs, threads = the multiple of 32 that just covers the row;
+      CTAs of the first PERSIST_CLUSTER_SHAPES entry that holds it (fp32: <= 256 threads x 16
+      vectors, then <= 1024 x 8; fp16/bf16: <= 512 x 4, then <= 1024 x 4), threads = the
+      multiple of 32 that just covers the row, next row's copies issued late;
     * otherwise (fp64, misaligned phase, or longer rows): a one-row cluster of up to 16 CTAs
       with 16 vectors x <= 512 threads (fp32/fp64) or 4 x <= 1024 (fp16/bf16), else ``wide``
-      (16 CTAs of 1024 threads, two passes, up to 227 KB per CTA kept in shared memory).
+      (8 CTAs of 1024 threads, two passes, up to 227 KB per CTA kept in shared memory).
 
     ``aligned``: rows start on 16-byte boundaries (otherwise one extra window is budgeted).
     ``vec``: input and output rows share their 16-byte phase (the persistent kernels need it).
@@ -515,9 +531,12 @@ def fast_softmax_config(
         return FastConfig("block", threads=_round32(-(-nw // vpt)), vpt=vpt)
     if persist_ok:
         vpt = persist_vpt(dtype)
-        shape = _cluster_shape(nw, vpt, persist_max_threads(vpt), (1, *PERSIST_CLUSTER_SIZES))
-        if shape:
-            return persist_config(nw, vpt, shape[0])
+        if _cluster_shape(nw, vpt, persist_max_threads(vpt), (1,)):
+            return persist_config(nw, vpt, 1)
+        for vpt, most in PERSIST_CLUSTER_SHAPES[es]:
+            shape = _cluster_shape(nw, vpt, most, PERSIST_CLUSTER_SIZES)
+            if shape:
+                return persist_config(nw, vpt, shape[0], late=True)
     big = _fast_vpt_cap(dtype)
     shape = _cluster_shape(nw, big, 1024 if big <= 8 else 512, FAST_CL)
     if shape:
