@@ -44,8 +44,11 @@
 //            fp32, <= 512 in fp16/bf16), dynamic shared memory stages * 2 * blockDim.x * VPT *
 //            16 B (per stage: y slots, then dy); stages is 1 or 2.
 // Bytes:     3 * M * N * sizeof(T), loads always in flight.
-// Preconds:  `vec_ok` (y, dy, row strides and N * sizeof(T) 16-byte aligned: every window is
-//            whole); the launcher falls back to kernels 1-3 otherwise. Threads: <= 1024 for
+// Windows:   aligned 16-byte windows as in softmax_common.cuh (h = the row's offset within its
+//            first 16 bytes): odd N such as 50257 still moves whole slots; the copies of a row's
+//            first and last slot may hold bytes of the neighbouring rows, zeroed on read.
+// Preconds:  `vec_ok`: every row of y, dy and dx starts at the same offset within 16 bytes (any
+//            N); the launcher falls back to kernels 1-3 otherwise. Threads: <= 1024 for
 //            fp32 (55 registers, no spills), <= 512 for fp16/bf16 (at the 1024-thread cap of
 //            64 registers they spilled 48-56 bytes; NVRTC 13.5, sm_90).
 // Changed:   from kernel 2: one launch for all rows; the next row's loads overlap this row's
@@ -179,11 +182,18 @@ __global__ void __launch_bounds__(1024)
   }
 }
 
+// Rows of y and dy in the same 16-byte phase: h elements of the first aligned 16-byte slot
+// precede each row; slot v of the row is bytes [16v, 16v + 16) from there.
+template <typename T> __device__ __forceinline__ const uint4* slots_of(const T* row, int h) {
+  return reinterpret_cast<const uint4*>(row - h);
+}
+
 template <typename T, int VPT>
 __device__ __forceinline__ void prefetch_pair(uint4* my_y, uint4* my_dy, const T* yr,
                                               const T* dyr, int nwin, int base, int step) {
-  const uint4* y4 = reinterpret_cast<const uint4*>(yr);
-  const uint4* dy4 = reinterpret_cast<const uint4*>(dyr);
+  const int h = klab::row_head(yr, 1);
+  const uint4* y4 = slots_of(yr, h);
+  const uint4* dy4 = slots_of(dyr, h);
 #pragma unroll
   for (int k = 0; k < VPT; ++k) {
     const int v = k * step + base;
@@ -215,7 +225,7 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(BackwardPersistThre
   const unsigned rank = CL > 1 ? klab::cluster_rank() : 0u;
   const long long q = blockIdx.x / CL, Q = gridDim.x / CL;
   const int base = rank * blockDim.x + threadIdx.x, step = CL * blockDim.x;
-  const int nwin = n / W;  // vec_ok: whole windows only
+  auto windows = [&](const T* row) { return (n + klab::row_head(row, 1) + W - 1) / W; };
   const int stage_slots = 2 * VPT * blockDim.x;
   if constexpr (CL > 1) {
     if (threadIdx.x == 0) inbox.init();
@@ -228,19 +238,29 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(BackwardPersistThre
     uint4* my_y = slots + s * stage_slots + threadIdx.x;
     if (r < rows)
       prefetch_pair<T, VPT>(my_y, my_y + VPT * blockDim.x, y + r * y_stride, dy + r * dy_stride,
-                            nwin, base, step);
+                            windows(y + r * y_stride), base, step);
     klab::cp_async_commit();
   }
   for (long long row = q, it = 0; row < rows; row += Q, ++it) {
     uint4* my_y = slots + (stages > 1 ? (it & 1) : 0) * stage_slots + threadIdx.x;
     uint4* my_dy = my_y + VPT * blockDim.x;
     klab::cp_async_wait_stage(stages);  // this thread's copies of `row` have landed
+    const int h = klab::row_head(y + row * y_stride, 1), nwin = (n + h + W - 1) / W;
     V ry[VPT], rd[VPT];
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
-      if (k * step + base < nwin) {
+      const int v = k * step + base, e0 = v * W - h;
+      if (v < nwin) {
         ry[k].raw = my_y[k * blockDim.x];
         rd[k].raw = my_dy[k * blockDim.x];
+        if (e0 < 0 || e0 + W > n) {  // a row's first or last window: zero the neighbours' bytes
+#pragma unroll
+          for (int i = 0; i < W; ++i)
+            if (e0 + i < 0 || e0 + i >= n) {
+              ry[k].set(i, A(0));
+              rd[k].set(i, A(0));
+            }
+        }
       } else {
         ry[k].fill(T(0.0f));
         rd[k].fill(T(0.0f));
@@ -254,8 +274,8 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(BackwardPersistThre
     // Every value read from the slots is consumed: they take the row `stages` ahead now.
     const long long rn = row + stages * Q;
     if (rn < rows)
-      prefetch_pair<T, VPT>(my_y, my_dy, y + rn * y_stride, dy + rn * dy_stride, nwin, base,
-                            step);
+      prefetch_pair<T, VPT>(my_y, my_dy, y + rn * y_stride, dy + rn * dy_stride,
+                            windows(y + rn * y_stride), base, step);
     klab::cp_async_commit();
     dot = klab::block_allreduce(dot, klab::SumOp{}, A(0), red);
     if constexpr (CL > 1) {  // no cluster barrier per row: messages (klab::ClusterInbox)
@@ -270,9 +290,9 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(BackwardPersistThre
     for (int k = 0; k < VPT; ++k) {
       const int v = k * step + base;
       if (v >= nwin) continue;
-      klab::store_vec(dxr + v * W, klab::vec_of<T>([&](int i) {
-                        return ry[k].get(i) * (rd[k].get(i) - dot);
-                      }));
+      klab::store_window(dxr, v, n, h, 1, klab::vec_of<T>([&](int i) {
+                           return ry[k].get(i) * (rd[k].get(i) - dot);
+                         }));
     }
   }
   klab::cp_async_wait_all();

@@ -42,6 +42,17 @@ def test_backward_config_holds_the_row(dtype, aligned):
             assert threads * vpt >= nw
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+def test_odd_rows_in_one_phase_take_the_persistent_kernel(dtype):
+    """Rows of y, dy and dx sharing their 16-byte phase (odd N such as 50257) go persistent,
+    sized for one extra window (a row may start mid-slot)."""
+    for n in (50257, 65537, 151937):
+        cfg = cv.backward_config(n, dtype, aligned=False, phase=True)
+        assert cfg.kind == "persist", (n, cfg)
+        assert cfg.threads * cfg.vpt * cfg.cluster >= cv._windows(n, dtype, aligned=False)
+        assert cv.backward_config(n, dtype, aligned=False).kind != "persist"
+
+
 def test_long_aligned_rows_take_the_persistent_kernel():
     def kind_and_cluster(n, dtype, aligned=True):
         cfg = cv.backward_config(n, dtype, aligned)
@@ -112,3 +123,35 @@ def test_backward_config_names_its_fields_and_rejects_bad_stages():
     y = torch.zeros(2, 64)
     with pytest.raises(ValueError, match="stages"):
         cv.backward_launch(y, y, y, ("persist", 64, 4, 8, 3), True)
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("n", [50257, 40001])
+def test_odd_rows_run_persistent_and_exact(dtype, n):
+    """Odd N (rows start mid-slot): the persistent kernel through the registered op, every
+    cluster looping over rows, and forced with 2 groups; also views whose rows start one
+    element into their buffer (same phase for y and dy, dx contiguous: phase differs)."""
+    op = kernel_lab.get_op("softmax_backward")
+    gen = torch.Generator(device="cuda").manual_seed(n)
+    m = 37
+    y = torch.softmax(torch.randn(m, n, device="cuda", generator=gen), -1).to(dtype)
+    dy = torch.randn(m, n, device="cuda", generator=gen).to(dtype)
+    cfg = cv.backward_config(n, dtype, aligned=False, phase=True)
+    assert cfg.kind == "persist"
+    dx = kernel_lab.run("fused_softmax_backward", y, dy)
+    assert op.check(dx, y, dy).ok
+    for groups in (2, 5):
+        dx = torch.full_like(y, float("nan"))
+        cv.backward_launch(dx, y, dy, cfg, False, max_groups=groups)
+        res = op.check(dx, y, dy)
+        assert res.ok, f"{dtype} n={n} {cfg.label()} groups={groups}: {res.message}"
+    ybuf = torch.empty(m * n + 1, device="cuda", dtype=dtype)
+    dybuf = torch.empty(m * n + 1, device="cuda", dtype=dtype)
+    ys, dys = ybuf[1:].view(m, n), dybuf[1:].view(m, n)
+    ys.copy_(y)
+    dys.copy_(dy)
+    dx = kernel_lab.run("fused_softmax_backward", ys, dys)  # dx's phase differs: not persistent
+    assert op.check(dx, ys, dys).ok
+    with pytest.raises(ValueError, match="phase"):
+        cv.backward_launch(torch.empty_like(y), ys, dys, cfg, False)

@@ -216,7 +216,9 @@ def vec_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
 def fused_softmax_backward(y: torch.Tensor, dy: torch.Tensor, dim: int = -1) -> torch.Tensor:
     def launch(dx, y2d, dy2d):
         aligned = vec_aligned(y2d, dy2d, dx)
-        backward_launch(dx, y2d, dy2d, backward_config(dx.shape[1], y2d.dtype, aligned), aligned)
+        phase = aligned or bool(same_vector_phase(dx, y2d, dy2d))
+        cfg = backward_config(dx.shape[1], y2d.dtype, aligned, phase)
+        backward_launch(dx, y2d, dy2d, cfg, aligned)
 
     return rowwise(launch, y, dy, dim=dim)
 
@@ -241,8 +243,9 @@ def backward_launch(dx, y2d, dy2d, cfg: BackwardConfig | tuple, aligned: bool,
                     max_groups: int | None = None) -> None:
     """Launch one :func:`backward_config` shape ``cfg`` (a BackwardConfig or the tuple of its
     fields) on (M, N) rows (tests and tuning force shapes through it). ``aligned``: y, dy, dx
-    16-byte aligned (required by ``persist``); ``max_groups`` caps the persistent grid, so each
-    cluster loops."""
+    16-byte aligned (vector loads in ``block`` and ``cluster``); ``persist`` needs only rows of
+    y, dy and dx in the same 16-byte phase (any N) and checks it; ``max_groups`` caps the
+    persistent grid, so each cluster loops."""
     m, n = dx.shape
     t = ctype(y2d.dtype)
     kind, threads, vpt, cl, stages = BackwardConfig(*cfg)
@@ -257,9 +260,12 @@ def backward_launch(dx, y2d, dy2d, cfg: BackwardConfig | tuple, aligned: bool,
             _allow_non_portable_cluster(BACKWARD, expr, device_index(dx))
     elif kind == "persist":
         expr = f"fused_softmax_backward_persist<{t}, {vpt}, {cl}>"
-        smem, extra = stages * 2 * threads * vpt * 16, (*extra, i32(stages))
-        if not aligned:
-            raise ValueError(f"{expr} needs 16-byte aligned y, dy and dx rows")
+        smem, extra = stages * 2 * threads * vpt * 16, (i32(1), i32(stages))
+        if not same_vector_phase(dx, y2d, dy2d):
+            raise ValueError(f"{expr} needs the rows of y, dy and dx in the same 16-byte phase")
+        w = vec_width(y2d.dtype)
+        if threads * vpt * cl < -(-(n + w - 1) // w):
+            raise ValueError(f"{BackwardConfig(*cfg).label()} does not hold rows of {n}")
         groups = min(m, resident_groups(BACKWARD, expr, threads, cl, smem, device_index(dx)))
         grid = max(1, min(groups, max_groups or groups)) * cl
     else:
@@ -269,12 +275,14 @@ def backward_launch(dx, y2d, dy2d, cfg: BackwardConfig | tuple, aligned: bool,
 
 
 @functools.lru_cache(maxsize=None)  # runs on every launch: a pure function of its arguments
-def backward_config(n: int, dtype: torch.dtype, aligned: bool = True) -> BackwardConfig:
+def backward_config(n: int, dtype: torch.dtype, aligned: bool = True,
+                    phase: bool | None = None) -> BackwardConfig:
     """The BackwardConfig (kind, threads, vectors per thread, cluster size, stages) of
     fused_softmax_backward for rows of n.
 
     One CTA holds y and dy up to 512 threads x 8 vectors each (``block``). Longer rows, when
-    y, dy and dx are 16-byte aligned (``aligned``): ``persist``, a cluster of 8 (else 16) CTAs
+    the rows of y, dy and dx share their 16-byte phase (``phase``; default ``aligned``: 16-byte
+    aligned rows, which vectorize every kernel): ``persist``, a cluster of 8 (else 16) CTAs
     of <= 768 (fp32) or 512 (fp16/bf16) threads x 4 vectors that holds the row (fp32 N <=
     196608, 2-byte N <= 262144), persistent with the next row prefetched (the next two rows
     for CTAs of >= 320 threads; BACKWARD_PERSIST_CL has the measurements). Otherwise a
@@ -284,8 +292,8 @@ def backward_config(n: int, dtype: torch.dtype, aligned: bool = True) -> Backwar
     if vpt:
         return BackwardConfig("block", threads, vpt)
     nw = -(-n // vec_width(dtype))
-    if aligned and dtype in BACKWARD_PERSIST_DTYPES:
-        shape = _cluster_shape(nw, BACKWARD_PERSIST_VPT,
+    if (aligned if phase is None else phase) and dtype in BACKWARD_PERSIST_DTYPES:
+        shape = _cluster_shape(_windows(n, dtype, aligned), BACKWARD_PERSIST_VPT,
                                BACKWARD_PERSIST_CONFIG_THREADS[dtype.itemsize], BACKWARD_PERSIST_CL)
         if shape:
             cl, threads = shape
