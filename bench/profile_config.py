@@ -24,7 +24,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--n", type=int, required=True)
     ap.add_argument("--dtype", default="float32")
-    ap.add_argument("--kind", default=None, help="warp/block/cluster/persist/split "
+    ap.add_argument("--kind", default=None, help="warp/block/cluster/persist/wide "
                     "(default: the config fast_softmax picks)")
     ap.add_argument("--threads", type=int, default=1024)
     ap.add_argument("--vpt", type=int, default=8)

@@ -71,8 +71,7 @@ def candidates(n: int, dtype: torch.dtype, aligned: bool) -> dict[str, cv.FastCo
         half = cv.WIDE_KEEP_BYTES // 2 - 1024  # two CTAs per SM
         for c in (cv.wide_config(nw), cv.wide_config(nw, cluster=8),
                   cv.wide_config(nw, keep_bytes=0),
-                  cv.wide_config(nw, threads=512, keep_bytes=half),
-                  cv.FastConfig("split", threads=1024, vpt=min(cv._fast_vpt_cap(dtype), 8))):
+                  cv.wide_config(nw, threads=512, keep_bytes=half)):
             out.setdefault(c.label(), c)
     return out
 

@@ -8,9 +8,9 @@
 //   fast_softmax_warp<T, G, VPT>              short rows, a lane group per row
 //   fast_softmax_block<T, VPT>                mid rows, a CTA per row
 //   fast_softmax_cluster<T, VPT, CL>          long rows, a cluster per row (DSMEM merge)
-//   fast_softmax_split_stats / _apply<T, VPT> rows too long for a cluster (two kernels)
 //   fast_softmax_persist<T, VPT>              persistent CTAs, next row prefetched (cp.async)
 //   fast_softmax_persist_cluster<T, VPT, CL>  persistent clusters, next row prefetched
+//   fast_softmax_wide<T, CL>                  rows beyond all of these: a cluster, two passes
 //
 // Epilogue: y = exp(x - max) * (1 / sum); the persistent kernels and every fp16/bf16 kernel
 // compute it as e * (exp(max_thread - max) / sum) from the exps e kept from the sum loop (one exp

@@ -6,9 +6,8 @@
 //   log_softmax.cu:   KLAB_ROW_SOFTMAX_KERNELS(log_softmax, klab::LogSoftmaxEpilogue)
 //                     y = (x - max) - log(sum)
 //
-// The macro defines thin __global__ templates named <prefix>_warp, _block, _cluster,
-// _split_stats, _split_apply, _persist, _persist_cluster and _wide (so NVRTC name expressions
-// such as "fast_softmax_block<float, 4>" or "log_softmax_persist_cluster<__nv_bfloat16, 8, 4>" work);
+// The macro defines thin __global__ templates named <prefix>_warp, _block, _cluster, _persist,
+// _persist_cluster and _wide (so NVRTC name expressions such as "fast_softmax_block<float, 4>" or "log_softmax_persist_cluster<__nv_bfloat16, 8, 4>" work);
 // each forwards to one device body below, templated on the epilogue. The launcher picks a kernel
 // and its shape per (N, dtype): kernel_lab/ops/softmax/cuda_variants.py, fast_softmax_config.
 //
@@ -24,8 +23,8 @@
 //             registers and scales them (exp_maxsum / exp_scale: 1 exp per element in all);
 //             elsewhere it recomputes exp(x - max) (2 per element); log_softmax keeps x and
 //             writes (x - max) - log(sum).
-//   Bytes:    2 * M * N * sizeof(T) for every kernel except the split pair (3 * M * N, part
-//             of the second read served by L2).
+//   Bytes:    2 * M * N * sizeof(T) for every kernel (the wide kernel: plus the re-read of
+//             whatever its shared memory does not keep).
 //   Precond:  rows < 2^31 blocks' worth; n < 2^31 - 16; fp32 accumulation (fp64 for double).
 //
 // 1. <p>_warp<T, G, VPT>: short rows. A group of G lanes (G | 32) owns one row; lane l holds
@@ -41,10 +40,8 @@
 //    one cluster barrier publishes it, every warp reads the CL pairs through distributed shared
 //    memory (mapa + ld.shared::cluster) and merges them. The CTA waits on a second, split
 //    barrier before exiting so peers never read freed shared memory. Up to CL * 128 KB per row.
-// 4. <p>_split_stats / _apply<T, VPT>: rows too long for a cluster. Kernel A: block
-//    (row, chunk) writes the chunk's (max, sum) to `part` (M x P pairs). Kernel B: block
-//    (row, chunk) loads its chunk again, merges the row's P pairs, writes y. The launcher runs
-//    both on groups of rows small enough for L2 to serve kernel B's re-read.
+// 4. (removed: the split pair, two kernels with a (max, sum) round trip through global memory;
+//    kernel 6 replaced it: 58-61 % of copy at 2^20 against 38-42 %, bench/NOTES.md.)
 // 5. <p>_persist<T, VPT> (CL = 1) and <p>_persist_cluster<T, VPT, CL>: persistent, prefetching.
 //    Ownership: the grid holds only as many CTAs (clusters) as are resident at once; CTA
 //            (cluster) q of Q owns rows q, q + Q, q + 2Q, ...; inside a row the windows are
@@ -92,8 +89,8 @@
 //            (the launcher keeps as many windows as 227 KB hold).
 //    Bytes:  2 * M * N * sizeof(T) to DRAM when every window is kept; each window not kept is
 //            read twice (the second read usually from L2). Two exps per element.
-//    Changed from 4: one kernel, no (max, sum) round trip through global memory, no row groups
-//            per launch; the row's statistics cross the cluster over DSMEM.
+//    Changed from the split pair (4): one kernel, no (max, sum) round trip through global
+//            memory, no row groups per launch; the row's statistics cross the cluster over DSMEM.
 #pragma once
 
 #include "cluster.cuh"
@@ -316,55 +313,6 @@ __device__ __forceinline__ void warp_rows(T* __restrict__ y, const T* __restrict
   write_row<E, kExp>(r, e, m_thread, st, [&](int k, const Vec<T>& v) {
     store_window(yr, k * G + lane, n, h, vec, v);
   });
-}
-
-// Kernel 4a. part: (rows x chunks) (max, sum) pairs, chunk = blockDim.x * VPT windows.
-template <typename T, int VPT>
-__device__ __forceinline__ void split_stats(acc_t<T>* __restrict__ part, const T* __restrict__ x,
-                                            int n, long long stride, int vec, int chunks) {
-  using A = acc_t<T>;
-  __shared__ MaxSum<A> red[32];
-  const long long row = blockIdx.x / chunks;
-  const int c = blockIdx.x % chunks;
-  const T* xr = x + row * stride;
-  const int h = row_head(xr, vec);
-  const int base = c * blockDim.x * VPT + threadIdx.x;
-  Vec<T> r[VPT];
-#pragma unroll
-  for (int k = 0; k < VPT; ++k)
-    r[k] = load_window<T, false>(xr, base + k * blockDim.x, n, h, vec, neg_inf_t<T>());
-  MaxSum<A> st = row_maxsum(r);
-  st = block_allreduce(st, MergeOp{}, id<T>(), red);
-  if (threadIdx.x == 0) {
-    part[2 * blockIdx.x] = st.m;
-    part[2 * blockIdx.x + 1] = st.s;
-  }
-}
-
-// Kernel 4b.
-template <template <typename> class E, typename T, int VPT>
-__device__ __forceinline__ void split_apply(T* __restrict__ y, const T* __restrict__ x, int n,
-                                            long long stride, int vec,
-                                            const acc_t<T>* __restrict__ part, int chunks) {
-  using A = acc_t<T>;
-  const long long row = blockIdx.x / chunks;
-  const int c = blockIdx.x % chunks;
-  const T* xr = x + row * stride;
-  T* yr = y + row * (long long)n;
-  const int h = row_head(xr, vec);
-  const int base = c * blockDim.x * VPT + threadIdx.x;
-  Vec<T> r[VPT];
-#pragma unroll
-  for (int k = 0; k < VPT; ++k)
-    r[k] = load_window(xr, base + k * blockDim.x, n, h, vec, neg_inf_t<T>());
-  MaxSum<A> st = id<T>();  // every warp merges the row's pairs itself: no barrier
-  const A* pr = part + 2 * row * chunks;
-  for (int i = threadIdx.x & 31; i < chunks; i += 32)
-    st = merge(st, MaxSum<A>{pr[2 * i], pr[2 * i + 1]});
-  st = warp_allreduce(st, MergeOp{});
-  apply_epilogue<E>(r, st);
-#pragma unroll
-  for (int k = 0; k < VPT; ++k) store_window(yr, base + k * blockDim.x, n, h, vec, r[k]);
 }
 
 // ---- kernel 5: persistent, next row prefetched into shared memory ---------------------------
@@ -607,19 +555,6 @@ template <int VPT> struct MaxThreads {
                   long long stride, int vec) {                                                   \
     klab::rowk::row_on_chip<EPI, T, VPT, CL>(y, x, n, stride, vec, blockIdx.x / CL,              \
                                              klab::cluster_rank());                              \
-  }                                                                                              \
-  template <typename T, int VPT>                                                                 \
-  __global__ void __launch_bounds__(1024)                                                        \
-      P##_split_stats(klab::acc_t<T>* __restrict__ part, const T* __restrict__ x,                \
-                      long long rows, int n, long long stride, int vec, int chunks) {            \
-    klab::rowk::split_stats<T, VPT>(part, x, n, stride, vec, chunks);                            \
-  }                                                                                              \
-  template <typename T, int VPT>                                                                 \
-  __global__ void __launch_bounds__(1024)                                                        \
-      P##_split_apply(T* __restrict__ y, const T* __restrict__ x, long long rows, int n,         \
-                      long long stride, int vec, const klab::acc_t<T>* __restrict__ part,        \
-                      int chunks) {                                                              \
-    klab::rowk::split_apply<EPI, T, VPT>(y, x, n, stride, vec, part, chunks);                    \
   }                                                                                              \
   template <typename T, int VPT>                                                                 \
   __global__ void __launch_bounds__(klab::rowk::MaxThreads<VPT>::value)                          \

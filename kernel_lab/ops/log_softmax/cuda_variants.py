@@ -61,7 +61,7 @@ def row_config(n: int, dtype: torch.dtype, max_threads: int) -> tuple[int, int |
     backend="cuda",
     dtypes=ALL_DTYPES,
     description="fast_softmax's kernels with the log epilogue: lane groups / CTA / persistent "
-    "prefetching CTAs or clusters / split, one read + one write (see fast_softmax_config)",
+    "prefetching CTAs or clusters / wide, one read + one write (see fast_softmax_config)",
     source="cuda_src/log_softmax.cu",
 )
 def log_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:

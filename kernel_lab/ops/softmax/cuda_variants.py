@@ -17,7 +17,6 @@ from typing import NamedTuple
 
 import torch
 
-from kernel_lab import interop
 from kernel_lab.cuda_common import (
     ALL_DTYPES,
     ctype,
@@ -351,7 +350,7 @@ _NON_PORTABLE_CLUSTER_ATTR = 14  # CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_A
 
 
 def _fast_vpt_cap(dtype: torch.dtype) -> int:
-    """Vectors per thread for cluster/split rows: 16 (fp32/fp64), 4 for 2-byte types - beyond
+    """Vectors per thread for cluster rows: 16 (fp32/fp64), 4 for 2-byte types - beyond
     32 fp16/bf16 elements per thread the unpacked fp32 copies spill (measured: 1.1-1.4 TB/s)."""
     return 4 if dtype.itemsize == 2 else 16
 
@@ -370,8 +369,6 @@ def row_kernel_exprs(prefix: str) -> list[str]:
         out += [f"{prefix}_warp<{t}, {g}, {v}>" for g, v in FAST_WARP]
         out += [f"{prefix}_block<{t}, {v}>" for v in FAST_BLOCK_VPT]
         out += [f"{prefix}_cluster<{t}, {big}, {c}>" for c in FAST_CL]
-        sv = min(big, 8)
-        out += [f"{prefix}_split_stats<{t}, {sv}>", f"{prefix}_split_apply<{t}, {sv}>"]
         if dt in PERSIST_DTYPES:
             for v in PERSIST_VPT[dt.itemsize]:
                 out += [f"{prefix}_persist<{t}, {v}>"]
@@ -398,7 +395,7 @@ class FastConfig:
     """What fast_softmax (and log_softmax) launches for one (N, dtype): kernel kind and shape.
 
     kind: ``warp`` (``group`` lanes per row, several rows per block), ``block`` (a CTA per row),
-    ``cluster`` (``cluster`` CTAs per row, DSMEM reduction), ``split`` (two kernels),
+    ``cluster`` (``cluster`` CTAs per row, DSMEM reduction),
     ``persist`` (resident CTAs / clusters loop over rows, next row prefetched into shared memory;
     ``cluster`` = 1 is the single-CTA form) or ``wide`` (``cluster`` CTAs per row, two passes).
     ``threads`` is the CTA size, ``vpt`` the 16-byte vectors each thread keeps in registers
@@ -428,15 +425,13 @@ class FastConfig:
             if self.cluster == 1:
                 return f"{prefix}_persist<{t}, {self.vpt}>"
             return f"{prefix}_persist_cluster<{t}, {self.vpt}, {self.cluster}>"
-        if self.kind == "wide":
-            return f"{prefix}_wide<{t}, {self.cluster}>"
-        return f"{prefix}_split_stats<{t}, {self.vpt}>"
+        return f"{prefix}_wide<{t}, {self.cluster}>"
 
     def capacity(self) -> int:
-        """Windows (16-byte slots) one row may span (split and wide: any row)."""
+        """Windows (16-byte slots) one row may span (wide: any row)."""
         if self.kind == "warp":
             return self.group * self.vpt
-        if self.kind in ("split", "wide"):
+        if self.kind == "wide":
             return 1 << 31
         return self.threads * self.vpt * self.cluster
 
@@ -635,7 +630,7 @@ def fast_launch(
         launch_rows(src, expr, out, (x2d,), grid=m * cfg.cluster, block=cfg.threads,
                     extra=(vec, i32(cfg.vpt)), shared_mem=smem)
     else:
-        _split_launch(out, x2d, cfg, vec, kernels)
+        raise ValueError(f"unknown FastConfig kind {cfg.kind!r}")
 
 
 _non_portable_done: set[tuple[int, int]] = set()
@@ -715,52 +710,13 @@ def _max_active_clusters(func: int, threads: int, smem: int, cluster: int, dev: 
     return count.value if rc == 0 else 0
 
 
-SPLIT_GROUP_BYTES = 24 << 20  # rows per launch pair: kernel B's re-read should hit L2
-
-
-def _split_launch(
-    out: torch.Tensor, x2d: torch.Tensor, cfg: FastConfig, vec, kernels: RowKernels
-) -> None:
-    """The split pair on groups of rows (kernel B's re-read of a group should hit L2). One
-    launch pair per group costs ~2 launches of host time and no tensor ops: at 256 x 2^20 a call
-    has 22 (bf16) to 43 (fp32) groups of ~30 us of GPU work each, and slicing tensors per group
-    made the call host-bound (H200, bf16: CUDA events read 14 % slower than back-to-back
-    rounds)."""
-    m, n = out.shape
-    t = ctype(x2d.dtype)
-    p = kernels.prefix
-    chunk = cfg.threads * cfg.vpt
-    chunks = -(-_windows(n, x2d.dtype, aligned=False) // chunk)
-    acc = torch.float64 if x2d.dtype == torch.float64 else torch.float32
-    es = x2d.element_size()
-    group = max(1, SPLIT_GROUP_BYTES // max(1, n * es))
-    part = torch.empty((min(m, group), chunks, 2), dtype=acc, device=out.device)
-    dev = device_index(out)
-    stats = kernels.src.function(f"{p}_split_stats<{t}, {cfg.vpt}>", dev)
-    apply = kernels.src.function(f"{p}_split_apply<{t}, {cfg.vpt}>", dev)
-    block, stride, v = (cfg.threads,), x2d.stride(0), int(vec)
-    xp, yp, pp = x2d.data_ptr(), out.data_ptr(), part.data_ptr()
-    for r0 in range(0, m, group):
-        rows = min(group, m - r0)
-        xs, ys = xp + r0 * stride * es, yp + r0 * n * es
-        interop.launch(stats, (rows * chunks,), block, (pp, xs, rows, n, stride, v, chunks),
-                       device_index=dev, signature=_SPLIT_STATS_SIG)
-        interop.launch(apply, (rows * chunks,), block, (ys, xs, rows, n, stride, v, pp, chunks),
-                       device_index=dev, signature=_SPLIT_APPLY_SIG)
-
-
-# (part|y, x, rows, n, stride, vec[, part], chunks): see the split kernels' signatures
-_SPLIT_STATS_SIG = "QQqi4xqi4xi4x"
-_SPLIT_APPLY_SIG = "QQqi4xqi4xQi4x"
-
-
 @register(
     "fast_softmax",
     op="softmax",
     backend="cuda",
     dtypes=ALL_DTYPES,
     description="speed-of-light dispatch per (N, dtype): lane groups / CTA / persistent "
-    "prefetching CTAs or clusters (DSMEM) / split, rows on chip with 16-byte aligned windows "
+    "prefetching CTAs or clusters (DSMEM) / wide, rows on chip with 16-byte aligned windows "
     "(see fast_softmax_config)",
     source="cuda_src/fast_softmax.cu",
 )
