@@ -48,10 +48,6 @@ __device__ __forceinline__ double amax(double a, double b) { return fmax(a, b); 
 // e^d. fp32: exp2f of a pre-scaled argument (one FMUL + MUFU.EX2); fp64: exp (exactness).
 __device__ __forceinline__ float exp_acc(float d) { return exp2f(d * CUDART_L2E_F); }
 __device__ __forceinline__ double exp_acc(double d) { return exp(d); }
-// e^d to ~1 ulp (expf; exp2f of a pre-scaled argument loses |d * log2(e)| * 2^-24 more): for a
-// product that is cancelled afterwards, such as exp(y) * sum(dy) in log_softmax's gradient.
-__device__ __forceinline__ float exp_accurate(float d) { return expf(d); }
-__device__ __forceinline__ double exp_accurate(double d) { return exp(d); }
 
 // The max to subtract: -inf (an all -inf prefix) becomes 0 so that exp(-inf - m) = 0 rather
 // than exp(-inf - -inf) = NaN. An all -inf row still ends as NaN: its final normalisation
