@@ -155,3 +155,22 @@ def test_odd_rows_run_persistent_and_exact(dtype, n):
     assert op.check(dx, ys, dys).ok
     with pytest.raises(ValueError, match="phase"):
         cv.backward_launch(torch.empty_like(y), ys, dys, cfg, False)
+
+
+def test_persistent_backward_shape_check():
+    """CPU: the persistent backward's launch check takes aligned rows at their exact window
+    count (the H200 suite caught a check that always budgeted a head window), wants one more
+    for odd rows, and refuses rows of y, dy and dx in different phases."""
+    for dtype in (torch.float32, torch.bfloat16):
+        w = vec_width(dtype)
+        cfg = cv.BackwardConfig("persist", 64, 4, 2)
+        n = 64 * 4 * 2 * w  # exactly the shape's windows
+        y = torch.zeros(3, n, dtype=dtype)
+        cv.check_backward_persist(y, y, y, cfg)
+        odd = torch.zeros(3, n - 1, dtype=dtype)  # rows 1, 2 start mid-slot: one more window
+        with pytest.raises(ValueError, match="spans"):
+            cv.check_backward_persist(odd, odd, odd, cv.BackwardConfig("persist", 64, 4, 2))
+        cv.check_backward_persist(odd, odd, odd, cv.BackwardConfig("persist", 96, 4, 2))
+        buf = torch.zeros(3 * n + 1, dtype=dtype)
+        with pytest.raises(ValueError, match="phase"):
+            cv.check_backward_persist(y, buf[1:].view(3, n), y, cfg)

@@ -260,17 +260,26 @@ def backward_launch(dx, y2d, dy2d, cfg: BackwardConfig | tuple, aligned: bool,
     elif kind == "persist":
         expr = f"fused_softmax_backward_persist<{t}, {vpt}, {cl}>"
         smem, extra = stages * 2 * threads * vpt * 16, (i32(1), i32(stages))
-        if not same_vector_phase(dx, y2d, dy2d):
-            raise ValueError(f"{expr} needs the rows of y, dy and dx in the same 16-byte phase")
-        w = vec_width(y2d.dtype)
-        if threads * vpt * cl < -(-(n + w - 1) // w):
-            raise ValueError(f"{BackwardConfig(*cfg).label()} does not hold rows of {n}")
+        check_backward_persist(dx, y2d, dy2d, BackwardConfig(*cfg))
         groups = min(m, resident_groups(BACKWARD, expr, threads, cl, smem, device_index(dx)))
         grid = max(1, min(groups, max_groups or groups)) * cl
     else:
         expr, grid = f"fused_softmax_backward_stream<{t}>", m
     launch_rows(BACKWARD, expr, dx, (y2d, dy2d), grid=grid, block=threads, extra=extra,
                 shared_mem=smem)
+
+
+def check_backward_persist(dx, y2d, dy2d, cfg: BackwardConfig) -> None:
+    """Raise ValueError unless the persistent backward ``cfg`` can run on these rows: y, dy and
+    dx in one 16-byte phase, and the shape holding a row's windows (one more when rows start
+    mid-slot: odd N or an offset base)."""
+    if not same_vector_phase(dx, y2d, dy2d):
+        raise ValueError(f"{cfg.label()} needs the rows of y, dy and dx in the same 16-byte phase")
+    n = dx.shape[1]
+    need = _windows(n, y2d.dtype, aligned=_rows_aligned(y2d))
+    if cfg.threads * cfg.vpt * cfg.cluster < need:
+        raise ValueError(f"{cfg.label()} holds {cfg.threads * cfg.vpt * cfg.cluster} 16-byte "
+                         f"windows; a row of {n} {y2d.dtype} here spans {need}")
 
 
 @functools.lru_cache(maxsize=None)  # runs on every launch: a pure function of its arguments
