@@ -79,8 +79,8 @@ def measured_preferences(op: str, x: torch.Tensor, dim: int = -1) -> tuple[str, 
     Softmax forward, fastest per row length N there: Triton's whole-row kernel for N <= 256,
     for 2048 <= N <= 32768 in fp32 and for N <= 8192 in fp16/bf16 (97-100 % of copy against
     fast_softmax's 80-98 %); vec_softmax's streaming kernel for the longest rows (N >= 2^20:
-    61-63 % against fast_softmax's split pair at 34-45 %); fast_softmax everywhere else (at
-    2^19 in fp16/bf16 too since the third run: 75 % against vec_softmax's 61 % of the first).
+    62-63 % against fast_softmax's wide kernel at 58-61 %, H200, 2026-11-30); fast_softmax
+    everywhere else (at 2^19 too: 75-79 % against vec_softmax's 63 %, same day).
     Re-measure and edit this table when kernels change.
     """
     prefs = PREFERENCES[op]
