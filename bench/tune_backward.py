@@ -37,13 +37,10 @@ def candidates(n: int, dtype: torch.dtype) -> dict[str, cv.BackwardConfig]:
         if threads > most:
             continue
         for stages in (1, 2):
-            if stages * 2 * threads * vpt * 16 <= SHARED_PER_SM:
+            if stages * 2 * threads * vpt * 16 <= cv.MAX_CTA_SHARED:
                 cfg = cv.BackwardConfig("persist", threads, vpt, cl, stages)
                 out[cfg.label()] = cfg
     return out
-
-
-SHARED_PER_SM = 227 * 1024  # H100/H200: the most dynamic shared memory one CTA may take
 
 
 def measure(n: int, dtype: torch.dtype, total_log2: int) -> tuple[int, float, list]:

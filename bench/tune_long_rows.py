@@ -62,7 +62,7 @@ def candidates(n: int, dtype: torch.dtype, aligned: bool) -> dict[str, cv.FastCo
                 continue
             out.setdefault(c.label(), c)
             c2 = cv.persist_config(nw, vpt, cl, stages=2)
-            if c2.shared_mem() <= SHARED_PER_SM:
+            if c2.shared_mem() <= cv.MAX_CTA_SHARED:
                 out.setdefault(c2.label(), c2)
             if cl > 1:
                 c = cv.persist_config(nw, vpt, cl, late=True)
@@ -75,8 +75,6 @@ def candidates(n: int, dtype: torch.dtype, aligned: bool) -> dict[str, cv.FastCo
             out.setdefault(c.label(), c)
     return out
 
-
-SHARED_PER_SM = 227 * 1024  # H100/H200: the most dynamic shared memory one CTA may take
 
 
 def sane(out: torch.Tensor, x: torch.Tensor, log: bool) -> bool:

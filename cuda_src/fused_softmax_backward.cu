@@ -253,14 +253,7 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(BackwardPersistThre
       if (v < nwin) {
         ry[k].raw = my_y[k * blockDim.x];
         rd[k].raw = my_dy[k * blockDim.x];
-        if (e0 < 0 || e0 + W > n) {  // a row's first or last window: zero the neighbours' bytes
-#pragma unroll
-          for (int i = 0; i < W; ++i)
-            if (e0 + i < 0 || e0 + i >= n) {
-              ry[k].set(i, A(0));
-              rd[k].set(i, A(0));
-            }
-        }
+        klab::mask_outside_row(e0, n, A(0), ry[k], rd[k]);  // neighbours' bytes: 0 in the dot
       } else {
         ry[k].fill(T(0.0f));
         rd[k].fill(T(0.0f));

@@ -342,11 +342,7 @@ __device__ __forceinline__ void read_prefetched(Vec<T> (&r)[VPT], const uint4* m
     const int e0 = v * W - h;
     if (v < nwin) {
       r[k].raw = mine[k * blockDim.x];
-      if (e0 < 0 || e0 + W > n) {  // a row's first or last window: mask the neighbours' bytes
-#pragma unroll
-        for (int i = 0; i < W; ++i)
-          if (e0 + i < 0 || e0 + i >= n) r[k].set(i, neg_inf<A>());
-      }
+      mask_outside_row(e0, n, neg_inf<A>(), r[k]);
     } else {
       r[k].fill(neg_inf_t<T>());
     }
@@ -486,11 +482,7 @@ __device__ __forceinline__ void wide_row(T* __restrict__ y, const T* __restrict_
         const int j = j0 + u, v = window(j), e0 = v * W - h;
         if (j < keep && v < c1) {
           r[u].raw = mine[j * blockDim.x];
-          if (e0 < 0 || e0 + W > n) {  // a row's first or last window: mask the neighbours
-#pragma unroll
-            for (int i = 0; i < W; ++i)
-              if (e0 + i < 0 || e0 + i >= n) r[u].set(i, neg_inf<A>());
-          }
+          mask_outside_row(e0, n, neg_inf<A>(), r[u]);
         } else {
           r[u].fill(fill);
         }

@@ -326,6 +326,24 @@ __device__ __forceinline__ Vec<T> load_window(const T* row, int v, int n, int h,
   return r;
 }
 
+// A window copied whole from its aligned 16-byte slot (cp.async into shared memory): in a row's
+// first and last window, the elements outside [0, n) - bytes of the neighbouring rows - become
+// `fill`. e0 = v * W - h is the window's first element in the row.
+// Any number of windows of the same row position (y and dy in the backward) in one pass.
+template <typename T, typename... More>
+__device__ __forceinline__ void mask_outside_row(int e0, int n, acc_t<T> fill, Vec<T>& r,
+                                                 More&... more) {
+  constexpr int W = Vec<T>::N;
+  if (e0 < 0 || e0 + W > n) {
+#pragma unroll
+    for (int i = 0; i < W; ++i)
+      if (e0 + i < 0 || e0 + i >= n) {
+        r.set(i, fill);
+        (more.set(i, fill), ...);
+      }
+  }
+}
+
 template <typename T>
 __device__ __forceinline__ void store_window(T* row, int v, int n, int h, int vec,
                                              const Vec<T>& r) {

@@ -107,7 +107,7 @@ def test_every_persistent_backward_kernel_loops_over_rows(dtype, cl):
         y = torch.softmax(torch.randn(23, n, device="cuda", generator=gen), -1).to(dtype)
         dy = torch.randn(23, n, device="cuda", generator=gen).to(dtype)
         for groups, stages in ((3, 1), (3, 2), (None, 1), (None, 2)):
-            if stages == 2 and threads * vpt * 16 * 4 > 227 * 1024:
+            if stages == 2 and threads * vpt * 16 * 4 > cv.MAX_CTA_SHARED:
                 continue  # two stages of y and dy do not fit one SM's shared memory
             dx = torch.full_like(y, float("nan"))
             cfg = cv.BackwardConfig("persist", threads, vpt, cl, stages)

@@ -40,7 +40,7 @@ def test_config_holds_the_row(dtype, aligned, vec):
         assert c.threads % 32 == 0 and 32 <= c.threads <= 1024, (n, c)
         if c.kind == "persist":
             assert c.threads <= cv.persist_max_threads(c.vpt), (n, c)
-            assert c.shared_mem() <= 227 * 1024, (n, c)
+            assert c.shared_mem() <= cv.MAX_CTA_SHARED, (n, c)
         assert c.expr(t) in fast, (n, c.expr(t))
         assert c.expr(t, "log_softmax") in log, (n, c.expr(t, "log_softmax"))
 
@@ -58,7 +58,7 @@ def _persist_cases():
     for dt in cv.PERSIST_DTYPES:
         for vpt in cv.PERSIST_VPT[dt.itemsize]:
             big = cv.persist_max_threads(vpt)
-            big2 = min(big, 227 * 1024 // (2 * vpt * 16) // 32 * 32)
+            big2 = min(big, cv.MAX_CTA_SHARED // (2 * vpt * 16) // 32 * 32)
             for cl in cv.PERSIST_CL:
                 for late in (False, True) if cl > 1 else (False,):
                     tag = "-late" if late else ""
@@ -141,6 +141,8 @@ def test_two_stage_persistent_config_doubles_its_slots():
     assert two.expr("float") == one.expr("float")  # one kernel: stages is a launch argument
     with pytest.raises(ValueError, match="stages"):
         cv.FastConfig("persist", threads=256, vpt=4, cluster=8, stages=3)
+    with pytest.raises(ValueError, match="stages"):
+        cv.FastConfig("wide", threads=1024, vpt=8, cluster=8, stages=2)
 
 
 def test_wide_config_keeps_what_shared_memory_holds():

@@ -217,7 +217,7 @@ def fused_softmax_backward(y: torch.Tensor, dy: torch.Tensor, dim: int = -1) -> 
         aligned = vec_aligned(y2d, dy2d, dx)
         phase = aligned or bool(same_vector_phase(dx, y2d, dy2d))
         cfg = backward_config(dx.shape[1], y2d.dtype, aligned, phase)
-        backward_launch(dx, y2d, dy2d, cfg, aligned)
+        backward_launch(dx, y2d, dy2d, cfg, aligned, phase=phase)
 
     return rowwise(launch, y, dy, dim=dim)
 
@@ -239,12 +239,14 @@ class BackwardConfig(NamedTuple):
 
 
 def backward_launch(dx, y2d, dy2d, cfg: BackwardConfig | tuple, aligned: bool,
-                    max_groups: int | None = None) -> None:
+                    max_groups: int | None = None, phase: bool | None = None) -> None:
     """Launch one :func:`backward_config` shape ``cfg`` (a BackwardConfig or the tuple of its
     fields) on (M, N) rows (tests and tuning force shapes through it). ``aligned``: y, dy, dx
     16-byte aligned (vector loads in ``block`` and ``cluster``); ``persist`` needs only rows of
-    y, dy and dx in the same 16-byte phase (any N) and checks it; ``max_groups`` caps the
-    persistent grid, so each cluster loops."""
+    y, dy and dx in the same 16-byte phase (any N). ``phase``: the registered op passes the
+    phase it sized ``cfg`` for (no re-check on the per-call path); None (tests, tuning: a
+    caller's own shape) checks phase and capacity first. ``max_groups`` caps the persistent
+    grid, so each cluster loops."""
     m, n = dx.shape
     t = ctype(y2d.dtype)
     kind, threads, vpt, cl, stages = BackwardConfig(*cfg)
@@ -260,7 +262,8 @@ def backward_launch(dx, y2d, dy2d, cfg: BackwardConfig | tuple, aligned: bool,
     elif kind == "persist":
         expr = f"fused_softmax_backward_persist<{t}, {vpt}, {cl}>"
         smem, extra = stages * 2 * threads * vpt * 16, (i32(1), i32(stages))
-        check_backward_persist(dx, y2d, dy2d, BackwardConfig(*cfg))
+        if phase is None:
+            check_backward_persist(dx, y2d, dy2d, BackwardConfig(*cfg))
         groups = min(m, resident_groups(BACKWARD, expr, threads, cl, smem, device_index(dx)))
         grid = max(1, min(groups, max_groups or groups)) * cl
     else:
@@ -354,7 +357,8 @@ PERSIST_DTYPES = (torch.float32, torch.float16, torch.bfloat16)  # fp64: correct
 # is re-read). 16-CTA clusters (tuning and tests) lost badly: H200, M*N = 2^28, 2^20 bf16 41 %
 # of copy vs 61 % with 8 (one row per cluster launch: a 16-CTA cluster waits for 16 free SMs).
 WIDE_CL = (8, 16)
-WIDE_KEEP_BYTES = 227 * 1024  # H100/H200: the most dynamic shared memory one CTA may take
+MAX_CTA_SHARED = 227 * 1024  # H100/H200: the most dynamic shared memory one CTA may take
+WIDE_KEEP_BYTES = MAX_CTA_SHARED
 _NON_PORTABLE_CLUSTER_ATTR = 14  # CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED
 
 
@@ -422,6 +426,8 @@ class FastConfig:
     def __post_init__(self):
         if self.stages not in (1, 2):
             raise ValueError(f"stages must be 1 or 2, not {self.stages}")
+        if self.stages > 1 and self.kind != "persist":
+            raise ValueError(f"stages apply to the persistent kernels, not {self.kind!r}")
 
     def expr(self, t: str, prefix: str = "fast_softmax") -> str:
         if self.kind == "warp":
@@ -447,8 +453,8 @@ class FastConfig:
     def shared_mem(self) -> int:
         """Dynamic shared memory per CTA: the persistent kernels' prefetch slots, the wide
         kernel's kept windows."""
-        if self.kind in ("persist", "wide"):
-            return self.threads * self.vpt * 16 * (self.stages if self.kind == "persist" else 1)
+        if self.kind in ("persist", "wide"):  # stages is 1 but for persist
+            return self.threads * self.vpt * 16 * self.stages
         return 0
 
     def label(self) -> str:
