@@ -67,7 +67,7 @@ def candidates(n: int, dtype: torch.dtype, aligned: bool) -> dict[str, cv.FastCo
             if cl > 1:
                 c = cv.persist_config(nw, vpt, cl, late=True)
                 out.setdefault(c.label(), c)
-    if nw > 32768:  # beyond what the persistent shapes hold well: the two-pass kernels
+    if nw >= 32768:  # where the persistent shapes start to strain: the two-pass kernels
         half = cv.WIDE_KEEP_BYTES // 2 - 1024  # two CTAs per SM
         for c in (cv.wide_config(nw), cv.wide_config(nw, cluster=8),
                   cv.wide_config(nw, keep_bytes=0),

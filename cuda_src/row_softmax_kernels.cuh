@@ -73,24 +73,26 @@
 //    Changed from 2/3: one launch for all rows, next row's loads overlap this row's reduction,
 //            barrier and stores; 2-byte types keep their packed words opaque between loops
 //            (opaque_2byte) so 8-16 vectors per thread fit without fp32 copies spilling.
-// 6. <p>_wide<T, CL>: rows longer than any shape above holds (fp32 2^20 = 4 MB).
-//    Ownership: a cluster of CL CTAs owns one row (grid = M * CL); CTA rank c owns the
-//            contiguous windows [c * chunk, (c + 1) * chunk), chunk = ceil(windows / CL);
-//            thread t of it owns windows c * chunk + j * blockDim.x + t, j < per =
-//            ceil(chunk / blockDim.x) (consecutive threads, consecutive 16 bytes).
-//    Passes: (1) the first `kept` windows per thread are requested into dynamic shared memory
-//            at once (cp.async, 16 bytes each: the whole kept chunk in flight; vec == 0 loads
-//            and stores them instead), the rest stream through registers in batches of 4
-//            windows meanwhile; local (max, sum) over both. Block all-reduce, one cluster
-//            barrier, every warp merges the CL pairs over DSMEM (as kernel 3). (2) batches of 4:
-//            windows j < kept from shared memory, the rest re-read from global memory
-//            (evict-first), epilogue, store.
-//    Launch: grid = M * CL, blockDim.x <= 1024, dynamic shared memory kept * blockDim.x * 16 B
-//            (the launcher keeps as many windows as 227 KB hold).
+// 6. <p>_wide<T, CL>: rows longer than any shape above holds (fp32 2^20 = 4 MB). Persistent.
+//    Ownership: the grid holds only the resident clusters; cluster q of Q owns rows q, q + Q, ...
+//            CTA rank c owns the contiguous windows [c * chunk, (c + 1) * chunk) of the row,
+//            chunk = ceil(windows / CL); thread t of it owns windows c * chunk + j * blockDim.x
+//            + t, j < per = ceil(chunk / blockDim.x) (consecutive threads, consecutive 16 B).
+//    Passes: (1) the windows not kept stream through registers in batches of 4 (vec == 0: all
+//            of them, the kept ones stored into shared memory), then the kept windows - the
+//            first `kept` of each thread, up to 227 KB per CTA - are reduced from shared
+//            memory batch by batch as their copies land; local (max, sum), block all-reduce,
+//            (max, sum) messages to every peer (as kernel 5: no cluster barrier per row).
+//            (2) batches of 4: kept windows from shared memory, the rest re-read (evict-first),
+//            epilogue, store; then the batch's slots take the NEXT row's windows (cp.async, one
+//            commit group per batch), so that row's loads overlap this row's stores.
+//    Launch: grid = min(M, resident clusters) * CL, blockDim.x <= 1024, dynamic shared memory
+//            kept * blockDim.x * 16 B (the launcher keeps as many windows as 227 KB hold).
 //    Bytes:  2 * M * N * sizeof(T) to DRAM when every window is kept; each window not kept is
-//            read twice (the second read usually from L2). Two exps per element.
+//            read twice (the second read sometimes from L2). Two exps per element.
 //    Changed from the split pair (4): one kernel, no (max, sum) round trip through global
-//            memory, no row groups per launch; the row's statistics cross the cluster over DSMEM.
+//            memory; from its first, one-row-per-cluster form: persistent, kept windows
+//            prefetched during the previous row's stores, no cluster barrier per row.
 #pragma once
 
 #include "cluster.cuh"
@@ -427,96 +429,149 @@ __device__ __forceinline__ void persistent_rows(T* __restrict__ y, const T* __re
 }
 
 // ---- kernel 6: rows longer than any on-chip shape, read twice at most ---------------------------
-// Pass 1 requests the first `kept` windows of each thread into dynamic shared memory at once
-// (cp.async, vec != 0; else loaded and stored), streams the other windows through registers in
-// batches of U while those copies land, then reduces the kept windows from shared memory.
-// Pass 2 takes the kept windows from shared memory and re-reads only the rest (evict-first:
-// the re-read is its last use).
+// This CTA's part of one row (it depends on the row's head h, so it is worked out per row):
+// windows [c0, c1), `per` per thread (thread t: c0 + j * blockDim.x + t, j < per), the first
+// `keep` of them kept in shared memory (slot j * blockDim.x + t).
+struct WideSpan {
+  int h, c0, c1, per, keep;
+};
+template <typename T, int CL>
+__device__ __forceinline__ WideSpan wide_span(const T* xr, int n, int vec, unsigned rank,
+                                              int kept) {
+  constexpr int W = Vec<T>::N;
+  WideSpan s;
+  s.h = row_head(xr, vec);
+  const int nwin = (n + s.h + W - 1) / W;
+  const int chunk = (nwin + CL - 1) / CL;
+  s.c0 = rank * chunk;
+  s.c1 = min(s.c0 + chunk, nwin);
+  s.per = (chunk + blockDim.x - 1) / blockDim.x;
+  s.keep = min(kept, s.per);
+  return s;
+}
+
+// Copies of this thread's kept windows j0 .. j0 + U - 1 of row xr into its slots (vec != 0:
+// whole aligned 16-byte slots; bytes outside the row are masked on read).
+template <typename T, int U>
+__device__ __forceinline__ void wide_request(uint4* mine, const T* xr, const WideSpan& s,
+                                             int j0) {
+  const char* a = reinterpret_cast<const char*>(xr) - s.h * sizeof(T);
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int j = j0 + u, v = s.c0 + j * static_cast<int>(blockDim.x) + threadIdx.x;
+    if (j < s.keep && v < s.c1) cp_async16(mine + j * blockDim.x, a + 16 * static_cast<size_t>(v));
+  }
+}
+
+// Persistent: cluster q of Q owns rows q, q + Q, ... For each row:
+//   pass 1  the windows not kept stream through registers (batches of U); then the kept batches,
+//           each as soon as its commit group has landed (requested during the previous row's
+//           pass 2); local (max, sum). Block all-reduce, (max, sum) messages to every peer
+//           (ClusterInbox: no cluster barrier, so no wait for the previous row's stores).
+//   pass 2  batches of U: kept windows from shared memory, the rest re-read (evict-first: last
+//           use), epilogue, store; then the same batch's slots take the NEXT row's windows
+//           (cp.async, one commit group per batch), so its loads overlap this row's stores.
+// vec == 0 (input and output rows in different 16-byte phases): pass 1 loads every window and
+// stores the kept ones into the slots itself; nothing is prefetched.
 template <template <typename> class E, typename T, int CL>
-__device__ __forceinline__ void wide_row(T* __restrict__ y, const T* __restrict__ x, int n,
-                                         long long stride, int vec, long long row, int kept) {
+__device__ __forceinline__ void wide_rows(T* __restrict__ y, const T* __restrict__ x,
+                                          long long rows, int n, long long stride, int vec,
+                                          int kept) {
   using A = acc_t<T>;
-  constexpr int W = Vec<T>::N, U = 4;
+  constexpr int U = 4;
   __shared__ MaxSum<A> red[32];
-  __shared__ A part[2];
+  __shared__ ClusterInbox<A, CL> inbox;
   extern __shared__ uint4 kept_slots[];  // kept * blockDim.x windows: slot j * blockDim.x + t
   const unsigned rank = cluster_rank();
-  const T* xr = x + row * stride;
-  T* yr = y + row * (long long)n;
-  const int h = row_head(xr, vec);
-  const int nwin = (n + h + W - 1) / W;
-  const int chunk = (nwin + CL - 1) / CL;  // this CTA's windows: [c0, c1)
-  const int c0 = rank * chunk, c1 = min(c0 + chunk, nwin);
-  const int per = (chunk + blockDim.x - 1) / blockDim.x;  // windows per thread
-  const int keep = min(kept, per);
+  const long long q = blockIdx.x / CL, Q = gridDim.x / CL;
   const T fill = neg_inf_t<T>();
-  auto window = [&](int j) { return c0 + j * static_cast<int>(blockDim.x) + threadIdx.x; };
   uint4* mine = kept_slots + threadIdx.x;
+  if (threadIdx.x == 0) inbox.init();
+  cluster_sync();  // every peer's inbox exists before the first message
 
-  if (vec) {  // whole aligned 16-byte slots; bytes outside the row are masked on read
-    const char* a = reinterpret_cast<const char*>(xr) - h * sizeof(T);
-    for (int j = 0; j < keep; ++j) {
-      const int v = window(j);
-      if (v < c1) cp_async16(mine + j * blockDim.x, a + 16 * static_cast<size_t>(v));
+  int groups = 0;  // commit groups in flight with the current row's kept windows
+  if (vec && q < rows) {
+    const T* xr = x + q * stride;
+    const WideSpan s = wide_span<T, CL>(xr, n, vec, rank, kept);
+    for (int j0 = 0; j0 < s.keep; j0 += U, ++groups) {
+      wide_request<T, U>(mine, xr, s, j0);
+      cp_async_commit();
     }
-    cp_async_commit();
   }
-  MaxSum<A> st = id<T>();
-  for (int j0 = vec ? keep : 0; j0 < per; j0 += U) {  // vec == 0: the kept windows too
-    Vec<T> r[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int j = j0 + u, v = window(j);
-      if (j < per && v < c1) r[u] = load_window<T, false>(xr, v, n, h, vec, fill);
-      else r[u].fill(fill);
-      if (j < keep) mine[j * blockDim.x] = r[u].raw;
-    }
-    st = merge(st, row_maxsum(r));
-  }
-  if (vec) {
-    cp_async_wait_all();
-    for (int j0 = 0; j0 < keep; j0 += U) {
+  int it = 0;
+  for (long long row = q; row < rows; row += Q, ++it) {
+    const T* xr = x + row * stride;
+    T* yr = y + row * (long long)n;
+    const WideSpan s = wide_span<T, CL>(xr, n, vec, rank, kept);
+    auto window = [&](int j) { return s.c0 + j * static_cast<int>(blockDim.x) + threadIdx.x; };
+
+    MaxSum<A> st = id<T>();
+    for (int j0 = vec ? s.keep : 0; j0 < s.per; j0 += U) {  // vec == 0: the kept windows too
       Vec<T> r[U];
 #pragma unroll
       for (int u = 0; u < U; ++u) {
-        const int j = j0 + u, v = window(j), e0 = v * W - h;
-        if (j < keep && v < c1) {
-          r[u].raw = mine[j * blockDim.x];
-          mask_outside_row(e0, n, neg_inf<A>(), r[u]);
-        } else {
-          r[u].fill(fill);
-        }
+        const int j = j0 + u, v = window(j);
+        if (j < s.per && v < s.c1) r[u] = load_window<T, false>(xr, v, n, s.h, vec, fill);
+        else r[u].fill(fill);
+        if (j < s.keep) mine[j * blockDim.x] = r[u].raw;
       }
       st = merge(st, row_maxsum(r));
     }
-  }
-  st = block_allreduce(st, MergeOp{}, id<T>(), red);
-  if (threadIdx.x == 0) {
-    part[0] = st.m;
-    part[1] = st.s;
-  }
-  cluster_sync();  // every CTA's pair is now visible cluster-wide
-  st = cluster_merge<A, CL>(part);
-  cluster_arrive();  // done reading peers
-  const E<A> epi(st);
-  for (int j0 = 0; j0 < per; j0 += U) {
-    Vec<T> r[U];
+    if (vec) {
+      for (int j0 = 0, g = 0; j0 < s.keep; j0 += U, ++g) {
+        cp_async_wait_pending(groups - 1 - g);  // batch g's copies have landed
+        Vec<T> r[U];
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int j = j0 + u, v = window(j);
-      if (j < keep) r[u].raw = mine[j * blockDim.x];
-      else if (j < per && v < c1) r[u] = load_window<T, true>(xr, v, n, h, vec, fill);
+        for (int u = 0; u < U; ++u) {
+          const int j = j0 + u, v = window(j), e0 = v * Vec<T>::N - s.h;
+          if (j < s.keep && v < s.c1) {
+            r[u].raw = mine[j * blockDim.x];
+            mask_outside_row(e0, n, neg_inf<A>(), r[u]);
+          } else {
+            r[u].fill(fill);
+          }
+        }
+        st = merge(st, row_maxsum(r));
+      }
     }
+    st = block_allreduce(st, MergeOp{}, id<T>(), red);
+    if constexpr (CL > 1) {
+      if (threadIdx.x < 32) inbox.send(it, rank, st.m, st.s);
+      inbox.wait(it);
+      const int lane = threadIdx.x & 31;
+      st = warp_allreduce(lane < CL ? MaxSum<A>{inbox.a(it, lane), inbox.b(it, lane)} : id<T>(),
+                          MergeOp{});
+    }
+    const E<A> epi(st);
+
+    const long long rn = row + Q;  // the next row of this cluster, requested batch by batch
+    const bool refill = vec && rn < rows;
+    const T* xn = x + (refill ? rn : row) * stride;
+    const WideSpan sn = wide_span<T, CL>(xn, n, vec, rank, refill ? kept : 0);
+    groups = 0;
+    for (int j0 = 0; j0 < max(s.per, sn.keep); j0 += U) {
+      Vec<T> r[U];
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int j = j0 + u, v = window(j);
-      if (j < per && v < c1) {  // store_window writes only the row's own elements
-        apply_epilogue(r[u], epi);
-        store_window(yr, v, n, h, vec, r[u]);
+      for (int u = 0; u < U; ++u) {
+        const int j = j0 + u, v = window(j);
+        if (j < s.keep) r[u].raw = mine[j * blockDim.x];
+        else if (j < s.per && v < s.c1) r[u] = load_window<T, true>(xr, v, n, s.h, vec, fill);
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int j = j0 + u, v = window(j);
+        if (j < s.per && v < s.c1) {  // store_window writes only the row's own elements
+          apply_epilogue(r[u], epi);
+          store_window(yr, v, n, s.h, vec, r[u]);
+        }
+      }
+      if (j0 < sn.keep) {  // these slots' values are consumed (stored): reuse them
+        wide_request<T, U>(mine, xn, sn, j0);
+        cp_async_commit();
+        ++groups;
       }
     }
   }
-  cluster_wait();  // peers are done with our `part`
 }
 
 // 16 vectors per thread need > 64 registers: such blocks are capped at 512 threads.
@@ -564,5 +619,5 @@ template <int VPT> struct MaxThreads {
   __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(1024)                             \
       P##_wide(T* __restrict__ y, const T* __restrict__ x, long long rows, int n,                \
                long long stride, int vec, int kept) {                                            \
-    klab::rowk::wide_row<EPI, T, CL>(y, x, n, stride, vec, blockIdx.x / CL, kept);               \
+    klab::rowk::wide_rows<EPI, T, CL>(y, x, rows, n, stride, vec, kept);               \
   }

@@ -295,6 +295,20 @@ __device__ __forceinline__ void cp_async_wait_all() {
 __device__ __forceinline__ void cp_async_wait_all_but_newest() {
   asm volatile("cp.async.wait_group 1;" ::: "memory");
 }
+// Wait until at most `n` of this thread's committed groups are still in flight (n >= 7: at most
+// 7, which waits longer than asked, never shorter). wait_group takes an immediate.
+__device__ __forceinline__ void cp_async_wait_pending(int n) {
+  switch (n) {
+    case 0: asm volatile("cp.async.wait_group 0;" ::: "memory"); break;
+    case 1: asm volatile("cp.async.wait_group 1;" ::: "memory"); break;
+    case 2: asm volatile("cp.async.wait_group 2;" ::: "memory"); break;
+    case 3: asm volatile("cp.async.wait_group 3;" ::: "memory"); break;
+    case 4: asm volatile("cp.async.wait_group 4;" ::: "memory"); break;
+    case 5: asm volatile("cp.async.wait_group 5;" ::: "memory"); break;
+    case 6: asm volatile("cp.async.wait_group 6;" ::: "memory"); break;
+    default: asm volatile("cp.async.wait_group 7;" ::: "memory"); break;
+  }
+}
 // Stages of a prefetch ring (1 or 2): wait until the oldest stage's copies have landed.
 __device__ __forceinline__ void cp_async_wait_stage(int stages) {
   if (stages > 1) cp_async_wait_all_but_newest();

@@ -167,8 +167,11 @@ def _wide_cases():
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
 @pytest.mark.parametrize("dtype,cl,threads,keep", list(_wide_cases()))
 def test_wide_kernel_any_row(dtype, cl, threads, keep):
-    """The wide kernel on rows of 1 to ~5 windows per thread, odd lengths and a misaligned
-    input (vector phase 0), -inf / NaN rows, softmax and log_softmax, output poisoned."""
+    """The wide kernel on rows of 1 to ~5 windows per thread, odd lengths (each row its own
+    16-byte head, so consecutive rows of one cluster differ in windows per thread) and a
+    misaligned input (vector phase 0), -inf / NaN rows, softmax and log_softmax, output
+    poisoned; once with a cluster per row and once with 2 clusters looping over the 7 rows
+    (the next row's kept windows requested during this row's stores)."""
     gen = torch.Generator(device="cuda").manual_seed(cl * 10 + keep)
     w = vec_width(dtype)
     for n in (cl * threads * w * 5 - 3, cl * threads * w, cl * threads * w // 2 + 1, 2 * w + 1):
@@ -182,7 +185,9 @@ def test_wide_kernel_any_row(dtype, cl, threads, keep):
                 (lcv.FORWARD_KERNELS, lambda a: torch.log_softmax(a.double(), -1),
                  log_op.TOLERANCES),
             ):
-                out = torch.full(x.shape, float("nan"), device="cuda", dtype=dtype)
-                cv.fast_launch(out, x, cfg, kernels=kernels)
-                res = check(out, ref_fn(x), dtype, tol)
-                assert res.ok, f"{kernels.prefix} {cfg.label()} n={n} {x.stride()}: {res.message}"
+                for groups in (None, 2):
+                    out = torch.full(x.shape, float("nan"), device="cuda", dtype=dtype)
+                    cv.fast_launch(out, x, cfg, kernels=kernels, max_groups=groups)
+                    res = check(out, ref_fn(x), dtype, tol)
+                    assert res.ok, (f"{kernels.prefix} {cfg.label()} n={n} {x.stride()} "
+                                    f"groups={groups}: {res.message}")

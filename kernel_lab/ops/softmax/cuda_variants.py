@@ -602,8 +602,8 @@ def fast_launch(
 
     ``phase``: :func:`same_vector_phase` of (out, x2d) when the caller already computed it.
     ``kernels``: which op's instantiation (fast_softmax's or log_softmax's).
-    ``max_groups``: for ``persist``, cap the resident CTAs / clusters (tests use it to make each
-    one loop over many rows).
+    ``max_groups``: for ``persist`` and ``wide``, cap the resident CTAs / clusters (tests use it
+    to make each one loop over many rows).
     """
     m, n = out.shape
     t = ctype(x2d.dtype)
@@ -636,13 +636,12 @@ def fast_launch(
         launch_rows(src, expr, out, (x2d,), grid=groups * cfg.cluster, block=cfg.threads,
                     extra=(vec, i32(int(cfg.late)), i32(cfg.stages)), shared_mem=cfg.shared_mem())
     elif cfg.kind == "wide":
-        smem, dev = cfg.shared_mem(), device_index(out)
-        if cfg.cluster > 8:
-            _allow_non_portable_cluster(src, expr, dev)
-        from kernel_lab import jit
-
-        jit.set_max_dynamic_shared(src.function(expr, dev), smem)
-        launch_rows(src, expr, out, (x2d,), grid=m * cfg.cluster, block=cfg.threads,
+        smem = cfg.shared_mem()
+        groups = min(m, resident_groups(src, expr, cfg.threads, cfg.cluster, smem,
+                                        device_index(out)))
+        if max_groups is not None:
+            groups = max(1, min(groups, max_groups))
+        launch_rows(src, expr, out, (x2d,), grid=groups * cfg.cluster, block=cfg.threads,
                     extra=(vec, i32(cfg.vpt)), shared_mem=smem)
     else:
         raise ValueError(f"unknown FastConfig kind {cfg.kind!r}")
