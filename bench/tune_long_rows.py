@@ -69,7 +69,7 @@ def candidates(n: int, dtype: torch.dtype, aligned: bool) -> dict[str, cv.FastCo
                 out.setdefault(c.label(), c)
     if nw >= 32768:  # where the persistent shapes start to strain: the two-pass kernels
         half = cv.WIDE_KEEP_BYTES // 2 - 1024  # two CTAs per SM
-        for c in (cv.wide_config(nw), cv.wide_config(nw, cluster=8),
+        for c in (cv.wide_config(nw), cv.wide_config(nw, cluster=16),
                   cv.wide_config(nw, keep_bytes=0),
                   cv.wide_config(nw, threads=512, keep_bytes=half)):
             out.setdefault(c.label(), c)

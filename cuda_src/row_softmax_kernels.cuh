@@ -506,7 +506,8 @@ __device__ __forceinline__ void wide_rows(T* __restrict__ y, const T* __restrict
     auto window = [&](int j) { return s.c0 + j * static_cast<int>(blockDim.x) + threadIdx.x; };
 
     MaxSum<A> st = id<T>();
-    for (int j0 = vec ? s.keep : 0; j0 < s.per; j0 += U) {  // vec == 0: the kept windows too
+    // The windows not kept (vec == 0: all; the kept ones are stored into the slots here).
+    for (int j0 = vec ? s.keep : 0; j0 < s.per; j0 += U) {
       Vec<T> r[U];
 #pragma unroll
       for (int u = 0; u < U; ++u) {

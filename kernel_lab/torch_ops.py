@@ -78,9 +78,9 @@ def measured_preferences(op: str, x: torch.Tensor, dim: int = -1) -> tuple[str, 
 
     Softmax forward, fastest per row length N there: Triton's whole-row kernel for N <= 256,
     for 2048 <= N <= 32768 in fp32 and for N <= 8192 in fp16/bf16 (97-100 % of copy against
-    fast_softmax's 80-98 %); vec_softmax's streaming kernel for the longest rows (N >= 2^20:
-    62-63 % against fast_softmax's wide kernel at 58-61 %, H200, 2026-11-30); fast_softmax
-    everywhere else (at 2^19 too: 75-79 % against vec_softmax's 63 %, same day).
+    fast_softmax's 80-98 %); fast_softmax everywhere else, the longest rows included (N = 2^20,
+    persistent wide kernel: fp32 71 %, bf16 68 %, fp16 68 % against vec_softmax's 63-64 %, two
+    calls on 2026-11-30; N = 2^19: 75-79 % against 63 %).
     Re-measure and edit this table when kernels change.
     """
     prefs = PREFERENCES[op]
@@ -89,8 +89,6 @@ def measured_preferences(op: str, x: torch.Tensor, dim: int = -1) -> tuple[str, 
     n, two_byte = x.shape[dim], x.element_size() == 2
     if n <= 256 or (two_byte and n <= 8192) or (not two_byte and 2048 <= n <= 32768):
         return ("triton_fused", *prefs)
-    if n >= 1 << 20:
-        return ("vec_softmax", *prefs)
     return prefs
 
 

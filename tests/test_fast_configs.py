@@ -148,9 +148,12 @@ def test_two_stage_persistent_config_doubles_its_slots():
 def test_wide_config_keeps_what_shared_memory_holds():
     bf16 = cv.wide_config(cv._windows(1 << 20, torch.bfloat16), cluster=16)  # 8 per thread
     assert (bf16.cluster, bf16.threads, bf16.vpt) == (16, 1024, 8)  # all kept
-    fp32 = cv.wide_config(cv._windows(1 << 20, torch.float32))  # 32 per thread: 14 fit 227 KB
-    assert (fp32.cluster, fp32.vpt, fp32.shared_mem()) == (8, 14, 14 * 1024 * 16)
+    fp32 = cv.wide_config(cv._windows(1 << 20, torch.float32), cluster=8)  # 32 per thread
+    assert (fp32.cluster, fp32.vpt, fp32.shared_mem()) == (8, 14, 14 * 1024 * 16)  # 14 fit
     assert fp32.label() == "wide 8x1024 keep 14" and fp32.capacity() >= 1 << 30
+    # Default: 8 CTAs unless they would keep under 3/4 of each chunk, then 16.
+    assert cv.wide_config(cv._windows(1 << 20, torch.bfloat16)).label() == "wide 8x1024 keep 14"
+    assert cv.wide_config(cv._windows(1 << 20, torch.float32)).label() == "wide 16x1024 keep 14"
     assert cv.fast_softmax_config(1 << 20, torch.float32).kind == "wide"
     assert cv.wide_config(100, cluster=8, threads=64).vpt == 1  # short rows: one window each
 

@@ -352,11 +352,14 @@ PERSIST_CL = (1, 2, 4, 8, 16)
 PERSIST_CLUSTER_SIZES = (8, 16)
 PERSIST_CLUSTER_SHAPES = {4: ((16, 256), (8, 1024)), 2: ((4, 512), (4, 1024))}  # by itemsize
 PERSIST_DTYPES = (torch.float32, torch.float16, torch.bfloat16)  # fp64: correctness, not speed
-# Rows longer than the on-chip shapes hold: a cluster of WIDE_CL[0] CTAs of 1024 threads reads
-# its chunks twice, keeping up to WIDE_KEEP_BYTES of each CTA's chunk in shared memory (the rest
-# is re-read). 16-CTA clusters (tuning and tests) lost badly: H200, M*N = 2^28, 2^20 bf16 41 %
-# of copy vs 61 % with 8 (one row per cluster launch: a 16-CTA cluster waits for 16 free SMs).
+# Rows longer than the on-chip shapes hold: the persistent wide kernel, clusters of WIDE_CL[0]
+# CTAs of 1024 threads, or WIDE_CL[1] when 8 CTAs' shared memory would keep under
+# WIDE_MIN_KEPT of each chunk (the rest is read twice). H200, M*N = 2^28, % of copy, two calls:
+# fp32 2^20 16x1024 keep 14 69.6 / 71.1 vs 8x1024 keep 14 (44 % kept) 64.5 / 64.2; bf16 2^20
+# 8x1024 keep 14 (88 % kept) 67.7 / 67.6 vs 16x1024 67.8; fp16 68.1 vs 70.1. (Before the kernel
+# was persistent, 16-CTA clusters lost badly: 41 % vs 61 % for bf16, one cluster launch a row.)
 WIDE_CL = (8, 16)
+WIDE_MIN_KEPT = 0.75
 MAX_CTA_SHARED = 227 * 1024  # H100/H200: the most dynamic shared memory one CTA may take
 WIDE_KEEP_BYTES = MAX_CTA_SHARED
 _NON_PORTABLE_CLUSTER_ATTR = 14  # CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED
@@ -494,12 +497,18 @@ def persist_config(nw: int, vpt: int, cluster: int, late: bool = False,
                       cluster=cluster, late=late and cluster > 1, stages=stages)
 
 
-def wide_config(nw: int, cluster: int = WIDE_CL[0], threads: int = 1024,
+def wide_config(nw: int, cluster: int | None = None, threads: int = 1024,
                 keep_bytes: int = WIDE_KEEP_BYTES) -> FastConfig:
-    """The wide kernel for rows of ``nw`` windows: ``cluster`` CTAs of ``threads``, each thread
-    keeping as many of its windows in shared memory as ``keep_bytes`` per CTA hold."""
+    """The wide kernel for rows of ``nw`` windows: ``cluster`` CTAs of ``threads`` (default:
+    WIDE_CL[0], or WIDE_CL[1] if WIDE_CL[0] CTAs would keep under WIDE_MIN_KEPT of their
+    windows), each thread keeping as many of its windows in shared memory as ``keep_bytes``
+    per CTA hold."""
+    most = keep_bytes // (16 * threads)
+    if cluster is None:
+        per = wide_per_thread(nw, WIDE_CL[0], threads)
+        cluster = WIDE_CL[0] if most >= WIDE_MIN_KEPT * per else WIDE_CL[1]
     return FastConfig("wide", threads=threads, cluster=cluster,
-                      vpt=min(wide_per_thread(nw, cluster, threads), keep_bytes // (16 * threads)))
+                      vpt=min(wide_per_thread(nw, cluster, threads), most))
 
 
 def wide_per_thread(nw: int, cluster: int, threads: int) -> int:
