@@ -537,7 +537,8 @@ def fast_softmax_config(
       multiple of 32 that just covers the row, next row's copies issued late;
     * otherwise (fp64, misaligned phase, or longer rows): a one-row cluster of up to 16 CTAs
       with 16 vectors x <= 512 threads (fp32/fp64) or 4 x <= 1024 (fp16/bf16), else ``wide``
-      (8 CTAs of 1024 threads, two passes, up to 227 KB per CTA kept in shared memory).
+      (persistent clusters of 8 CTAs of 1024 threads, 16 where 8 would keep under 3/4 of each
+      CTA's chunk; two passes, up to 227 KB per CTA kept in shared memory).
 
     ``aligned``: rows start on 16-byte boundaries (otherwise one extra window is budgeted).
     ``vec``: input and output rows share their 16-byte phase (the persistent kernels need it).
