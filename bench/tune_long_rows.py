@@ -4,9 +4,10 @@
 
 For every (N, dtype): the device-to-device copy ``y.copy_(x)`` on the same tensors, the config
 ``fast_softmax_config`` picks, the pre-persistent ("legacy": vec=False rules) config, and every
-persistent shape that fits (one and two rows in flight, ``stages``), each timed by CUDA events
-around back-to-back launches (one call queued first, then events around K calls, / K, median of
-R: the kernel's own time). Then the
+persistent shape that fits (one and two rows in flight, ``stages``) and, for rows of >= 32768
+windows, the wide kernel's shapes (8 / 16 CTAs, keep nothing, 512 threads), each timed by CUDA
+events around back-to-back launches (one call queued first, then events around K calls, / K,
+median of R: the kernel's own time). Then the
 registered ``fast_softmax`` and ``log_softmax`` variants through their full launch path.
 Writes DIR/tune.jsonl (one line per timing) and DIR/attrs.json (registers / spills of every
 instantiation, resident groups of each persistent shape timed); prints a summary last.
