@@ -4,10 +4,17 @@
     python -m kernel_lab resources fast_softmax -k persist     # names containing "persist"
     python -m kernel_lab resources fused_softmax_backward --arch sm_90 --digests
 
+    python -m kernel_lab resources fast_softmax -k "wide<float, 16>" --opcodes   # SASS mix
+    python -m kernel_lab resources fast_softmax -k "wide<float, 16>" --sass > wide.sass
+
 NVRTC compiles the variant's file (the same call CI makes) to a cubin; this module reads the
 ELF directly: per kernel the register count (``EIATTR_REGCOUNT``), the stack frame, which is
 where spilled registers go (``EIATTR_FRAME_SIZE``), and a digest of its ``.text`` section.
 Digests answer "did my refactor change the machine code?" (equal digests: byte-identical SASS).
+``--sass`` / ``--opcodes`` disassemble with ``cuobjdump -sass`` (the CUDA toolkit's, or the
+``nvidia-cuda-cuobjdump`` / ``nvidia-cuda-nvdisasm`` wheels of the ``nvrtc`` extra): the listing,
+or static instruction counts per opcode - where a kernel's instructions go (address and bounds
+arithmetic, exps, loads) without a GPU.
 
 The numbers are those of *this* machine's NVRTC: the GPU machine's CUDA version may allocate
 registers differently (seen here: 0 vs 24 spill bytes for one kernel), so read them as a lead
@@ -17,9 +24,16 @@ and confirm with ``jit.function_attributes`` on the GPU.
 from __future__ import annotations
 
 import argparse
+import collections
 import hashlib
+import os
+import re
+import shutil
 import struct
+import subprocess
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 
 _SVAL = 0x04  # EIFMT_SVAL: u16 size, then payload (u32 symbol index, u32 value, ...)
 _FRAME_SIZE, _REGCOUNT = 0x11, 0x2F  # EIATTR_FRAME_SIZE, EIATTR_REGCOUNT
@@ -83,6 +97,77 @@ def cubin_resources(data: bytes) -> dict[str, KernelResources]:
     return out
 
 
+def elf_size(data: bytes) -> int:
+    """The file size an ELF64 image's headers call for: the end of its program header table,
+    section header table and furthest section with file contents. NVRTC cubins fetched through
+    CuPy come out one byte short of it (the last program header's last byte); the driver loads
+    them, cuobjdump refuses them ("does not contain device code")."""
+    if data[:4] != b"\x7fELF" or data[4] != 2:
+        raise ValueError("not an ELF64 cubin")
+    phoff, shoff = struct.unpack_from("<QQ", data, 0x20)
+    phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", data, 0x36)
+    end = max(phoff + phentsize * phnum, shoff + shentsize * shnum)
+    for i in range(shnum):
+        sh_type, = struct.unpack_from("<I", data, shoff + i * shentsize + 4)
+        off, size = struct.unpack_from("<QQ", data, shoff + i * shentsize + 0x18)
+        if sh_type != 8:  # SHT_NOBITS (shared memory, .bss) takes no file bytes
+            end = max(end, off + size)
+    return end
+
+
+def _tool(name: str) -> str | None:
+    """A CUDA binary tool: on PATH (a CUDA toolkit), else from the nvidia-cuda-* wheels."""
+    found = shutil.which(name)
+    if found:
+        return found
+    try:
+        import nvidia  # namespace package of the NVIDIA wheels
+    except ImportError:
+        return None
+    for base in nvidia.__path__:
+        for cand in sorted(Path(base).glob(f"cu*/bin/{name}"), reverse=True):
+            return str(cand)
+    return None
+
+
+def kernel_sass(cubin: bytes, symbol: str) -> str:
+    """``cuobjdump -sass`` of one kernel (mangled ``symbol``) of a cubin."""
+    cuobjdump, nvdisasm = _tool("cuobjdump"), _tool("nvdisasm")
+    if not cuobjdump or not nvdisasm:
+        raise RuntimeError("cuobjdump / nvdisasm not found: install a CUDA toolkit or "
+                           "pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm")
+    path_var = str(Path(nvdisasm).parent) + os.pathsep + os.environ.get("PATH", "")
+    env = dict(os.environ, PATH=path_var)  # cuobjdump runs nvdisasm from PATH
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "kernels.cubin"
+        path.write_bytes(cubin + b"\0" * max(0, elf_size(cubin) - len(cubin)))
+        res = subprocess.run([cuobjdump, "-sass", "-fun", symbol, str(path)], env=env,
+                             capture_output=True, text=True, timeout=300)
+    if res.returncode != 0 or "Function :" not in res.stdout:
+        raise RuntimeError(f"cuobjdump -sass failed for {symbol}: "
+                           f"{(res.stderr or res.stdout).strip()[:500]}")
+    return res.stdout
+
+
+_INSTRUCTION = re.compile(r"^\s+/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[0-9T]\s+)?([A-Z][A-Z0-9_]*)", re.M)
+
+
+def opcode_counts(sass: str) -> collections.Counter:
+    """Static count of each opcode (IMAD, MUFU, LDG, ...: modifiers dropped) in a listing."""
+    return collections.Counter(_INSTRUCTION.findall(sass))
+
+
+def source_sass(src, arch: str = "sm_90", contains: str | None = None) -> list[tuple[str, str]]:
+    """(name expression, SASS listing) of a source's instantiations whose name contains
+    ``contains`` (all if None), in declaration order."""
+    from . import jit
+
+    out = jit.compile_cubin(src.path, src.name_expressions, arch=arch,
+                            include_dirs=src.include_dirs)
+    return [(e, kernel_sass(out.cubin, out.lowered[e])) for e in src.name_expressions
+            if (contains is None or contains in e) and e in out.lowered]
+
+
 def source_resources(src, arch: str = "sm_90") -> list[KernelResources]:
     """Compile a :class:`~kernel_lab.cuda_common.CudaSource` with NVRTC and report every
     instantiation under its name expression, in declaration order."""
@@ -105,6 +190,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="only instantiations whose name contains this text")
     p.add_argument("--arch", default="sm_90", help="NVRTC target (default sm_90)")
     p.add_argument("--digests", action="store_true", help="print machine-code digests too")
+    p.add_argument("--sass", action="store_true",
+                   help="print each kernel's SASS (cuobjdump -sass) and its opcode counts")
+    p.add_argument("--opcodes", action="store_true",
+                   help="print each kernel's static opcode counts (most frequent first)")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -131,4 +220,16 @@ def main(args: argparse.Namespace) -> int:
         print(f"  {r.name:<{width}}  {r.registers:3d} regs  {r.frame_bytes:4d} B{digest}{flag}")
     spilling = sum(r.spills for r in rows)
     print(f"{len(rows)} kernels, {spilling} with a stack frame")
+    if args.sass or args.opcodes:
+        try:
+            listings = [x for s in sources for x in source_sass(s, args.arch, args.contains)]
+        except RuntimeError as exc:
+            print(f"kernel_lab resources: {exc}")
+            return 2
+        for name, sass in listings:
+            counts = opcode_counts(sass)
+            if args.sass:
+                print(f"\n== {name}\n{sass.rstrip()}")
+            top = ", ".join(f"{op} {k}" for op, k in counts.most_common(16))
+            print(f"{name}: {sum(counts.values())} instructions (static): {top}")
     return 0

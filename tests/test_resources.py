@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import textwrap
 
+import pytest
+
 import kernel_lab.cli
 from kernel_lab import jit, resources
 
@@ -26,13 +28,16 @@ KERNELS = textwrap.dedent(
 )
 
 
-def _compile(tmp_path, scale: str):
+def _cubin(tmp_path, scale: str):
     path = tmp_path / "toy.cu"
     path.write_text(f"#define SCALE {scale}\n" + KERNELS)
-    exprs = ["lean<float>", "local_array<float>"]
-    out = jit.compile_cubin(path, exprs, arch="sm_90")
+    return jit.compile_cubin(path, ["lean<float>", "local_array<float>"], arch="sm_90")
+
+
+def _compile(tmp_path, scale: str):
+    out = _cubin(tmp_path, scale)
     by_symbol = resources.cubin_resources(out.cubin)
-    return {e: by_symbol[out.lowered[e]] for e in exprs}
+    return {e: by_symbol[out.lowered[e]] for e in out.lowered}
 
 
 def test_registers_frames_and_digests(tmp_path):
@@ -57,3 +62,40 @@ def test_cli_reports_a_variants_kernels(capsys):
 
 def test_cli_entry_point_lists_resources():
     assert kernel_lab.cli.main(["resources", "naive_softmax"]) == 0
+
+
+def test_elf_size_pads_the_byte_cupy_drops(tmp_path):
+    """The cubin CuPy hands back ends one byte before its last program header does; elf_size
+    reads what the headers call for (cuobjdump refuses the short file)."""
+    cubin = _cubin(tmp_path, "2.0f").cubin
+    need = resources.elf_size(cubin)
+    assert len(cubin) <= need <= len(cubin) + 8
+    with pytest.raises(ValueError, match="ELF64"):
+        resources.elf_size(b"not a cubin")
+
+
+def test_sass_listing_and_opcode_counts(tmp_path):
+    out = _cubin(tmp_path, "2.0f")
+    sass = resources.kernel_sass(out.cubin, out.lowered["lean<float>"])
+    assert out.lowered["lean<float>"] in sass
+    ops = resources.opcode_counts(sass)
+    assert ops["EXIT"] >= 1 and ops["LDG"] == 1 and ops["STG"] == 1, ops  # y[i] = x[i] * 2
+    assert all(op.isupper() and "." not in op for op in ops)  # modifiers dropped
+    with pytest.raises(RuntimeError, match="cuobjdump"):
+        resources.kernel_sass(out.cubin, "no_such_kernel")
+
+
+def test_cli_prints_opcode_counts(capsys):
+    p = argparse.ArgumentParser()
+    resources.add_arguments(p)
+    assert resources.main(p.parse_args(["naive_softmax", "-k", "float>", "--opcodes"])) == 0
+    out = capsys.readouterr().out
+    assert "naive_softmax<float>: " in out and "instructions (static)" in out and "MUFU" in out
+    assert resources.main(p.parse_args(["naive_softmax", "-k", "float>", "--sass"])) == 0
+    assert "Function : " in capsys.readouterr().out
+
+
+def test_sass_without_the_tools_says_what_to_install(tmp_path, monkeypatch):
+    monkeypatch.setattr(resources, "_tool", lambda name: None)
+    with pytest.raises(RuntimeError, match="pip install nvidia-cuda-cuobjdump"):
+        resources.kernel_sass(_cubin(tmp_path, "2.0f").cubin, "x")
