@@ -249,7 +249,8 @@ def backward_launch(dx, y2d, dy2d, cfg: BackwardConfig | tuple, aligned: bool,
     grid, so each cluster loops."""
     m, n = dx.shape
     t = ctype(y2d.dtype)
-    kind, threads, vpt, cl, stages = BackwardConfig(*cfg)
+    cfg = BackwardConfig(*cfg)
+    kind, threads, vpt, cl, stages = cfg
     if stages not in (1, 2):
         raise ValueError(f"stages must be 1 or 2, not {stages}")
     smem, extra = 0, (i32(int(aligned)),)
@@ -263,9 +264,9 @@ def backward_launch(dx, y2d, dy2d, cfg: BackwardConfig | tuple, aligned: bool,
         expr = f"fused_softmax_backward_persist<{t}, {vpt}, {cl}>"
         smem, extra = stages * 2 * threads * vpt * 16, (i32(1), i32(stages))
         if phase is None:
-            check_backward_persist(dx, y2d, dy2d, BackwardConfig(*cfg))
-        groups = min(m, resident_groups(BACKWARD, expr, threads, cl, smem, device_index(dx)))
-        grid = max(1, min(groups, max_groups or groups)) * cl
+            check_backward_persist(dx, y2d, dy2d, cfg)
+        grid = persistent_grid(BACKWARD, expr, threads, cl, smem, m, device_index(dx),
+                               max_groups)
     else:
         expr, grid = f"fused_softmax_backward_stream<{t}>", m
     launch_rows(BACKWARD, expr, dx, (y2d, dy2d), grid=grid, block=threads, extra=extra,
@@ -639,20 +640,15 @@ def fast_launch(
     elif cfg.kind == "persist":
         if not vec:
             raise ValueError(f"{expr} needs input and output rows in the same 16-byte phase")
-        groups = min(m, resident_groups(src, expr, cfg.threads, cfg.cluster, cfg.shared_mem(),
-                                        device_index(out)))
-        if max_groups is not None:
-            groups = max(1, min(groups, max_groups))
-        launch_rows(src, expr, out, (x2d,), grid=groups * cfg.cluster, block=cfg.threads,
+        grid = persistent_grid(src, expr, cfg.threads, cfg.cluster, cfg.shared_mem(), m,
+                               device_index(out), max_groups)
+        launch_rows(src, expr, out, (x2d,), grid=grid, block=cfg.threads,
                     extra=(vec, i32(int(cfg.late)), i32(cfg.stages)), shared_mem=cfg.shared_mem())
     elif cfg.kind == "wide":
-        smem = cfg.shared_mem()
-        groups = min(m, resident_groups(src, expr, cfg.threads, cfg.cluster, smem,
-                                        device_index(out)))
-        if max_groups is not None:
-            groups = max(1, min(groups, max_groups))
-        launch_rows(src, expr, out, (x2d,), grid=groups * cfg.cluster, block=cfg.threads,
-                    extra=(vec, i32(cfg.vpt)), shared_mem=smem)
+        grid = persistent_grid(src, expr, cfg.threads, cfg.cluster, cfg.shared_mem(), m,
+                               device_index(out), max_groups)
+        launch_rows(src, expr, out, (x2d,), grid=grid, block=cfg.threads,
+                    extra=(vec, i32(cfg.vpt)), shared_mem=cfg.shared_mem())
     else:
         raise ValueError(f"unknown FastConfig kind {cfg.kind!r}")
 
@@ -672,6 +668,17 @@ def _allow_non_portable_cluster(src, expr: str, dev: int) -> None:
 
 
 _resident: dict[tuple[int, int, int, int, int], int] = {}
+
+
+def persistent_grid(src, expr: str, threads: int, cluster: int, smem: int, m: int, dev: int,
+                    max_groups: int | None = None) -> int:
+    """Blocks to launch for a persistent kernel over ``m`` rows: one group (CTA or cluster) per
+    row up to the resident groups (:func:`resident_groups`), at most ``max_groups`` (>= 1; tests
+    use it to make each group loop over many rows), times ``cluster``."""
+    groups = min(m, resident_groups(src, expr, threads, cluster, smem, dev))
+    if max_groups is not None:
+        groups = max(1, min(groups, max_groups))
+    return groups * cluster
 
 
 def resident_groups(src, expr: str, threads: int, cluster: int, smem: int, dev: int) -> int:
