@@ -4,7 +4,8 @@
 
 For every (N, dtype): the device-to-device copy ``y.copy_(x)`` on the same tensors, the config
 ``fast_softmax_config`` picks, the pre-persistent ("legacy": vec=False rules) config, and every
-persistent shape that fits (one and two rows in flight, ``stages``) and, for rows of >= 32768
+persistent shape that fits (one and two rows in flight, ``stages``; clusters also pipelined,
+``pipe``) and, for rows of >= 32768
 windows, the wide kernel's shapes (8 / 16 CTAs, keep nothing, 512 threads), each timed by CUDA
 events around back-to-back launches (one call queued first, then events around K calls, / K,
 median of R: the kernel's own time). Then the
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import sys
 from pathlib import Path
@@ -48,6 +50,15 @@ def med_ms(fn, reps: int = 9, k: int = 5) -> float:
     return statistics.median(ts)
 
 
+def pipe_twin(c: cv.FastConfig, dtype: torch.dtype) -> cv.FastConfig | None:
+    """The pipelined form (kernel 5b) of a persistent cluster shape, where it is instantiated
+    and its two rows of slots fit shared memory."""
+    if c.kind != "persist" or c.cluster not in cv.PIPE_CL or c.vpt not in cv.pipe_vpts(dtype):
+        return None
+    p = cv.FastConfig("pipe", threads=c.threads, vpt=c.vpt, cluster=c.cluster)
+    return p if p.shared_mem() <= cv.MAX_CTA_SHARED else None
+
+
 def candidates(n: int, dtype: torch.dtype, aligned: bool) -> dict[str, cv.FastConfig]:
     out = {}
     for c in (cv.fast_softmax_config(n, dtype, aligned, True),
@@ -68,6 +79,9 @@ def candidates(n: int, dtype: torch.dtype, aligned: bool) -> dict[str, cv.FastCo
             if cl > 1:
                 c = cv.persist_config(nw, vpt, cl, late=True)
                 out.setdefault(c.label(), c)
+                p = pipe_twin(c, dtype)
+                if p:
+                    out.setdefault(p.label(), p)
     if nw >= 32768:  # where the persistent shapes start to strain: the two-pass kernels
         half = cv.WIDE_KEEP_BYTES // 2 - 1024  # two CTAs per SM
         for c in (cv.wide_config(nw), cv.wide_config(nw, cluster=16),
@@ -117,9 +131,12 @@ def measure(n: int, dtype: torch.dtype, args, resident: dict) -> tuple[dict, lis
     aligned = n * x.element_size() % 16 == 0
     default = cv.fast_softmax_config(n, dtype, aligned, True)
     cands = candidates(n, dtype, aligned)
+    if args.only:  # a subset of the sweep, and the default
+        cands = {k: c for k, c in cands.items() if re.search(args.only, k) or c == default}
     if args.no_sweep:
         legacy = cv.fast_softmax_config(n, dtype, aligned, False)
-        cands = {c.label(): c for c in (default, legacy)}
+        twin = pipe_twin(default, dtype)
+        cands = {c.label(): c for c in (default, legacy) + ((twin,) if twin else ())}
     rows = []
     for label, c in cands.items():
         try:
@@ -128,7 +145,7 @@ def measure(n: int, dtype: torch.dtype, args, resident: dict) -> tuple[dict, lis
         except Exception as ex:  # noqa: BLE001
             print(f"ERR {dname} {n} {label}: {ex}", flush=True)
             continue
-        if c.kind == "persist":
+        if c.kind in ("persist", "pipe"):
             e = c.expr(cv.ctype(dtype))
             resident[f"{e} t{c.threads}"] = cv.resident_groups(cv.FAST, e, c.threads, c.cluster,
                                                                 c.shared_mem(), 0)
@@ -157,7 +174,10 @@ def main() -> None:
     ap.add_argument("--ns", default=",".join(map(str, NS)))
     ap.add_argument("--dtypes", default="float32,bfloat16")
     ap.add_argument("--total-log2", type=int, default=28)
-    ap.add_argument("--no-sweep", action="store_true", help="only default / legacy / variants")
+    ap.add_argument("--only", default=None, help="time only the shapes whose label matches "
+                    "this regular expression (and the default), e.g. 'pipe|late'")
+    ap.add_argument("--no-sweep", action="store_true",
+                    help="only default / legacy / the default's pipelined twin / variants")
     args = ap.parse_args()
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)

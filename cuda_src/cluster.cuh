@@ -94,32 +94,38 @@ __device__ __forceinline__ void dsmem_send(const void* dst, unsigned long long* 
 }
 
 // One pair (a, b) per CTA and row, all-to-all across a cluster of CL CTAs, without a cluster
-// barrier per row (see "Why messages" above). Rows alternate between two inboxes by parity.
+// barrier per row (see "Why messages" above). Rows take NB inboxes in turn (row it: it % NB).
 //   init()               one thread, once; then a cluster barrier before the first send
 //   send(it, rank, a, b) warp 0, all lanes: lane c < CL sends this CTA's pair for row `it`
 //                        into CTA c's inbox (lane 0 first announces the bytes this CTA expects)
 //   wait(it)             every thread: all CL pairs of row `it` are here; then a(it, c), b(it, c)
-// Safe reuse: the caller's block barrier between wait(it) and send(it + 1) means every thread
-// has read inbox it & 1 before this CTA sends row it + 1, and a peer can only send row it + 2
-// after receiving that message. The last row's wait also means that no message to this CTA is
-// in flight when it exits.
-template <typename A, int CL> struct ClusterInbox {
-  A box[2][CL][2];             // [row parity][sender rank][a, b]
-  unsigned long long full[2];  // [row parity]: completes once all CL pairs have landed
+// Safe reuse, NB = 2 (send(it) then wait(it) each row): the caller's block barrier between
+// wait(it) and send(it + 1) means every thread has read inbox it % 2 before this CTA sends row
+// it + 1, and a peer can only send row it + 2 after receiving that message. NB = 4 (the
+// pipelined kernel sends row it + 1 BEFORE waiting for row it): a peer's send(it + 4) follows its
+// wait(it + 2), which needs this CTA's send(it + 2), which follows a block barrier after every
+// thread here read inbox it % 4. (With 3, a peer could send row it + 3 while this CTA still
+// reads row it.) The last row's wait also means that no message to this CTA is in flight when it
+// exits.
+template <typename A, int CL, int NB = 2> struct ClusterInbox {
+  A box[NB][CL][2];             // [row % NB][sender rank][a, b]
+  unsigned long long full[NB];  // [row % NB]: completes once all CL pairs have landed
 
   __device__ __forceinline__ void init() {
-    mbar_init(&full[0], 1);
-    mbar_init(&full[1], 1);
+#pragma unroll
+    for (int i = 0; i < NB; ++i) mbar_init(&full[i], 1);
     fence_mbar_init();
   }
+  static __device__ __forceinline__ unsigned slot(int it) { return unsigned(it) % NB; }
   __device__ __forceinline__ void send(int it, unsigned rank, A a, A b) {
-    const int p = it & 1, lane = threadIdx.x & 31;
+    const unsigned p = slot(it);
+    const int lane = threadIdx.x & 31;
     if (lane == 0) mbar_arrive_expect_tx(&full[p], CL * 2 * sizeof(A));
     if (lane < CL) dsmem_send(&box[p][rank][0], &full[p], lane, a, b);
   }
-  __device__ __forceinline__ void wait(int it) { mbar_wait(&full[it & 1], (it >> 1) & 1); }
-  __device__ __forceinline__ A a(int it, int c) const { return box[it & 1][c][0]; }
-  __device__ __forceinline__ A b(int it, int c) const { return box[it & 1][c][1]; }
+  __device__ __forceinline__ void wait(int it) { mbar_wait(&full[slot(it)], (unsigned(it) / NB) & 1); }
+  __device__ __forceinline__ A a(int it, int c) const { return box[slot(it)][c][0]; }
+  __device__ __forceinline__ A b(int it, int c) const { return box[slot(it)][c][1]; }
 };
 
 }  // namespace klab

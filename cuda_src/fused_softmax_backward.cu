@@ -192,14 +192,15 @@ template <typename T, int VPT>
 __device__ __forceinline__ void prefetch_pair(uint4* my_y, uint4* my_dy, const T* yr,
                                               const T* dyr, int nwin, int base, int step) {
   const int h = klab::row_head(yr, 1);
-  const uint4* y4 = slots_of(yr, h);
-  const uint4* dy4 = slots_of(dyr, h);
+  const uint4* y4 = slots_of(yr, h) + base;  // stepped per window, as kernel 5's prefetch_row
+  const uint4* dy4 = slots_of(dyr, h) + base;
+  const unsigned sy = klab::shared_addr(my_y), sdy = klab::shared_addr(my_dy);
+  const unsigned jump = blockDim.x * sizeof(uint4);
 #pragma unroll
   for (int k = 0; k < VPT; ++k) {
-    const int v = k * step + base;
-    if (v < nwin) {
-      klab::cp_async16(my_y + k * blockDim.x, y4 + v);
-      klab::cp_async16(my_dy + k * blockDim.x, dy4 + v);
+    if (k * step + base < nwin) {
+      klab::cp_async16(sy + k * jump, y4 + k * step);
+      klab::cp_async16(sdy + k * jump, dy4 + k * step);
     }
   }
 }
@@ -247,13 +248,15 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(BackwardPersistThre
     klab::cp_async_wait_stage(stages);  // this thread's copies of `row` have landed
     const int h = klab::row_head(y + row * y_stride, 1), nwin = (n + h + W - 1) / W;
     V ry[VPT], rd[VPT];
+    // All but the row's first and last threads: every window in the row whole, no masks.
+    const bool inside = klab::windows_inside<T, VPT>(base, step, n, h);
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
       const int v = k * step + base, e0 = v * W - h;
       if (v < nwin) {
         ry[k].raw = my_y[k * blockDim.x];
         rd[k].raw = my_dy[k * blockDim.x];
-        klab::mask_outside_row(e0, n, A(0), ry[k], rd[k]);  // neighbours' bytes: 0 in the dot
+        if (!inside) klab::mask_outside_row(e0, n, A(0), ry[k], rd[k]);  // neighbours: 0
       } else {
         ry[k].fill(T(0.0f));
         rd[k].fill(T(0.0f));
@@ -279,13 +282,20 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(BackwardPersistThre
                                  klab::SumOp{});
     }
     T* dxr = dx + row * (long long)n;
+    auto dx_of = [&](int k) {
+      return klab::vec_of<T>([&](int i) { return ry[k].get(i) * (rd[k].get(i) - dot); });
+    };
+    if (inside) {  // plain 16-byte stores from one pointer, fixed stride
+      T* p = dxr + (base * W - h);
 #pragma unroll
-    for (int k = 0; k < VPT; ++k) {
-      const int v = k * step + base;
-      if (v >= nwin) continue;
-      klab::store_window(dxr, v, n, h, 1, klab::vec_of<T>([&](int i) {
-                           return ry[k].get(i) * (rd[k].get(i) - dot);
-                         }));
+      for (int k = 0; k < VPT; ++k)
+        if (k * step + base < nwin) klab::store_vec(p + k * (step * W), dx_of(k));
+    } else {
+#pragma unroll
+      for (int k = 0; k < VPT; ++k) {
+        const int v = k * step + base;
+        if (v < nwin) klab::store_window(dxr, v, n, h, 1, dx_of(k));
+      }
     }
   }
   klab::cp_async_wait_all();

@@ -324,12 +324,14 @@ __device__ __forceinline__ void warp_rows(T* __restrict__ y, const T* __restrict
 template <typename T, int VPT>
 __device__ __forceinline__ void prefetch_row(uint4* mine, const T* xr, int nwin, int base,
                                              int step) {
-  const char* a = reinterpret_cast<const char*>(xr) - (reinterpret_cast<size_t>(xr) & 15);
+  // One source pointer and one shared address per row, stepped per window (the per-window
+  // 64-bit address and generic-to-shared conversion were ~9 instructions per copy).
+  const uint4* src =
+      reinterpret_cast<const uint4*>(reinterpret_cast<size_t>(xr) & ~size_t(15)) + base;
+  const unsigned dst = shared_addr(mine), dst_step = blockDim.x * sizeof(uint4);
 #pragma unroll
-  for (int k = 0; k < VPT; ++k) {
-    const int v = k * step + base;
-    if (v < nwin) cp_async16(mine + k * blockDim.x, a + 16 * static_cast<size_t>(v));
-  }
+  for (int k = 0; k < VPT; ++k)
+    if (k * step + base < nwin) cp_async16(dst + k * dst_step, src + k * step);
 }
 
 // Back from the slots into registers; elements outside [0, n) of the row become -inf.
@@ -389,7 +391,17 @@ __device__ __forceinline__ void persistent_rows(T* __restrict__ y, const T* __re
     constexpr bool kExp = E<A>::kScalesExp;
     Vec<T> r[VPT];
     A e[kExp ? VPT : 1][W];
-    read_prefetched(r, mine, n, h, (n + h + W - 1) / W, opaque(base), step);
+    const bool inside = windows_inside<T, VPT>(base, step, n, h);
+    const int nwin = (n + h + W - 1) / W;
+    if (inside) {
+#pragma unroll
+      for (int k = 0; k < VPT; ++k) {
+        if (k * step + base < nwin) r[k].raw = mine[k * blockDim.x];
+        else r[k].fill(neg_inf_t<T>());
+      }
+    } else {
+      read_prefetched(r, mine, n, h, nwin, opaque(base), step);
+    }
     auto prefetch_next = [&]() {  // the row `stages` ahead, into the slots just read
       const long long rn = row + stages * Q;
       if (rn < rows) {
@@ -412,18 +424,165 @@ __device__ __forceinline__ void persistent_rows(T* __restrict__ y, const T* __re
                           MergeOp{});
     }
     const int b = opaque(base);
-    if constexpr (kExp) {
-      const A f = exp_scale(m_thread, st);
-#pragma unroll
-      for (int k = 0; k < VPT; ++k) store_window(yr, k * step + b, n, h, 1, scaled<T>(e[k], f));
+    if (inside) {  // plain 16-byte stores, one pointer and a fixed stride
+      T* p = yr + (b * W - h);
+      const int jump = step * W;
+      write_row<E, kExp>(r, e, m_thread, st, [&](int k, const Vec<T>& v) {
+        if (k * step + b < nwin) store_vec(p + k * jump, v);
+      });
     } else {
-      const E<A> epi(st);
-#pragma unroll
-      for (int k = 0; k < VPT; ++k) {  // one vector's fp32 values live at a time
-        apply_epilogue(r[k], epi);
-        store_window(yr, k * step + b, n, h, 1, r[k]);
-      }
+      write_row<E, kExp>(r, e, m_thread, st, [&](int k, const Vec<T>& v) {
+        store_window(yr, k * step + b, n, h, 1, v);
+      });
     }
+  }
+  cp_async_wait_all();
+}
+
+// ---- kernel 5b: persistent clusters, the (max, sum) exchange hidden behind the next row -------
+// One window of this thread's slots (slot k: window v = k * step + base), masked outside the row.
+template <typename T>
+__device__ __forceinline__ Vec<T> slot_window(const uint4* mine, int k, bool inside, int v, int n,
+                                              int h, int nwin) {
+  Vec<T> r;
+  if (v < nwin) {
+    r.raw = mine[k * blockDim.x];
+    if (!inside) mask_outside_row(v * Vec<T>::N - h, n, neg_inf<acc_t<T>>(), r);
+  } else {
+    r.fill(neg_inf_t<T>());
+  }
+  return r;
+}
+
+// This thread's (max, sum of exp(x - max)) of a row from its slots, one window at a time: the
+// registers hold the previous row meanwhile. Two reads of each slot (max, then sum).
+template <typename T, int VPT>
+__device__ __forceinline__ MaxSum<acc_t<T>> slots_maxsum(const uint4* mine, bool inside, int base,
+                                                         int step, int n, int h) {
+  using A = acc_t<T>;
+  const int nwin = (n + h + Vec<T>::N - 1) / Vec<T>::N;
+  A m = neg_inf<A>();
+#pragma unroll 4
+  for (int k = 0; k < VPT; ++k) {
+    const Vec<T> r = slot_window<T>(mine, k, inside, k * step + base, n, h, nwin);
+#pragma unroll
+    for (int i = 0; i < Vec<T>::N; ++i) m = amax(m, r.get(i));
+  }
+  const A ms = safe_max(m);
+  A s = A(0);
+#pragma unroll 4
+  for (int k = 0; k < VPT; ++k) {
+    const Vec<T> r = slot_window<T>(mine, k, inside, k * step + base, n, h, nwin);
+#pragma unroll
+    for (int i = 0; i < Vec<T>::N; ++i) s += exp_acc(r.get(i) - ms);
+  }
+  return {m, s};
+}
+
+// Ownership as kernel 5 (cluster q of Q owns rows q, q + Q, ...; CTA rank c, thread t: windows
+// k * CL * blockDim.x + c * blockDim.x + t), two rows in flight into two slot sets. Row j of the
+// cluster goes through:
+//   announce  its local (max, sum) from the slots (2 reads, 1 exp per element), block all-reduce,
+//             sent to every peer (ClusterInbox with 4 inboxes, since row j + 1 is sent before
+//             row j is received);
+//   load      (once row j - 1 is stored) the slots into registers: e = exp(x - m_thread) for
+//             softmax, the raw values for log_softmax; the slots then take row j + 2;
+//   store     after announcing row j + 1: wait for row j's messages, scale, 16-byte stores.
+// So each row's exchange overlaps the next row's reduction instead of idling every warp (in
+// kernel 5 the wait for the peers' messages was a third of all warp stall samples, ncu, fp32
+// 65536). Cost: 2 exps per element for softmax, 3 shared-memory reads per window, 2 rows of slots.
+template <template <typename> class E, typename T, int VPT, int CL>
+__device__ __forceinline__ void pipelined_rows(T* __restrict__ y, const T* __restrict__ x,
+                                               long long rows, int n, long long stride) {
+  using A = acc_t<T>;
+  constexpr int W = Vec<T>::N;
+  constexpr bool kExp = E<A>::kScalesExp;
+  __shared__ MaxSum<A> red[32];
+  __shared__ ClusterInbox<A, CL, 4> inbox;
+  extern __shared__ uint4 prefetch_slots[];  // 2 * blockDim.x * VPT slots
+  const unsigned rank = cluster_rank();
+  const long long q = blockIdx.x / CL, Q = gridDim.x / CL;
+  const int base = rank * blockDim.x + threadIdx.x, step = CL * blockDim.x;
+  if (threadIdx.x == 0) inbox.init();
+  cluster_sync();  // every peer's inbox exists before the first message
+
+  auto slots = [&](int j) { return prefetch_slots + (j & 1) * (blockDim.x * VPT) + threadIdx.x; };
+  auto request = [&](int j) {  // row j of this cluster into slot set j & 1: one commit group
+    const long long r = q + j * Q;
+    if (r < rows) {
+      const T* xr = x + r * stride;
+      prefetch_row<T, VPT>(slots(j), xr, (n + row_head(xr, 1) + W - 1) / W, opaque(base), step);
+    }
+    cp_async_commit();
+  };
+  auto announce = [&](int j, bool inside, int h) {  // returns this thread's max of row j
+    MaxSum<A> st = slots_maxsum<T, VPT>(slots(j), inside, opaque(base), step, n, h);
+    const A m_thread = st.m;
+    st = block_allreduce(st, MergeOp{}, id<T>(), red);
+    if (threadIdx.x < 32) inbox.send(j, rank, st.m, st.s);
+    return m_thread;
+  };
+  Vec<T> r[VPT];
+  A e[kExp ? VPT : 1][W];
+  auto load = [&](int j, bool inside, int h, A m_thread) {  // row j: slots -> registers
+    const uint4* mine = slots(j);
+    const int nwin = (n + h + W - 1) / W, b = opaque(base);
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) r[k] = slot_window<T>(mine, k, inside, k * step + b, n, h, nwin);
+    if constexpr (kExp) {
+      const A ms = safe_max(m_thread);
+#pragma unroll
+      for (int k = 0; k < VPT; ++k)
+#pragma unroll
+        for (int i = 0; i < W; ++i) e[k][i] = exp_acc(r[k].get(i) - ms);
+    }
+  };
+
+  if (q >= rows) return;  // the whole cluster: every CTA of it has the same q
+  request(0);
+  request(1);
+  cp_async_wait_all_but_newest();  // row 0 has landed
+  int h = row_head(x + q * stride, 1);
+  bool inside = windows_inside<T, VPT>(base, step, n, h);
+  A m_thread = announce(0, inside, h);
+  load(0, inside, h, m_thread);
+  request(2);
+  for (int j = 0; q + j * Q < rows; ++j) {
+    const long long row = q + j * Q;
+    const bool more = row + Q < rows;
+    int h_next = 0;
+    bool inside_next = false;
+    A m_next = A(0);
+    if (more) {  // row j + 1: its reduction and messages, while row j's messages fly
+      cp_async_wait_all_but_newest();  // row j + 1 has landed (row j + 2 may still be in flight)
+      h_next = row_head(x + (row + Q) * stride, 1);
+      inside_next = windows_inside<T, VPT>(base, step, n, h_next);
+      m_next = announce(j + 1, inside_next, h_next);
+    }
+    inbox.wait(j);
+    const int lane = threadIdx.x & 31;
+    const MaxSum<A> st = warp_allreduce(
+        lane < CL ? MaxSum<A>{inbox.a(j, lane), inbox.b(j, lane)} : id<T>(), MergeOp{});
+    T* yr = y + row * (long long)n;
+    const int b = opaque(base);
+    if (inside) {
+      T* p = yr + (b * W - h);
+      const int jump = step * W, nwin = (n + h + W - 1) / W;
+      write_row<E, kExp>(r, e, m_thread, st, [&](int k, const Vec<T>& v) {
+        if (k * step + b < nwin) store_vec(p + k * jump, v);
+      });
+    } else {
+      write_row<E, kExp>(r, e, m_thread, st, [&](int k, const Vec<T>& v) {
+        store_window(yr, k * step + b, n, h, 1, v);
+      });
+    }
+    if (more) {
+      load(j + 1, inside_next, h_next, m_next);
+      request(j + 3);  // into the slots just read
+    }
+    h = h_next;
+    inside = inside_next;
+    m_thread = m_next;
   }
   cp_async_wait_all();
 }
@@ -615,6 +774,12 @@ template <int VPT> struct MaxThreads {
       P##_persist_cluster(T* __restrict__ y, const T* __restrict__ x, long long rows, int n,     \
                           long long stride, int vec, int late, int stages) {                     \
     klab::rowk::persistent_rows<EPI, T, VPT, CL>(y, x, rows, n, stride, late, stages);           \
+  }                                                                                              \
+  template <typename T, int VPT, int CL>                                                         \
+  __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(klab::rowk::MaxThreads<VPT>::value) \
+      P##_persist_pipe(T* __restrict__ y, const T* __restrict__ x, long long rows, int n,        \
+                       long long stride, int vec) {                                              \
+    klab::rowk::pipelined_rows<EPI, T, VPT, CL>(y, x, rows, n, stride);                          \
   }                                                                                              \
   template <typename T, int CL>                                                                  \
   __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(1024)                             \

@@ -281,9 +281,15 @@ __device__ __forceinline__ void store_vec_scalar(T* p, const Vec<T>& v, int vali
 // ---- asynchronous 16-byte copies global -> shared (sm_80+) ---------------------------------
 // cp.async.cg: L2 only (bypasses L1), completes in the background; the issuing thread sees the
 // data after cp_async_wait_all(). Used by the persistent kernels to prefetch the next row.
+// `smem` is a shared-state-space address (shared_addr); loops take it once and step it.
+__device__ __forceinline__ unsigned shared_addr(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void cp_async16(unsigned smem, const void* gmem) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem), "l"(gmem) : "memory");
+}
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
+  cp_async16(shared_addr(smem), gmem);
 }
 __device__ __forceinline__ void cp_async_commit() {
   asm volatile("cp.async.commit_group;" ::: "memory");
@@ -356,6 +362,21 @@ __device__ __forceinline__ void mask_outside_row(int e0, int n, acc_t<T> fill, V
         (more.set(i, fill), ...);
       }
   }
+}
+
+// True when each of this thread's windows k * step + base (k < VPT) that starts inside the row
+// (v < nwin, nwin = ceil((n + h) / W)) is whole: no element outside [0, n). Windows past the row
+// (v >= nwin: shapes larger than the row) are skipped by a v < nwin test, which is all the
+// checking these threads need; only the row's first and last windows are partial, so all threads
+// but two or so take the unchecked paths. The checks per window (bounds, masks, element-wise
+// edges) were about a quarter of the persistent kernels' instructions.
+template <typename T, int VPT>
+__device__ __forceinline__ bool windows_inside(int base, int step, int n, int h) {
+  constexpr int W = Vec<T>::N;
+  const int nwin = (n + h + W - 1) / W;
+  if (base >= nwin) return false;  // no window in the row: the checked path, which skips all
+  const int last = min(VPT - 1, (nwin - 1 - base) / step) * step + base;
+  return base * W - h >= 0 && (last + 1) * W - h <= n;
 }
 
 template <typename T>

@@ -77,15 +77,14 @@ def _edge_rows(x: torch.Tensor) -> torch.Tensor:
     return x
 
 
-@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
-@pytest.mark.parametrize("dtype,vpt,cl,threads,late,stages", list(_persist_cases()))
-def test_persistent_kernels_loop_over_rows(dtype, vpt, cl, threads, late, stages):
+def _loops_over_rows_exactly(cfg: cv.FastConfig, dtype: torch.dtype) -> None:
+    """softmax and log_softmax through ``cfg`` on rows that fill it, rows that start mid-window
+    and shorter ones, with -inf / NaN / +1e4 rows; 23 rows over 3 groups (each loops ~8 times)
+    and over as many groups as are resident."""
     w = vec_width(dtype)
-    cap = threads * vpt * cl * w  # elements the shape holds
-    gen = torch.Generator(device="cuda").manual_seed(1234 + vpt * 100 + cl)
-    cfg = cv.FastConfig("persist", threads=threads, vpt=vpt, cluster=cl, late=late,
-                        stages=stages)
-    for n in (cap, cap - w - 3, cap - (threads * vpt * cl * w) // 3 - 5):  # aligned, odd rows
+    cap = cfg.threads * cfg.vpt * cfg.cluster * w  # elements the shape holds
+    gen = torch.Generator(device="cuda").manual_seed(1234 + cfg.vpt * 100 + cfg.cluster)
+    for n in (cap, cap - w - 3, cap - cap // 3 - 5):  # aligned, odd rows
         m = 23
         x = torch.randn(m, n, device="cuda", dtype=torch.float32, generator=gen).to(dtype)
         x = _edge_rows(x)
@@ -100,6 +99,31 @@ def test_persistent_kernels_loop_over_rows(dtype, vpt, cl, threads, late, stages
                 cv.fast_launch(out, x, cfg, kernels=kernels, max_groups=groups)
                 res = check(out, ref, dtype, tol)
                 assert res.ok, f"{kernels.prefix} {cfg} n={n} groups={groups}: {res.message}"
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype,vpt,cl,threads,late,stages", list(_persist_cases()))
+def test_persistent_kernels_loop_over_rows(dtype, vpt, cl, threads, late, stages):
+    cfg = cv.FastConfig("persist", threads=threads, vpt=vpt, cluster=cl, late=late,
+                        stages=stages)
+    _loops_over_rows_exactly(cfg, dtype)
+
+
+def _pipe_cases():
+    """(dtype, vpt, cluster, threads) for every pipelined instantiation: a small CTA, and the
+    largest whose two rows of slots fit shared memory."""
+    for dt in cv.PERSIST_DTYPES:
+        for vpt in cv.pipe_vpts(dt):
+            big = min(cv.persist_max_threads(vpt), cv.MAX_CTA_SHARED // (2 * vpt * 16) // 32 * 32)
+            for cl in cv.PIPE_CL:
+                for threads in (64, big):
+                    yield pytest.param(dt, vpt, cl, threads, id=f"{dt}-v{vpt}-cl{cl}-t{threads}")
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype,vpt,cl,threads", list(_pipe_cases()))
+def test_pipelined_kernels_loop_over_rows(dtype, vpt, cl, threads):
+    _loops_over_rows_exactly(cv.FastConfig("pipe", threads=threads, vpt=vpt, cluster=cl), dtype)
 
 
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")

@@ -50,20 +50,22 @@ BACKWARD_CL = (2, 4, 8, 16)
 BACKWARD_PERSIST_VPT = 4  # vectors of y and of dy per thread: 2 x 64 KB per 1024-thread CTA
 BACKWARD_PERSIST_THREADS = {4: 1024, 2: 512}  # by itemsize: 2-byte types spill at 1024
 BACKWARD_PERSIST_SIZES = (2, 4, 8, 16)  # instantiated cluster sizes (tuning, tests)
-# The config: rows longer than one CTA holds take persistent clusters of 8 CTAs, or 16 when 8
-# do not hold the row, with at most BACKWARD_PERSIST_CONFIG_THREADS threads each; longer rows
-# keep the one-row cluster kernel. Measured (H200, M*N = 2^28, % of copy, bench/tune_backward.py,
+# The config: rows longer than one CTA holds take persistent clusters of (CTAs, most threads
+# per CTA) from BACKWARD_PERSIST_SHAPES, the first that holds the row; longer rows keep the
+# one-row cluster kernel. Measured (H200, M*N = 2^28, % of copy, bench/tune_backward.py,
 # after the message exchange): fp32 32000 8x256x4 87.7 (2x1024x4 83.6), 65536 8x512x4 88.1
 # (4x1024x4 79.6), 151936 16x608x4 79.0 (one-row cluster 62.7), 262144 16x1024x4 70.5 vs the
-# one-row cluster's 75.6 (so fp32 CTAs stop at 768 threads); bf16 65536 8x256x4 89.4 (one-row
-# 4-CTA cluster 73.9), 151936 16x320x4 82.7 (63.0), 262144 16x512x4 80.1 (56.1). fp16 runs the
-# bf16 rule (the same kernel; its speed was not measured separately).
+# one-row cluster's 75.6 (so 16-CTA fp32 clusters stop at 768 threads); bf16 65536 8x256x4
+# 89.4 (one-row 4-CTA cluster 73.9), 151936 16x320x4 82.7 (63.0), 262144 16x512x4 80.1
+# (56.1). fp16 runs the bf16 rule (the same kernel; its speed was not measured separately).
+# 8-CTA fp32 clusters go up to 1024 threads: 131072 8x1024x4 88.6 / 87.4 against 16x512x4 s2
+# 80.8 / 80.7 (2026-11-30, sixth run, one call each with and without the unchecked interior).
 # Two rows in flight (stages = 2) for CTAs of >= BACKWARD_TWO_STAGE_THREADS threads, measured
 # twice (2026-11-30): bf16 151936 16x320x4 85.3 / 85.5 vs 80.8 / 81.1; 262144 16x512x4 81.1 /
 # 80.5 vs 80.4 / 79.6; fp32 65536 8x512x4 88.9 / 88.9 vs 87.7 / 87.7; smaller CTAs lost 1-1.5
-# points (fp32 32000 8x256x4 86.9 vs 88.3; bf16 65536 8x256x4 88.5 vs 89.5).
-BACKWARD_PERSIST_CL = (8, 16)
-BACKWARD_PERSIST_CONFIG_THREADS = {4: 768, 2: 512}
+# points (fp32 32000 8x256x4 86.9 vs 88.3; bf16 65536 8x256x4 88.5 vs 89.5). The 1024-thread
+# fp32 CTA stays at one stage (two would need 256 KB of shared memory).
+BACKWARD_PERSIST_SHAPES = {4: ((8, 1024), (16, 768)), 2: ((8, 512), (16, 512))}  # by itemsize
 BACKWARD_TWO_STAGE_THREADS = 320
 BACKWARD_PERSIST_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 BACKWARD = cuda_source(
@@ -262,7 +264,7 @@ def backward_launch(dx, y2d, dy2d, cfg: BackwardConfig | tuple, aligned: bool,
             _allow_non_portable_cluster(BACKWARD, expr, device_index(dx))
     elif kind == "persist":
         expr = f"fused_softmax_backward_persist<{t}, {vpt}, {cl}>"
-        smem, extra = stages * 2 * threads * vpt * 16, (i32(1), i32(stages))
+        smem, extra = stages * backward_smem(threads, vpt), (i32(1), i32(stages))
         if phase is None:
             check_backward_persist(dx, y2d, dy2d, cfg)
         grid = persistent_grid(BACKWARD, expr, threads, cl, smem, m, device_index(dx),
@@ -271,6 +273,11 @@ def backward_launch(dx, y2d, dy2d, cfg: BackwardConfig | tuple, aligned: bool,
         expr, grid = f"fused_softmax_backward_stream<{t}>", m
     launch_rows(BACKWARD, expr, dx, (y2d, dy2d), grid=grid, block=threads, extra=extra,
                 shared_mem=smem)
+
+
+def backward_smem(threads: int, vpt: int = BACKWARD_PERSIST_VPT) -> int:
+    """Shared memory of one prefetch stage of the persistent backward: y and dy slots."""
+    return 2 * threads * vpt * 16
 
 
 def check_backward_persist(dx, y2d, dy2d, cfg: BackwardConfig) -> None:
@@ -294,10 +301,11 @@ def backward_config(n: int, dtype: torch.dtype, aligned: bool = True,
 
     One CTA holds y and dy up to 512 threads x 8 vectors each (``block``). Longer rows, when
     the rows of y, dy and dx share their 16-byte phase (``phase``; default ``aligned``: 16-byte
-    aligned rows, which vectorize every kernel): ``persist``, a cluster of 8 (else 16) CTAs
-    of <= 768 (fp32) or 512 (fp16/bf16) threads x 4 vectors that holds the row (fp32 N <=
-    196608, 2-byte N <= 262144), persistent with the next row prefetched (the next two rows
-    for CTAs of >= 320 threads; BACKWARD_PERSIST_CL has the measurements). Otherwise a
+    aligned rows, which vectorize every kernel): ``persist``, a cluster of 8 CTAs of <= 1024
+    (fp32) or 512 (fp16/bf16) threads x 4 vectors, else 16 of <= 768 / 512, that holds the
+    row (fp32 N <= 196608, 2-byte N <= 262144), persistent with the next row prefetched (the
+    next two rows for CTAs of >= 320 threads where shared memory holds them;
+    BACKWARD_PERSIST_SHAPES has the measurements). Otherwise a
     one-row cluster of up to 16 CTAs of 512 x 8 (fp32) or x 4 (2-byte) vectors; longer rows
     stream (two passes)."""
     threads, vpt = vec_config(n, dtype, BWD_MAX_THREADS)
@@ -305,12 +313,14 @@ def backward_config(n: int, dtype: torch.dtype, aligned: bool = True,
         return BackwardConfig("block", threads, vpt)
     nw = -(-n // vec_width(dtype))
     if (aligned if phase is None else phase) and dtype in BACKWARD_PERSIST_DTYPES:
-        shape = _cluster_shape(_windows(n, dtype, aligned), BACKWARD_PERSIST_VPT,
-                               BACKWARD_PERSIST_CONFIG_THREADS[dtype.itemsize], BACKWARD_PERSIST_CL)
-        if shape:
-            cl, threads = shape
-            stages = 2 if threads >= BACKWARD_TWO_STAGE_THREADS else 1
-            return BackwardConfig("persist", threads, BACKWARD_PERSIST_VPT, cl, stages)
+        nwa = _windows(n, dtype, aligned)
+        for size, most in BACKWARD_PERSIST_SHAPES[dtype.itemsize]:
+            shape = _cluster_shape(nwa, BACKWARD_PERSIST_VPT, most, (size,))
+            if shape:
+                cl, threads = shape
+                two = BACKWARD_TWO_STAGE_THREADS <= threads and 2 * backward_smem(threads) <= (
+                    MAX_CTA_SHARED)
+                return BackwardConfig("persist", threads, BACKWARD_PERSIST_VPT, cl, 2 if two else 1)
     vpt = 4 if vec_width(dtype) == 8 else 8  # fp16/bf16: 2 x 32 elements per thread, no spills
     shape = _cluster_shape(nw, vpt, BWD_MAX_THREADS, BACKWARD_CL)
     if shape:
@@ -353,6 +363,9 @@ PERSIST_CL = (1, 2, 4, 8, 16)
 PERSIST_CLUSTER_SIZES = (8, 16)
 PERSIST_CLUSTER_SHAPES = {4: ((16, 256), (8, 1024)), 2: ((4, 512), (4, 1024))}  # by itemsize
 PERSIST_DTYPES = (torch.float32, torch.float16, torch.bfloat16)  # fp64: correctness, not speed
+# The pipelined persistent clusters (``pipe``, kernel 5b): each row's (max, sum) exchange overlaps
+# the next row's reduction; the cluster sizes and vectors per thread of PERSIST_CLUSTER_SHAPES.
+PIPE_CL = (8, 16)
 # Rows longer than the on-chip shapes hold: the persistent wide kernel, clusters of WIDE_CL[0]
 # CTAs of 1024 threads, or WIDE_CL[1] when 8 CTAs' shared memory would keep under
 # WIDE_MIN_KEPT of each chunk (the rest is read twice). H200, M*N = 2^28, % of copy, two calls:
@@ -370,6 +383,11 @@ def _fast_vpt_cap(dtype: torch.dtype) -> int:
     """Vectors per thread for cluster rows: 16 (fp32/fp64), 4 for 2-byte types - beyond
     32 fp16/bf16 elements per thread the unpacked fp32 copies spill (measured: 1.1-1.4 TB/s)."""
     return 4 if dtype.itemsize == 2 else 16
+
+
+def pipe_vpts(dtype: torch.dtype) -> tuple[int, ...]:
+    """Vectors per thread of the pipelined instantiations: those of PERSIST_CLUSTER_SHAPES."""
+    return tuple(sorted({v for v, _ in PERSIST_CLUSTER_SHAPES[dtype.itemsize]}))
 
 
 def persist_max_threads(vpt: int) -> int:
@@ -390,6 +408,7 @@ def row_kernel_exprs(prefix: str) -> list[str]:
             for v in PERSIST_VPT[dt.itemsize]:
                 out += [f"{prefix}_persist<{t}, {v}>"]
                 out += [f"{prefix}_persist_cluster<{t}, {v}, {c}>" for c in PERSIST_CL if c > 1]
+            out += [f"{prefix}_persist_pipe<{t}, {v}, {c}>" for v in pipe_vpts(dt) for c in PIPE_CL]
         out += [f"{prefix}_wide<{t}, {c}>" for c in WIDE_CL]
     return out
 
@@ -414,7 +433,9 @@ class FastConfig:
     kind: ``warp`` (``group`` lanes per row, several rows per block), ``block`` (a CTA per row),
     ``cluster`` (``cluster`` CTAs per row, DSMEM reduction),
     ``persist`` (resident CTAs / clusters loop over rows, next row prefetched into shared memory;
-    ``cluster`` = 1 is the single-CTA form) or ``wide`` (``cluster`` CTAs per row, two passes).
+    ``cluster`` = 1 is the single-CTA form), ``pipe`` (persistent clusters, two rows in flight,
+    each row's (max, sum) exchange overlapping the next row's reduction) or ``wide``
+    (``cluster`` CTAs per row, two passes).
     ``threads`` is the CTA size, ``vpt`` the 16-byte vectors each thread keeps in registers
     (``wide``: in shared memory between its passes).
     """
@@ -444,6 +465,8 @@ class FastConfig:
             if self.cluster == 1:
                 return f"{prefix}_persist<{t}, {self.vpt}>"
             return f"{prefix}_persist_cluster<{t}, {self.vpt}, {self.cluster}>"
+        if self.kind == "pipe":
+            return f"{prefix}_persist_pipe<{t}, {self.vpt}, {self.cluster}>"
         return f"{prefix}_wide<{t}, {self.cluster}>"
 
     def capacity(self) -> int:
@@ -459,12 +482,14 @@ class FastConfig:
         kernel's kept windows."""
         if self.kind in ("persist", "wide"):  # stages is 1 but for persist
             return self.threads * self.vpt * 16 * self.stages
+        if self.kind == "pipe":  # always two rows in flight
+            return self.threads * self.vpt * 16 * 2
         return 0
 
     def label(self) -> str:
         if self.kind == "warp":
             return f"warp g{self.group}x{self.vpt}"
-        if self.kind in ("cluster", "persist"):
+        if self.kind in ("cluster", "persist", "pipe"):
             late = " late" if self.late else ""
             stages = f" s{self.stages}" if self.stages > 1 else ""
             return f"{self.kind} {self.cluster}x{self.threads}x{self.vpt}{late}{stages}"
@@ -644,6 +669,13 @@ def fast_launch(
                                device_index(out), max_groups)
         launch_rows(src, expr, out, (x2d,), grid=grid, block=cfg.threads,
                     extra=(vec, i32(int(cfg.late)), i32(cfg.stages)), shared_mem=cfg.shared_mem())
+    elif cfg.kind == "pipe":
+        if not vec:
+            raise ValueError(f"{expr} needs input and output rows in the same 16-byte phase")
+        grid = persistent_grid(src, expr, cfg.threads, cfg.cluster, cfg.shared_mem(), m,
+                               device_index(out), max_groups)
+        launch_rows(src, expr, out, (x2d,), grid=grid, block=cfg.threads, extra=(vec,),
+                    shared_mem=cfg.shared_mem())
     elif cfg.kind == "wide":
         grid = persistent_grid(src, expr, cfg.threads, cfg.cluster, cfg.shared_mem(), m,
                                device_index(out), max_groups)
