@@ -221,26 +221,29 @@ def test_wide_kernel_any_row(dtype, cl, threads, keep):
 
 
 def test_persistent_launches_size_their_grid(monkeypatch):
-    """CPU: persist, wide and the persistent backward launch min(M, resident) groups times the
-    cluster, capped by max_groups (the launch itself is recorded, not run)."""
+    """CPU: persist, pipe, wide and the persistent backward launch min(M, resident) groups
+    times the cluster, capped by max_groups (the launch itself is recorded, not run)."""
     launched = []
     monkeypatch.setattr(cv, "resident_groups", lambda src, expr, threads, cl, smem, dev: 5)
     monkeypatch.setattr(cv, "device_index", lambda t: 0)
     monkeypatch.setattr(cv, "launch_rows", lambda src, expr, out, ins, grid, block, extra,
                         shared_mem=0: launched.append((expr, grid, block, shared_mem)))
     x = torch.randn(7, 65536)
-    persist = cv.fast_softmax_config(65536, torch.float32)
-    wide = cv.wide_config(cv._windows(65536, torch.float32), cluster=16)
+    nw = cv._windows(65536, torch.float32)
+    persist = cv.persist_config(nw, 16, 8, late=True)
+    pipe = cv.fast_softmax_config(65536, torch.float32)
+    wide = cv.wide_config(nw, cluster=16)
     backward = cv.backward_config(65536, torch.float32)
-    assert (persist.kind, wide.kind, backward.kind) == ("persist", "wide", "persist")
+    assert (pipe.kind, wide.kind, backward.kind) == ("pipe", "wide", "persist")
     for groups, want in ((None, 5), (2, 2), (9, 5)):
         launched.clear()
-        cv.fast_launch(torch.empty_like(x), x, persist, max_groups=groups)
-        cv.fast_launch(torch.empty_like(x), x, wide, max_groups=groups)
+        for cfg in (persist, pipe, wide):
+            cv.fast_launch(torch.empty_like(x), x, cfg, max_groups=groups)
         cv.backward_launch(torch.empty_like(x), x, x, backward, True, max_groups=groups)
-        assert [g for _, g, _, _ in launched] == [want * persist.cluster, want * 16,
-                                                  want * backward.cluster], launched
-        assert launched[1][3] == wide.shared_mem() and launched[0][3] == persist.shared_mem()
+        assert [g for _, g, _, _ in launched] == [want * persist.cluster, want * pipe.cluster,
+                                                  want * 16, want * backward.cluster], launched
+        smem = [c.shared_mem() for c in (persist, pipe, wide)]
+        assert [sm for _, _, _, sm in launched[:3]] == smem
     launched.clear()
     cv.fast_launch(torch.empty(3, 65536), torch.randn(3, 65536), wide)  # fewer rows than groups
     assert launched[0][1] == 3 * 16

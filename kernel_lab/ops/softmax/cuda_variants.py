@@ -366,6 +366,8 @@ PERSIST_DTYPES = (torch.float32, torch.float16, torch.bfloat16)  # fp64: correct
 # The pipelined persistent clusters (``pipe``, kernel 5b): each row's (max, sum) exchange overlaps
 # the next row's reduction; the cluster sizes and vectors per thread of PERSIST_CLUSTER_SHAPES.
 PIPE_CL = (8, 16)
+PIPE_FP32_SHAPE = (128, 16)  # threads, vectors per thread: 2 x 32 KB of slots per CTA
+PIPE_MIN_FILL = 0.9  # of the shape's windows: fp32 N = 59000-65536 and 118000-131072
 # Rows longer than the on-chip shapes hold: the persistent wide kernel, clusters of WIDE_CL[0]
 # CTAs of 1024 threads, or WIDE_CL[1] when 8 CTAs' shared memory would keep under
 # WIDE_MIN_KEPT of each chunk (the rest is read twice). H200, M*N = 2^28, % of copy, two calls:
@@ -523,6 +525,27 @@ def persist_config(nw: int, vpt: int, cluster: int, late: bool = False,
                       cluster=cluster, late=late and cluster > 1, stages=stages)
 
 
+def pipe_config(nw: int, dtype: torch.dtype) -> FastConfig | None:
+    """The pipelined persistent cluster (kernel 5b) for fp32 rows of ``nw`` windows that fill at
+    least PIPE_MIN_FILL of a PIPE_FP32_SHAPE cluster of 8 or 16 CTAs, else None.
+
+    Measured on the H200 (M*N = 2^28, % of copy, bench/tune_long_rows.py, 2026-11-30): fp32 65536
+    pipe 8x128x16 92.0 / 91.8 against persist 8x128x16 late 87.8 / 88.2; 131072 pipe 16x128x16
+    89.1 against 86.4. It lost where a CTA's two rows of slots pass 64 KB (fewer CTAs per SM:
+    262144 16x256x16 62.9 vs 83.7; 151936 16x160x16 72.1 vs 85.2), where rows fill little of the
+    shape (50257 8x128x16 62.6 vs 83.4), and in bf16 everywhere (the second exp per element and
+    the extra unpacking: 65536 68.9 vs 83.9), so 2-byte types keep kernel 5."""
+    if dtype != torch.float32:
+        return None
+    threads, vpt = PIPE_FP32_SHAPE
+    for cl in PIPE_CL:
+        cap = cl * threads * vpt
+        if nw <= cap:
+            return FastConfig("pipe", threads=threads, vpt=vpt, cluster=cl) if (
+                nw >= PIPE_MIN_FILL * cap) else None
+    return None
+
+
 def wide_config(nw: int, cluster: int | None = None, threads: int = 1024,
                 keep_bytes: int = WIDE_KEEP_BYTES) -> FastConfig:
     """The wide kernel for rows of ``nw`` windows: ``cluster`` CTAs of ``threads`` (default:
@@ -560,7 +583,9 @@ def fast_softmax_config(
       (fp16/bf16) if it holds the row, else a cluster of PERSIST_CLUSTER_SIZES (8, then 16)
       CTAs of the first PERSIST_CLUSTER_SHAPES entry that holds it (fp32: <= 256 threads x 16
       vectors, then <= 1024 x 8; fp16/bf16: <= 512 x 4, then <= 1024 x 4), threads = the
-      multiple of 32 that just covers the row, next row's copies issued late;
+      multiple of 32 that just covers the row, next row's copies issued late; fp32 rows that
+      fill >= 90 % of 8 or 16 CTAs x 128 threads x 16 vectors take the pipelined form
+      (``pipe``, :func:`pipe_config`);
     * otherwise (fp64, misaligned phase, or longer rows): a one-row cluster of up to 16 CTAs
       with 16 vectors x <= 512 threads (fp32/fp64) or 4 x <= 1024 (fp16/bf16), else ``wide``
       (persistent clusters of 8 CTAs of 1024 threads, 16 where 8 would keep under 3/4 of each
@@ -587,6 +612,9 @@ def fast_softmax_config(
         vpt = persist_vpt(dtype)
         if _cluster_shape(nw, vpt, persist_max_threads(vpt), (1,)):
             return persist_config(nw, vpt, 1)
+        pipe = pipe_config(nw, dtype)
+        if pipe:
+            return pipe
         for vpt, most in PERSIST_CLUSTER_SHAPES[es]:
             shape = _cluster_shape(nw, vpt, most, PERSIST_CLUSTER_SIZES)
             if shape:
