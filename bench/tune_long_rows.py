@@ -50,13 +50,14 @@ def med_ms(fn, reps: int = 9, k: int = 5) -> float:
     return statistics.median(ts)
 
 
-def pipe_twin(c: cv.FastConfig, dtype: torch.dtype) -> cv.FastConfig | None:
-    """The pipelined form (kernel 5b) of a persistent cluster shape, where it is instantiated
-    and its two rows of slots fit shared memory."""
+def pipe_twins(c: cv.FastConfig, dtype: torch.dtype) -> list[cv.FastConfig]:
+    """The pipelined forms (kernel 5b, one and two rows of slots) of a persistent cluster
+    shape, where it is instantiated and the slots fit shared memory."""
     if c.kind != "persist" or c.cluster not in cv.PIPE_CL or c.vpt not in cv.pipe_vpts(dtype):
-        return None
-    p = cv.FastConfig("pipe", threads=c.threads, vpt=c.vpt, cluster=c.cluster)
-    return p if p.shared_mem() <= cv.MAX_CTA_SHARED else None
+        return []
+    twins = [cv.FastConfig("pipe", threads=c.threads, vpt=c.vpt, cluster=c.cluster, stages=s)
+             for s in (1, 2)]
+    return [p for p in twins if p.shared_mem() <= cv.MAX_CTA_SHARED]
 
 
 def candidates(n: int, dtype: torch.dtype, aligned: bool) -> dict[str, cv.FastConfig]:
@@ -79,8 +80,7 @@ def candidates(n: int, dtype: torch.dtype, aligned: bool) -> dict[str, cv.FastCo
             if cl > 1:
                 c = cv.persist_config(nw, vpt, cl, late=True)
                 out.setdefault(c.label(), c)
-                p = pipe_twin(c, dtype)
-                if p:
+                for p in pipe_twins(c, dtype):
                     out.setdefault(p.label(), p)
     if nw >= 32768:  # where the persistent shapes start to strain: the two-pass kernels
         half = cv.WIDE_KEEP_BYTES // 2 - 1024  # two CTAs per SM
@@ -135,8 +135,8 @@ def measure(n: int, dtype: torch.dtype, args, resident: dict) -> tuple[dict, lis
         cands = {k: c for k, c in cands.items() if re.search(args.only, k) or c == default}
     if args.no_sweep:
         legacy = cv.fast_softmax_config(n, dtype, aligned, False)
-        twin = pipe_twin(default, dtype)
-        cands = {c.label(): c for c in (default, legacy) + ((twin,) if twin else ())}
+        twins = pipe_twins(default, dtype)
+        cands = {c.label(): c for c in (default, legacy, *twins)}
     rows = []
     for label, c in cands.items():
         try:
@@ -177,7 +177,7 @@ def main() -> None:
     ap.add_argument("--only", default=None, help="time only the shapes whose label matches "
                     "this regular expression (and the default), e.g. 'pipe|late'")
     ap.add_argument("--no-sweep", action="store_true",
-                    help="only default / legacy / the default's pipelined twin / variants")
+                    help="only default / legacy / the default's pipelined twins / variants")
     args = ap.parse_args()
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)

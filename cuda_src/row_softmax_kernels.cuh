@@ -7,7 +7,7 @@
 //                     y = (x - max) - log(sum)
 //
 // The macro defines thin __global__ templates named <prefix>_warp, _block, _cluster, _persist,
-// _persist_cluster and _wide (so NVRTC name expressions such as "fast_softmax_block<float, 4>" or "log_softmax_persist_cluster<__nv_bfloat16, 8, 4>" work);
+// _persist_cluster, _persist_pipe and _wide (so NVRTC name expressions such as "fast_softmax_block<float, 4>" or "log_softmax_persist_cluster<__nv_bfloat16, 8, 4>" work);
 // each forwards to one device body below, templated on the epilogue. The launcher picks a kernel
 // and its shape per (N, dtype): kernel_lab/ops/softmax/cuda_variants.py, fast_softmax_config.
 //
@@ -73,6 +73,20 @@
 //    Changed from 2/3: one launch for all rows, next row's loads overlap this row's reduction,
 //            barrier and stores; 2-byte types keep their packed words opaque between loops
 //            (opaque_2byte) so 8-16 vectors per thread fit without fp32 copies spilling.
+//    Interior: threads whose windows in the row are all whole (all but the row's first and
+//            last) read their slots and store with no per-window checks (windows_inside).
+// 5b. <p>_persist_pipe<T, VPT, CL>: kernel 5's clusters, pipelined across rows.
+//    Ownership as kernel 5; `stages` (1 or 2) rows in flight in as many slot sets (dynamic
+//            shared memory stages * blockDim.x * VPT * 16 B). Row j + 1's local (max, sum) is
+//            computed from its slots and sent BEFORE waiting for row j's messages; then row j is
+//            scaled and stored from registers, row j + 1 is loaded into registers and its slots
+//            take row j + 1 + stages (with one stage, the next row's copies have only the
+//            reduction of the row after to land in).
+//    Why:    in kernel 5 the wait for the peers' (max, sum) was a third of the fp32 warp stall
+//            samples (ncu, 65536); here it overlaps the next row's reduction.
+//    Cost:   2 exps per element (softmax), 3 shared-memory reads per window, 4 inboxes, with
+//            2 stages twice kernel 5's slots. Won only where 2 rows of slots stay <= 64 KB per
+//            CTA (fp32 128 x 16: 65536 92 % of copy vs 88 %); the launcher uses it there only.
 // 6. <p>_wide<T, CL>: rows longer than any shape above holds (fp32 2^20 = 4 MB). Persistent.
 //    Ownership: the grid holds only the resident clusters; cluster q of Q owns rows q, q + Q, ...
 //            CTA rank c owns the contiguous windows [c * chunk, (c + 1) * chunk) of the row,
@@ -480,34 +494,37 @@ __device__ __forceinline__ MaxSum<acc_t<T>> slots_maxsum(const uint4* mine, bool
 }
 
 // Ownership as kernel 5 (cluster q of Q owns rows q, q + Q, ...; CTA rank c, thread t: windows
-// k * CL * blockDim.x + c * blockDim.x + t), two rows in flight into two slot sets. Row j of the
-// cluster goes through:
+// k * CL * blockDim.x + c * blockDim.x + t), `stages` rows in flight into as many slot sets.
+// Row j of the cluster goes through:
 //   announce  its local (max, sum) from the slots (2 reads, 1 exp per element), block all-reduce,
 //             sent to every peer (ClusterInbox with 4 inboxes, since row j + 1 is sent before
 //             row j is received);
 //   load      (once row j - 1 is stored) the slots into registers: e = exp(x - m_thread) for
-//             softmax, the raw values for log_softmax; the slots then take row j + 2;
+//             softmax, the raw values for log_softmax; the slots then take row j + stages;
 //   store     after announcing row j + 1: wait for row j's messages, scale, 16-byte stores.
 // So each row's exchange overlaps the next row's reduction instead of idling every warp (in
 // kernel 5 the wait for the peers' messages was a third of all warp stall samples, ncu, fp32
-// 65536). Cost: 2 exps per element for softmax, 3 shared-memory reads per window, 2 rows of slots.
+// 65536). Cost: 2 exps per element for softmax, 3 shared-memory reads per window.
 template <template <typename> class E, typename T, int VPT, int CL>
 __device__ __forceinline__ void pipelined_rows(T* __restrict__ y, const T* __restrict__ x,
-                                               long long rows, int n, long long stride) {
+                                               long long rows, int n, long long stride,
+                                               int stages) {
   using A = acc_t<T>;
   constexpr int W = Vec<T>::N;
   constexpr bool kExp = E<A>::kScalesExp;
   __shared__ MaxSum<A> red[32];
   __shared__ ClusterInbox<A, CL, 4> inbox;
-  extern __shared__ uint4 prefetch_slots[];  // 2 * blockDim.x * VPT slots
+  extern __shared__ uint4 prefetch_slots[];  // stages * blockDim.x * VPT slots
   const unsigned rank = cluster_rank();
   const long long q = blockIdx.x / CL, Q = gridDim.x / CL;
   const int base = rank * blockDim.x + threadIdx.x, step = CL * blockDim.x;
   if (threadIdx.x == 0) inbox.init();
   cluster_sync();  // every peer's inbox exists before the first message
 
-  auto slots = [&](int j) { return prefetch_slots + (j & 1) * (blockDim.x * VPT) + threadIdx.x; };
-  auto request = [&](int j) {  // row j of this cluster into slot set j & 1: one commit group
+  auto slots = [&](int j) {  // slot set of row j: j % stages
+    return prefetch_slots + (stages > 1 ? (j & 1) : 0) * (blockDim.x * VPT) + threadIdx.x;
+  };
+  auto request = [&](int j) {  // row j of this cluster into its slot set: one commit group
     const long long r = q + j * Q;
     if (r < rows) {
       const T* xr = x + r * stride;
@@ -539,14 +556,13 @@ __device__ __forceinline__ void pipelined_rows(T* __restrict__ y, const T* __res
   };
 
   if (q >= rows) return;  // the whole cluster: every CTA of it has the same q
-  request(0);
-  request(1);
-  cp_async_wait_all_but_newest();  // row 0 has landed
+  for (int j = 0; j < stages; ++j) request(j);
+  cp_async_wait_stage(stages);  // row 0 has landed
   int h = row_head(x + q * stride, 1);
   bool inside = windows_inside<T, VPT>(base, step, n, h);
   A m_thread = announce(0, inside, h);
   load(0, inside, h, m_thread);
-  request(2);
+  request(stages);
   for (int j = 0; q + j * Q < rows; ++j) {
     const long long row = q + j * Q;
     const bool more = row + Q < rows;
@@ -554,7 +570,7 @@ __device__ __forceinline__ void pipelined_rows(T* __restrict__ y, const T* __res
     bool inside_next = false;
     A m_next = A(0);
     if (more) {  // row j + 1: its reduction and messages, while row j's messages fly
-      cp_async_wait_all_but_newest();  // row j + 1 has landed (row j + 2 may still be in flight)
+      cp_async_wait_stage(stages);  // row j + 1 has landed (stages 2: j + 2 may be in flight)
       h_next = row_head(x + (row + Q) * stride, 1);
       inside_next = windows_inside<T, VPT>(base, step, n, h_next);
       m_next = announce(j + 1, inside_next, h_next);
@@ -578,7 +594,7 @@ __device__ __forceinline__ void pipelined_rows(T* __restrict__ y, const T* __res
     }
     if (more) {
       load(j + 1, inside_next, h_next, m_next);
-      request(j + 3);  // into the slots just read
+      request(j + 1 + stages);  // into the slots just read
     }
     h = h_next;
     inside = inside_next;
@@ -778,8 +794,8 @@ template <int VPT> struct MaxThreads {
   template <typename T, int VPT, int CL>                                                         \
   __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(klab::rowk::MaxThreads<VPT>::value) \
       P##_persist_pipe(T* __restrict__ y, const T* __restrict__ x, long long rows, int n,        \
-                       long long stride, int vec) {                                              \
-    klab::rowk::pipelined_rows<EPI, T, VPT, CL>(y, x, rows, n, stride);                          \
+                       long long stride, int vec, int stages) {                                  \
+    klab::rowk::pipelined_rows<EPI, T, VPT, CL>(y, x, rows, n, stride, stages);                  \
   }                                                                                              \
   template <typename T, int CL>                                                                  \
   __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(1024)                             \

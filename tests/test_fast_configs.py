@@ -110,20 +110,24 @@ def test_persistent_kernels_loop_over_rows(dtype, vpt, cl, threads, late, stages
 
 
 def _pipe_cases():
-    """(dtype, vpt, cluster, threads) for every pipelined instantiation: a small CTA, and the
-    largest whose two rows of slots fit shared memory."""
+    """(dtype, vpt, cluster, threads, stages) for every pipelined instantiation, one and two
+    rows of slots: a small CTA, and the largest whose slots fit shared memory."""
     for dt in cv.PERSIST_DTYPES:
         for vpt in cv.pipe_vpts(dt):
-            big = min(cv.persist_max_threads(vpt), cv.MAX_CTA_SHARED // (2 * vpt * 16) // 32 * 32)
-            for cl in cv.PIPE_CL:
-                for threads in (64, big):
-                    yield pytest.param(dt, vpt, cl, threads, id=f"{dt}-v{vpt}-cl{cl}-t{threads}")
+            for stages in (1, 2):
+                big = min(cv.persist_max_threads(vpt),
+                          cv.MAX_CTA_SHARED // (stages * vpt * 16) // 32 * 32)
+                for cl in cv.PIPE_CL:
+                    for threads in (64, big):
+                        yield pytest.param(dt, vpt, cl, threads, stages,
+                                           id=f"{dt}-v{vpt}-cl{cl}-t{threads}-s{stages}")
 
 
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
-@pytest.mark.parametrize("dtype,vpt,cl,threads", list(_pipe_cases()))
-def test_pipelined_kernels_loop_over_rows(dtype, vpt, cl, threads):
-    _loops_over_rows_exactly(cv.FastConfig("pipe", threads=threads, vpt=vpt, cluster=cl), dtype)
+@pytest.mark.parametrize("dtype,vpt,cl,threads,stages", list(_pipe_cases()))
+def test_pipelined_kernels_loop_over_rows(dtype, vpt, cl, threads, stages):
+    cfg = cv.FastConfig("pipe", threads=threads, vpt=vpt, cluster=cl, stages=stages)
+    _loops_over_rows_exactly(cfg, dtype)
 
 
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")

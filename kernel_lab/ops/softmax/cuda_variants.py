@@ -435,8 +435,8 @@ class FastConfig:
     kind: ``warp`` (``group`` lanes per row, several rows per block), ``block`` (a CTA per row),
     ``cluster`` (``cluster`` CTAs per row, DSMEM reduction),
     ``persist`` (resident CTAs / clusters loop over rows, next row prefetched into shared memory;
-    ``cluster`` = 1 is the single-CTA form), ``pipe`` (persistent clusters, two rows in flight,
-    each row's (max, sum) exchange overlapping the next row's reduction) or ``wide``
+    ``cluster`` = 1 is the single-CTA form), ``pipe`` (persistent clusters, ``stages`` rows in
+    flight, each row's (max, sum) exchange overlapping the next row's reduction) or ``wide``
     (``cluster`` CTAs per row, two passes).
     ``threads`` is the CTA size, ``vpt`` the 16-byte vectors each thread keeps in registers
     (``wide``: in shared memory between its passes).
@@ -448,12 +448,12 @@ class FastConfig:
     group: int = 32
     cluster: int = 1
     late: bool = False  # persist clusters: next row's copies issued while (max, sum) messages fly
-    stages: int = 1  # persist: rows in flight into shared memory (1: the next; 2: the next two)
+    stages: int = 1  # persist, pipe: rows in flight into shared memory (1: the next; 2: two)
 
     def __post_init__(self):
         if self.stages not in (1, 2):
             raise ValueError(f"stages must be 1 or 2, not {self.stages}")
-        if self.stages > 1 and self.kind != "persist":
+        if self.stages > 1 and self.kind not in ("persist", "pipe"):
             raise ValueError(f"stages apply to the persistent kernels, not {self.kind!r}")
 
     def expr(self, t: str, prefix: str = "fast_softmax") -> str:
@@ -482,10 +482,8 @@ class FastConfig:
     def shared_mem(self) -> int:
         """Dynamic shared memory per CTA: the persistent kernels' prefetch slots, the wide
         kernel's kept windows."""
-        if self.kind in ("persist", "wide"):  # stages is 1 but for persist
+        if self.kind in ("persist", "pipe", "wide"):  # stages is 1 but for persist and pipe
             return self.threads * self.vpt * 16 * self.stages
-        if self.kind == "pipe":  # always two rows in flight
-            return self.threads * self.vpt * 16 * 2
         return 0
 
     def label(self) -> str:
@@ -541,7 +539,7 @@ def pipe_config(nw: int, dtype: torch.dtype) -> FastConfig | None:
     for cl in PIPE_CL:
         cap = cl * threads * vpt
         if nw <= cap:
-            return FastConfig("pipe", threads=threads, vpt=vpt, cluster=cl) if (
+            return FastConfig("pipe", threads=threads, vpt=vpt, cluster=cl, stages=2) if (
                 nw >= PIPE_MIN_FILL * cap) else None
     return None
 
@@ -702,8 +700,8 @@ def fast_launch(
             raise ValueError(f"{expr} needs input and output rows in the same 16-byte phase")
         grid = persistent_grid(src, expr, cfg.threads, cfg.cluster, cfg.shared_mem(), m,
                                device_index(out), max_groups)
-        launch_rows(src, expr, out, (x2d,), grid=grid, block=cfg.threads, extra=(vec,),
-                    shared_mem=cfg.shared_mem())
+        launch_rows(src, expr, out, (x2d,), grid=grid, block=cfg.threads,
+                    extra=(vec, i32(cfg.stages)), shared_mem=cfg.shared_mem())
     elif cfg.kind == "wide":
         grid = persistent_grid(src, expr, cfg.threads, cfg.cluster, cfg.shared_mem(), m,
                                device_index(out), max_groups)
