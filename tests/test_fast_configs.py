@@ -230,8 +230,10 @@ def test_persistent_launches_size_their_grid(monkeypatch):
     launched = []
     monkeypatch.setattr(cv, "resident_groups", lambda src, expr, threads, cl, smem, dev: 5)
     monkeypatch.setattr(cv, "device_index", lambda t: 0)
+    extras = []
     monkeypatch.setattr(cv, "launch_rows", lambda src, expr, out, ins, grid, block, extra,
-                        shared_mem=0: launched.append((expr, grid, block, shared_mem)))
+                        shared_mem=0: (launched.append((expr, grid, block, shared_mem)),
+                                       extras.append(tuple(int(e) for e in extra))))
     x = torch.randn(7, 65536)
     nw = cv._windows(65536, torch.float32)
     persist = cv.persist_config(nw, 16, 8, late=True)
@@ -248,6 +250,9 @@ def test_persistent_launches_size_their_grid(monkeypatch):
                                                   want * 16, want * backward.cluster], launched
         smem = [c.shared_mem() for c in (persist, pipe, wide)]
         assert [sm for _, _, _, sm in launched[:3]] == smem
+        # kernel arguments after (y, x, rows, n, stride): vec, then persist: late, stages;
+        # pipe: stages; wide: kept windows; backward: vec, stages
+        assert extras[-4:-1] == [(1, 1, 1), (1, 2), (1, wide.vpt)], extras
     launched.clear()
     cv.fast_launch(torch.empty(3, 65536), torch.randn(3, 65536), wide)  # fewer rows than groups
     assert launched[0][1] == 3 * 16

@@ -688,20 +688,14 @@ def fast_launch(
             _allow_non_portable_cluster(src, expr, device_index(out))
         launch_rows(src, expr, out, (x2d,), grid=m * cfg.cluster, block=cfg.threads,
                     extra=(vec,))
-    elif cfg.kind == "persist":
+    elif cfg.kind in ("persist", "pipe"):  # kernel 5 also takes `late`
         if not vec:
             raise ValueError(f"{expr} needs input and output rows in the same 16-byte phase")
+        late = (i32(int(cfg.late)),) if cfg.kind == "persist" else ()
         grid = persistent_grid(src, expr, cfg.threads, cfg.cluster, cfg.shared_mem(), m,
                                device_index(out), max_groups)
         launch_rows(src, expr, out, (x2d,), grid=grid, block=cfg.threads,
-                    extra=(vec, i32(int(cfg.late)), i32(cfg.stages)), shared_mem=cfg.shared_mem())
-    elif cfg.kind == "pipe":
-        if not vec:
-            raise ValueError(f"{expr} needs input and output rows in the same 16-byte phase")
-        grid = persistent_grid(src, expr, cfg.threads, cfg.cluster, cfg.shared_mem(), m,
-                               device_index(out), max_groups)
-        launch_rows(src, expr, out, (x2d,), grid=grid, block=cfg.threads,
-                    extra=(vec, i32(cfg.stages)), shared_mem=cfg.shared_mem())
+                    extra=(vec, *late, i32(cfg.stages)), shared_mem=cfg.shared_mem())
     elif cfg.kind == "wide":
         grid = persistent_grid(src, expr, cfg.threads, cfg.cluster, cfg.shared_mem(), m,
                                device_index(out), max_groups)
