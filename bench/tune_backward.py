@@ -37,7 +37,7 @@ def candidates(n: int, dtype: torch.dtype) -> dict[str, cv.BackwardConfig]:
         if threads > most:
             continue
         for stages in (1, 2):
-            if stages * 2 * threads * vpt * 16 <= cv.MAX_CTA_SHARED:
+            if stages * cv.backward_smem(threads, vpt) <= cv.MAX_CTA_SHARED:
                 cfg = cv.BackwardConfig("persist", threads, vpt, cl, stages)
                 out[cfg.label()] = cfg
     return out

@@ -91,7 +91,6 @@ def candidates(n: int, dtype: torch.dtype, aligned: bool) -> dict[str, cv.FastCo
     return out
 
 
-
 def sane(out: torch.Tensor, x: torch.Tensor, log: bool) -> bool:
     rows = [0, 1, out.shape[0] - 1]
     a = x[rows].double()

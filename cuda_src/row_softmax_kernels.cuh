@@ -367,6 +367,28 @@ __device__ __forceinline__ void read_prefetched(Vec<T> (&r)[VPT], const uint4* m
   }
 }
 
+// Store a row's VPT windows (k * step + b) from registers (write_row): threads `inside` the row
+// use plain 16-byte stores from one pointer with a fixed stride, skipping windows past the row;
+// the others go through store_window (the row's partial first and last windows).
+template <template <typename> class E, bool KEXP, typename T, int VPT, int KE>
+__device__ __forceinline__ void store_row(T* yr, Vec<T> (&r)[VPT],
+                                          const acc_t<T> (&e)[KE][Vec<T>::N], acc_t<T> m_thread,
+                                          MaxSum<acc_t<T>> st, bool inside, int b, int step,
+                                          int n, int h, int nwin) {
+  constexpr int W = Vec<T>::N;
+  if (inside) {
+    T* p = yr + (b * W - h);
+    const int jump = step * W;
+    write_row<E, KEXP>(r, e, m_thread, st, [&](int k, const Vec<T>& v) {
+      if (k * step + b < nwin) store_vec(p + k * jump, v);
+    });
+  } else {
+    write_row<E, KEXP>(r, e, m_thread, st, [&](int k, const Vec<T>& v) {
+      store_window(yr, k * step + b, n, h, 1, v);
+    });
+  }
+}
+
 template <template <typename> class E, typename T, int VPT, int CL>
 __device__ __forceinline__ void persistent_rows(T* __restrict__ y, const T* __restrict__ x,
                                                 long long rows, int n, long long stride,
@@ -437,18 +459,7 @@ __device__ __forceinline__ void persistent_rows(T* __restrict__ y, const T* __re
       st = warp_allreduce(lane < CL ? MaxSum<A>{inbox.a(it, lane), inbox.b(it, lane)} : id<T>(),
                           MergeOp{});
     }
-    const int b = opaque(base);
-    if (inside) {  // plain 16-byte stores, one pointer and a fixed stride
-      T* p = yr + (b * W - h);
-      const int jump = step * W;
-      write_row<E, kExp>(r, e, m_thread, st, [&](int k, const Vec<T>& v) {
-        if (k * step + b < nwin) store_vec(p + k * jump, v);
-      });
-    } else {
-      write_row<E, kExp>(r, e, m_thread, st, [&](int k, const Vec<T>& v) {
-        store_window(yr, k * step + b, n, h, 1, v);
-      });
-    }
+    store_row<E, kExp>(yr, r, e, m_thread, st, inside, opaque(base), step, n, h, nwin);
   }
   cp_async_wait_all();
 }
@@ -580,18 +591,8 @@ __device__ __forceinline__ void pipelined_rows(T* __restrict__ y, const T* __res
     const MaxSum<A> st = warp_allreduce(
         lane < CL ? MaxSum<A>{inbox.a(j, lane), inbox.b(j, lane)} : id<T>(), MergeOp{});
     T* yr = y + row * (long long)n;
-    const int b = opaque(base);
-    if (inside) {
-      T* p = yr + (b * W - h);
-      const int jump = step * W, nwin = (n + h + W - 1) / W;
-      write_row<E, kExp>(r, e, m_thread, st, [&](int k, const Vec<T>& v) {
-        if (k * step + b < nwin) store_vec(p + k * jump, v);
-      });
-    } else {
-      write_row<E, kExp>(r, e, m_thread, st, [&](int k, const Vec<T>& v) {
-        store_window(yr, k * step + b, n, h, 1, v);
-      });
-    }
+    const int nwin = (n + h + W - 1) / W;
+    store_row<E, kExp>(yr, r, e, m_thread, st, inside, opaque(base), step, n, h, nwin);
     if (more) {
       load(j + 1, inside_next, h_next, m_next);
       request(j + 1 + stages);  // into the slots just read
