@@ -24,12 +24,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--n", type=int, required=True)
     ap.add_argument("--dtype", default="float32")
-    ap.add_argument("--kind", default=None, help="warp/block/cluster/persist/wide "
+    ap.add_argument("--kind", default=None, help="warp/block/cluster/persist/pipe/wide "
                     "(default: the config fast_softmax picks)")
     ap.add_argument("--threads", type=int, default=1024)
     ap.add_argument("--vpt", type=int, default=8)
     ap.add_argument("--cluster", type=int, default=1)
     ap.add_argument("--late", action="store_true")
+    ap.add_argument("--stages", type=int, default=1, help="persist / pipe: rows of slots")
     ap.add_argument("--launches", type=int, default=4)
     ap.add_argument("--total-log2", type=int, default=28)
     a = ap.parse_args()
@@ -40,7 +41,8 @@ def main() -> None:
     if a.kind is None:
         cfg, _ = cv.fast_choice(y, x)
     else:
-        cfg = cv.FastConfig(a.kind, threads=a.threads, vpt=a.vpt, cluster=a.cluster, late=a.late)
+        cfg = cv.FastConfig(a.kind, threads=a.threads, vpt=a.vpt, cluster=a.cluster, late=a.late,
+                             stages=a.stages)
     times = []
     for _ in range(a.launches):
         e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

@@ -66,19 +66,20 @@ def candidates(n: int, dtype: torch.dtype, aligned: bool) -> dict[str, cv.FastCo
               cv.fast_softmax_config(n, dtype, aligned, False)):
         out[c.label()] = c
     nw = cv._windows(n, dtype, aligned)
+    nwl = cv._line_windows(n, dtype, aligned and n * dtype.itemsize % cv.LINE_BYTES == 0)
     for vpt in cv.PERSIST_VPT[dtype.itemsize]:
         for cl in cv.PERSIST_CL:
-            c = cv.persist_config(nw, vpt, cl)
+            c = cv.persist_config(nwl, vpt, cl)
             if c.threads > cv.persist_max_threads(vpt) or (cl > 1 and c.threads < 64):
                 continue
             if c.capacity() > 1.5 * nw + 32 * vpt * cl:
                 continue
             out.setdefault(c.label(), c)
-            c2 = cv.persist_config(nw, vpt, cl, stages=2)
+            c2 = cv.persist_config(nwl, vpt, cl, stages=2)
             if c2.shared_mem() <= cv.MAX_CTA_SHARED:
                 out.setdefault(c2.label(), c2)
             if cl > 1:
-                c = cv.persist_config(nw, vpt, cl, late=True)
+                c = cv.persist_config(nwl, vpt, cl, late=True)
                 out.setdefault(c.label(), c)
                 for p in pipe_twins(c, dtype):
                     out.setdefault(p.label(), p)

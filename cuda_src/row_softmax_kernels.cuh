@@ -67,9 +67,11 @@
 //    Bytes:  2 * M * N * sizeof(T), with loads always in flight (no launch per row, no idle SM
 //            while a row's barrier and stores drain).
 //    Precond: vec != 0 (input and output rows in the same 16-byte phase; any phase: odd N is
-//            fine). The prefetch copies whole aligned 16-byte slots: the first and last slot of
-//            a row may hold bytes of the neighbouring row (never outside the allocation, since
-//            the slot holds a byte of this row); those elements are replaced by -inf on read.
+//            fine). Windows start at the row's 128-byte line (line_head): the prefetch copies
+//            whole aligned 16-byte slots, and the slots before and after the row's elements
+//            may hold bytes of the neighbouring rows (never an unmapped page: each such slot
+//            shares a 128-byte line with a byte of this row); those elements are replaced by
+//            -inf on read. A row spans up to 7 more windows than with 16-byte heads.
 //    Changed from 2/3: one launch for all rows, next row's loads overlap this row's reduction,
 //            barrier and stores; 2-byte types keep their packed words opaque between loops
 //            (opaque_2byte) so 8-16 vectors per thread fit without fp32 copies spilling.
@@ -333,15 +335,16 @@ __device__ __forceinline__ void warp_rows(T* __restrict__ y, const T* __restrict
 
 // ---- kernel 5: persistent, next row prefetched into shared memory ---------------------------
 // This thread's slots: slot k at mine[k * blockDim.x] (consecutive threads, consecutive 16 B:
-// conflict-free). Window v = k * step + base of the row; slot v covers bytes [16v, 16v + 16) of
-// the row's first aligned 16-byte block.
+// conflict-free). Window v = k * step + base of the row; slot v covers bytes [16v, 16v + 16) from
+// the start of the row's first 128-byte line.
 template <typename T, int VPT>
 __device__ __forceinline__ void prefetch_row(uint4* mine, const T* xr, int nwin, int base,
                                              int step) {
   // One source pointer and one shared address per row, stepped per window (the per-window
   // 64-bit address and generic-to-shared conversion were ~9 instructions per copy).
   const uint4* src =
-      reinterpret_cast<const uint4*>(reinterpret_cast<size_t>(xr) & ~size_t(15)) + base;
+      reinterpret_cast<const uint4*>(reinterpret_cast<size_t>(xr) & ~size_t(kLineBytes - 1)) +
+      base;
   const unsigned dst = shared_addr(mine), dst_step = blockDim.x * sizeof(uint4);
 #pragma unroll
   for (int k = 0; k < VPT; ++k)
@@ -413,7 +416,7 @@ __device__ __forceinline__ void persistent_rows(T* __restrict__ y, const T* __re
     if (r < rows) {
       const T* xr = x + r * stride;
       prefetch_row<T, VPT>(prefetch_slots + s * stage_slots + threadIdx.x, xr,
-                           (n + row_head(xr, 1) + W - 1) / W, base, step);
+                           (n + line_head(xr) + W - 1) / W, base, step);
     }
     cp_async_commit();
   }
@@ -421,7 +424,7 @@ __device__ __forceinline__ void persistent_rows(T* __restrict__ y, const T* __re
   for (int it = 0; row < rows; ++it, row += Q) {
     const T* xr = x + row * stride;
     T* yr = y + row * (long long)n;
-    const int h = row_head(xr, 1);
+    const int h = line_head(xr);
     uint4* mine = prefetch_slots + (stages > 1 ? (it & 1) : 0) * stage_slots + threadIdx.x;
     cp_async_wait_stage(stages);  // this thread's copies of `row` have landed
     constexpr bool kExp = E<A>::kScalesExp;
@@ -442,7 +445,7 @@ __device__ __forceinline__ void persistent_rows(T* __restrict__ y, const T* __re
       const long long rn = row + stages * Q;
       if (rn < rows) {
         const T* xn = x + rn * stride;
-        prefetch_row<T, VPT>(mine, xn, (n + row_head(xn, 1) + W - 1) / W, opaque(base), step);
+        prefetch_row<T, VPT>(mine, xn, (n + line_head(xn) + W - 1) / W, opaque(base), step);
       }
       cp_async_commit();
     };
@@ -539,7 +542,7 @@ __device__ __forceinline__ void pipelined_rows(T* __restrict__ y, const T* __res
     const long long r = q + j * Q;
     if (r < rows) {
       const T* xr = x + r * stride;
-      prefetch_row<T, VPT>(slots(j), xr, (n + row_head(xr, 1) + W - 1) / W, opaque(base), step);
+      prefetch_row<T, VPT>(slots(j), xr, (n + line_head(xr) + W - 1) / W, opaque(base), step);
     }
     cp_async_commit();
   };
@@ -569,7 +572,7 @@ __device__ __forceinline__ void pipelined_rows(T* __restrict__ y, const T* __res
   if (q >= rows) return;  // the whole cluster: every CTA of it has the same q
   for (int j = 0; j < stages; ++j) request(j);
   cp_async_wait_stage(stages);  // row 0 has landed
-  int h = row_head(x + q * stride, 1);
+  int h = line_head(x + q * stride);
   bool inside = windows_inside<T, VPT>(base, step, n, h);
   A m_thread = announce(0, inside, h);
   load(0, inside, h, m_thread);
@@ -582,7 +585,7 @@ __device__ __forceinline__ void pipelined_rows(T* __restrict__ y, const T* __res
     A m_next = A(0);
     if (more) {  // row j + 1: its reduction and messages, while row j's messages fly
       cp_async_wait_stage(stages);  // row j + 1 has landed (stages 2: j + 2 may be in flight)
-      h_next = row_head(x + (row + Q) * stride, 1);
+      h_next = line_head(x + (row + Q) * stride);
       inside_next = windows_inside<T, VPT>(base, step, n, h_next);
       m_next = announce(j + 1, inside_next, h_next);
     }

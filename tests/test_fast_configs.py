@@ -31,10 +31,13 @@ def test_config_holds_the_row(dtype, aligned, vec):
     fast = set(cv.FAST.name_expressions)
     log = set(lcv.FORWARD.name_expressions)
     t = cv.ctype(dtype)
-    for n in NS:
-        c = cv.fast_softmax_config(n, dtype, aligned, vec)
+    for n, line in [(n, line) for n in NS for line in (None, False)]:
+        c = cv.fast_softmax_config(n, dtype, aligned, vec, line)
         assert c.kind != "persist" or (vec and dtype in cv.PERSIST_DTYPES), (n, c)
         assert c.capacity() >= cv._windows(n, dtype, aligned), (n, c)
+        if c.kind in ("persist", "pipe"):  # heads up to 127 bytes unless rows are on lines
+            on_lines = aligned and n * dtype.itemsize % cv.LINE_BYTES == 0 and line is None
+            assert c.capacity() >= cv._line_windows(n, dtype, on_lines), (n, line, c)
         if c.kind == "wide":
             assert c.shared_mem() <= cv.WIDE_KEEP_BYTES and c.cluster in cv.WIDE_CL, (n, c)
         assert c.threads % 32 == 0 and 32 <= c.threads <= 1024, (n, c)
@@ -78,13 +81,14 @@ def _edge_rows(x: torch.Tensor) -> torch.Tensor:
 
 
 def _loops_over_rows_exactly(cfg: cv.FastConfig, dtype: torch.dtype) -> None:
-    """softmax and log_softmax through ``cfg`` on rows that fill it, rows that start mid-window
-    and shorter ones, with -inf / NaN / +1e4 rows; 23 rows over 3 groups (each loops ~8 times)
-    and over as many groups as are resident."""
+    """softmax and log_softmax through ``cfg`` on rows that fill it, rows that start anywhere in
+    a 128-byte line (up to 7 windows before the row) and shorter ones, with -inf / NaN / +1e4
+    rows; 23 rows over 3 groups (each loops ~8 times) and over as many groups as are resident."""
     w = vec_width(dtype)
     cap = cfg.threads * cfg.vpt * cfg.cluster * w  # elements the shape holds
     gen = torch.Generator(device="cuda").manual_seed(1234 + cfg.vpt * 100 + cfg.cluster)
-    for n in (cap, cap - w - 3, cap - cap // 3 - 5):  # aligned, odd rows
+    line = cv.LINE_BYTES // dtype.itemsize  # elements: heads up to a 128-byte line
+    for n in (cap, cap - line - 3, cap - cap // 3 - 5):  # aligned, odd rows (every line head)
         m = 23
         x = torch.randn(m, n, device="cuda", dtype=torch.float32, generator=gen).to(dtype)
         x = _edge_rows(x)
@@ -161,6 +165,29 @@ def test_a_config_too_small_for_the_row_is_refused(dtype):
             cv.fast_launch(torch.empty_like(x), x, cfg)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_persistent_shapes_budget_a_line_head(dtype):
+    """The persistent kernels measure a row's head from its 128-byte line: a shape exactly as
+    large as a row on lines holds it there, and is refused for the same row 16 bytes off a line
+    (up to 7 more windows); the config then picks a shape with the slack."""
+    w, n = vec_width(dtype), 65536
+    vpt = 16 if w == 4 else 4
+    cfg = cv.FastConfig("persist", threads=n // w // (vpt * 8), vpt=vpt, cluster=8)
+    assert cfg.capacity() == n // w
+    buf = torch.zeros(2 * n + 256, dtype=dtype)
+    off = -buf.data_ptr() % cv.LINE_BYTES // buf.element_size()
+    for shift, ok in ((0, True), (w, False)):
+        x = buf[off + shift:off + shift + 2 * n].view(2, n)
+        assert cv._rows_on_lines(x) == ok
+        if ok:
+            assert cv._row_windows(cfg, n, dtype, True, True) == cfg.capacity()
+        else:
+            with pytest.raises(ValueError, match="spans"):
+                cv.fast_launch(torch.empty_like(x), x, cfg)
+    off_line = cv.fast_softmax_config(n, dtype, True, True, line=False)
+    assert off_line.capacity() >= n // w + 7 and off_line.kind in ("persist", "pipe")
+
+
 def test_two_stage_persistent_config_doubles_its_slots():
     one = cv.FastConfig("persist", threads=256, vpt=4, cluster=8)
     two = cv.FastConfig("persist", threads=256, vpt=4, cluster=8, stages=2)
@@ -234,7 +261,9 @@ def test_persistent_launches_size_their_grid(monkeypatch):
     monkeypatch.setattr(cv, "launch_rows", lambda src, expr, out, ins, grid, block, extra,
                         shared_mem=0: (launched.append((expr, grid, block, shared_mem)),
                                        extras.append(tuple(int(e) for e in extra))))
-    x = torch.randn(7, 65536)
+    buf = torch.randn(7 * 65536 + 32)  # rows on 128-byte lines, as the CUDA allocator gives
+    off = -buf.data_ptr() % cv.LINE_BYTES // buf.element_size()
+    x = buf[off:off + 7 * 65536].view(7, 65536)
     nw = cv._windows(65536, torch.float32)
     persist = cv.persist_config(nw, 16, 8, late=True)
     pipe = cv.fast_softmax_config(65536, torch.float32)

@@ -350,7 +350,7 @@ FAST_WARP = ((4, 1), (4, 2), (8, 2), (16, 2), (32, 1), (32, 2), (32, 4))  # (gro
 FAST_BLOCK_VPT = (2, 4, 8)
 FAST_CL = (2, 4, 8, 16)
 PERSIST_VPT = {4: (4, 8, 16), 2: (4,)}  # by itemsize: 2-byte types spill beyond 4 (see NOTES)
-PERSIST_CL = (1, 2, 4, 8, 16)
+PERSIST_CL = (1, 2, 4, 8, 15, 16)
 # Rows longer than one persistent CTA: clusters of 8, else 16 CTAs, trying (vectors per thread,
 # most threads per CTA) in the order of PERSIST_CLUSTER_SHAPES, sized down to the threads that
 # cover the row, the next row's copies issued while the (max, sum) messages fly (`late`).
@@ -360,7 +360,11 @@ PERSIST_CL = (1, 2, 4, 8, 16)
 # 16x256x16 late 86.0 vs 8x1024x8 84.3 / 79.1; 524288 16x1024x8 late 78.1 / 79.0 vs 71.3 /
 # 71.4; bf16 65536 8x256x4 late 84.6 / 86.2 vs 81.7 / 82.2; 151936 16x320x4 late 77.8 / 77.7
 # vs 8x608x4 74.6 / 74.5; 262144 16x512x4 late 81.4 / 80.7 vs 8x1024x4 79.3 / 77.8.
-PERSIST_CLUSTER_SIZES = (8, 16)
+# 15 before 16: rows between 8 and 15 CTAs' capacity waste less of the shape in rounding the
+# CTA up to 32 threads. H200, % of copy, two calls: fp32 151936 15x160x16 late 91.9 / 91.9 vs
+# 16x160x16 late 85.2 / 85.1 (98.9 vs 92.7 % of the shape filled); bf16 151936 15x320x4 late
+# 80.2 / 80.1 vs 16x320x4 late 77.0 / 76.9. (Clusters of 5 and 10 lost at 50257 and 151936.)
+PERSIST_CLUSTER_SIZES = (8, 15, 16)
 PERSIST_CLUSTER_SHAPES = {4: ((16, 256), (8, 1024)), 2: ((4, 512), (4, 1024))}  # by itemsize
 PERSIST_DTYPES = (torch.float32, torch.float16, torch.bfloat16)  # fp64: correctness, not speed
 # The pipelined persistent clusters (``pipe``, kernel 5b): each row's (max, sum) exchange overlaps
@@ -505,6 +509,29 @@ def _windows(n: int, dtype: torch.dtype, aligned: bool = True) -> int:
     return -(-n // w) if aligned else -(-(n + w - 1) // w)
 
 
+# The persistent kernels (persist, pipe) measure a row's head from its 128-byte line, not its
+# 16-byte vector (softmax_common.cuh, line_head), so that each warp's windows are whole lines.
+# H200, M*N = 2^28, % of copy, the same shape on rows on and off 128-byte lines (2026-11-30):
+# fp32 151936 vs 151940 15x160x16 91.9 vs 84.9; 50176 vs 50256 8x128x16 86.9 vs 82.4; bf16
+# 151936 vs 151940 15x320x4 80.1 vs 75.9.
+LINE_BYTES = 128
+
+
+def _line_windows(n: int, dtype: torch.dtype, line: bool = True) -> int:
+    """16-byte windows a row spans in the persistent kernels: ceil(n / W) for rows that start on
+    a 128-byte line, else up to 7 more (a head of up to 127 bytes)."""
+    w = vec_width(dtype)
+    return -(-n // w) if line else -(-(n + LINE_BYTES // dtype.itemsize - 1) // w)
+
+
+def _row_windows(cfg: "FastConfig", n: int, dtype: torch.dtype, aligned: bool,
+                 line: bool) -> int:
+    """Windows a row of ``n`` spans in ``cfg``'s kernel (line heads for persist and pipe)."""
+    if cfg.kind in ("persist", "pipe"):
+        return _line_windows(n, dtype, line)
+    return _windows(n, dtype, aligned)
+
+
 def persist_vpt(dtype: torch.dtype) -> int:
     """Vectors per thread of the persistent kernels: fp32 8 x <= 1024 threads (128 KB of
     registers per CTA, and as much again of prefetch slots, 64 registers, no spills) - the same
@@ -565,7 +592,7 @@ def wide_per_thread(nw: int, cluster: int, threads: int) -> int:
 
 
 def fast_softmax_config(
-    n: int, dtype: torch.dtype, aligned: bool = True, vec: bool = True
+    n: int, dtype: torch.dtype, aligned: bool = True, vec: bool = True, line: bool | None = None
 ) -> FastConfig:
     """The launch fast_softmax (and log_softmax) uses for rows of ``n`` elements of ``dtype``.
 
@@ -591,9 +618,13 @@ def fast_softmax_config(
 
     ``aligned``: rows start on 16-byte boundaries (otherwise one extra window is budgeted).
     ``vec``: input and output rows share their 16-byte phase (the persistent kernels need it).
+    ``line``: rows start on 128-byte lines (default: ``aligned`` and N * itemsize a multiple of
+    128); otherwise the persistent shapes budget up to 7 more windows (:func:`_line_windows`).
     """
     nw = _windows(n, dtype, aligned)
     es = dtype.itemsize
+    if line is None:
+        line = aligned and n * es % LINE_BYTES == 0
     if nw <= (128 if es == 2 else 32):
         if nw < 32:
             vpt = 1 if nw <= 4 else 2
@@ -607,16 +638,17 @@ def fast_softmax_config(
         vpt = 2 if (nw <= 256 and es >= 4) else 4 if (nw <= 2048 or es == 2) else 8
         return FastConfig("block", threads=_round32(-(-nw // vpt)), vpt=vpt)
     if persist_ok:
+        nwl = _line_windows(n, dtype, line)
         vpt = persist_vpt(dtype)
-        if _cluster_shape(nw, vpt, persist_max_threads(vpt), (1,)):
-            return persist_config(nw, vpt, 1)
-        pipe = pipe_config(nw, dtype)
+        if _cluster_shape(nwl, vpt, persist_max_threads(vpt), (1,)):
+            return persist_config(nwl, vpt, 1)
+        pipe = pipe_config(nwl, dtype)
         if pipe:
             return pipe
         for vpt, most in PERSIST_CLUSTER_SHAPES[es]:
-            shape = _cluster_shape(nw, vpt, most, PERSIST_CLUSTER_SIZES)
+            shape = _cluster_shape(nwl, vpt, most, PERSIST_CLUSTER_SIZES)
             if shape:
-                return persist_config(nw, vpt, shape[0], late=True)
+                return persist_config(nwl, vpt, shape[0], late=True)
     big = _fast_vpt_cap(dtype)
     shape = _cluster_shape(nw, big, 1024 if big <= 8 else 512, FAST_CL)
     if shape:
@@ -630,8 +662,9 @@ def fast_softmax_config(
 # N = 32768: persist 1x1024x4 83 % vs block 1024x4 65 %).
 PERSIST_MIN_NW = {8: 1 << 30, 4: 8192, 2: 2048}
 
-# Every (N, dtype, rows aligned, same vector phase) launched so far and the config it got.
-FAST_CHOICES: dict[tuple[int, torch.dtype, bool, bool], FastConfig] = {}
+# Every (N, dtype, rows aligned, same vector phase, rows on 128-byte lines) launched so far and
+# the config it got.
+FAST_CHOICES: dict[tuple[int, torch.dtype, bool, bool, bool], FastConfig] = {}
 
 
 def _rows_aligned(x2d: torch.Tensor) -> bool:
@@ -642,10 +675,18 @@ def _rows_aligned(x2d: torch.Tensor) -> bool:
     )
 
 
+def _rows_on_lines(x2d: torch.Tensor) -> bool:
+    """Every row of x starts on a 128-byte line (the persistent kernels' line heads are 0)."""
+    m = x2d.shape[0]
+    return x2d.data_ptr() % LINE_BYTES == 0 and (
+        m == 1 or x2d.stride(0) * x2d.element_size() % LINE_BYTES == 0)
+
+
 def fast_choice(out: torch.Tensor, x2d: torch.Tensor) -> tuple[FastConfig, int]:
     """(config, vector phase) for this launch, memoized in FAST_CHOICES."""
     phase = same_vector_phase(out, x2d)
-    key = (out.shape[1], x2d.dtype, phase == 1 and _rows_aligned(x2d), phase == 1)
+    aligned = phase == 1 and _rows_aligned(x2d)
+    key = (out.shape[1], x2d.dtype, aligned, phase == 1, aligned and _rows_on_lines(x2d))
     cfg = FAST_CHOICES.get(key)
     if cfg is None:
         cfg = FAST_CHOICES[key] = fast_softmax_config(*key)
@@ -672,7 +713,8 @@ def fast_launch(
     src, expr = kernels.src, cfg.expr(t, kernels.prefix)
     if phase is None:  # a caller's own config (tests, tuning): check that it holds the row
         phase = same_vector_phase(out, x2d)
-        need = _windows(n, x2d.dtype, aligned=not phase or _rows_aligned(x2d))
+        need = _row_windows(cfg, n, x2d.dtype, aligned=not phase or _rows_aligned(x2d),
+                            line=_rows_on_lines(x2d))
         if cfg.capacity() < need:
             raise ValueError(f"{cfg.label()} holds {cfg.capacity()} 16-byte windows; a row of "
                              f"{n} {x2d.dtype} here spans {need}")
