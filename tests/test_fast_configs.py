@@ -144,8 +144,8 @@ def test_small_cta_does_not_shrink_a_large_ctas_shared_memory(dtype):
     big = cv.persist_max_threads(vpt)
     for threads in (big, 64, big):
         cfg = cv.FastConfig("persist", threads=threads, vpt=vpt, cluster=1)
-        w = vec_width(dtype)  # odd rows start mid-window: one window of slack
-        x = torch.randn(5, cfg.capacity() * w - w - 3, device="cuda").to(dtype)
+        line = cv.LINE_BYTES // dtype.itemsize  # odd rows start mid-line: 7 windows of slack
+        x = torch.randn(5, cfg.capacity() * vec_width(dtype) - line - 3, device="cuda").to(dtype)
         out = torch.full_like(x, float("nan"))
         cv.fast_launch(out, x, cfg)
         res = check(out, torch.softmax(x.double(), -1), dtype)

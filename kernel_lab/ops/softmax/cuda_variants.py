@@ -49,7 +49,7 @@ VEC = cuda_source(
 BACKWARD_CL = (2, 4, 8, 16)
 BACKWARD_PERSIST_VPT = 4  # vectors of y and of dy per thread: 2 x 64 KB per 1024-thread CTA
 BACKWARD_PERSIST_THREADS = {4: 1024, 2: 512}  # by itemsize: 2-byte types spill at 1024
-BACKWARD_PERSIST_SIZES = (2, 4, 8, 16)  # instantiated cluster sizes (tuning, tests)
+BACKWARD_PERSIST_SIZES = (2, 4, 8, 15, 16)  # instantiated cluster sizes (tuning, tests)
 # The config: rows longer than one CTA holds take persistent clusters of (CTAs, most threads
 # per CTA) from BACKWARD_PERSIST_SHAPES, the first that holds the row; longer rows keep the
 # one-row cluster kernel. Measured (H200, M*N = 2^28, % of copy, bench/tune_backward.py,
