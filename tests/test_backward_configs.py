@@ -59,7 +59,9 @@ def test_long_aligned_rows_take_the_persistent_kernel():
         return cfg.kind, cfg.cluster
 
     assert kind_and_cluster(65536, torch.float32) == ("persist", 8)
-    assert kind_and_cluster(151936, torch.float32) == ("persist", 16)
+    assert kind_and_cluster(131072, torch.float32) == ("persist", 15)
+    assert kind_and_cluster(151936, torch.float32) == ("persist", 15)
+    assert kind_and_cluster(196608, torch.float32) == ("persist", 16)
     assert kind_and_cluster(262144, torch.float32)[0] == "cluster"  # 16 x 1024 persist lost
     assert kind_and_cluster(65536, torch.float32, aligned=False)[0] == "cluster"
     assert kind_and_cluster(262144, torch.bfloat16) == ("persist", 16)
@@ -67,7 +69,7 @@ def test_long_aligned_rows_take_the_persistent_kernel():
 
 
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
-@pytest.mark.parametrize("n,cl", [(20000, 8), (65536, 8), (151936, 16)])
+@pytest.mark.parametrize("n,cl", [(20000, 8), (65536, 8), (151936, 15), (196608, 16)])
 def test_persistent_backward_loops_over_rows(n, cl):
     """Through the registered op: the config's persistent shapes, more rows than clusters."""
     kind, threads, vpt, got_cl, stages = cv.backward_config(n, torch.float32)

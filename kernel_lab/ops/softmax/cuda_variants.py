@@ -65,7 +65,12 @@ BACKWARD_PERSIST_SIZES = (2, 4, 8, 15, 16)  # instantiated cluster sizes (tuning
 # 80.5 vs 80.4 / 79.6; fp32 65536 8x512x4 88.9 / 88.9 vs 87.7 / 87.7; smaller CTAs lost 1-1.5
 # points (fp32 32000 8x256x4 86.9 vs 88.3; bf16 65536 8x256x4 88.5 vs 89.5). The 1024-thread
 # fp32 CTA stays at one stage (two would need 256 KB of shared memory).
-BACKWARD_PERSIST_SHAPES = {4: ((8, 1024), (16, 768)), 2: ((8, 512), (16, 512))}  # by itemsize
+# 15-CTA clusters before 16 (2026-11-30, seventh run, one call): fp32 151936 15x640x4 s2 96.8
+# vs 16x608x4 s2 78.3; 131072 15x576x4 s2 95.4 vs 8x1024x4 86.1 (one stage: 94.4 vs 86.3), so
+# 8-CTA fp32 clusters stop at 512 threads (65536: 8x512x4 s2 88.9, above); bf16 151936
+# 15x320x4 s2 88.3 vs 16x320x4 s2 84.9, but 131072 8x512x4 s2 88.3 vs 15x288x4 s2 77.2.
+BACKWARD_PERSIST_SHAPES = {4: ((8, 512), (15, 768), (16, 768)),
+                           2: ((8, 512), (15, 512), (16, 512))}  # by itemsize
 BACKWARD_TWO_STAGE_THREADS = 320
 BACKWARD_PERSIST_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 BACKWARD = cuda_source(
