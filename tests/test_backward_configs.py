@@ -58,7 +58,12 @@ def test_long_aligned_rows_take_the_persistent_kernel():
         cfg = cv.backward_config(n, dtype, aligned)
         return cfg.kind, cfg.cluster
 
-    assert kind_and_cluster(65536, torch.float32) == ("persist", 8)
+    assert kind_and_cluster(20000, torch.float32) == ("persist", 8)
+    assert kind_and_cluster(65536, torch.float32) == ("persist", 15)
+    assert kind_and_cluster(65536, torch.bfloat16) == ("persist", 15)
+    assert kind_and_cluster(131072, torch.bfloat16) == ("persist", 8)
+    assert cv.backward_config(50257, torch.float32, False, True).cluster == 8  # odd rows: 8
+    assert cv.backward_config(65536, torch.bfloat16).stages == 2  # 15 x 160, 2-byte: two rows
     assert kind_and_cluster(131072, torch.float32) == ("persist", 15)
     assert kind_and_cluster(151936, torch.float32) == ("persist", 15)
     assert kind_and_cluster(196608, torch.float32) == ("persist", 16)
@@ -69,7 +74,7 @@ def test_long_aligned_rows_take_the_persistent_kernel():
 
 
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
-@pytest.mark.parametrize("n,cl", [(20000, 8), (65536, 8), (151936, 15), (196608, 16)])
+@pytest.mark.parametrize("n,cl", [(20000, 8), (65536, 15), (151936, 15), (196608, 16)])
 def test_persistent_backward_loops_over_rows(n, cl):
     """Through the registered op: the config's persistent shapes, more rows than clusters."""
     kind, threads, vpt, got_cl, stages = cv.backward_config(n, torch.float32)
@@ -120,7 +125,7 @@ def test_every_persistent_backward_kernel_loops_over_rows(dtype, cl):
 
 def test_backward_config_names_its_fields_and_rejects_bad_stages():
     cfg = cv.backward_config(65536, torch.bfloat16)
-    assert cfg.kind == "persist" and cfg.label().startswith("persist 8x")
+    assert cfg.kind == "persist" and cfg.label().startswith("persist 15x")
     assert tuple(cfg) == (cfg.kind, cfg.threads, cfg.vpt, cfg.cluster, cfg.stages)
     y = torch.zeros(2, 64)
     with pytest.raises(ValueError, match="stages"):

@@ -65,12 +65,17 @@ BACKWARD_PERSIST_SIZES = (2, 4, 8, 15, 16)  # instantiated cluster sizes (tuning
 # 80.5 vs 80.4 / 79.6; fp32 65536 8x512x4 88.9 / 88.9 vs 87.7 / 87.7; smaller CTAs lost 1-1.5
 # points (fp32 32000 8x256x4 86.9 vs 88.3; bf16 65536 8x256x4 88.5 vs 89.5). The 1024-thread
 # fp32 CTA stays at one stage (two would need 256 KB of shared memory).
-# 15-CTA clusters before 16 (2026-11-30, seventh run, one call): fp32 151936 15x640x4 s2 96.8
-# vs 16x608x4 s2 78.3; 131072 15x576x4 s2 95.4 vs 8x1024x4 86.1 (one stage: 94.4 vs 86.3), so
-# 8-CTA fp32 clusters stop at 512 threads (65536: 8x512x4 s2 88.9, above); bf16 151936
-# 15x320x4 s2 88.3 vs 16x320x4 s2 84.9, but 131072 8x512x4 s2 88.3 vs 15x288x4 s2 77.2.
-BACKWARD_PERSIST_SHAPES = {4: ((8, 512), (15, 768), (16, 768)),
-                           2: ((8, 512), (15, 512), (16, 512))}  # by itemsize
+# 15-CTA clusters (2026-11-30, seventh run; one call each, % of copy): fp32 32000 15x160x4 92.1
+# vs 8x256x4 87.2; 65536 15x288x4 94.3 vs 8x512x4 s2 88.2; 131072 15x576x4 s2 95.4 vs 8x1024x4
+# 86.1; 151936 15x640x4 s2 96.8 vs 16x608x4 s2 78.3; bf16 65536 15x160x4 s2 96.3 vs 8x256x4
+# 88.9; 151936 15x320x4 s2 88.3 vs 16x320x4 s2 84.9. Where 15 lost: rows not 16-byte aligned
+# (50257: fp32 15x224x4 s2 86.7 vs 8x416x4 88.4; bf16 15x128x4 s2 86.4 vs 8x224x4 s2 88.6) and
+# bf16 131072 (15x288x4 s2 77.2 vs 8x512x4 s2 88.3). Entries: (CTAs, most threads per CTA,
+# fewest windows per row, aligned rows only); the first that holds the row wins.
+BACKWARD_PERSIST_SHAPES = {  # by itemsize
+    4: ((15, 768, 8000, True), (8, 512, 0, False), (15, 768, 0, False), (16, 768, 0, False)),
+    2: ((15, 256, 8000, True), (8, 512, 0, False), (15, 512, 0, False), (16, 512, 0, False)),
+}
 BACKWARD_TWO_STAGE_THREADS = 320
 BACKWARD_PERSIST_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 BACKWARD = cuda_source(
@@ -319,11 +324,14 @@ def backward_config(n: int, dtype: torch.dtype, aligned: bool = True,
     nw = -(-n // vec_width(dtype))
     if (aligned if phase is None else phase) and dtype in BACKWARD_PERSIST_DTYPES:
         nwa = _windows(n, dtype, aligned)
-        for size, most in BACKWARD_PERSIST_SHAPES[dtype.itemsize]:
+        for size, most, fewest, aligned_only in BACKWARD_PERSIST_SHAPES[dtype.itemsize]:
+            if nwa < fewest or (aligned_only and not aligned):
+                continue
             shape = _cluster_shape(nwa, BACKWARD_PERSIST_VPT, most, (size,))
             if shape:
                 cl, threads = shape
-                two = BACKWARD_TWO_STAGE_THREADS <= threads and 2 * backward_smem(threads) <= (
+                two = (BACKWARD_TWO_STAGE_THREADS <= threads or (
+                    dtype.itemsize == 2 and cl == 15)) and 2 * backward_smem(threads) <= (
                     MAX_CTA_SHARED)
                 return BackwardConfig("persist", threads, BACKWARD_PERSIST_VPT, cl, 2 if two else 1)
     vpt = 4 if vec_width(dtype) == 8 else 8  # fp16/bf16: 2 x 32 elements per thread, no spills
