@@ -311,11 +311,12 @@ def backward_config(n: int, dtype: torch.dtype, aligned: bool = True,
 
     One CTA holds y and dy up to 512 threads x 8 vectors each (``block``). Longer rows, when
     the rows of y, dy and dx share their 16-byte phase (``phase``; default ``aligned``: 16-byte
-    aligned rows, which vectorize every kernel): ``persist``, a cluster of 8 CTAs of <= 1024
-    (fp32) or 512 (fp16/bf16) threads x 4 vectors, else 16 of <= 768 / 512, that holds the
-    row (fp32 N <= 196608, 2-byte N <= 262144), persistent with the next row prefetched (the
-    next two rows for CTAs of >= 320 threads where shared memory holds them;
-    BACKWARD_PERSIST_SHAPES has the measurements). Otherwise a
+    aligned rows, which vectorize every kernel): ``persist``, persistent clusters of CTAs of
+    threads x 4 vectors, the first of BACKWARD_PERSIST_SHAPES that holds the row: for 16-byte
+    aligned rows of >= 8000 windows 15 CTAs of <= 768 (fp32) / 256 (fp16/bf16) threads, then
+    8 of <= 512, 15 of <= 768 / 512, 16 of <= 768 / 512 (fp32 N <= 196608, 2-byte N <=
+    262144); the next row is prefetched (the next two rows for CTAs of >= 320 threads, and for
+    2-byte 15-CTA shapes, where shared memory holds them). Otherwise a
     one-row cluster of up to 16 CTAs of 512 x 8 (fp32) or x 4 (2-byte) vectors; longer rows
     stream (two passes)."""
     threads, vpt = vec_config(n, dtype, BWD_MAX_THREADS)
@@ -364,7 +365,7 @@ FAST_BLOCK_VPT = (2, 4, 8)
 FAST_CL = (2, 4, 8, 16)
 PERSIST_VPT = {4: (4, 8, 16), 2: (4,)}  # by itemsize: 2-byte types spill beyond 4 (see NOTES)
 PERSIST_CL = (1, 2, 4, 8, 15, 16)
-# Rows longer than one persistent CTA: clusters of 8, else 16 CTAs, trying (vectors per thread,
+# Rows longer than one persistent CTA: clusters of 8, 15, else 16 CTAs, trying (vectors per thread,
 # most threads per CTA) in the order of PERSIST_CLUSTER_SHAPES, sized down to the threads that
 # cover the row, the next row's copies issued while the (max, sum) messages fly (`late`).
 # Measured twice on the H200 (M*N = 2^28, % of copy, bench/tune_long_rows.py, 2026-11-30):
@@ -618,7 +619,7 @@ def fast_softmax_config(
       = the multiple of 32 that just covers the row (no idle pow2 padding);
     * longer, when input and output rows share their 16-byte phase (``vec``) and the dtype is
       fp32/fp16/bf16: ``persist``, one CTA of <= 1024 threads x 8 vectors (fp32) or x 4
-      (fp16/bf16) if it holds the row, else a cluster of PERSIST_CLUSTER_SIZES (8, then 16)
+      (fp16/bf16) if it holds the row, else a cluster of PERSIST_CLUSTER_SIZES (8, 15, 16)
       CTAs of the first PERSIST_CLUSTER_SHAPES entry that holds it (fp32: <= 256 threads x 16
       vectors, then <= 1024 x 8; fp16/bf16: <= 512 x 4, then <= 1024 x 4), threads = the
       multiple of 32 that just covers the row, next row's copies issued late; fp32 rows that
