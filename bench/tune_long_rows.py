@@ -66,7 +66,7 @@ def candidates(n: int, dtype: torch.dtype, aligned: bool) -> dict[str, cv.FastCo
               cv.fast_softmax_config(n, dtype, aligned, False)):
         out[c.label()] = c
     nw = cv._windows(n, dtype, aligned)
-    nwl = cv._line_windows(n, dtype, aligned and n * dtype.itemsize % cv.LINE_BYTES == 0)
+    nwl = cv._line_windows(n, dtype, aligned)
     for vpt in cv.PERSIST_VPT[dtype.itemsize]:
         for cl in cv.PERSIST_CL:
             c = cv.persist_config(nwl, vpt, cl)

@@ -36,8 +36,7 @@ def test_config_holds_the_row(dtype, aligned, vec):
         assert c.kind != "persist" or (vec and dtype in cv.PERSIST_DTYPES), (n, c)
         assert c.capacity() >= cv._windows(n, dtype, aligned), (n, c)
         if c.kind in ("persist", "pipe"):  # heads up to 127 bytes unless rows are on lines
-            on_lines = aligned and n * dtype.itemsize % cv.LINE_BYTES == 0 and line is None
-            assert c.capacity() >= cv._line_windows(n, dtype, on_lines), (n, line, c)
+            assert c.capacity() >= cv._line_windows(n, dtype, aligned, line), (n, line, c)
         if c.kind == "wide":
             assert c.shared_mem() <= cv.WIDE_KEEP_BYTES and c.cluster in cv.WIDE_CL, (n, c)
         assert c.threads % 32 == 0 and 32 <= c.threads <= 1024, (n, c)

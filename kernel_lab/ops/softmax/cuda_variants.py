@@ -71,12 +71,29 @@ BACKWARD_PERSIST_SIZES = (2, 4, 8, 15, 16)  # instantiated cluster sizes (tuning
 # 88.9; 151936 15x320x4 s2 88.3 vs 16x320x4 s2 84.9. Where 15 lost: rows not 16-byte aligned
 # (50257: fp32 15x224x4 s2 86.7 vs 8x416x4 88.4; bf16 15x128x4 s2 86.4 vs 8x224x4 s2 88.6) and
 # bf16 131072 (15x288x4 s2 77.2 vs 8x512x4 s2 88.3). Entries: (CTAs, most threads per CTA,
-# fewest windows per row, aligned rows only); the first that holds the row wins.
-BACKWARD_PERSIST_SHAPES = {  # by itemsize
-    4: ((15, 768, 8000, True), (8, 512, 0, False), (15, 768, 0, False), (16, 768, 0, False)),
-    2: ((15, 256, 8000, True), (8, 512, 0, False), (15, 512, 0, False), (16, 512, 0, False)),
-}
+# fewest windows per row, 16-byte aligned rows only, fewest threads for two stages); the first
+# that holds the row wins. 2-byte 15-CTA shapes take two stages at any size (bf16 65536
+# 15x160x4: 96.3 with two, 88.6 with one).
 BACKWARD_TWO_STAGE_THREADS = 320
+
+
+class BackwardShape(NamedTuple):
+    """A persistent backward cluster shape the config may pick (BACKWARD_PERSIST_SHAPES)."""
+
+    ctas: int
+    most_threads: int
+    min_windows: int = 0  # rows of fewer 16-byte windows skip it
+    aligned_only: bool = False  # only rows that start on 16 bytes
+    two_stage_threads: int = BACKWARD_TWO_STAGE_THREADS  # CTAs this large prefetch two rows
+
+
+BACKWARD_PERSIST_SHAPES = {  # by itemsize
+    4: (BackwardShape(15, 768, min_windows=8000, aligned_only=True), BackwardShape(8, 512),
+        BackwardShape(15, 768), BackwardShape(16, 768)),
+    2: (BackwardShape(15, 256, min_windows=8000, aligned_only=True, two_stage_threads=0),
+        BackwardShape(8, 512), BackwardShape(15, 512, two_stage_threads=0),
+        BackwardShape(16, 512)),
+}
 BACKWARD_PERSIST_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 BACKWARD = cuda_source(
     "fused_softmax_backward.cu",
@@ -315,8 +332,8 @@ def backward_config(n: int, dtype: torch.dtype, aligned: bool = True,
     threads x 4 vectors, the first of BACKWARD_PERSIST_SHAPES that holds the row: for 16-byte
     aligned rows of >= 8000 windows 15 CTAs of <= 768 (fp32) / 256 (fp16/bf16) threads, then
     8 of <= 512, 15 of <= 768 / 512, 16 of <= 768 / 512 (fp32 N <= 196608, 2-byte N <=
-    262144); the next row is prefetched (the next two rows for CTAs of >= 320 threads, and for
-    2-byte 15-CTA shapes, where shared memory holds them). Otherwise a
+    262144); the next row is prefetched (the next two rows from each shape's
+    ``two_stage_threads``, where shared memory holds them). Otherwise a
     one-row cluster of up to 16 CTAs of 512 x 8 (fp32) or x 4 (2-byte) vectors; longer rows
     stream (two passes)."""
     threads, vpt = vec_config(n, dtype, BWD_MAX_THREADS)
@@ -325,14 +342,13 @@ def backward_config(n: int, dtype: torch.dtype, aligned: bool = True,
     nw = -(-n // vec_width(dtype))
     if (aligned if phase is None else phase) and dtype in BACKWARD_PERSIST_DTYPES:
         nwa = _windows(n, dtype, aligned)
-        for size, most, fewest, aligned_only in BACKWARD_PERSIST_SHAPES[dtype.itemsize]:
-            if nwa < fewest or (aligned_only and not aligned):
+        for sh in BACKWARD_PERSIST_SHAPES[dtype.itemsize]:
+            if nwa < sh.min_windows or (sh.aligned_only and not aligned):
                 continue
-            shape = _cluster_shape(nwa, BACKWARD_PERSIST_VPT, most, (size,))
+            shape = _cluster_shape(nwa, BACKWARD_PERSIST_VPT, sh.most_threads, (sh.ctas,))
             if shape:
                 cl, threads = shape
-                two = (BACKWARD_TWO_STAGE_THREADS <= threads or (
-                    dtype.itemsize == 2 and cl == 15)) and 2 * backward_smem(threads) <= (
+                two = sh.two_stage_threads <= threads and 2 * backward_smem(threads) <= (
                     MAX_CTA_SHARED)
                 return BackwardConfig("persist", threads, BACKWARD_PERSIST_VPT, cl, 2 if two else 1)
     vpt = 4 if vec_width(dtype) == 8 else 8  # fp16/bf16: 2 x 32 elements per thread, no spills
@@ -531,10 +547,14 @@ def _windows(n: int, dtype: torch.dtype, aligned: bool = True) -> int:
 LINE_BYTES = 128
 
 
-def _line_windows(n: int, dtype: torch.dtype, line: bool = True) -> int:
+def _line_windows(n: int, dtype: torch.dtype, aligned: bool = True,
+                  line: bool | None = None) -> int:
     """16-byte windows a row spans in the persistent kernels: ceil(n / W) for rows that start on
-    a 128-byte line, else up to 7 more (a head of up to 127 bytes)."""
+    a 128-byte line, else up to 7 more (a head of up to 127 bytes). ``line`` (rows on lines)
+    defaults to ``aligned`` (rows on 16 bytes) with N * itemsize a multiple of 128."""
     w = vec_width(dtype)
+    if line is None:
+        line = aligned and n * dtype.itemsize % LINE_BYTES == 0
     return -(-n // w) if line else -(-(n + LINE_BYTES // dtype.itemsize - 1) // w)
 
 
@@ -542,7 +562,7 @@ def _row_windows(cfg: "FastConfig", n: int, dtype: torch.dtype, aligned: bool,
                  line: bool) -> int:
     """Windows a row of ``n`` spans in ``cfg``'s kernel (line heads for persist and pipe)."""
     if cfg.kind in ("persist", "pipe"):
-        return _line_windows(n, dtype, line)
+        return _line_windows(n, dtype, line=line)
     return _windows(n, dtype, aligned)
 
 
@@ -637,8 +657,6 @@ def fast_softmax_config(
     """
     nw = _windows(n, dtype, aligned)
     es = dtype.itemsize
-    if line is None:
-        line = aligned and n * es % LINE_BYTES == 0
     if nw <= (128 if es == 2 else 32):
         if nw < 32:
             vpt = 1 if nw <= 4 else 2
@@ -652,7 +670,7 @@ def fast_softmax_config(
         vpt = 2 if (nw <= 256 and es >= 4) else 4 if (nw <= 2048 or es == 2) else 8
         return FastConfig("block", threads=_round32(-(-nw // vpt)), vpt=vpt)
     if persist_ok:
-        nwl = _line_windows(n, dtype, line)
+        nwl = _line_windows(n, dtype, aligned, line)
         vpt = persist_vpt(dtype)
         if _cluster_shape(nwl, vpt, persist_max_threads(vpt), (1,)):
             return persist_config(nwl, vpt, 1)
@@ -681,19 +699,21 @@ PERSIST_MIN_NW = {8: 1 << 30, 4: 8192, 2: 2048}
 FAST_CHOICES: dict[tuple[int, torch.dtype, bool, bool, bool], FastConfig] = {}
 
 
+def _rows_start_on(x2d: torch.Tensor, boundary: int) -> bool:
+    """Every row of x starts on a multiple of ``boundary`` bytes."""
+    return x2d.data_ptr() % boundary == 0 and (
+        x2d.shape[0] == 1 or x2d.stride(0) * x2d.element_size() % boundary == 0)
+
+
 def _rows_aligned(x2d: torch.Tensor) -> bool:
     """Every row of x (and so of the output, in vector mode) starts on a 16-byte boundary."""
-    es, (m, n) = x2d.element_size(), x2d.shape
-    return x2d.data_ptr() % 16 == 0 and (m == 1 or x2d.stride(0) * es % 16 == 0) and (
-        m == 1 or n * es % 16 == 0
-    )
+    m, n = x2d.shape
+    return _rows_start_on(x2d, 16) and (m == 1 or n * x2d.element_size() % 16 == 0)
 
 
 def _rows_on_lines(x2d: torch.Tensor) -> bool:
     """Every row of x starts on a 128-byte line (the persistent kernels' line heads are 0)."""
-    m = x2d.shape[0]
-    return x2d.data_ptr() % LINE_BYTES == 0 and (
-        m == 1 or x2d.stride(0) * x2d.element_size() % LINE_BYTES == 0)
+    return _rows_start_on(x2d, LINE_BYTES)
 
 
 def fast_choice(out: torch.Tensor, x2d: torch.Tensor) -> tuple[FastConfig, int]:
