@@ -205,10 +205,12 @@ __device__ __forceinline__ void prefetch_pair(uint4* my_y, uint4* my_dy, const T
   }
 }
 
-// fp32: <= 1024 threads (55 registers); fp16/bf16: <= 512 threads, since at the 1024-thread
-// cap of 64 registers they spilled 48-56 bytes.
+// fp32: <= 1024 threads (52-54 registers). fp16/bf16: <= 640 threads, which caps them at 90
+// registers with no spills (the 1024-thread cap of 64 spilled 64-72 bytes, 768's 80 spilled
+// 8-16; the former 512-thread bound let ptxas take 107, so CTAs of >= 320 threads were one per
+// SM). The config uses at most 512.
 template <typename T> struct BackwardPersistThreads {
-  static constexpr int value = sizeof(T) == 2 ? 512 : 1024;
+  static constexpr int value = sizeof(T) == 2 ? 640 : 1024;
 };
 
 template <typename T, int VPT, int CL>

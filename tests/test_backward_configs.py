@@ -61,32 +61,38 @@ def test_long_aligned_rows_take_the_persistent_kernel():
     assert kind_and_cluster(20000, torch.float32) == ("persist", 8)
     assert kind_and_cluster(65536, torch.float32) == ("persist", 15)
     assert kind_and_cluster(65536, torch.bfloat16) == ("persist", 15)
-    assert kind_and_cluster(131072, torch.bfloat16) == ("persist", 8)
+    assert kind_and_cluster(131072, torch.bfloat16) == ("persist", 15)  # 15 x 288, 90 registers
     assert cv.backward_config(50257, torch.float32, False, True).cluster == 8  # odd rows: 8
-    assert cv.backward_config(65536, torch.bfloat16).stages == 2  # 15 x 160, 2-byte: two rows
+    assert cv.backward_config(65536, torch.bfloat16).stages == 1  # 2-byte 15-CTA: one row
+    assert cv.backward_config(65536, torch.float32).stages == 1  # 15 x 288 < two-stage size
+    assert cv.backward_config(262144, torch.bfloat16).threads == 576  # 15 x 576, one row
     assert kind_and_cluster(131072, torch.float32) == ("persist", 15)
     assert kind_and_cluster(151936, torch.float32) == ("persist", 15)
     assert kind_and_cluster(196608, torch.float32) == ("persist", 16)
     assert kind_and_cluster(262144, torch.float32)[0] == "cluster"  # 16 x 1024 persist lost
     assert kind_and_cluster(65536, torch.float32, aligned=False)[0] == "cluster"
-    assert kind_and_cluster(262144, torch.bfloat16) == ("persist", 16)
+    assert kind_and_cluster(262144, torch.bfloat16) == ("persist", 15)
+    assert kind_and_cluster(307200, torch.bfloat16) == ("persist", 15)  # 15 x 640: the most
     assert kind_and_cluster(32000, torch.bfloat16)[0] == "block"
 
 
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
-@pytest.mark.parametrize("n,cl", [(20000, 8), (65536, 15), (151936, 15), (196608, 16)])
-def test_persistent_backward_loops_over_rows(n, cl):
+@pytest.mark.parametrize("dtype,n,cl", [
+    (torch.float32, 20000, 8), (torch.float32, 65536, 15), (torch.float32, 151936, 15),
+    (torch.float32, 196608, 16), (torch.bfloat16, 131072, 15), (torch.bfloat16, 262144, 15),
+    (torch.float16, 307200, 15)], ids=str)
+def test_persistent_backward_loops_over_rows(dtype, n, cl):
     """Through the registered op: the config's persistent shapes, more rows than clusters."""
-    kind, threads, vpt, got_cl, stages = cv.backward_config(n, torch.float32)
+    kind, threads, vpt, got_cl, stages = cv.backward_config(n, dtype)
     assert (kind, got_cl) == ("persist", cl)
-    expr = f"fused_softmax_backward_persist<float, {vpt}, {cl}>"
+    expr = f"fused_softmax_backward_persist<{ctype(dtype)}, {vpt}, {cl}>"
     smem = stages * 2 * threads * vpt * 16
     groups = cv.resident_groups(cv.BACKWARD, expr, threads, cl, smem, 0)
     m = 2 * groups + 3  # every cluster loops over two or three rows
     gen = torch.Generator(device="cuda").manual_seed(n)
     x = torch.randn(m, n, device="cuda", generator=gen)
-    y = torch.softmax(x, -1)
-    dy = torch.randn(m, n, device="cuda", generator=gen)
+    y = torch.softmax(x, -1).to(dtype)
+    dy = torch.randn(m, n, device="cuda", generator=gen).to(dtype)
     dx = kernel_lab.run("fused_softmax_backward", y, dy)
     op = kernel_lab.get_op("softmax_backward")
     res = op.check(dx, y, dy)

@@ -47,6 +47,15 @@ def test_config_holds_the_row(dtype, aligned, vec):
         assert c.expr(t, "log_softmax") in log, (n, c.expr(t, "log_softmax"))
 
 
+def test_rows_of_up_to_1kb_take_a_lane_group():
+    """WARP_MAX_WINDOWS: fp32 N = 256 (64 windows) runs one warp per row (a 32-thread CTA per
+    row ran at 79 % of copy); bf16 N = 1024 (128 windows) a CTA per row."""
+    assert cv.fast_softmax_config(256, torch.float32).label() == "warp g32x2"
+    assert cv.fast_softmax_config(512, torch.bfloat16).label() == "warp g32x2"
+    assert cv.fast_softmax_config(257, torch.float32).kind == "block"
+    assert cv.fast_softmax_config(1024, torch.bfloat16).label() == "block 32x4"
+
+
 def test_both_sources_declare_the_same_family():
     fast = [e.replace("fast_softmax_", "", 1) for e in cv.FAST.name_expressions]
     log = [e.replace("log_softmax_", "", 1) for e in lcv.FORWARD.name_expressions]

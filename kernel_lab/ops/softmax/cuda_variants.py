@@ -48,7 +48,7 @@ VEC = cuda_source(
 )
 BACKWARD_CL = (2, 4, 8, 16)
 BACKWARD_PERSIST_VPT = 4  # vectors of y and of dy per thread: 2 x 64 KB per 1024-thread CTA
-BACKWARD_PERSIST_THREADS = {4: 1024, 2: 512}  # by itemsize: 2-byte types spill at 1024
+BACKWARD_PERSIST_THREADS = {4: 1024, 2: 640}  # by itemsize: the kernel's launch bounds
 BACKWARD_PERSIST_SIZES = (2, 4, 8, 15, 16)  # instantiated cluster sizes (tuning, tests)
 # The config: rows longer than one CTA holds take persistent clusters of (CTAs, most threads
 # per CTA) from BACKWARD_PERSIST_SHAPES, the first that holds the row; longer rows keep the
@@ -72,8 +72,15 @@ BACKWARD_PERSIST_SIZES = (2, 4, 8, 15, 16)  # instantiated cluster sizes (tuning
 # (50257: fp32 15x224x4 s2 86.7 vs 8x416x4 88.4; bf16 15x128x4 s2 86.4 vs 8x224x4 s2 88.6) and
 # bf16 131072 (15x288x4 s2 77.2 vs 8x512x4 s2 88.3). Entries: (CTAs, most threads per CTA,
 # fewest windows per row, 16-byte aligned rows only, fewest threads for two stages); the first
-# that holds the row wins. 2-byte 15-CTA shapes take two stages at any size (bf16 65536
-# 15x160x4: 96.3 with two, 88.6 with one).
+# that holds the row wins.
+# 2-byte CTAs at <= 90 registers (launch bound 640 instead of 512, which let ptxas take 107:
+# CTAs of >= 320 threads were one per SM; 2026-11-30, eighth run, one call, % of copy): 15-CTA
+# shapes of up to 512 threads with one stage win - bf16 65536 15x160x4 97.2 (two stages 93.3;
+# at 107 registers two stages won, 96.3 vs 88.6), 128256 15x288x4 97.2 vs 8x512x4 s2 88.4,
+# 131072 97.0 vs 88.4, 151936 15x320x4 97.5 vs s2 95.0; and with CTAs of up to 640 threads
+# (call 3): bf16 262144 15x576x4 98.2 vs 16x512x4 s2 79.9 (fp16 97.8 vs 80.3), so 2-byte rows
+# need no 16-CTA shape up to N = 307200. Unchanged: 32000-32768 (block 512x8 91.4 / 91.9;
+# 15x96x4 91.8 / 93.1); rows not 16-byte aligned (50257: 8x224x4 87.6, best 4x416x4 s2 88.4).
 BACKWARD_TWO_STAGE_THREADS = 320
 
 
@@ -84,15 +91,15 @@ class BackwardShape(NamedTuple):
     most_threads: int
     min_windows: int = 0  # rows of fewer 16-byte windows skip it
     aligned_only: bool = False  # only rows that start on 16 bytes
-    two_stage_threads: int = BACKWARD_TWO_STAGE_THREADS  # CTAs this large prefetch two rows
+    two_stage_threads: int | None = BACKWARD_TWO_STAGE_THREADS  # CTAs this large prefetch two
+    # rows (None: never)
 
 
 BACKWARD_PERSIST_SHAPES = {  # by itemsize
     4: (BackwardShape(15, 768, min_windows=8000, aligned_only=True), BackwardShape(8, 512),
         BackwardShape(15, 768), BackwardShape(16, 768)),
-    2: (BackwardShape(15, 256, min_windows=8000, aligned_only=True, two_stage_threads=0),
-        BackwardShape(8, 512), BackwardShape(15, 512, two_stage_threads=0),
-        BackwardShape(16, 512)),
+    2: (BackwardShape(15, 640, min_windows=8000, aligned_only=True, two_stage_threads=None),
+        BackwardShape(8, 512), BackwardShape(15, 640, two_stage_threads=None)),
 }
 BACKWARD_PERSIST_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 BACKWARD = cuda_source(
@@ -330,10 +337,11 @@ def backward_config(n: int, dtype: torch.dtype, aligned: bool = True,
     the rows of y, dy and dx share their 16-byte phase (``phase``; default ``aligned``: 16-byte
     aligned rows, which vectorize every kernel): ``persist``, persistent clusters of CTAs of
     threads x 4 vectors, the first of BACKWARD_PERSIST_SHAPES that holds the row: for 16-byte
-    aligned rows of >= 8000 windows 15 CTAs of <= 768 (fp32) / 256 (fp16/bf16) threads, then
-    8 of <= 512, 15 of <= 768 / 512, 16 of <= 768 / 512 (fp32 N <= 196608, 2-byte N <=
-    262144); the next row is prefetched (the next two rows from each shape's
-    ``two_stage_threads``, where shared memory holds them). Otherwise a
+    aligned rows of >= 8000 windows 15 CTAs of <= 768 (fp32) / 640 (fp16/bf16) threads, then
+    8 of <= 512, 15 of <= 768 / 640, for fp32 16 of <= 768 (fp32 N <= 196608, 2-byte N <=
+    307200); the next row is prefetched (the next two rows from each shape's
+    ``two_stage_threads``, where shared memory holds them; never for 2-byte 15-CTA shapes).
+    Otherwise a
     one-row cluster of up to 16 CTAs of 512 x 8 (fp32) or x 4 (2-byte) vectors; longer rows
     stream (two passes)."""
     threads, vpt = vec_config(n, dtype, BWD_MAX_THREADS)
@@ -348,8 +356,8 @@ def backward_config(n: int, dtype: torch.dtype, aligned: bool = True,
             shape = _cluster_shape(nwa, BACKWARD_PERSIST_VPT, sh.most_threads, (sh.ctas,))
             if shape:
                 cl, threads = shape
-                two = sh.two_stage_threads <= threads and 2 * backward_smem(threads) <= (
-                    MAX_CTA_SHARED)
+                two = sh.two_stage_threads is not None and sh.two_stage_threads <= threads \
+                    and 2 * backward_smem(threads) <= MAX_CTA_SHARED
                 return BackwardConfig("persist", threads, BACKWARD_PERSIST_VPT, cl, 2 if two else 1)
     vpt = 4 if vec_width(dtype) == 8 else 8  # fp16/bf16: 2 x 32 elements per thread, no spills
     shape = _cluster_shape(nw, vpt, BWD_MAX_THREADS, BACKWARD_CL)
@@ -633,7 +641,7 @@ def fast_softmax_config(
     Rules, in 16-byte windows ``nw`` per row (bench/NOTES.md, "CUDA kernel versions", has the
     sweeps behind them; ``python bench/tune_long_rows.py`` reruns them):
 
-    * nw <= 32 (<= 128 for 2-byte types): a lane group per row, 1-4 vectors per lane;
+    * nw <= WARP_MAX_WINDOWS (64: rows of <= 1 KB): a lane group per row, 1-2 vectors per lane;
     * nw <= PERSIST_MIN_NW (8192 fp32, 2048 fp16/bf16): one CTA per row (``block``), 2 (fp32,
       nw <= 256), 4 (nw <= 2048, and always for 2-byte types) or 8 vectors per thread, threads
       = the multiple of 32 that just covers the row (no idle pow2 padding);
@@ -657,7 +665,7 @@ def fast_softmax_config(
     """
     nw = _windows(n, dtype, aligned)
     es = dtype.itemsize
-    if nw <= (128 if es == 2 else 32):
+    if nw <= WARP_MAX_WINDOWS:
         if nw < 32:
             vpt = 1 if nw <= 4 else 2
             g = max(4, next_pow2(-(-nw // vpt)))
@@ -687,6 +695,12 @@ def fast_softmax_config(
         return FastConfig("cluster", threads=shape[1], vpt=big, cluster=shape[0])
     return wide_config(nw)
 
+
+# Rows of at most this many 16-byte windows (1 KB) take a lane group each (``warp``), longer
+# ones a CTA. H200, M*N = 2^28, % of copy (2026-11-30, eighth run): fp32 N = 256 (64 windows)
+# warp g32x2 99.6 against block 32x2 79.1 (one 32-thread CTA per row: the former rule, 79-80 %
+# in every sweep); bf16 N = 1024 (128 windows) block 32x4 101.1 against warp g32x4 99.1.
+WARP_MAX_WINDOWS = 64
 
 # Rows of more windows than this take the persistent kernels (by itemsize). fp32: one CTA per
 # row up to 8192 windows (block 1024x8: 93 % at N = 32768 vs 92 % for persist 1x512x16, and
@@ -833,6 +847,9 @@ def resident_groups(src, expr: str, threads: int, cluster: int, smem: int, dev: 
         _allow_non_portable_cluster(src, expr, dev)
     sms = torch.cuda.get_device_properties(dev).multi_processor_count
     per_sm = driver.occupancyMaxActiveBlocksPerMultiprocessor(fn.ptr, threads, smem)
+    if per_sm <= 0:  # e.g. 608 threads x 107 registers: more than one SM's register file
+        raise RuntimeError(f"{expr}: {threads} threads with {smem} B of shared memory "
+                           "do not fit on one SM")
     if cluster == 1:
         got = per_sm * sms
     else:
@@ -840,8 +857,8 @@ def resident_groups(src, expr: str, threads: int, cluster: int, smem: int, dev: 
         if got <= 0:  # no driver answer: whole clusters per SM-aligned share, one spare
             got = max(1, per_sm * sms // cluster - 1)
     if got <= 0:
-        raise RuntimeError(f"{expr}: {threads} threads with {smem} B of shared memory "
-                           "do not fit on one SM")
+        raise RuntimeError(f"{expr}: no cluster of {cluster} CTAs of {threads} threads with "
+                           f"{smem} B of shared memory fits on this GPU")
     _resident[key] = got
     return got
 
