@@ -52,6 +52,7 @@ def pytest_configure(config: pytest.Config) -> None:
         config.stash[PAIRS] = bm.select(
             config.getoption("preset"), ops_filter=config.getoption("op"),
             variants_filter=config.getoption("variants"), dtypes_filter=config.getoption("dtype"),
+            shapes_filter=config.getoption("shape"),
         )
     except (ValueError, KeyError) as e:
         raise pytest.UsageError(f"kernel_lab bench: {e}") from None

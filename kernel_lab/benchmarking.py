@@ -143,18 +143,33 @@ def _split(tokens: Sequence[str] | None) -> list[str]:
     return [t.strip() for tok in tokens or () for t in tok.split(",") if t.strip()]
 
 
+def parse_shape(token: str) -> tuple[int, int]:
+    """``"N"`` (rows M = 2^28 // N, the sweep's working set) or ``"MxN"`` -> (M, N)."""
+    parts = token.lower().split("x")
+    try:
+        dims = [int(d) for d in parts]
+    except ValueError:
+        dims = []
+    if len(dims) not in (1, 2) or min(dims) < 1:
+        raise ValueError(f"bad shape {token!r}: use N or MxN with positive integers, e.g. "
+                         "262144 or 1024x262144")
+    return (max(1, ELEMENTS // dims[0]), dims[0]) if len(dims) == 1 else (dims[0], dims[1])
+
+
 def select(
     preset: str | Preset = DEFAULT_PRESET,
     *,
     ops_filter: Sequence[str] | None = None,
     variants_filter: Sequence[str] | None = None,
     dtypes_filter: Sequence[str] | None = None,
+    shapes_filter: Sequence[str] | None = None,
 ) -> list[tuple[Case, Variant]]:
     """Every (case, variant) pair to benchmark, case-major (all variants of a case together).
 
-    Filters are comma-separated or repeated tokens; a variant token may be a backend. Unknown
-    ops / variants raise with close-match suggestions. Variants that cannot run a case are kept:
-    the benchmark skips them with their ``supports()`` reason.
+    Filters are comma-separated or repeated tokens; a variant token may be a backend; a shape
+    token is N or MxN (:func:`parse_shape`) and replaces the preset's shapes. Unknown ops /
+    variants raise with close-match suggestions. Variants that cannot run a case are kept: the
+    benchmark skips them with their ``supports()`` reason.
     """
     p = PRESETS[preset] if isinstance(preset, str) else preset
     op_names = _split(ops_filter) or list(p.ops or ops())
@@ -165,12 +180,13 @@ def select(
         if t not in BACKENDS:
             get(t)
     dtypes = [parse_dtype(d) for d in _split(dtypes_filter)] or list(p.dtypes)
+    shapes = [parse_shape(t) for t in _split(shapes_filter)] or list(p.shapes)
     out = []
     for op_name in op_names:
         chosen = [v for v in variants(op_name)
                   if not tokens or v.name in tokens or v.backend in tokens]
         for dtype in dtypes:
-            for shape in p.shapes:
+            for shape in shapes:
                 out.extend((Case(op_name, dtype, shape), v) for v in chosen)
     return out
 

@@ -5,7 +5,8 @@ Decisions:
 * The same selection (:func:`kernel_lab.benchmarking.select`), inputs, correctness gate and
   timer as ``pytest bench``, so the two never disagree on what was measured.
 * Output goes to ``bench/results/`` (gitignored) under one stem per run
-  (``bench-<preset>-<device>-<UTC time>``); the paths are printed last.
+  (``bench-<preset>-<device>-<UTC time>``, ``bench-shapes-...`` when ``--shape`` picks the
+  shapes); the paths are printed last.
 * A wrong or crashing variant does not stop the sweep: it shows as ``WRONG`` / ``error`` in the
   table, is listed with its message, and makes the exit code 1 (files are written anyway).
 * :func:`render_tables`, :func:`write_results` and :func:`plot_results` take plain
@@ -40,6 +41,9 @@ SELECTION_OPTIONS: tuple[tuple[str, dict], ...] = (
     ("--variants", dict(action="append",
                         help="only these variants or backends, e.g. triton,torch_eager")),
     ("--dtype", dict(action="append", help="dtypes, e.g. float32,bf16 (default: preset's)")),
+    ("--shape", dict(action="append",
+                     help="shapes instead of the preset's: N (M = 2^28 / N) or MxN, "
+                          "e.g. 262144,1024x50257 (comma-separated/repeatable)")),
     ("--device", dict(default="cuda", choices=("cuda", "cpu"),
                       help="cpu exercises the harness on a GPU-less machine "
                            "(numbers meaningless)")),
@@ -238,7 +242,7 @@ def main(args: argparse.Namespace) -> int:
         return 0
     try:
         pairs = bm.select(args.preset, ops_filter=args.op, variants_filter=args.variants,
-                          dtypes_filter=args.dtype)
+                          dtypes_filter=args.dtype, shapes_filter=args.shape)
     except (KernelLabError, ValueError) as e:
         print(f"kernel_lab bench: {e}", file=sys.stderr)
         return 2
@@ -246,8 +250,10 @@ def main(args: argparse.Namespace) -> int:
         print("kernel_lab bench: the filters select nothing", file=sys.stderr)
         return 2
     copy = bm.copy_bandwidth(args.device)
+    shape_set = "shapes" if args.shape else args.preset  # --shape replaces the preset's
     console.print(f"{bm.device_label(args.device)}: device copy {copy:,.0f} GB/s; "
-                  f"{len(pairs)} runs (preset {args.preset})", markup=False)
+                  f"{len(pairs)} runs ({'--shape' if args.shape else 'preset'} "
+                  f"{', '.join(args.shape) if args.shape else args.preset})", markup=False)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   console=console, transient=True) as bar:
         task = bar.add_task("bench", total=len(pairs))
@@ -263,10 +269,10 @@ def main(args: argparse.Namespace) -> int:
     if agreement:
         console.print(agreement, markup=False)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
-    meta = {"preset": args.preset, "device": args.device, "copy_gbps": copy,
+    meta = {"preset": shape_set, "device": args.device, "copy_gbps": copy,
             "created_utc": stamp, "argv": sys.argv, **bm.machine_info(args.device)}
     paths = write_results(records, meta, args.out or default_out_dir(),
-                          f"bench-{args.preset}-{args.device}-{stamp}")
+                          f"bench-{shape_set}-{args.device}-{stamp}")
     for p in paths:
         print(f"wrote {p}")
     return 1 if any(r.status in ("wrong", "error") for r in records) else 0

@@ -316,6 +316,27 @@ def test_cli_cpu_sweep_writes_files(tmp_path, capsys, monkeypatch):
     assert "triton_fused: skipped" in out
 
 
+def test_shape_tokens_replace_the_preset_shapes():
+    pairs = bm.select("quick", ops_filter=["softmax"], variants_filter=["torch_eager"],
+                      dtypes_filter=["float32"], shapes_filter=["262144,16x1000", "128"])
+    assert [c.shape for c, _ in pairs] == [(1024, 262144), (16, 1000), (2**21, 128)]
+    for bad in ("0", "12x", "abc", "1x2x3", "-4x8", "8x0"):
+        with pytest.raises(ValueError, match="bad shape"):
+            bm.select("quick", shapes_filter=[bad])
+
+
+def test_cli_cpu_sweep_of_one_shape(tmp_path, capsys):
+    rc = sweep.main(_cli("--device", "cpu", "--op", "softmax", "--variants", "torch_eager",
+                         "--dtype", "float32", "--shape", "4x100", "--out", str(tmp_path)))
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "1 runs (--shape 4x100)" in out
+    data = json.loads(next(tmp_path.glob("bench-shapes-cpu-*.json")).read_text())
+    assert [(r["m"], r["n"]) for r in data["records"]] == [(4, 100)]
+    assert sweep.main(_cli("--device", "cpu", "--shape", "4y100")) == 2
+    assert "bad shape '4y100'" in capsys.readouterr().err
+
+
 def test_cli_entry_point_without_gpu():
     if HAS_CUDA:
         pytest.skip("checks the GPU-less behaviour")
