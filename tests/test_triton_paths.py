@@ -18,3 +18,19 @@ def test_online_softmax_over_several_tiles(dtype):
     result, out = run_checked(kernel_lab.get("triton_online"), (x,), {})
     assert result.ok, result.message
     assert torch.isnan(out[2]).all() and (out[0, :5000] == 0).all()
+
+
+@pytest.mark.parametrize("name", ["triton_backward", "triton_log_softmax_backward"])
+@pytest.mark.parametrize("n", [100, 20000], ids=["16-rows-per-program", "tiled"])
+def test_backward_rows_per_program_and_tiles(name, n):
+    """N = 100: 16 rows per program and 37 rows, so the last program masks 11 of its rows;
+    N = 20000 > the 16K tile: one row per program, two passes."""
+    variant = kernel_lab.get(name)
+    m = 37 if n == 100 else 3
+    x = torch.randn(m, n, device=DEVICE, dtype=torch.float64)
+    log = "log" in name
+    y = (torch.log_softmax if log else torch.softmax)(x, -1).float()
+    dy = torch.randn(m, n, device=DEVICE)
+    result, dx = run_checked(variant, (y, dy), {})
+    assert result.ok, result.message
+    assert dx.shape == (m, n) and torch.isfinite(dx).all()

@@ -56,24 +56,30 @@ def log_softmax_online_kernel(
 @triton.jit
 def log_softmax_backward_kernel(
     dx_ptr, y_ptr, dy_ptr, M, N, y_row_stride, dy_row_stride,
-    BLOCK_N: tl.constexpr, IS_FP64: tl.constexpr,
+    BLOCK_N: tl.constexpr, ROWS: tl.constexpr, IS_FP64: tl.constexpr,
 ):
-    """dx = dy - exp(y) * sum(dy): program p owns row p, tiles of BLOCK_N columns.
+    """dx = dy - exp(y) * sum(dy).
 
-    One tile (BLOCK_N >= N): y and dy read once, dx written once (3*N*elem bytes per row).
-    Longer rows read dy twice and y once: pass 1 needs only sum(dy).
+    One tile (BLOCK_N >= N): program p owns rows [p*ROWS, p*ROWS + ROWS) (several narrow rows
+    per program, as the softmax backward); y and dy read once, dx written once (3*N*elem bytes
+    per row). Longer rows: program p owns row p (ROWS = 1) in BLOCK_N tiles, reading dy twice
+    and y once: pass 1 needs only sum(dy).
     """
-    row = tl.program_id(0).to(tl.int64)
-    y_row = y_ptr + row * y_row_stride
-    dy_row = dy_ptr + row * dy_row_stride
     cols = tl.arange(0, BLOCK_N)
     if BLOCK_N >= N:
-        mask = cols < N
-        y = _acc(tl.load(y_row + cols, mask=mask, other=0.0), IS_FP64)
-        dy = _acc(tl.load(dy_row + cols, mask=mask, other=0.0), IS_FP64)
-        dx = dy - tl.exp(y) * tl.sum(dy, axis=0)
-        tl.store(dx_ptr + row * N + cols, dx.to(dx_ptr.dtype.element_ty), mask=mask)
+        rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+        r = rows[:, None].to(tl.int64)
+        mask = (rows[:, None] < M) & (cols[None, :] < N)
+        y = _acc(tl.load(y_ptr + r * y_row_stride + cols[None, :], mask=mask, other=0.0),
+                 IS_FP64)
+        dy = _acc(tl.load(dy_ptr + r * dy_row_stride + cols[None, :], mask=mask, other=0.0),
+                  IS_FP64)
+        dx = dy - tl.exp(y) * tl.sum(dy, axis=1)[:, None]
+        tl.store(dx_ptr + r * N + cols[None, :], dx.to(dx_ptr.dtype.element_ty), mask=mask)
     else:
+        row = tl.program_id(0).to(tl.int64)
+        y_row = y_ptr + row * y_row_stride
+        dy_row = dy_ptr + row * dy_row_stride
         if IS_FP64:
             acc = tl.zeros([BLOCK_N], tl.float64)
         else:

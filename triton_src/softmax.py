@@ -105,23 +105,30 @@ def softmax_online_kernel(
 @triton.jit
 def softmax_backward_kernel(
     dx_ptr, y_ptr, dy_ptr, M, N, y_row_stride, dy_row_stride,
-    BLOCK_N: tl.constexpr, IS_FP64: tl.constexpr,
+    BLOCK_N: tl.constexpr, ROWS: tl.constexpr, IS_FP64: tl.constexpr,
 ):
-    """dx = y * (dy - sum(y * dy)): program p owns row p, tiles of BLOCK_N columns.
+    """dx = y * (dy - sum(y * dy)).
 
-    When BLOCK_N >= N (the launcher's choice up to 16K columns) it is one tile: y and dy are read
-    once, dx written once (3*N*elem bytes per row). Longer rows read y, dy twice.
+    When BLOCK_N >= N (the launcher's choice up to 16K columns) program p owns rows
+    [p*ROWS, p*ROWS + ROWS), each one tile: y and dy are read once, dx written once
+    (3*N*elem bytes per row); ROWS > 1 packs narrow rows so a program still moves a few KB (as
+    softmax_fused_kernel). Longer rows: program p owns row p (ROWS = 1) in BLOCK_N tiles and
+    reads y, dy twice.
     """
-    row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_N)
     if BLOCK_N >= N:
-        mask = cols < N
-        y = _acc(tl.load(y_ptr + row * y_row_stride + cols, mask=mask, other=0.0), IS_FP64)
-        dy = _acc(tl.load(dy_ptr + row * dy_row_stride + cols, mask=mask, other=0.0), IS_FP64)
-        dot = tl.sum(y * dy, axis=0)
-        dx = y * (dy - dot)
-        tl.store(dx_ptr + row * N + cols, dx.to(dx_ptr.dtype.element_ty), mask=mask)
+        rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+        r = rows[:, None].to(tl.int64)
+        mask = (rows[:, None] < M) & (cols[None, :] < N)
+        y = _acc(tl.load(y_ptr + r * y_row_stride + cols[None, :], mask=mask, other=0.0),
+                 IS_FP64)
+        dy = _acc(tl.load(dy_ptr + r * dy_row_stride + cols[None, :], mask=mask, other=0.0),
+                  IS_FP64)
+        dot = tl.sum(y * dy, axis=1)
+        dx = y * (dy - dot[:, None])
+        tl.store(dx_ptr + r * N + cols[None, :], dx.to(dx_ptr.dtype.element_ty), mask=mask)
     else:
+        row = tl.program_id(0).to(tl.int64)
         if IS_FP64:
             acc = tl.zeros([BLOCK_N], tl.float64)
         else:

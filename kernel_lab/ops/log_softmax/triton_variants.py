@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 import triton
 
-from kernel_lab.ops.softmax.triton_variants import _num_warps
+from kernel_lab.ops.softmax.triton_variants import _num_warps, rows_per_program
 from kernel_lab.registry import register
 from kernel_lab.rows import rowwise
 from triton_src import log_softmax as kernels
@@ -56,7 +56,8 @@ def triton_log_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     op="log_softmax_backward",
     backend="triton",
     dtypes=ALL_DTYPES,
-    description="row per program; one read of y and dy when the row fits a 16K tile",
+    description="whole rows per program (several narrow ones), one read of y and dy when the "
+    "row fits a 16K tile",
     source=SOURCE,
 )
 def triton_log_softmax_backward(
@@ -65,9 +66,10 @@ def triton_log_softmax_backward(
     def launch(dx, y2d, dy2d):
         m, n = y2d.shape
         block = min(triton.next_power_of_2(n), BACKWARD_BLOCK)
-        kernels.log_softmax_backward_kernel[(m,)](
-            dx, y2d, dy2d, m, n, y2d.stride(0), dy2d.stride(0), BLOCK_N=block,
-            IS_FP64=y2d.dtype == torch.float64, num_warps=_num_warps(block),
+        rows = rows_per_program(n, block)
+        kernels.log_softmax_backward_kernel[(triton.cdiv(m, rows),)](
+            dx, y2d, dy2d, m, n, y2d.stride(0), dy2d.stride(0), BLOCK_N=block, ROWS=rows,
+            IS_FP64=y2d.dtype == torch.float64, num_warps=_num_warps(block * rows),
         )
 
     return rowwise(launch, y, dy, dim=dim)

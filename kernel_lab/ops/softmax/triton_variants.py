@@ -23,6 +23,13 @@ def _num_warps(block: int) -> int:
     return 16 if block >= 32768 else 8 if block >= 8192 else 4
 
 
+def rows_per_program(n: int, block: int) -> int:
+    """Rows one backward program owns: 2048 // block (<= 16) for rows shorter than 512 that fit
+    one tile, so a program still moves a few KB (as triton_fused); one row otherwise, the shape
+    measured at 99-104 % of copy for N = 512-16384 (H200, 2026-11-30)."""
+    return max(1, min(16, 2048 // block)) if block >= n and block < 512 else 1
+
+
 def _fused_limit(x: torch.Tensor, dim: int = -1) -> str | None:
     n = x.shape[dim] if x.dim() else 0
     if n > FUSED_MAX_N:
@@ -78,16 +85,18 @@ def triton_online(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     op="softmax_backward",
     backend="triton",
     dtypes=ALL_DTYPES,
-    description="row per program; one read of y and dy when the row fits a 16K tile",
+    description="whole rows per program (several narrow ones), one read of y and dy when the "
+    "row fits a 16K tile",
     source=SOURCE,
 )
 def triton_backward(y: torch.Tensor, dy: torch.Tensor, dim: int = -1) -> torch.Tensor:
     def launch(dx, y2d, dy2d):
         m, n = y2d.shape
         block = min(triton.next_power_of_2(n), 16384)
-        kernels.softmax_backward_kernel[(m,)](
-            dx, y2d, dy2d, m, n, y2d.stride(0), dy2d.stride(0), BLOCK_N=block,
-            IS_FP64=y2d.dtype == torch.float64, num_warps=_num_warps(block),
+        rows = rows_per_program(n, block)
+        kernels.softmax_backward_kernel[(triton.cdiv(m, rows),)](
+            dx, y2d, dy2d, m, n, y2d.stride(0), dy2d.stride(0), BLOCK_N=block, ROWS=rows,
+            IS_FP64=y2d.dtype == torch.float64, num_warps=_num_warps(block * rows),
         )
 
     return rowwise(launch, y, dy, dim=dim)
