@@ -3,8 +3,10 @@
     python bench/tune_backward.py [--ns 65536,151936,262144] [--dtypes float32,bfloat16]
 
 For every (N, dtype): the device-to-device copy on the same tensors, the shape
-``backward_config`` picks, and every persistent cluster shape that holds the row (clusters of
-``BACKWARD_PERSIST_SIZES`` CTAs, threads = the multiple of 32 that covers it; one and two rows
+``backward_config`` picks, and every persistent cluster shape that holds the row (every
+declared instantiation, ``backward_persist_instantiations``: clusters of
+``BACKWARD_PERSIST_SIZES`` CTAs x 4 vectors and the wider ``BACKWARD_PERSIST_WIDE`` ones;
+threads = the multiple of 32 that covers it, up to the kernel's bound; one and two rows
 in flight, ``stages``, where they fit shared memory), each forced
 through ``backward_launch`` and timed by CUDA events around back-to-back launches (method B of
 tune_long_rows.py). Bytes: y and dy read, dx written (3 tensors). One JSON line per (N, dtype)
@@ -31,8 +33,10 @@ def candidates(n: int, dtype: torch.dtype) -> dict[str, cv.BackwardConfig]:
     default = cv.backward_config(n, dtype)
     out = {"default " + default.label(): default}
     nw = -(-n // vec_width(dtype))
-    vpt, most = cv.BACKWARD_PERSIST_VPT, cv.BACKWARD_PERSIST_THREADS[dtype.itemsize]
-    for cl in cv.BACKWARD_PERSIST_SIZES:
+    for d, vpt, cl in cv.backward_persist_instantiations():
+        if d != dtype:
+            continue
+        most = cv.backward_persist_max_threads(dtype, vpt)
         threads = max(64, cv._round32(-(-nw // (vpt * cl))))
         if threads > most:
             continue

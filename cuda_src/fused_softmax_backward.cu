@@ -40,17 +40,17 @@
 // Cluster:   each CTA sends its partial dot to every peer as an st.async message counted by
 //            the peer's mbarrier (cluster.cuh, ClusterInbox): no cluster barrier per row, whose
 //            release (MEMBAR.ALL.GPU) waited for the previous row's dx stores.
-// Launch:    grid = min(M, resident clusters) * CL, blockDim.x a multiple of 32 (<= 1024 in
-//            fp32, <= 512 in fp16/bf16), dynamic shared memory stages * 2 * blockDim.x * VPT *
-//            16 B (per stage: y slots, then dy); stages is 1 or 2.
+// Launch:    grid = min(M, resident clusters) * CL, blockDim.x a multiple of 32 (<= 1024 for
+//            fp32 x 4 vectors, <= 640 for fp16/bf16 and fp32 x 8: BackwardPersistThreads),
+//            dynamic shared memory stages * 2 * blockDim.x * VPT * 16 B (per stage: y slots,
+//            then dy); stages is 1 or 2.
 // Bytes:     3 * M * N * sizeof(T), loads always in flight.
 // Windows:   aligned 16-byte windows as in softmax_common.cuh (h = the row's offset within its
 //            first 16 bytes): odd N such as 50257 still moves whole slots; the copies of a row's
 //            first and last slot may hold bytes of the neighbouring rows, zeroed on read.
 // Preconds:  `vec_ok`: every row of y, dy and dx starts at the same offset within 16 bytes (any
-//            N); the launcher falls back to kernels 1-3 otherwise. Threads: <= 1024 for
-//            fp32 (55 registers, no spills), <= 512 for fp16/bf16 (at the 1024-thread cap of
-//            64 registers they spilled 48-56 bytes; NVRTC 13.5, sm_90).
+//            N); the launcher falls back to kernels 1-3 otherwise. Threads: see
+//            BackwardPersistThreads (registers and spills per bound).
 // Changed:   from kernel 2: one launch for all rows; the next row's loads overlap this row's
 //            reduction, exchange and stores.
 #include "cluster.cuh"
@@ -205,16 +205,17 @@ __device__ __forceinline__ void prefetch_pair(uint4* my_y, uint4* my_dy, const T
   }
 }
 
-// fp32: <= 1024 threads (52-54 registers). fp16/bf16: <= 640 threads, which caps them at 90
-// registers with no spills (the 1024-thread cap of 64 spilled 64-72 bytes, 768's 80 spilled
-// 8-16; the former 512-thread bound let ptxas take 107, so CTAs of >= 320 threads were one per
-// SM). The config uses at most 512.
-template <typename T> struct BackwardPersistThreads {
-  static constexpr int value = sizeof(T) == 2 ? 640 : 1024;
+// fp32 x 4 vectors: <= 1024 threads (52-54 registers). fp16/bf16, and fp32 with more than 4
+// vectors: <= 640 threads, which caps them at 90-91 registers with no spills (2-byte types at
+// the 1024-thread cap of 64 spilled 64-72 bytes, at 768's 80 spilled 8-16; the former 512-thread
+// bound let ptxas take 107, so CTAs of >= 320 threads were one per SM; fp32 x 8 at 1024
+// spilled 88-104). NVRTC 13.0, sm_90.
+template <typename T, int VPT> struct BackwardPersistThreads {
+  static constexpr int value = sizeof(T) == 2 || VPT > 4 ? 640 : 1024;
 };
 
 template <typename T, int VPT, int CL>
-__global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(BackwardPersistThreads<T>::value)
+__global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(BackwardPersistThreads<T, VPT>::value)
     fused_softmax_backward_persist(T* __restrict__ dx, const T* __restrict__ y,
                                    const T* __restrict__ dy, long long rows, int n,
                                    long long y_stride, long long dy_stride, int vec_ok,

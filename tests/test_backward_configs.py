@@ -33,7 +33,7 @@ def test_backward_config_holds_the_row(dtype, aligned):
             assert aligned and dtype in cv.BACKWARD_PERSIST_DTYPES, (n, dtype)
             assert f"fused_softmax_backward_persist<{t}, {vpt}, {cl}>" in declared
             assert threads * vpt * cl >= nw
-            assert threads <= cv.BACKWARD_PERSIST_THREADS[dtype.itemsize]
+            assert threads <= cv.backward_persist_max_threads(dtype, vpt)
         elif kind == "cluster":
             assert f"fused_softmax_backward_cluster<{t}, {vpt}, {cl}>" in declared
             assert threads * vpt * cl >= nw and threads <= 512
@@ -100,22 +100,31 @@ def test_persistent_backward_loops_over_rows(dtype, n, cl):
 
 
 def _persist_instantiations():
-    """Every declared persistent backward kernel: (dtype, cluster)."""
-    for d in (torch.float32, torch.float16, torch.bfloat16):
-        for cl in cv.BACKWARD_PERSIST_SIZES:
-            yield pytest.param(d, cl, id=f"{d}-cl{cl}")
+    """Every declared persistent backward kernel: (dtype, vectors per thread, cluster)."""
+    for d, vpt, cl in cv.backward_persist_instantiations():
+        yield pytest.param(d, vpt, cl, id=f"{d}-x{vpt}-cl{cl}")
+
+
+def test_persist_instantiations_are_declared():
+    declared = set(cv.BACKWARD.name_expressions)
+    for d, vpt, cl in cv.backward_persist_instantiations():
+        assert f"fused_softmax_backward_persist<{ctype(d)}, {vpt}, {cl}>" in declared
+    assert (torch.float32, 8, 15) in cv.backward_persist_instantiations()
+    assert cv.backward_persist_max_threads(torch.float32, 8) == 640
+    assert cv.backward_persist_max_threads(torch.float32) == 1024
+    assert cv.backward_persist_max_threads(torch.bfloat16) == 640
 
 
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
-@pytest.mark.parametrize("dtype,cl", list(_persist_instantiations()))
-def test_every_persistent_backward_kernel_loops_over_rows(dtype, cl):
+@pytest.mark.parametrize("dtype,vpt,cl", list(_persist_instantiations()))
+def test_every_persistent_backward_kernel_loops_over_rows(dtype, vpt, cl):
     """Each instantiation forced (backward_launch), at its largest CTA and a small one, with
     3 clusters for 23 rows: every cluster loops over ~8 rows (prefetch, message exchange), with
     one and two rows in flight (stages)."""
-    vpt, w = cv.BACKWARD_PERSIST_VPT, vec_width(dtype)
+    w = vec_width(dtype)
     op = kernel_lab.get_op("softmax_backward")
     gen = torch.Generator(device="cuda").manual_seed(cl)
-    for threads in (cv.BACKWARD_PERSIST_THREADS[dtype.itemsize], 64):
+    for threads in (cv.backward_persist_max_threads(dtype, vpt), 64):
         n = threads * vpt * cl * w - 2 * w  # whole windows (the persistent kernel's precondition)
         y = torch.softmax(torch.randn(23, n, device="cuda", generator=gen), -1).to(dtype)
         dy = torch.randn(23, n, device="cuda", generator=gen).to(dtype)

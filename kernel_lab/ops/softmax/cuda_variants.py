@@ -48,8 +48,12 @@ VEC = cuda_source(
 )
 BACKWARD_CL = (2, 4, 8, 16)
 BACKWARD_PERSIST_VPT = 4  # vectors of y and of dy per thread: 2 x 64 KB per 1024-thread CTA
-BACKWARD_PERSIST_THREADS = {4: 1024, 2: 640}  # by itemsize: the kernel's launch bounds
 BACKWARD_PERSIST_SIZES = (2, 4, 8, 15, 16)  # instantiated cluster sizes (tuning, tests)
+# More vectors per thread, for rows past 15 CTAs x 1024 threads x 4 vectors (fp32 N > 245760,
+# where 16x1024x4 lost to the one-row cluster: 262144 at 69 %): (dtype, vectors, CTAs).
+# Instantiated for tuning and tested; the config does not pick them until they are measured
+# (fp32 x 8 at the 640-thread bound: 91 registers, no spills, NVRTC 13.0).
+BACKWARD_PERSIST_WIDE = ((torch.float32, 8, 15),)
 # The config: rows longer than one CTA holds take persistent clusters of (CTAs, most threads
 # per CTA) from BACKWARD_PERSIST_SHAPES, the first that holds the row; longer rows keep the
 # one-row cluster kernel. Measured (H200, M*N = 2^28, % of copy, bench/tune_backward.py,
@@ -102,13 +106,28 @@ BACKWARD_PERSIST_SHAPES = {  # by itemsize
         BackwardShape(8, 512), BackwardShape(15, 640, two_stage_threads=None)),
 }
 BACKWARD_PERSIST_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def backward_persist_max_threads(dtype: torch.dtype, vpt: int = BACKWARD_PERSIST_VPT) -> int:
+    """CTA size limit of fused_softmax_backward_persist (``BackwardPersistThreads`` in the .cu):
+    640 for 2-byte types or more than 4 vectors per thread (<= 90 registers, no spills), else
+    1024."""
+    return 640 if dtype.itemsize == 2 or vpt > 4 else 1024
+
+
+def backward_persist_instantiations() -> list[tuple[torch.dtype, int, int]]:
+    """Every declared persistent backward kernel: (dtype, vectors per thread, CTAs)."""
+    return [(d, BACKWARD_PERSIST_VPT, c) for d in BACKWARD_PERSIST_DTYPES
+            for c in BACKWARD_PERSIST_SIZES] + list(BACKWARD_PERSIST_WIDE)
+
+
 BACKWARD = cuda_source(
     "fused_softmax_backward.cu",
     [f"fused_softmax_backward<{t}, {v}>" for t in _T for v in VPT]
     + [f"fused_softmax_backward_cluster<{ctype(d)}, {4 if vec_width(d) == 8 else 8}, {c}>"
        for d in ALL_DTYPES for c in BACKWARD_CL]
-    + [f"fused_softmax_backward_persist<{ctype(d)}, {BACKWARD_PERSIST_VPT}, {c}>"
-       for d in BACKWARD_PERSIST_DTYPES for c in BACKWARD_PERSIST_SIZES]
+    + [f"fused_softmax_backward_persist<{ctype(d)}, {v}, {c}>"
+       for d, v, c in backward_persist_instantiations()]
     + [f"fused_softmax_backward_stream<{t}>" for t in _T],
 )
 
