@@ -18,6 +18,7 @@ import torch
 
 from kernel_lab.benchmarking import parse_dtype
 from kernel_lab.ops.softmax import cuda_variants as cv
+from kernel_lab.ops.softmax import fast_config as fc
 
 
 def main() -> None:
@@ -41,7 +42,7 @@ def main() -> None:
     if a.kind is None:
         cfg, _ = cv.fast_choice(y, x)
     else:
-        cfg = cv.FastConfig(a.kind, threads=a.threads, vpt=a.vpt, cluster=a.cluster, late=a.late,
+        cfg = fc.FastConfig(a.kind, threads=a.threads, vpt=a.vpt, cluster=a.cluster, late=a.late,
                              stages=a.stages)
     times = []
     for _ in range(a.launches):

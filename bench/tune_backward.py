@@ -21,7 +21,9 @@ import json
 import torch
 
 from kernel_lab.cuda_common import vec_width
+from kernel_lab.ops.softmax import backward_config as bc
 from kernel_lab.ops.softmax import cuda_variants as cv
+from kernel_lab.ops.softmax import fast_config as fc
 
 try:  # run as a script from the repository root
     from tune_long_rows import med_ms
@@ -29,20 +31,20 @@ except ImportError:  # pragma: no cover - imported as bench.tune_backward
     from bench.tune_long_rows import med_ms
 
 
-def candidates(n: int, dtype: torch.dtype) -> dict[str, cv.BackwardConfig]:
-    default = cv.backward_config(n, dtype)
+def candidates(n: int, dtype: torch.dtype) -> dict[str, bc.BackwardConfig]:
+    default = bc.backward_config(n, dtype)
     out = {"default " + default.label(): default}
     nw = -(-n // vec_width(dtype))
-    for d, vpt, cl in cv.backward_persist_instantiations():
+    for d, vpt, cl in bc.backward_persist_instantiations():
         if d != dtype:
             continue
-        most = cv.backward_persist_max_threads(dtype, vpt)
-        threads = max(64, cv._round32(-(-nw // (vpt * cl))))
+        most = bc.backward_persist_max_threads(dtype, vpt)
+        threads = max(64, fc.round32(-(-nw // (vpt * cl))))
         if threads > most:
             continue
         for stages in (1, 2):
-            if stages * cv.backward_smem(threads, vpt) <= cv.MAX_CTA_SHARED:
-                cfg = cv.BackwardConfig("persist", threads, vpt, cl, stages)
+            if stages * bc.backward_smem(threads, vpt) <= fc.MAX_CTA_SHARED:
+                cfg = bc.BackwardConfig("persist", threads, vpt, cl, stages)
                 out[cfg.label()] = cfg
     return out
 

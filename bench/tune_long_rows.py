@@ -29,6 +29,8 @@ import kernel_lab
 from kernel_lab import jit
 from kernel_lab.ops.log_softmax import cuda_variants as lcv
 from kernel_lab.ops.softmax import cuda_variants as cv
+from kernel_lab.ops.softmax import fast_config as fc
+from kernel_lab.ops.softmax import persistent as pc
 
 NS = (1024, 2048, 4096, 8192, 16384, 32000, 32768, 50257, 65536, 128256, 131072, 151936,
       262144, 524288, 1048576)
@@ -50,44 +52,44 @@ def med_ms(fn, reps: int = 9, k: int = 5) -> float:
     return statistics.median(ts)
 
 
-def pipe_twins(c: cv.FastConfig, dtype: torch.dtype) -> list[cv.FastConfig]:
+def pipe_twins(c: fc.FastConfig, dtype: torch.dtype) -> list[fc.FastConfig]:
     """The pipelined forms (kernel 5b, one and two rows of slots) of a persistent cluster
     shape, where it is instantiated and the slots fit shared memory."""
-    if c.kind != "persist" or c.cluster not in cv.PIPE_CL or c.vpt not in cv.pipe_vpts(dtype):
+    if c.kind != "persist" or c.cluster not in fc.PIPE_CL or c.vpt not in fc.pipe_vpts(dtype):
         return []
-    twins = [cv.FastConfig("pipe", threads=c.threads, vpt=c.vpt, cluster=c.cluster, stages=s)
+    twins = [fc.FastConfig("pipe", threads=c.threads, vpt=c.vpt, cluster=c.cluster, stages=s)
              for s in (1, 2)]
-    return [p for p in twins if p.shared_mem() <= cv.MAX_CTA_SHARED]
+    return [p for p in twins if p.shared_mem() <= fc.MAX_CTA_SHARED]
 
 
-def candidates(n: int, dtype: torch.dtype, aligned: bool) -> dict[str, cv.FastConfig]:
+def candidates(n: int, dtype: torch.dtype, aligned: bool) -> dict[str, fc.FastConfig]:
     out = {}
-    for c in (cv.fast_softmax_config(n, dtype, aligned, True),
-              cv.fast_softmax_config(n, dtype, aligned, False)):
+    for c in (fc.fast_softmax_config(n, dtype, aligned, True),
+              fc.fast_softmax_config(n, dtype, aligned, False)):
         out[c.label()] = c
-    nw = cv._windows(n, dtype, aligned)
-    nwl = cv._line_windows(n, dtype, aligned)
-    for vpt in cv.PERSIST_VPT[dtype.itemsize]:
-        for cl in cv.PERSIST_CL:
-            c = cv.persist_config(nwl, vpt, cl)
-            if c.threads > cv.persist_max_threads(vpt) or (cl > 1 and c.threads < 64):
+    nw = fc.vector_windows(n, dtype, aligned)
+    nwl = fc.line_windows(n, dtype, aligned)
+    for vpt in fc.PERSIST_VPT[dtype.itemsize]:
+        for cl in fc.PERSIST_CL:
+            c = fc.persist_config(nwl, vpt, cl)
+            if c.threads > fc.persist_max_threads(vpt) or (cl > 1 and c.threads < 64):
                 continue
             if c.capacity() > 1.5 * nw + 32 * vpt * cl:
                 continue
             out.setdefault(c.label(), c)
-            c2 = cv.persist_config(nwl, vpt, cl, stages=2)
-            if c2.shared_mem() <= cv.MAX_CTA_SHARED:
+            c2 = fc.persist_config(nwl, vpt, cl, stages=2)
+            if c2.shared_mem() <= fc.MAX_CTA_SHARED:
                 out.setdefault(c2.label(), c2)
             if cl > 1:
-                c = cv.persist_config(nwl, vpt, cl, late=True)
+                c = fc.persist_config(nwl, vpt, cl, late=True)
                 out.setdefault(c.label(), c)
                 for p in pipe_twins(c, dtype):
                     out.setdefault(p.label(), p)
     if nw >= 32768:  # where the persistent shapes start to strain: the two-pass kernels
-        half = cv.WIDE_KEEP_BYTES // 2 - 1024  # two CTAs per SM
-        for c in (cv.wide_config(nw), cv.wide_config(nw, cluster=16),
-                  cv.wide_config(nw, keep_bytes=0),
-                  cv.wide_config(nw, threads=512, keep_bytes=half)):
+        half = fc.WIDE_KEEP_BYTES // 2 - 1024  # two CTAs per SM
+        for c in (fc.wide_config(nw), fc.wide_config(nw, cluster=16),
+                  fc.wide_config(nw, keep_bytes=0),
+                  fc.wide_config(nw, threads=512, keep_bytes=half)):
             out.setdefault(c.label(), c)
     return out
 
@@ -129,12 +131,12 @@ def measure(n: int, dtype: torch.dtype, args, resident: dict) -> tuple[dict, lis
 
     copy = gbs(med_ms(lambda: y.copy_(x)))
     aligned = n * x.element_size() % 16 == 0
-    default = cv.fast_softmax_config(n, dtype, aligned, True)
+    default = fc.fast_softmax_config(n, dtype, aligned, True)
     cands = candidates(n, dtype, aligned)
     if args.only:  # a subset of the sweep, and the default
         cands = {k: c for k, c in cands.items() if re.search(args.only, k) or c == default}
     if args.no_sweep:
-        legacy = cv.fast_softmax_config(n, dtype, aligned, False)
+        legacy = fc.fast_softmax_config(n, dtype, aligned, False)
         twins = pipe_twins(default, dtype)
         cands = {c.label(): c for c in (default, legacy, *twins)}
     rows = []
@@ -147,7 +149,7 @@ def measure(n: int, dtype: torch.dtype, args, resident: dict) -> tuple[dict, lis
             continue
         if c.kind in ("persist", "pipe"):
             e = c.expr(cv.ctype(dtype))
-            resident[f"{e} t{c.threads}"] = cv.resident_groups(cv.FAST, e, c.threads, c.cluster,
+            resident[f"{e} t{c.threads}"] = pc.resident_groups(cv.FAST, e, c.threads, c.cluster,
                                                                 c.shared_mem(), 0)
         rows.append({"dtype": dname, "M": m, "N": n, "cfg": label, "gbs": round(gbs(t)),
                      "pct": round(100 * gbs(t) / copy, 1), "copy": round(copy), "ok": ok,

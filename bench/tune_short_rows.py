@@ -18,6 +18,7 @@ import torch
 
 import kernel_lab
 from kernel_lab.ops.softmax import cuda_variants as cv
+from kernel_lab.ops.softmax import fast_config as fc
 
 try:  # run as a script from the repository root
     from tune_long_rows import med_ms, sane
@@ -27,20 +28,20 @@ except ImportError:  # pragma: no cover - imported as bench.tune_short_rows
 NS = "128,256,512,1024,2048,4096,8192,16384,32000,32768"
 
 
-def candidates(n: int, dtype: torch.dtype) -> dict[str, cv.FastConfig]:
-    nw = cv._windows(n, dtype)
-    default = cv.fast_softmax_config(n, dtype)
+def candidates(n: int, dtype: torch.dtype) -> dict[str, fc.FastConfig]:
+    nw = fc.vector_windows(n, dtype)
+    default = fc.fast_softmax_config(n, dtype)
     out = {default.label(): default}
-    for g, v in cv.FAST_WARP:
+    for g, v in fc.FAST_WARP:
         if nw <= g * v < 4 * nw:
             for threads in (128, 256):
-                c = cv.FastConfig("warp", threads=threads, vpt=v, group=g)
+                c = fc.FastConfig("warp", threads=threads, vpt=v, group=g)
                 if c != default:
                     out.setdefault(f"warp g{g}x{v} t{threads}", c)
-    for v in cv.FAST_BLOCK_VPT:
-        threads = cv._round32(-(-nw // v))
-        if nw > 32 and threads <= cv.persist_max_threads(v):
-            c = cv.FastConfig("block", threads=threads, vpt=v)
+    for v in fc.FAST_BLOCK_VPT:
+        threads = fc.round32(-(-nw // v))
+        if nw > 32 and threads <= fc.persist_max_threads(v):
+            c = fc.FastConfig("block", threads=threads, vpt=v)
             out.setdefault(c.label(), c)
     return out
 
@@ -52,7 +53,7 @@ def measure(n: int, dtype: torch.dtype, total_log2: int) -> tuple[float, list[tu
     mb = 2 * x.numel() * x.element_size() / 1e6
     copy = mb / med_ms(lambda: y.copy_(x))
     rows = []
-    default = cv.fast_softmax_config(n, dtype)
+    default = fc.fast_softmax_config(n, dtype)
     for label, c in candidates(n, dtype).items():
         label += " *" if c == default else ""
         try:

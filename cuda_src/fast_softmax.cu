@@ -1,6 +1,6 @@
 // fast_softmax: the speed-of-light family. One read of x and one write of y per element, rows
 // held on chip in 16-byte vectors, and a launch shape picked per (N, dtype) by the launcher
-// (kernel_lab/ops/softmax/cuda_variants.py: fast_softmax_config, which records its choice).
+// (kernel_lab/ops/softmax/fast_config.py: fast_softmax_config; cuda_variants.py records the choice).
 //
 // The kernels live in row_softmax_kernels.cuh (shared with log_softmax.cu, which instantiates
 // the same bodies with another epilogue); see its header for each kernel's ownership, launch

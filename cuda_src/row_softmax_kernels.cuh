@@ -9,7 +9,7 @@
 // The macro defines thin __global__ templates named <prefix>_warp, _block, _cluster, _persist,
 // _persist_cluster, _persist_pipe and _wide (so NVRTC name expressions such as "fast_softmax_block<float, 4>" or "log_softmax_persist_cluster<__nv_bfloat16, 8, 4>" work);
 // each forwards to one device body below, templated on the epilogue. The launcher picks a kernel
-// and its shape per (N, dtype): kernel_lab/ops/softmax/cuda_variants.py, fast_softmax_config.
+// and its shape per (N, dtype): kernel_lab/ops/softmax/fast_config.py, fast_softmax_config.
 //
 // Common to all kernels here
 //   Layout:   "aligned windows" (softmax_common.cuh: load_window/store_window): window v of a row

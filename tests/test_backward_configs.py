@@ -14,7 +14,10 @@ from conftest import HAS_CUDA
 
 import kernel_lab
 from kernel_lab.cuda_common import ALL_DTYPES, ctype, vec_width
+from kernel_lab.ops.softmax import backward_config as bc
 from kernel_lab.ops.softmax import cuda_variants as cv
+from kernel_lab.ops.softmax import fast_config as fc
+from kernel_lab.ops.softmax import persistent as pc
 
 NS = (1, 127, 4096, 16384, 16385, 20000, 32000, 50257, 65536, 151936, 262144, 524288, 1048576)
 
@@ -25,15 +28,15 @@ def test_backward_config_holds_the_row(dtype, aligned):
     declared = set(cv.BACKWARD.name_expressions)
     t = ctype(dtype)
     for n in NS:
-        kind, threads, vpt, cl, stages = cv.backward_config(n, dtype, aligned)
+        kind, threads, vpt, cl, stages = bc.backward_config(n, dtype, aligned)
         assert stages in (1, 2) and (stages == 1 or kind == "persist"), (n, kind, stages)
         assert threads % 32 == 0 and 32 <= threads <= 1024, (n, kind, threads)
         nw = -(-n // vec_width(dtype))
         if kind == "persist":
-            assert aligned and dtype in cv.BACKWARD_PERSIST_DTYPES, (n, dtype)
+            assert aligned and dtype in bc.BACKWARD_PERSIST_DTYPES, (n, dtype)
             assert f"fused_softmax_backward_persist<{t}, {vpt}, {cl}>" in declared
             assert threads * vpt * cl >= nw
-            assert threads <= cv.backward_persist_max_threads(dtype, vpt)
+            assert threads <= bc.backward_persist_max_threads(dtype, vpt)
         elif kind == "cluster":
             assert f"fused_softmax_backward_cluster<{t}, {vpt}, {cl}>" in declared
             assert threads * vpt * cl >= nw and threads <= 512
@@ -47,25 +50,25 @@ def test_odd_rows_in_one_phase_take_the_persistent_kernel(dtype):
     """Rows of y, dy and dx sharing their 16-byte phase (odd N such as 50257) go persistent,
     sized for one extra window (a row may start mid-slot)."""
     for n in (50257, 65537, 151937):
-        cfg = cv.backward_config(n, dtype, aligned=False, phase=True)
+        cfg = bc.backward_config(n, dtype, aligned=False, phase=True)
         assert cfg.kind == "persist", (n, cfg)
-        assert cfg.threads * cfg.vpt * cfg.cluster >= cv._windows(n, dtype, aligned=False)
-        assert cv.backward_config(n, dtype, aligned=False).kind != "persist"
+        assert cfg.threads * cfg.vpt * cfg.cluster >= fc.vector_windows(n, dtype, aligned=False)
+        assert bc.backward_config(n, dtype, aligned=False).kind != "persist"
 
 
 def test_long_aligned_rows_take_the_persistent_kernel():
     def kind_and_cluster(n, dtype, aligned=True):
-        cfg = cv.backward_config(n, dtype, aligned)
+        cfg = bc.backward_config(n, dtype, aligned)
         return cfg.kind, cfg.cluster
 
     assert kind_and_cluster(20000, torch.float32) == ("persist", 8)
     assert kind_and_cluster(65536, torch.float32) == ("persist", 15)
     assert kind_and_cluster(65536, torch.bfloat16) == ("persist", 15)
     assert kind_and_cluster(131072, torch.bfloat16) == ("persist", 15)  # 15 x 288, 90 registers
-    assert cv.backward_config(50257, torch.float32, False, True).cluster == 8  # odd rows: 8
-    assert cv.backward_config(65536, torch.bfloat16).stages == 1  # 2-byte 15-CTA: one row
-    assert cv.backward_config(65536, torch.float32).stages == 1  # 15 x 288 < two-stage size
-    assert cv.backward_config(262144, torch.bfloat16).threads == 576  # 15 x 576, one row
+    assert bc.backward_config(50257, torch.float32, False, True).cluster == 8  # odd rows: 8
+    assert bc.backward_config(65536, torch.bfloat16).stages == 1  # 2-byte 15-CTA: one row
+    assert bc.backward_config(65536, torch.float32).stages == 1  # 15 x 288 < two-stage size
+    assert bc.backward_config(262144, torch.bfloat16).threads == 576  # 15 x 576, one row
     assert kind_and_cluster(131072, torch.float32) == ("persist", 15)
     assert kind_and_cluster(151936, torch.float32) == ("persist", 15)
     assert kind_and_cluster(196608, torch.float32) == ("persist", 16)
@@ -83,11 +86,11 @@ def test_long_aligned_rows_take_the_persistent_kernel():
     (torch.float16, 307200, 15)], ids=str)
 def test_persistent_backward_loops_over_rows(dtype, n, cl):
     """Through the registered op: the config's persistent shapes, more rows than clusters."""
-    kind, threads, vpt, got_cl, stages = cv.backward_config(n, dtype)
+    kind, threads, vpt, got_cl, stages = bc.backward_config(n, dtype)
     assert (kind, got_cl) == ("persist", cl)
     expr = f"fused_softmax_backward_persist<{ctype(dtype)}, {vpt}, {cl}>"
     smem = stages * 2 * threads * vpt * 16
-    groups = cv.resident_groups(cv.BACKWARD, expr, threads, cl, smem, 0)
+    groups = pc.resident_groups(cv.BACKWARD, expr, threads, cl, smem, 0)
     m = 2 * groups + 3  # every cluster loops over two or three rows
     gen = torch.Generator(device="cuda").manual_seed(n)
     x = torch.randn(m, n, device="cuda", generator=gen)
@@ -101,18 +104,18 @@ def test_persistent_backward_loops_over_rows(dtype, n, cl):
 
 def _persist_instantiations():
     """Every declared persistent backward kernel: (dtype, vectors per thread, cluster)."""
-    for d, vpt, cl in cv.backward_persist_instantiations():
+    for d, vpt, cl in bc.backward_persist_instantiations():
         yield pytest.param(d, vpt, cl, id=f"{d}-x{vpt}-cl{cl}")
 
 
 def test_persist_instantiations_are_declared():
     declared = set(cv.BACKWARD.name_expressions)
-    for d, vpt, cl in cv.backward_persist_instantiations():
+    for d, vpt, cl in bc.backward_persist_instantiations():
         assert f"fused_softmax_backward_persist<{ctype(d)}, {vpt}, {cl}>" in declared
-    assert (torch.float32, 8, 15) in cv.backward_persist_instantiations()
-    assert cv.backward_persist_max_threads(torch.float32, 8) == 640
-    assert cv.backward_persist_max_threads(torch.float32) == 1024
-    assert cv.backward_persist_max_threads(torch.bfloat16) == 640
+    assert (torch.float32, 8, 15) in bc.backward_persist_instantiations()
+    assert bc.backward_persist_max_threads(torch.float32, 8) == 640
+    assert bc.backward_persist_max_threads(torch.float32) == 1024
+    assert bc.backward_persist_max_threads(torch.bfloat16) == 640
 
 
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
@@ -124,22 +127,22 @@ def test_every_persistent_backward_kernel_loops_over_rows(dtype, vpt, cl):
     w = vec_width(dtype)
     op = kernel_lab.get_op("softmax_backward")
     gen = torch.Generator(device="cuda").manual_seed(cl)
-    for threads in (cv.backward_persist_max_threads(dtype, vpt), 64):
+    for threads in (bc.backward_persist_max_threads(dtype, vpt), 64):
         n = threads * vpt * cl * w - 2 * w  # whole windows (the persistent kernel's precondition)
         y = torch.softmax(torch.randn(23, n, device="cuda", generator=gen), -1).to(dtype)
         dy = torch.randn(23, n, device="cuda", generator=gen).to(dtype)
         for groups, stages in ((3, 1), (3, 2), (None, 1), (None, 2)):
-            if stages == 2 and threads * vpt * 16 * 4 > cv.MAX_CTA_SHARED:
+            if stages == 2 and threads * vpt * 16 * 4 > fc.MAX_CTA_SHARED:
                 continue  # two stages of y and dy do not fit one SM's shared memory
             dx = torch.full_like(y, float("nan"))
-            cfg = cv.BackwardConfig("persist", threads, vpt, cl, stages)
+            cfg = bc.BackwardConfig("persist", threads, vpt, cl, stages)
             cv.backward_launch(dx, y, dy, cfg, True, max_groups=groups)
             res = op.check(dx, y, dy)
             assert res.ok, f"{dtype} {cfg.label()} groups={groups}: {res.message}"
 
 
 def test_backward_config_names_its_fields_and_rejects_bad_stages():
-    cfg = cv.backward_config(65536, torch.bfloat16)
+    cfg = bc.backward_config(65536, torch.bfloat16)
     assert cfg.kind == "persist" and cfg.label().startswith("persist 15x")
     assert tuple(cfg) == (cfg.kind, cfg.threads, cfg.vpt, cfg.cluster, cfg.stages)
     y = torch.zeros(2, 64)
@@ -159,7 +162,7 @@ def test_odd_rows_run_persistent_and_exact(dtype, n):
     m = 37
     y = torch.softmax(torch.randn(m, n, device="cuda", generator=gen), -1).to(dtype)
     dy = torch.randn(m, n, device="cuda", generator=gen).to(dtype)
-    cfg = cv.backward_config(n, dtype, aligned=False, phase=True)
+    cfg = bc.backward_config(n, dtype, aligned=False, phase=True)
     assert cfg.kind == "persist"
     dx = kernel_lab.run("fused_softmax_backward", y, dy)
     assert op.check(dx, y, dy).ok
@@ -185,14 +188,14 @@ def test_persistent_backward_shape_check():
     for odd rows, and refuses rows of y, dy and dx in different phases."""
     for dtype in (torch.float32, torch.bfloat16):
         w = vec_width(dtype)
-        cfg = cv.BackwardConfig("persist", 64, 4, 2)
+        cfg = bc.BackwardConfig("persist", 64, 4, 2)
         n = 64 * 4 * 2 * w  # exactly the shape's windows
         y = torch.zeros(3, n, dtype=dtype)
         cv.check_backward_persist(y, y, y, cfg)
         odd = torch.zeros(3, n - 1, dtype=dtype)  # rows 1, 2 start mid-slot: one more window
         with pytest.raises(ValueError, match="spans"):
-            cv.check_backward_persist(odd, odd, odd, cv.BackwardConfig("persist", 64, 4, 2))
-        cv.check_backward_persist(odd, odd, odd, cv.BackwardConfig("persist", 96, 4, 2))
+            cv.check_backward_persist(odd, odd, odd, bc.BackwardConfig("persist", 64, 4, 2))
+        cv.check_backward_persist(odd, odd, odd, bc.BackwardConfig("persist", 96, 4, 2))
         buf = torch.zeros(3 * n + 1, dtype=dtype)
         with pytest.raises(ValueError, match="phase"):
             cv.check_backward_persist(y, buf[1:].view(3, n), y, cfg)

@@ -17,7 +17,10 @@ from conftest import HAS_CUDA
 from kernel_lab.cuda_common import ALL_DTYPES, vec_width
 from kernel_lab.ops.log_softmax import cuda_variants as lcv
 from kernel_lab.ops.log_softmax import op as log_op
+from kernel_lab.ops.softmax import backward_config as bc
 from kernel_lab.ops.softmax import cuda_variants as cv
+from kernel_lab.ops.softmax import fast_config as fc
+from kernel_lab.ops.softmax import persistent as pc
 from kernel_lab.reference import check
 
 NS = sorted({1, 3, 7, 31, 127, 128, 129, 512, 781, 1023, 1024, 1823, 2048, 4096, 4097, 8192,
@@ -32,17 +35,17 @@ def test_config_holds_the_row(dtype, aligned, vec):
     log = set(lcv.FORWARD.name_expressions)
     t = cv.ctype(dtype)
     for n, line in [(n, line) for n in NS for line in (None, False)]:
-        c = cv.fast_softmax_config(n, dtype, aligned, vec, line)
-        assert c.kind != "persist" or (vec and dtype in cv.PERSIST_DTYPES), (n, c)
-        assert c.capacity() >= cv._windows(n, dtype, aligned), (n, c)
+        c = fc.fast_softmax_config(n, dtype, aligned, vec, line)
+        assert c.kind != "persist" or (vec and dtype in fc.PERSIST_DTYPES), (n, c)
+        assert c.capacity() >= fc.vector_windows(n, dtype, aligned), (n, c)
         if c.kind in ("persist", "pipe"):  # heads up to 127 bytes unless rows are on lines
-            assert c.capacity() >= cv._line_windows(n, dtype, aligned, line), (n, line, c)
+            assert c.capacity() >= fc.line_windows(n, dtype, aligned, line), (n, line, c)
         if c.kind == "wide":
-            assert c.shared_mem() <= cv.WIDE_KEEP_BYTES and c.cluster in cv.WIDE_CL, (n, c)
+            assert c.shared_mem() <= fc.WIDE_KEEP_BYTES and c.cluster in fc.WIDE_CL, (n, c)
         assert c.threads % 32 == 0 and 32 <= c.threads <= 1024, (n, c)
         if c.kind == "persist":
-            assert c.threads <= cv.persist_max_threads(c.vpt), (n, c)
-            assert c.shared_mem() <= cv.MAX_CTA_SHARED, (n, c)
+            assert c.threads <= fc.persist_max_threads(c.vpt), (n, c)
+            assert c.shared_mem() <= fc.MAX_CTA_SHARED, (n, c)
         assert c.expr(t) in fast, (n, c.expr(t))
         assert c.expr(t, "log_softmax") in log, (n, c.expr(t, "log_softmax"))
 
@@ -50,10 +53,10 @@ def test_config_holds_the_row(dtype, aligned, vec):
 def test_rows_of_up_to_1kb_take_a_lane_group():
     """WARP_MAX_WINDOWS: fp32 N = 256 (64 windows) runs one warp per row (a 32-thread CTA per
     row ran at 79 % of copy); bf16 N = 1024 (128 windows) a CTA per row."""
-    assert cv.fast_softmax_config(256, torch.float32).label() == "warp g32x2"
-    assert cv.fast_softmax_config(512, torch.bfloat16).label() == "warp g32x2"
-    assert cv.fast_softmax_config(257, torch.float32).kind == "block"
-    assert cv.fast_softmax_config(1024, torch.bfloat16).label() == "block 32x4"
+    assert fc.fast_softmax_config(256, torch.float32).label() == "warp g32x2"
+    assert fc.fast_softmax_config(512, torch.bfloat16).label() == "warp g32x2"
+    assert fc.fast_softmax_config(257, torch.float32).kind == "block"
+    assert fc.fast_softmax_config(1024, torch.bfloat16).label() == "block 32x4"
 
 
 def test_both_sources_declare_the_same_family():
@@ -66,11 +69,11 @@ def _persist_cases():
     """(dtype, vpt, cluster, threads, late, stages) for every persistent instantiation and
     schedule: a small CTA (many rows, quick) with one and two rows in flight and, for clusters
     1 and 16, the largest CTA (> 48 KB of shared memory) and the largest whose two stages fit."""
-    for dt in cv.PERSIST_DTYPES:
-        for vpt in cv.PERSIST_VPT[dt.itemsize]:
-            big = cv.persist_max_threads(vpt)
-            big2 = min(big, cv.MAX_CTA_SHARED // (2 * vpt * 16) // 32 * 32)
-            for cl in cv.PERSIST_CL:
+    for dt in fc.PERSIST_DTYPES:
+        for vpt in fc.PERSIST_VPT[dt.itemsize]:
+            big = fc.persist_max_threads(vpt)
+            big2 = min(big, fc.MAX_CTA_SHARED // (2 * vpt * 16) // 32 * 32)
+            for cl in fc.PERSIST_CL:
                 for late in (False, True) if cl > 1 else (False,):
                     tag = "-late" if late else ""
                     shapes = [(64, 1), (64, 2)] + ([(big, 1), (big2, 2)] if cl in (1, 16) else [])
@@ -88,14 +91,14 @@ def _edge_rows(x: torch.Tensor) -> torch.Tensor:
     return x
 
 
-def _loops_over_rows_exactly(cfg: cv.FastConfig, dtype: torch.dtype) -> None:
+def _loops_over_rows_exactly(cfg: fc.FastConfig, dtype: torch.dtype) -> None:
     """softmax and log_softmax through ``cfg`` on rows that fill it, rows that start anywhere in
     a 128-byte line (up to 7 windows before the row) and shorter ones, with -inf / NaN / +1e4
     rows; 23 rows over 3 groups (each loops ~8 times) and over as many groups as are resident."""
     w = vec_width(dtype)
     cap = cfg.threads * cfg.vpt * cfg.cluster * w  # elements the shape holds
     gen = torch.Generator(device="cuda").manual_seed(1234 + cfg.vpt * 100 + cfg.cluster)
-    line = cv.LINE_BYTES // dtype.itemsize  # elements: heads up to a 128-byte line
+    line = fc.LINE_BYTES // dtype.itemsize  # elements: heads up to a 128-byte line
     for n in (cap, cap - line - 3, cap - cap // 3 - 5):  # aligned, odd rows (every line head)
         m = 23
         x = torch.randn(m, n, device="cuda", dtype=torch.float32, generator=gen).to(dtype)
@@ -116,7 +119,7 @@ def _loops_over_rows_exactly(cfg: cv.FastConfig, dtype: torch.dtype) -> None:
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
 @pytest.mark.parametrize("dtype,vpt,cl,threads,late,stages", list(_persist_cases()))
 def test_persistent_kernels_loop_over_rows(dtype, vpt, cl, threads, late, stages):
-    cfg = cv.FastConfig("persist", threads=threads, vpt=vpt, cluster=cl, late=late,
+    cfg = fc.FastConfig("persist", threads=threads, vpt=vpt, cluster=cl, late=late,
                         stages=stages)
     _loops_over_rows_exactly(cfg, dtype)
 
@@ -124,12 +127,12 @@ def test_persistent_kernels_loop_over_rows(dtype, vpt, cl, threads, late, stages
 def _pipe_cases():
     """(dtype, vpt, cluster, threads, stages) for every pipelined instantiation, one and two
     rows of slots: a small CTA, and the largest whose slots fit shared memory."""
-    for dt in cv.PERSIST_DTYPES:
-        for vpt in cv.pipe_vpts(dt):
+    for dt in fc.PERSIST_DTYPES:
+        for vpt in fc.pipe_vpts(dt):
             for stages in (1, 2):
-                big = min(cv.persist_max_threads(vpt),
-                          cv.MAX_CTA_SHARED // (stages * vpt * 16) // 32 * 32)
-                for cl in cv.PIPE_CL:
+                big = min(fc.persist_max_threads(vpt),
+                          fc.MAX_CTA_SHARED // (stages * vpt * 16) // 32 * 32)
+                for cl in fc.PIPE_CL:
                     for threads in (64, big):
                         yield pytest.param(dt, vpt, cl, threads, stages,
                                            id=f"{dt}-v{vpt}-cl{cl}-t{threads}-s{stages}")
@@ -138,21 +141,21 @@ def _pipe_cases():
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
 @pytest.mark.parametrize("dtype,vpt,cl,threads,stages", list(_pipe_cases()))
 def test_pipelined_kernels_loop_over_rows(dtype, vpt, cl, threads, stages):
-    cfg = cv.FastConfig("pipe", threads=threads, vpt=vpt, cluster=cl, stages=stages)
+    cfg = fc.FastConfig("pipe", threads=threads, vpt=vpt, cluster=cl, stages=stages)
     _loops_over_rows_exactly(cfg, dtype)
 
 
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
-@pytest.mark.parametrize("dtype", cv.PERSIST_DTYPES, ids=str)
+@pytest.mark.parametrize("dtype", fc.PERSIST_DTYPES, ids=str)
 def test_small_cta_does_not_shrink_a_large_ctas_shared_memory(dtype):
     """One persistent instantiation launched large, then small, then large again: the dynamic
     shared-memory limit is one attribute of the function, and the small launch must not lower
     it under the large one (that failed with CUDA_ERROR_INVALID_VALUE on the H200)."""
-    vpt = cv.PERSIST_VPT[dtype.itemsize][0]
-    big = cv.persist_max_threads(vpt)
+    vpt = fc.PERSIST_VPT[dtype.itemsize][0]
+    big = fc.persist_max_threads(vpt)
     for threads in (big, 64, big):
-        cfg = cv.FastConfig("persist", threads=threads, vpt=vpt, cluster=1)
-        line = cv.LINE_BYTES // dtype.itemsize  # odd rows start mid-line: 7 windows of slack
+        cfg = fc.FastConfig("persist", threads=threads, vpt=vpt, cluster=1)
+        line = fc.LINE_BYTES // dtype.itemsize  # odd rows start mid-line: 7 windows of slack
         x = torch.randn(5, cfg.capacity() * vec_width(dtype) - line - 3, device="cuda").to(dtype)
         out = torch.full_like(x, float("nan"))
         cv.fast_launch(out, x, cfg)
@@ -165,7 +168,7 @@ def test_a_config_too_small_for_the_row_is_refused(dtype):
     """fast_launch with a caller's config checks that it holds the row before launching (the
     kernel would leave the row's tail unwritten). CPU tensors: the check comes before any launch.
     A row one element too long, and rows that start mid-window and need one window of slack."""
-    cfg = cv.FastConfig("block", threads=64, vpt=2)
+    cfg = fc.FastConfig("block", threads=64, vpt=2)
     w = vec_width(dtype)
     for n in (cfg.capacity() * w + 1, cfg.capacity() * w - 1):
         x = torch.zeros(3, n, dtype=dtype)
@@ -180,52 +183,53 @@ def test_persistent_shapes_budget_a_line_head(dtype):
     (up to 7 more windows); the config then picks a shape with the slack."""
     w, n = vec_width(dtype), 65536
     vpt = 16 if w == 4 else 4
-    cfg = cv.FastConfig("persist", threads=n // w // (vpt * 8), vpt=vpt, cluster=8)
+    cfg = fc.FastConfig("persist", threads=n // w // (vpt * 8), vpt=vpt, cluster=8)
     assert cfg.capacity() == n // w
     buf = torch.zeros(2 * n + 256, dtype=dtype)
-    off = -buf.data_ptr() % cv.LINE_BYTES // buf.element_size()
+    off = -buf.data_ptr() % fc.LINE_BYTES // buf.element_size()
     for shift, ok in ((0, True), (w, False)):
         x = buf[off + shift:off + shift + 2 * n].view(2, n)
         assert cv._rows_on_lines(x) == ok
         if ok:
-            assert cv._row_windows(cfg, n, dtype, True, True) == cfg.capacity()
+            assert fc.config_windows(cfg, n, dtype, True, True) == cfg.capacity()
         else:
             with pytest.raises(ValueError, match="spans"):
                 cv.fast_launch(torch.empty_like(x), x, cfg)
-    off_line = cv.fast_softmax_config(n, dtype, True, True, line=False)
+    off_line = fc.fast_softmax_config(n, dtype, True, True, line=False)
     assert off_line.capacity() >= n // w + 7 and off_line.kind in ("persist", "pipe")
 
 
 def test_two_stage_persistent_config_doubles_its_slots():
-    one = cv.FastConfig("persist", threads=256, vpt=4, cluster=8)
-    two = cv.FastConfig("persist", threads=256, vpt=4, cluster=8, stages=2)
+    one = fc.FastConfig("persist", threads=256, vpt=4, cluster=8)
+    two = fc.FastConfig("persist", threads=256, vpt=4, cluster=8, stages=2)
     assert two.shared_mem() == 2 * one.shared_mem() == 2 * 256 * 4 * 16
     assert two.label() == "persist 8x256x4 s2" and one.label() == "persist 8x256x4"
     assert two.expr("float") == one.expr("float")  # one kernel: stages is a launch argument
     with pytest.raises(ValueError, match="stages"):
-        cv.FastConfig("persist", threads=256, vpt=4, cluster=8, stages=3)
+        fc.FastConfig("persist", threads=256, vpt=4, cluster=8, stages=3)
     with pytest.raises(ValueError, match="stages"):
-        cv.FastConfig("wide", threads=1024, vpt=8, cluster=8, stages=2)
+        fc.FastConfig("wide", threads=1024, vpt=8, cluster=8, stages=2)
 
 
 def test_wide_config_keeps_what_shared_memory_holds():
-    bf16 = cv.wide_config(cv._windows(1 << 20, torch.bfloat16), cluster=16)  # 8 per thread
+    bf16 = fc.wide_config(fc.vector_windows(1 << 20, torch.bfloat16), cluster=16)  # 8 per thread
     assert (bf16.cluster, bf16.threads, bf16.vpt) == (16, 1024, 8)  # all kept
-    fp32 = cv.wide_config(cv._windows(1 << 20, torch.float32), cluster=8)  # 32 per thread
+    fp32 = fc.wide_config(fc.vector_windows(1 << 20, torch.float32), cluster=8)  # 32 per thread
     assert (fp32.cluster, fp32.vpt, fp32.shared_mem()) == (8, 14, 14 * 1024 * 16)  # 14 fit
     assert fp32.label() == "wide 8x1024 keep 14" and fp32.capacity() >= 1 << 30
     # Default: 8 CTAs unless they would keep under 3/4 of each chunk, then 16.
-    assert cv.wide_config(cv._windows(1 << 20, torch.bfloat16)).label() == "wide 8x1024 keep 14"
-    assert cv.wide_config(cv._windows(1 << 20, torch.float32)).label() == "wide 16x1024 keep 14"
-    assert cv.fast_softmax_config(1 << 20, torch.float32).kind == "wide"
-    assert cv.wide_config(100, cluster=8, threads=64).vpt == 1  # short rows: one window each
+    nw_bf16, nw_fp32 = (fc.vector_windows(1 << 20, dt) for dt in (torch.bfloat16, torch.float32))
+    assert fc.wide_config(nw_bf16).label() == "wide 8x1024 keep 14"
+    assert fc.wide_config(nw_fp32).label() == "wide 16x1024 keep 14"
+    assert fc.fast_softmax_config(1 << 20, torch.float32).kind == "wide"
+    assert fc.wide_config(100, cluster=8, threads=64).vpt == 1  # short rows: one window each
 
 
 def _wide_cases():
     """(dtype, cluster, threads, keep): every wide instantiation with nothing, part or all of
     each thread's windows kept in shared memory."""
     for dt in ALL_DTYPES:
-        for cl in cv.WIDE_CL:
+        for cl in fc.WIDE_CL:
             for keep in (0, 2, 64):
                 yield pytest.param(dt, cl, 64, keep, id=f"{dt}-cl{cl}-t64-keep{keep}")
 
@@ -244,8 +248,8 @@ def test_wide_kernel_any_row(dtype, cl, threads, keep):
         buf = torch.randn(7, n + 1, device="cuda", generator=gen).to(dtype)
         for x in (buf[:, :n].contiguous(), buf[:, 1:]):  # aligned rows; rows off by one element
             x = _edge_rows(x.clone() if x.is_contiguous() else x)
-            per = cv.wide_per_thread(cv._windows(n, dtype, False), cl, threads)
-            cfg = cv.FastConfig("wide", threads=threads, vpt=min(keep, per), cluster=cl)
+            per = fc.wide_per_thread(fc.vector_windows(n, dtype, False), cl, threads)
+            cfg = fc.FastConfig("wide", threads=threads, vpt=min(keep, per), cluster=cl)
             for kernels, ref_fn, tol in (
                 (cv.FAST_KERNELS, lambda a: torch.softmax(a.double(), -1), None),
                 (lcv.FORWARD_KERNELS, lambda a: torch.log_softmax(a.double(), -1),
@@ -263,20 +267,20 @@ def test_persistent_launches_size_their_grid(monkeypatch):
     """CPU: persist, pipe, wide and the persistent backward launch min(M, resident) groups
     times the cluster, capped by max_groups (the launch itself is recorded, not run)."""
     launched = []
-    monkeypatch.setattr(cv, "resident_groups", lambda src, expr, threads, cl, smem, dev: 5)
+    monkeypatch.setattr(pc, "resident_groups", lambda src, expr, threads, cl, smem, dev: 5)
     monkeypatch.setattr(cv, "device_index", lambda t: 0)
     extras = []
     monkeypatch.setattr(cv, "launch_rows", lambda src, expr, out, ins, grid, block, extra,
                         shared_mem=0: (launched.append((expr, grid, block, shared_mem)),
                                        extras.append(tuple(int(e) for e in extra))))
     buf = torch.randn(7 * 65536 + 32)  # rows on 128-byte lines, as the CUDA allocator gives
-    off = -buf.data_ptr() % cv.LINE_BYTES // buf.element_size()
+    off = -buf.data_ptr() % fc.LINE_BYTES // buf.element_size()
     x = buf[off:off + 7 * 65536].view(7, 65536)
-    nw = cv._windows(65536, torch.float32)
-    persist = cv.persist_config(nw, 16, 8, late=True)
-    pipe = cv.fast_softmax_config(65536, torch.float32)
-    wide = cv.wide_config(nw, cluster=16)
-    backward = cv.backward_config(65536, torch.float32)
+    nw = fc.vector_windows(65536, torch.float32)
+    persist = fc.persist_config(nw, 16, 8, late=True)
+    pipe = fc.fast_softmax_config(65536, torch.float32)
+    wide = fc.wide_config(nw, cluster=16)
+    backward = bc.backward_config(65536, torch.float32)
     assert (pipe.kind, wide.kind, backward.kind) == ("pipe", "wide", "persist")
     for groups, want in ((None, 5), (2, 2), (9, 5)):
         launched.clear()

@@ -25,15 +25,9 @@ from kernel_lab.cuda_common import (
     vec_width,
 )
 from kernel_lab.interop import i32
-from kernel_lab.ops.softmax.cuda_variants import (
-    BWD_MAX_THREADS,
-    VPT,
-    RowKernels,
-    fast_choice,
-    fast_launch,
-    row_kernel_exprs,
-    vec_config,
-)
+from kernel_lab.ops.softmax.backward_config import BWD_MAX_THREADS
+from kernel_lab.ops.softmax.cuda_variants import RowKernels, fast_choice, fast_launch
+from kernel_lab.ops.softmax.fast_config import VPT, row_kernel_exprs, vec_config
 from kernel_lab.registry import register
 from kernel_lab.rows import rowwise
 

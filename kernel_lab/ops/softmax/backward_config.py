@@ -1,0 +1,151 @@
+"""Launch shapes of fused_softmax_backward (cuda_src/fused_softmax_backward.cu): kernel kind,
+CTA size, vectors per thread, cluster size and prefetch stages as pure functions of (N, dtype,
+alignment) - no GPU needed - with the H200 measurements behind each rule beside it. The
+launcher is in cuda_variants.py.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import torch
+
+from kernel_lab.cuda_common import vec_width
+
+from .fast_config import MAX_CTA_SHARED, cluster_shape, vec_config, vector_windows
+
+BWD_MAX_THREADS = 512  # the one-CTA and one-row cluster kernels' CTA size limit
+BACKWARD_CL = (2, 4, 8, 16)
+BACKWARD_PERSIST_VPT = 4  # vectors of y and of dy per thread: 2 x 64 KB per 1024-thread CTA
+BACKWARD_PERSIST_SIZES = (2, 4, 8, 15, 16)  # instantiated cluster sizes (tuning, tests)
+# More vectors per thread, for rows past 15 CTAs x 1024 threads x 4 vectors (fp32 N > 245760,
+# where 16x1024x4 lost to the one-row cluster: 262144 at 69 %): (dtype, vectors, CTAs).
+# Instantiated for tuning and tested; the config does not pick them until they are measured
+# (fp32 x 8 at the 640-thread bound: 91 registers, no spills, NVRTC 13.0).
+BACKWARD_PERSIST_WIDE = ((torch.float32, 8, 15),)
+# The config: rows longer than one CTA holds take persistent clusters of (CTAs, most threads
+# per CTA) from BACKWARD_PERSIST_SHAPES, the first that holds the row; longer rows keep the
+# one-row cluster kernel. Measured (H200, M*N = 2^28, % of copy, bench/tune_backward.py,
+# after the message exchange): fp32 32000 8x256x4 87.7 (2x1024x4 83.6), 65536 8x512x4 88.1
+# (4x1024x4 79.6), 151936 16x608x4 79.0 (one-row cluster 62.7), 262144 16x1024x4 70.5 vs the
+# one-row cluster's 75.6 (so 16-CTA fp32 clusters stop at 768 threads); bf16 65536 8x256x4
+# 89.4 (one-row 4-CTA cluster 73.9), 151936 16x320x4 82.7 (63.0), 262144 16x512x4 80.1
+# (56.1). fp16 runs the bf16 rule (the same kernel; its speed was not measured separately).
+# 8-CTA fp32 clusters go up to 1024 threads: 131072 8x1024x4 88.6 / 87.4 against 16x512x4 s2
+# 80.8 / 80.7 (2026-11-30, sixth run, one call each with and without the unchecked interior).
+# Two rows in flight (stages = 2) for CTAs of >= BACKWARD_TWO_STAGE_THREADS threads, measured
+# twice (2026-11-30): bf16 151936 16x320x4 85.3 / 85.5 vs 80.8 / 81.1; 262144 16x512x4 81.1 /
+# 80.5 vs 80.4 / 79.6; fp32 65536 8x512x4 88.9 / 88.9 vs 87.7 / 87.7; smaller CTAs lost 1-1.5
+# points (fp32 32000 8x256x4 86.9 vs 88.3; bf16 65536 8x256x4 88.5 vs 89.5). The 1024-thread
+# fp32 CTA stays at one stage (two would need 256 KB of shared memory).
+# 15-CTA clusters (2026-11-30, seventh run; one call each, % of copy): fp32 32000 15x160x4 92.1
+# vs 8x256x4 87.2; 65536 15x288x4 94.3 vs 8x512x4 s2 88.2; 131072 15x576x4 s2 95.4 vs 8x1024x4
+# 86.1; 151936 15x640x4 s2 96.8 vs 16x608x4 s2 78.3; bf16 65536 15x160x4 s2 96.3 vs 8x256x4
+# 88.9; 151936 15x320x4 s2 88.3 vs 16x320x4 s2 84.9. Where 15 lost: rows not 16-byte aligned
+# (50257: fp32 15x224x4 s2 86.7 vs 8x416x4 88.4; bf16 15x128x4 s2 86.4 vs 8x224x4 s2 88.6) and
+# bf16 131072 (15x288x4 s2 77.2 vs 8x512x4 s2 88.3). Entries: (CTAs, most threads per CTA,
+# fewest windows per row, 16-byte aligned rows only, fewest threads for two stages); the first
+# that holds the row wins.
+# 2-byte CTAs at <= 90 registers (launch bound 640 instead of 512, which let ptxas take 107:
+# CTAs of >= 320 threads were one per SM; 2026-11-30, eighth run, one call, % of copy): 15-CTA
+# shapes of up to 512 threads with one stage win - bf16 65536 15x160x4 97.2 (two stages 93.3;
+# at 107 registers two stages won, 96.3 vs 88.6), 128256 15x288x4 97.2 vs 8x512x4 s2 88.4,
+# 131072 97.0 vs 88.4, 151936 15x320x4 97.5 vs s2 95.0; and with CTAs of up to 640 threads
+# (call 3): bf16 262144 15x576x4 98.2 vs 16x512x4 s2 79.9 (fp16 97.8 vs 80.3), so 2-byte rows
+# need no 16-CTA shape up to N = 307200. Unchanged: 32000-32768 (block 512x8 91.4 / 91.9;
+# 15x96x4 91.8 / 93.1); rows not 16-byte aligned (50257: 8x224x4 87.6, best 4x416x4 s2 88.4).
+BACKWARD_TWO_STAGE_THREADS = 320
+
+
+class BackwardShape(NamedTuple):
+    """A persistent backward cluster shape the config may pick (BACKWARD_PERSIST_SHAPES)."""
+
+    ctas: int
+    most_threads: int
+    min_windows: int = 0  # rows of fewer 16-byte windows skip it
+    aligned_only: bool = False  # only rows that start on 16 bytes
+    two_stage_threads: int | None = BACKWARD_TWO_STAGE_THREADS  # CTAs this large prefetch two
+    # rows (None: never)
+
+
+BACKWARD_PERSIST_SHAPES = {  # by itemsize
+    4: (BackwardShape(15, 768, min_windows=8000, aligned_only=True), BackwardShape(8, 512),
+        BackwardShape(15, 768), BackwardShape(16, 768)),
+    2: (BackwardShape(15, 640, min_windows=8000, aligned_only=True, two_stage_threads=None),
+        BackwardShape(8, 512), BackwardShape(15, 640, two_stage_threads=None)),
+}
+BACKWARD_PERSIST_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def backward_persist_max_threads(dtype: torch.dtype, vpt: int = BACKWARD_PERSIST_VPT) -> int:
+    """CTA size limit of fused_softmax_backward_persist (``BackwardPersistThreads`` in the .cu):
+    640 for 2-byte types or more than 4 vectors per thread (<= 90 registers, no spills), else
+    1024."""
+    return 640 if dtype.itemsize == 2 or vpt > 4 else 1024
+
+
+def backward_persist_instantiations() -> list[tuple[torch.dtype, int, int]]:
+    """Every declared persistent backward kernel: (dtype, vectors per thread, CTAs)."""
+    return [(d, BACKWARD_PERSIST_VPT, c) for d in BACKWARD_PERSIST_DTYPES
+            for c in BACKWARD_PERSIST_SIZES] + list(BACKWARD_PERSIST_WIDE)
+
+
+class BackwardConfig(NamedTuple):
+    """One fused_softmax_backward launch shape: kernel kind, CTA size, vectors of y and of dy
+    per thread (None: streaming), CTAs per cluster, and for ``persist`` the rows in flight into
+    shared memory (1: the next row; 2: the next two)."""
+
+    kind: str
+    threads: int
+    vpt: int | None
+    cluster: int = 1
+    stages: int = 1
+
+    def label(self) -> str:
+        stages = f" s{self.stages}" if self.stages > 1 else ""
+        return f"{self.kind} {self.cluster}x{self.threads}x{self.vpt}{stages}"
+
+
+def backward_smem(threads: int, vpt: int = BACKWARD_PERSIST_VPT) -> int:
+    """Shared memory of one prefetch stage of the persistent backward: y and dy slots."""
+    return 2 * threads * vpt * 16
+
+
+@functools.lru_cache(maxsize=None)  # runs on every launch: a pure function of its arguments
+def backward_config(n: int, dtype: torch.dtype, aligned: bool = True,
+                    phase: bool | None = None) -> BackwardConfig:
+    """The BackwardConfig (kind, threads, vectors per thread, cluster size, stages) of
+    fused_softmax_backward for rows of n.
+
+    One CTA holds y and dy up to 512 threads x 8 vectors each (``block``). Longer rows, when
+    the rows of y, dy and dx share their 16-byte phase (``phase``; default ``aligned``: 16-byte
+    aligned rows, which vectorize every kernel): ``persist``, persistent clusters of CTAs of
+    threads x 4 vectors, the first of BACKWARD_PERSIST_SHAPES that holds the row: for 16-byte
+    aligned rows of >= 8000 windows 15 CTAs of <= 768 (fp32) / 640 (fp16/bf16) threads, then
+    8 of <= 512, 15 of <= 768 / 640, for fp32 16 of <= 768 (fp32 N <= 196608, 2-byte N <=
+    307200); the next row is prefetched (the next two rows from each shape's
+    ``two_stage_threads``, where shared memory holds them; never for 2-byte 15-CTA shapes).
+    Otherwise a
+    one-row cluster of up to 16 CTAs of 512 x 8 (fp32) or x 4 (2-byte) vectors; longer rows
+    stream (two passes)."""
+    threads, vpt = vec_config(n, dtype, BWD_MAX_THREADS)
+    if vpt:
+        return BackwardConfig("block", threads, vpt)
+    nw = -(-n // vec_width(dtype))
+    if (aligned if phase is None else phase) and dtype in BACKWARD_PERSIST_DTYPES:
+        nwa = vector_windows(n, dtype, aligned)
+        for sh in BACKWARD_PERSIST_SHAPES[dtype.itemsize]:
+            if nwa < sh.min_windows or (sh.aligned_only and not aligned):
+                continue
+            shape = cluster_shape(nwa, BACKWARD_PERSIST_VPT, sh.most_threads, (sh.ctas,))
+            if shape:
+                cl, threads = shape
+                two = sh.two_stage_threads is not None and sh.two_stage_threads <= threads \
+                    and 2 * backward_smem(threads) <= MAX_CTA_SHARED
+                return BackwardConfig("persist", threads, BACKWARD_PERSIST_VPT, cl, 2 if two else 1)
+    vpt = 4 if vec_width(dtype) == 8 else 8  # fp16/bf16: 2 x 32 elements per thread, no spills
+    shape = cluster_shape(nw, vpt, BWD_MAX_THREADS, BACKWARD_CL)
+    if shape:
+        return BackwardConfig("cluster", shape[1], vpt, shape[0])
+    return BackwardConfig("stream", 1024, None)

@@ -1,0 +1,357 @@
+"""Launch shapes of the row-softmax CUDA kernels: the fast family (cuda_src/row_softmax_kernels.cuh,
+instantiated by fast_softmax.cu and log_softmax.cu) and vec_softmax's one-CTA vector shape.
+
+Pure functions of (N, dtype, alignment) - no GPU needed - with the H200 measurements behind each
+rule beside it; bench/NOTES.md has the full record. The launchers are in cuda_variants.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from kernel_lab.cuda_common import ALL_DTYPES, ctype, next_pow2, vec_width
+
+_T = [ctype(dt) for dt in ALL_DTYPES]
+VPT = (1, 2, 4, 8)  # 16-byte vectors per thread kept in registers (vec_softmax, backward block)
+VEC_MAX_THREADS = 1024
+
+
+# -- vec_softmax (and the backward's one-CTA kernel) ----------------------------------------------
+def vec_config(n: int, dtype: torch.dtype, max_threads: int = VEC_MAX_THREADS):
+    """(threads, vectors per thread) keeping a row of ``n`` in registers, or (threads, None)
+    when it does not fit (the streaming kernel then runs)."""
+    nv = -(-n // vec_width(dtype))
+    threads = min(max_threads, max(32, next_pow2(-(-nv // 4))))
+    vpt = next_pow2(-(-nv // threads))
+    return (threads, vpt) if vpt <= VPT[-1] else (max_threads, None)
+
+
+def round32(threads: int) -> int:
+    return max(32, -(-threads // 32) * 32)
+
+
+def cluster_shape(
+    nw: int, vpt: int, max_threads: int, sizes: tuple[int, ...]
+) -> tuple[int, int] | None:
+    """(cluster, threads): the smallest cluster of ``sizes`` whose CTAs of <= ``max_threads``
+    threads x ``vpt`` vectors hold ``nw`` windows, with the multiple of 32 threads that just
+    covers them; None if even the largest cluster is too small."""
+    for cl in sizes:
+        if nw <= cl * max_threads * vpt:
+            return cl, round32(-(-nw // (vpt * cl)))
+    return None
+
+
+# -- fast_softmax: speed of light ---------------------------------------------------------------
+# Instantiations fast_softmax_config can pick (and nothing else: compile time is per name).
+FAST_WARP = ((4, 1), (4, 2), (8, 2), (16, 2), (32, 1), (32, 2), (32, 4))  # (group, vpt)
+FAST_BLOCK_VPT = (2, 4, 8)
+FAST_CL = (2, 4, 8, 16)
+PERSIST_VPT = {4: (4, 8, 16), 2: (4,)}  # by itemsize: 2-byte types spill beyond 4 (see NOTES)
+PERSIST_CL = (1, 2, 4, 8, 15, 16)
+# Rows longer than one persistent CTA: clusters of 8, 15, else 16 CTAs, trying (vectors per thread,
+# most threads per CTA) in the order of PERSIST_CLUSTER_SHAPES, sized down to the threads that
+# cover the row, the next row's copies issued while the (max, sum) messages fly (`late`).
+# Measured twice on the H200 (M*N = 2^28, % of copy, bench/tune_long_rows.py, 2026-11-30):
+# small CTAs of many vectors win - fp32 65536 8x128x16 late 88.2 / 88.8 vs the former
+# 8x256x8 84.5 / 83.8; 151936 16x160x16 late 85.4 / 86.8 vs 8x608x8 83.9 / 84.0; 262144
+# 16x256x16 late 86.0 vs 8x1024x8 84.3 / 79.1; 524288 16x1024x8 late 78.1 / 79.0 vs 71.3 /
+# 71.4; bf16 65536 8x256x4 late 84.6 / 86.2 vs 81.7 / 82.2; 151936 16x320x4 late 77.8 / 77.7
+# vs 8x608x4 74.6 / 74.5; 262144 16x512x4 late 81.4 / 80.7 vs 8x1024x4 79.3 / 77.8.
+# 15 before 16: rows between 8 and 15 CTAs' capacity waste less of the shape in rounding the
+# CTA up to 32 threads. H200, % of copy, two calls: fp32 151936 15x160x16 late 91.9 / 91.9 vs
+# 16x160x16 late 85.2 / 85.1 (98.9 vs 92.7 % of the shape filled); bf16 151936 15x320x4 late
+# 80.2 / 80.1 vs 16x320x4 late 77.0 / 76.9. (Clusters of 5 and 10 lost at 50257 and 151936.)
+PERSIST_CLUSTER_SIZES = (8, 15, 16)
+PERSIST_CLUSTER_SHAPES = {4: ((16, 256), (8, 1024)), 2: ((4, 512), (4, 1024))}  # by itemsize
+PERSIST_DTYPES = (torch.float32, torch.float16, torch.bfloat16)  # fp64: correctness, not speed
+# The pipelined persistent clusters (``pipe``, kernel 5b): each row's (max, sum) exchange overlaps
+# the next row's reduction; the cluster sizes and vectors per thread of PERSIST_CLUSTER_SHAPES.
+PIPE_CL = (8, 16)
+PIPE_FP32_SHAPE = (128, 16)  # threads, vectors per thread: 2 x 32 KB of slots per CTA
+PIPE_MIN_FILL = 0.9  # of the shape's windows: fp32 N = 59000-65536 and 118000-131072
+# Rows longer than the on-chip shapes hold: the persistent wide kernel, clusters of WIDE_CL[0]
+# CTAs of 1024 threads, or WIDE_CL[1] when 8 CTAs' shared memory would keep under
+# WIDE_MIN_KEPT of each chunk (the rest is read twice). H200, M*N = 2^28, % of copy, two calls:
+# fp32 2^20 16x1024 keep 14 69.6 / 71.1 vs 8x1024 keep 14 (44 % kept) 64.5 / 64.2; bf16 2^20
+# 8x1024 keep 14 (88 % kept) 67.7 / 67.6 vs 16x1024 67.8; fp16 68.1 vs 70.1. (Before the kernel
+# was persistent, 16-CTA clusters lost badly: 41 % vs 61 % for bf16, one cluster launch a row.)
+WIDE_CL = (8, 16)
+WIDE_MIN_KEPT = 0.75
+MAX_CTA_SHARED = 227 * 1024  # H100/H200: the most dynamic shared memory one CTA may take
+WIDE_KEEP_BYTES = MAX_CTA_SHARED
+
+
+def _fast_vpt_cap(dtype: torch.dtype) -> int:
+    """Vectors per thread for cluster rows: 16 (fp32/fp64), 4 for 2-byte types - beyond
+    32 fp16/bf16 elements per thread the unpacked fp32 copies spill (measured: 1.1-1.4 TB/s)."""
+    return 4 if dtype.itemsize == 2 else 16
+
+
+def pipe_vpts(dtype: torch.dtype) -> tuple[int, ...]:
+    """Vectors per thread of the pipelined instantiations: those of PERSIST_CLUSTER_SHAPES."""
+    return tuple(sorted({v for v, _ in PERSIST_CLUSTER_SHAPES[dtype.itemsize]}))
+
+
+def persist_max_threads(vpt: int) -> int:
+    """CTA size limit of the persistent kernels (``MaxThreads`` in row_softmax_kernels.cuh)."""
+    return 512 if vpt >= 16 else 1024
+
+
+def row_kernel_exprs(prefix: str) -> list[str]:
+    """Every instantiation of the row-softmax family (row_softmax_kernels.cuh) under ``prefix``:
+    fast_softmax.cu and log_softmax.cu declare the same list."""
+    out = []
+    for dt, t in zip(ALL_DTYPES, _T):
+        big = _fast_vpt_cap(dt)
+        out += [f"{prefix}_warp<{t}, {g}, {v}>" for g, v in FAST_WARP]
+        out += [f"{prefix}_block<{t}, {v}>" for v in FAST_BLOCK_VPT]
+        out += [f"{prefix}_cluster<{t}, {big}, {c}>" for c in FAST_CL]
+        if dt in PERSIST_DTYPES:
+            for v in PERSIST_VPT[dt.itemsize]:
+                out += [f"{prefix}_persist<{t}, {v}>"]
+                out += [f"{prefix}_persist_cluster<{t}, {v}, {c}>" for c in PERSIST_CL if c > 1]
+            out += [f"{prefix}_persist_pipe<{t}, {v}, {c}>" for v in pipe_vpts(dt) for c in PIPE_CL]
+        out += [f"{prefix}_wide<{t}, {c}>" for c in WIDE_CL]
+    return out
+
+
+@dataclass(frozen=True)
+class FastConfig:
+    """What fast_softmax (and log_softmax) launches for one (N, dtype): kernel kind and shape.
+
+    kind: ``warp`` (``group`` lanes per row, several rows per block), ``block`` (a CTA per row),
+    ``cluster`` (``cluster`` CTAs per row, DSMEM reduction),
+    ``persist`` (resident CTAs / clusters loop over rows, next row prefetched into shared memory;
+    ``cluster`` = 1 is the single-CTA form), ``pipe`` (persistent clusters, ``stages`` rows in
+    flight, each row's (max, sum) exchange overlapping the next row's reduction) or ``wide``
+    (``cluster`` CTAs per row, two passes).
+    ``threads`` is the CTA size, ``vpt`` the 16-byte vectors each thread keeps in registers
+    (``wide``: in shared memory between its passes).
+    """
+
+    kind: str
+    threads: int
+    vpt: int
+    group: int = 32
+    cluster: int = 1
+    late: bool = False  # persist clusters: next row's copies issued while (max, sum) messages fly
+    stages: int = 1  # persist, pipe: rows in flight into shared memory (1: the next; 2: two)
+
+    def __post_init__(self):
+        if self.stages not in (1, 2):
+            raise ValueError(f"stages must be 1 or 2, not {self.stages}")
+        if self.stages > 1 and self.kind not in ("persist", "pipe"):
+            raise ValueError(f"stages apply to the persistent kernels, not {self.kind!r}")
+
+    def expr(self, t: str, prefix: str = "fast_softmax") -> str:
+        if self.kind == "warp":
+            return f"{prefix}_warp<{t}, {self.group}, {self.vpt}>"
+        if self.kind == "block":
+            return f"{prefix}_block<{t}, {self.vpt}>"
+        if self.kind == "cluster":
+            return f"{prefix}_cluster<{t}, {self.vpt}, {self.cluster}>"
+        if self.kind == "persist":
+            if self.cluster == 1:
+                return f"{prefix}_persist<{t}, {self.vpt}>"
+            return f"{prefix}_persist_cluster<{t}, {self.vpt}, {self.cluster}>"
+        if self.kind == "pipe":
+            return f"{prefix}_persist_pipe<{t}, {self.vpt}, {self.cluster}>"
+        return f"{prefix}_wide<{t}, {self.cluster}>"
+
+    def capacity(self) -> int:
+        """Windows (16-byte slots) one row may span (wide: any row)."""
+        if self.kind == "warp":
+            return self.group * self.vpt
+        if self.kind == "wide":
+            return 1 << 31
+        return self.threads * self.vpt * self.cluster
+
+    def shared_mem(self) -> int:
+        """Dynamic shared memory per CTA: the persistent kernels' prefetch slots, the wide
+        kernel's kept windows."""
+        if self.kind in ("persist", "pipe", "wide"):  # stages is 1 but for persist and pipe
+            return self.threads * self.vpt * 16 * self.stages
+        return 0
+
+    def label(self) -> str:
+        if self.kind == "warp":
+            return f"warp g{self.group}x{self.vpt}"
+        if self.kind in ("cluster", "persist", "pipe"):
+            late = " late" if self.late else ""
+            stages = f" s{self.stages}" if self.stages > 1 else ""
+            return f"{self.kind} {self.cluster}x{self.threads}x{self.vpt}{late}{stages}"
+        if self.kind == "wide":
+            return f"wide {self.cluster}x{self.threads} keep {self.vpt}"
+        return f"{self.kind} {self.threads}x{self.vpt}"
+
+
+def vector_windows(n: int, dtype: torch.dtype, aligned: bool = True) -> int:
+    """16-byte windows a row spans: ceil(n / W) when rows start 16-byte aligned, else one more
+    for the worst-case head offset."""
+    w = vec_width(dtype)
+    return -(-n // w) if aligned else -(-(n + w - 1) // w)
+
+
+# The persistent kernels (persist, pipe) measure a row's head from its 128-byte line, not its
+# 16-byte vector (softmax_common.cuh, line_head), so that each warp's windows are whole lines.
+# H200, M*N = 2^28, % of copy, the same shape on rows on and off 128-byte lines (2026-11-30):
+# fp32 151936 vs 151940 15x160x16 91.9 vs 84.9; 50176 vs 50256 8x128x16 86.9 vs 82.4; bf16
+# 151936 vs 151940 15x320x4 80.1 vs 75.9.
+LINE_BYTES = 128
+
+
+def line_windows(n: int, dtype: torch.dtype, aligned: bool = True,
+                  line: bool | None = None) -> int:
+    """16-byte windows a row spans in the persistent kernels: ceil(n / W) for rows that start on
+    a 128-byte line, else up to 7 more (a head of up to 127 bytes). ``line`` (rows on lines)
+    defaults to ``aligned`` (rows on 16 bytes) with N * itemsize a multiple of 128."""
+    w = vec_width(dtype)
+    if line is None:
+        line = aligned and n * dtype.itemsize % LINE_BYTES == 0
+    return -(-n // w) if line else -(-(n + LINE_BYTES // dtype.itemsize - 1) // w)
+
+
+def config_windows(cfg: "FastConfig", n: int, dtype: torch.dtype, aligned: bool,
+                 line: bool) -> int:
+    """Windows a row of ``n`` spans in ``cfg``'s kernel (line heads for persist and pipe)."""
+    if cfg.kind in ("persist", "pipe"):
+        return line_windows(n, dtype, line=line)
+    return vector_windows(n, dtype, aligned)
+
+
+def persist_vpt(dtype: torch.dtype) -> int:
+    """Vectors per thread of the persistent kernels: fp32 8 x <= 1024 threads (128 KB of
+    registers per CTA, and as much again of prefetch slots, 64 registers, no spills) - the same
+    capacity as 16 x 512, and faster with rows that leave threads idle (H200, M*N = 2^28:
+    151936 79 % vs 69 %, 50257 84 vs 81, 65536 88 vs 85, 262144 equal); fp16/bf16 4 x <= 1024
+    (64 KB + 64 KB): at 8 or 16 vectors ptxas spills 50-300 bytes per thread even with the
+    packed words kept opaque between loops."""
+    return 8 if dtype.itemsize == 4 else 4
+
+
+def persist_config(nw: int, vpt: int, cluster: int, late: bool = False,
+                   stages: int = 1) -> FastConfig:
+    """The persistent shape holding ``nw`` windows with ``vpt`` per thread over ``cluster``
+    CTAs: the multiple of 32 threads that just covers the row."""
+    return FastConfig("persist", threads=round32(-(-nw // (vpt * cluster))), vpt=vpt,
+                      cluster=cluster, late=late and cluster > 1, stages=stages)
+
+
+def pipe_config(nw: int, dtype: torch.dtype) -> FastConfig | None:
+    """The pipelined persistent cluster (kernel 5b) for fp32 rows of ``nw`` windows that fill at
+    least PIPE_MIN_FILL of a PIPE_FP32_SHAPE cluster of 8 or 16 CTAs, else None.
+
+    Measured on the H200 (M*N = 2^28, % of copy, bench/tune_long_rows.py, 2026-11-30): fp32 65536
+    pipe 8x128x16 92.0 / 91.8 against persist 8x128x16 late 87.8 / 88.2; 131072 pipe 16x128x16
+    89.1 against 86.4. It lost where a CTA's two rows of slots pass 64 KB (fewer CTAs per SM:
+    262144 16x256x16 62.9 vs 83.7; 151936 16x160x16 72.1 vs 85.2), where rows fill little of the
+    shape (50257 8x128x16 62.6 vs 83.4), and in bf16 everywhere (the second exp per element and
+    the extra unpacking: 65536 68.9 vs 83.9), so 2-byte types keep kernel 5."""
+    if dtype != torch.float32:
+        return None
+    threads, vpt = PIPE_FP32_SHAPE
+    for cl in PIPE_CL:
+        cap = cl * threads * vpt
+        if nw <= cap:
+            return FastConfig("pipe", threads=threads, vpt=vpt, cluster=cl, stages=2) if (
+                nw >= PIPE_MIN_FILL * cap) else None
+    return None
+
+
+def wide_config(nw: int, cluster: int | None = None, threads: int = 1024,
+                keep_bytes: int = WIDE_KEEP_BYTES) -> FastConfig:
+    """The wide kernel for rows of ``nw`` windows: ``cluster`` CTAs of ``threads`` (default:
+    WIDE_CL[0], or WIDE_CL[1] if WIDE_CL[0] CTAs would keep under WIDE_MIN_KEPT of their
+    windows), each thread keeping as many of its windows in shared memory as ``keep_bytes``
+    per CTA hold."""
+    most = keep_bytes // (16 * threads)
+    if cluster is None:
+        per = wide_per_thread(nw, WIDE_CL[0], threads)
+        cluster = WIDE_CL[0] if most >= WIDE_MIN_KEPT * per else WIDE_CL[1]
+    return FastConfig("wide", threads=threads, cluster=cluster,
+                      vpt=min(wide_per_thread(nw, cluster, threads), most))
+
+
+def wide_per_thread(nw: int, cluster: int, threads: int) -> int:
+    """Windows each thread of the wide kernel owns: ceil(ceil(nw / cluster) / threads)."""
+    chunk = -(-nw // cluster)
+    return -(-chunk // threads)
+
+
+def fast_softmax_config(
+    n: int, dtype: torch.dtype, aligned: bool = True, vec: bool = True, line: bool | None = None
+) -> FastConfig:
+    """The launch fast_softmax (and log_softmax) uses for rows of ``n`` elements of ``dtype``.
+
+    Rules, in 16-byte windows ``nw`` per row (bench/NOTES.md, "CUDA kernel versions", has the
+    sweeps behind them; ``python bench/tune_long_rows.py`` reruns them):
+
+    * nw <= WARP_MAX_WINDOWS (64: rows of <= 1 KB): a lane group per row, 1-2 vectors per lane;
+    * nw <= PERSIST_MIN_NW (8192 fp32, 2048 fp16/bf16): one CTA per row (``block``), 2 (fp32,
+      nw <= 256), 4 (nw <= 2048, and always for 2-byte types) or 8 vectors per thread, threads
+      = the multiple of 32 that just covers the row (no idle pow2 padding);
+    * longer, when input and output rows share their 16-byte phase (``vec``) and the dtype is
+      fp32/fp16/bf16: ``persist``, one CTA of <= 1024 threads x 8 vectors (fp32) or x 4
+      (fp16/bf16) if it holds the row, else a cluster of PERSIST_CLUSTER_SIZES (8, 15, 16)
+      CTAs of the first PERSIST_CLUSTER_SHAPES entry that holds it (fp32: <= 256 threads x 16
+      vectors, then <= 1024 x 8; fp16/bf16: <= 512 x 4, then <= 1024 x 4), threads = the
+      multiple of 32 that just covers the row, next row's copies issued late; fp32 rows that
+      fill >= 90 % of 8 or 16 CTAs x 128 threads x 16 vectors take the pipelined form
+      (``pipe``, :func:`pipe_config`);
+    * otherwise (fp64, misaligned phase, or longer rows): a one-row cluster of up to 16 CTAs
+      with 16 vectors x <= 512 threads (fp32/fp64) or 4 x <= 1024 (fp16/bf16), else ``wide``
+      (persistent clusters of 8 CTAs of 1024 threads, 16 where 8 would keep under 3/4 of each
+      CTA's chunk; two passes, up to 227 KB per CTA kept in shared memory).
+
+    ``aligned``: rows start on 16-byte boundaries (otherwise one extra window is budgeted).
+    ``vec``: input and output rows share their 16-byte phase (the persistent kernels need it).
+    ``line``: rows start on 128-byte lines (default: ``aligned`` and N * itemsize a multiple of
+    128); otherwise the persistent shapes budget up to 7 more windows (:func:`line_windows`).
+    """
+    nw = vector_windows(n, dtype, aligned)
+    es = dtype.itemsize
+    if nw <= WARP_MAX_WINDOWS:
+        if nw < 32:
+            vpt = 1 if nw <= 4 else 2
+            g = max(4, next_pow2(-(-nw // vpt)))
+        else:
+            g, vpt = 32, next_pow2(-(-nw // 32))
+        return FastConfig("warp", threads=128, vpt=vpt, group=g)
+    persist_ok = vec and dtype in PERSIST_DTYPES
+    block_max = PERSIST_MIN_NW[es] if persist_ok else 1024 * (4 if es == 2 else 8)
+    if nw <= block_max:
+        vpt = 2 if (nw <= 256 and es >= 4) else 4 if (nw <= 2048 or es == 2) else 8
+        return FastConfig("block", threads=round32(-(-nw // vpt)), vpt=vpt)
+    if persist_ok:
+        nwl = line_windows(n, dtype, aligned, line)
+        vpt = persist_vpt(dtype)
+        if cluster_shape(nwl, vpt, persist_max_threads(vpt), (1,)):
+            return persist_config(nwl, vpt, 1)
+        pipe = pipe_config(nwl, dtype)
+        if pipe:
+            return pipe
+        for vpt, most in PERSIST_CLUSTER_SHAPES[es]:
+            shape = cluster_shape(nwl, vpt, most, PERSIST_CLUSTER_SIZES)
+            if shape:
+                return persist_config(nwl, vpt, shape[0], late=True)
+    big = _fast_vpt_cap(dtype)
+    shape = cluster_shape(nw, big, 1024 if big <= 8 else 512, FAST_CL)
+    if shape:
+        return FastConfig("cluster", threads=shape[1], vpt=big, cluster=shape[0])
+    return wide_config(nw)
+
+
+# Rows of at most this many 16-byte windows (1 KB) take a lane group each (``warp``), longer
+# ones a CTA. H200, M*N = 2^28, % of copy (2026-11-30, eighth run): fp32 N = 256 (64 windows)
+# warp g32x2 99.6 against block 32x2 79.1 (one 32-thread CTA per row: the former rule, 79-80 %
+# in every sweep); bf16 N = 1024 (128 windows) block 32x4 101.1 against warp g32x4 99.1.
+WARP_MAX_WINDOWS = 64
+
+# Rows of more windows than this take the persistent kernels (by itemsize). fp32: one CTA per
+# row up to 8192 windows (block 1024x8: 93 % at N = 32768 vs 92 % for persist 1x512x16, and
+# 97 % vs 90 % at 16384); 2-byte types: up to 2048 (N = 16384: block 512x4 87 %, persist 83 %;
+# N = 32768: persist 1x1024x4 83 % vs block 1024x4 65 %).
+PERSIST_MIN_NW = {8: 1 << 30, 4: 8192, 2: 2048}
