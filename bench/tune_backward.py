@@ -31,7 +31,11 @@ except ImportError:  # pragma: no cover - imported as bench.tune_backward
     from bench.tune_long_rows import med_ms
 
 
-def candidates(n: int, dtype: torch.dtype) -> dict[str, bc.BackwardConfig]:
+def candidates(n: int, dtype: torch.dtype,
+               extra_threads: tuple[int, ...] = ()) -> dict[str, bc.BackwardConfig]:
+    """The default shape, then per declared persistent instantiation the CTA size that just
+    covers the row and every ``extra_threads`` size that holds it too (to separate cluster size
+    from CTA size), each with one and two stages where shared memory holds them."""
     default = bc.backward_config(n, dtype)
     out = {"default " + default.label(): default}
     nw = -(-n // vec_width(dtype))
@@ -39,17 +43,19 @@ def candidates(n: int, dtype: torch.dtype) -> dict[str, bc.BackwardConfig]:
         if d != dtype:
             continue
         most = bc.backward_persist_max_threads(dtype, vpt)
-        threads = max(64, fc.round32(-(-nw // (vpt * cl))))
-        if threads > most:
-            continue
-        for stages in (1, 2):
-            if stages * bc.backward_smem(threads, vpt) <= fc.MAX_CTA_SHARED:
-                cfg = bc.BackwardConfig("persist", threads, vpt, cl, stages)
-                out[cfg.label()] = cfg
+        cover = max(64, fc.round32(-(-nw // (vpt * cl))))
+        for threads in sorted({cover, *(t for t in extra_threads if t * vpt * cl >= nw)}):
+            if threads > most or threads % 32:
+                continue
+            for stages in (1, 2):
+                if stages * bc.backward_smem(threads, vpt) <= fc.MAX_CTA_SHARED:
+                    cfg = bc.BackwardConfig("persist", threads, vpt, cl, stages)
+                    out[cfg.label()] = cfg
     return out
 
 
-def measure(n: int, dtype: torch.dtype, total_log2: int) -> tuple[int, float, list]:
+def measure(n: int, dtype: torch.dtype, total_log2: int,
+            extra_threads: tuple[int, ...] = ()) -> tuple[int, float, list]:
     """(rows M, copy GB/s, [(shape, GB/s, % of copy) or (shape, error)])."""
     m = max(1, (1 << total_log2) // n)
     y = torch.softmax(torch.randn(m, n, device="cuda"), -1).to(dtype)
@@ -58,7 +64,7 @@ def measure(n: int, dtype: torch.dtype, total_log2: int) -> tuple[int, float, li
     es = y.element_size()
     copy = 2 * y.numel() * es / med_ms(lambda: dx.copy_(y)) / 1e6
     rows = []
-    for label, cfg in candidates(n, dtype).items():
+    for label, cfg in candidates(n, dtype, extra_threads).items():
         try:
             ms = med_ms(lambda cfg=cfg: cv.backward_launch(dx, y, dy, cfg, True))
         except Exception as ex:  # noqa: BLE001 - record and keep going
@@ -74,12 +80,16 @@ def main() -> None:
     ap.add_argument("--ns", default="32000,65536,151936,262144")
     ap.add_argument("--dtypes", default="float32,bfloat16")
     ap.add_argument("--total-log2", type=int, default=28)
+    ap.add_argument("--threads", default="", help="also time these CTA sizes (multiples of "
+                    "32) for every cluster size whose CTAs of that size hold the row, e.g. "
+                    "608,640,704")
     args = ap.parse_args()
+    extra = tuple(int(t) for t in args.threads.split(",") if t)
     summary = []
     for dname in args.dtypes.split(","):
         dtype = getattr(torch, dname)
         for n in map(int, args.ns.split(",")):
-            m, copy, rows = measure(n, dtype, args.total_log2)
+            m, copy, rows = measure(n, dtype, args.total_log2, extra)
             print(json.dumps({"dtype": dname, "N": n, "M": m, "copy": round(copy), "rows": rows}),
                   flush=True)
             summary.append((dname, n, rows))
