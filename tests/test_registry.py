@@ -61,8 +61,7 @@ def test_unsupported_dtype_raises_value_error_before_launch():
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only refusal")
 def test_cpu_tensor_refused_by_gpu_only_variant():
     gpu_only = [v for v in kernel_lab.variants() if v.backend == "cuda"]
-    if not gpu_only:
-        pytest.skip("no CUDA variants registered")
+    assert gpu_only, "no CUDA variants registered"
     v = gpu_only[0]
     with pytest.raises(kernel_lab.UnsupportedInputError, match=f"{v.name}.*CUDA"):
         kernel_lab.run(v.name, torch.randn(2, 8))
