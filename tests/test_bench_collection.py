@@ -360,3 +360,26 @@ def test_plan_rounds_cover_the_host_latency_of_one_call():
     slow_host = bm.plan(call, timer, host_s=500e-6)  # ~0.5 ms of host time per call
     assert slow_host.iterations * 650e-6 >= bm.HOST_LATENCY_ROUNDS * 500e-6
     assert slow_host.rounds >= bm.MIN_ROUNDS
+
+
+def test_goal_check_lists_the_misses(monkeypatch):
+    """bench/goal_check.py on a synthetic sweep: every goal's misses, with their numbers."""
+    monkeypatch.syspath_prepend(str(REPO / "bench"))
+    import goal_check
+
+    def rec(variant, n, gbps, copy=4000.0):
+        return {"op": "softmax", "dtype": "float32", "n": n, "m": 2**28 // n, "variant": variant,
+                "status": "ok", "gbps": gbps, "pct_of_copy": 100 * gbps / copy}
+
+    recs = [rec("fast_softmax", 1024, 3900), rec("torch_eager", 1024, 3950),  # 97.5 %, 0.987x
+            rec("fast_softmax", 65536, 3000), rec("torch_eager", 65536, 2000),  # 75 %, 1.5x
+            rec("fast_softmax", 50257, 2800), rec("torch_eager", 50257, 2100),  # -6.7 % vs 65536
+            rec("triton_fused", 128, 3800), rec("torch_eager", 128, 3700)]  # 95 %
+    lines = goal_check.check(recs, {"fast_softmax", "triton_fused"}, {"torch_eager"})
+    text = "\n".join(lines)
+    assert ">= 95 % for 1024 <= N <= 262144: missed at 50257 (70), 65536 (75)" in text
+    assert ">= 90 % at 128, 512, 2^20: met" in text
+    assert "never slower than the best peer: missed at 1024 (0.987)" in text
+    assert ">= 1.4x the best peer for N >= 65536: met" in text
+    assert "vocabulary sizes within 3 % of their neighbours: missed at 50257 (-6.7 % vs 65536)" \
+        in text

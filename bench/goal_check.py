@@ -1,0 +1,84 @@
+"""Issue #5's goals, checked against saved ``python -m kernel_lab bench`` sweeps.
+
+    python bench/goal_check.py bench/sweep8.json bench/sweep8_fp16.json
+
+Per dtype and row length N: the best lab kernel (of ``--lab``), its % of the copy measured in
+the same run, and its speed over the best peer (of ``--peers``). Then each goal, met or with
+its misses: >= 95 % of copy for 1024 <= N <= 262144; >= 90 % at N = 128, 512 and 2^20; never
+slower than the best peer; >= 1.4x the best peer for N >= 65536; vocabulary sizes within 3 %
+of their power-of-two neighbours (faster is fine).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+try:  # run as a script from the repository root
+    from notes_table import load
+except ImportError:  # pragma: no cover - imported as bench.goal_check
+    from bench.notes_table import load
+
+VOCAB = ((32000, 32768), (50257, 65536), (128256, 131072), (151936, 131072))
+
+
+def best(records: list[dict], dtype: str, n: int, names: set[str]) -> dict | None:
+    """The fastest ok record of ``names`` at (dtype, n), or None."""
+    ok = [r for r in records if r["dtype"] == dtype and r["n"] == n and r["variant"] in names
+          and r["status"] == "ok"]
+    return max(ok, key=lambda r: r["gbps"]) if ok else None
+
+
+def check(records: list[dict], lab: set[str], peers: set[str]) -> list[str]:
+    """Lines: a per-N table per dtype, then one line per goal (met, or the misses)."""
+    out = []
+    for dtype in sorted({r["dtype"] for r in records}):
+        rows = {}
+        for n in sorted({r["n"] for r in records if r["dtype"] == dtype}):
+            a, p = best(records, dtype, n, lab), best(records, dtype, n, peers)
+            if a is not None:
+                rows[n] = (a, a["gbps"] / p["gbps"] if p else None)
+        out.append(f"{dtype}: N, best lab kernel, % of copy, x best peer")
+        out += [f"  {n:>8} {a['variant']:<14} {a['pct_of_copy']:5.1f} %  "
+                + (f"{x:.3f}x" if x else "-") for n, (a, x) in rows.items()]
+
+        def goal(text: str, misses: list[str]) -> str:
+            return f"  {text}: " + ("met" if not misses else "missed at " + ", ".join(misses))
+
+        pct = {n: a["pct_of_copy"] for n, (a, _) in rows.items()}
+        ratio = {n: x for n, (_, x) in rows.items() if x is not None}
+        out.append(goal(">= 95 % for 1024 <= N <= 262144",
+                        [f"{n} ({p:.0f})" for n, p in pct.items() if 1024 <= n <= 262144
+                         and p < 95]))
+        out.append(goal(">= 90 % at 128, 512, 2^20",
+                        [f"{n} ({pct[n]:.0f})" for n in (128, 512, 1 << 20)
+                         if n in pct and pct[n] < 90]))
+        out.append(goal("never slower than the best peer",
+                        [f"{n} ({x:.3f})" for n, x in ratio.items() if x < 1]))
+        out.append(goal(">= 1.4x the best peer for N >= 65536",
+                        [f"{n} ({x:.3f})" for n, x in ratio.items() if n >= 65536 and x < 1.4]))
+        vocab = [(a, b, rows[a][0]["gbps"] / rows[b][0]["gbps"] - 1) for a, b in VOCAB
+                 if a in rows and b in rows]
+        out.append(goal("vocabulary sizes within 3 % of their neighbours",
+                        [f"{a} ({100 * d:+.1f} % vs {b})" for a, b, d in vocab if d < -0.03]))
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("files", nargs="+", type=Path)
+    p.add_argument("--op", default="softmax")
+    p.add_argument("--lab", default="fast_softmax,triton_fused",
+                   help="the lab's kernels (comma-separated)")
+    p.add_argument("--peers", default="torch_eager,compile_naive",
+                   help="the peers (comma-separated)")
+    args = p.parse_args()
+    _, records = load(args.files)
+    records = [r for r in records if r["op"] == args.op]
+    if not records:
+        raise SystemExit(f"no {args.op} records in {', '.join(map(str, args.files))}")
+    print("\n".join(check(records, set(args.lab.split(",")), set(args.peers.split(",")))))
+
+
+if __name__ == "__main__":
+    main()
