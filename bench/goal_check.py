@@ -1,12 +1,15 @@
-"""Issue #5's goals, checked against saved ``python -m kernel_lab bench`` sweeps.
+"""The speed goals of issues #5 (forward) and #6 (backward), checked against saved sweeps.
 
     python bench/goal_check.py bench/sweep8.json bench/sweep8_fp16.json
+    python bench/goal_check.py bench/backward7_h200.json --op softmax_backward
 
 Per dtype and row length N: the best lab kernel (of ``--lab``), its % of the copy measured in
 the same run, and its speed over the best peer (of ``--peers``). Then each goal, met or with
-its misses: >= 95 % of copy for 1024 <= N <= 262144; >= 90 % at N = 128, 512 and 2^20; never
-slower than the best peer; >= 1.4x the best peer for N >= 65536; vocabulary sizes within 3 %
-of their power-of-two neighbours (faster is fine).
+its misses. Forward (#5): >= 95 % of copy for 1024 <= N <= 262144; >= 90 % at N = 128, 512
+and 2^20; never slower than the best peer; >= 1.4x the best peer for N >= 65536; vocabulary
+sizes within 3 % of their power-of-two neighbours (faster is fine). Backward (#6, lab default
+``fused_softmax_backward``, peer PyTorch's eager backward): >= 90 % of copy (3 tensors) and
+>= 1.5x the peer for 1024 <= N <= 262144.
 """
 
 from __future__ import annotations
@@ -29,8 +32,10 @@ def best(records: list[dict], dtype: str, n: int, names: set[str]) -> dict | Non
     return max(ok, key=lambda r: r["gbps"]) if ok else None
 
 
-def check(records: list[dict], lab: set[str], peers: set[str]) -> list[str]:
-    """Lines: a per-N table per dtype, then one line per goal (met, or the misses)."""
+def check(records: list[dict], lab: set[str], peers: set[str],
+          backward: bool = False) -> list[str]:
+    """Lines: a per-N table per dtype, then one line per goal (met, or the misses); the
+    backward goals of issue #6 when ``backward``."""
     out = []
     for dtype in sorted({r["dtype"] for r in records}):
         rows = {}
@@ -47,6 +52,14 @@ def check(records: list[dict], lab: set[str], peers: set[str]) -> list[str]:
 
         pct = {n: a["pct_of_copy"] for n, (a, _) in rows.items()}
         ratio = {n: x for n, (_, x) in rows.items() if x is not None}
+        if backward:
+            out.append(goal(">= 90 % for 1024 <= N <= 262144",
+                            [f"{n} ({p:.0f})" for n, p in pct.items() if 1024 <= n <= 262144
+                             and p < 90]))
+            out.append(goal(">= 1.5x the peer for 1024 <= N <= 262144 (where it is exact)",
+                            [f"{n} ({x:.3f})" for n, x in ratio.items() if 1024 <= n <= 262144
+                             and x < 1.5]))
+            continue
         out.append(goal(">= 95 % for 1024 <= N <= 262144",
                         [f"{n} ({p:.0f})" for n, p in pct.items() if 1024 <= n <= 262144
                          and p < 95]))
@@ -67,17 +80,20 @@ def check(records: list[dict], lab: set[str], peers: set[str]) -> list[str]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("files", nargs="+", type=Path)
-    p.add_argument("--op", default="softmax")
-    p.add_argument("--lab", default="fast_softmax,triton_fused",
-                   help="the lab's kernels (comma-separated)")
-    p.add_argument("--peers", default="torch_eager,compile_naive",
-                   help="the peers (comma-separated)")
+    p.add_argument("--op", default="softmax", choices=("softmax", "softmax_backward"))
+    p.add_argument("--lab", help="the lab's kernels (comma-separated; default: fast_softmax,"
+                   "triton_fused, or fused_softmax_backward for the backward)")
+    p.add_argument("--peers", help="the peers (comma-separated; default: torch_eager,"
+                   "compile_naive, or torch_eager_backward for the backward)")
     args = p.parse_args()
+    backward = args.op == "softmax_backward"
+    lab = args.lab or ("fused_softmax_backward" if backward else "fast_softmax,triton_fused")
+    peers = args.peers or ("torch_eager_backward" if backward else "torch_eager,compile_naive")
     _, records = load(args.files)
     records = [r for r in records if r["op"] == args.op]
     if not records:
         raise SystemExit(f"no {args.op} records in {', '.join(map(str, args.files))}")
-    print("\n".join(check(records, set(args.lab.split(",")), set(args.peers.split(",")))))
+    print("\n".join(check(records, set(lab.split(",")), set(peers.split(",")), backward)))
 
 
 if __name__ == "__main__":

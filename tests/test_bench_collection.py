@@ -383,3 +383,20 @@ def test_goal_check_lists_the_misses(monkeypatch):
     assert ">= 1.4x the best peer for N >= 65536: met" in text
     assert "vocabulary sizes within 3 % of their neighbours: missed at 50257 (-6.7 % vs 65536)" \
         in text
+
+
+def test_goal_check_backward_goals(monkeypatch):
+    monkeypatch.syspath_prepend(str(REPO / "bench"))
+    import goal_check
+
+    def rec(variant, n, gbps, status="ok"):
+        return {"op": "softmax_backward", "dtype": "bfloat16", "n": n, "m": 2**28 // n,
+                "variant": variant, "status": status, "gbps": gbps, "pct_of_copy": gbps / 40}
+
+    recs = [rec("fused_softmax_backward", 1024, 3900), rec("torch_eager_backward", 1024, 0,
+                                                           "inexact"),
+            rec("fused_softmax_backward", 32000, 3400), rec("torch_eager_backward", 32000, 2500)]
+    text = "\n".join(goal_check.check(recs, {"fused_softmax_backward"},
+                                      {"torch_eager_backward"}, backward=True))
+    assert ">= 90 % for 1024 <= N <= 262144: missed at 32000 (85)" in text
+    assert "(where it is exact): missed at 32000 (1.360)" in text
