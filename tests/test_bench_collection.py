@@ -362,10 +362,18 @@ def test_plan_rounds_cover_the_host_latency_of_one_call():
     assert slow_host.rounds >= bm.MIN_ROUNDS
 
 
-def test_goal_check_lists_the_misses(monkeypatch):
+def _goal_check(tmp_path, records, *args) -> str:
+    """bench/goal_check.py run as a script on a synthetic saved sweep; its stdout."""
+    path = tmp_path / "sweep.json"
+    path.write_text(json.dumps({"meta": {"copy_gbps": 4000.0}, "records": records}))
+    r = subprocess.run([sys.executable, str(REPO / "bench" / "goal_check.py"), str(path), *args],
+                       cwd=REPO, text=True, capture_output=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def test_goal_check_lists_the_misses(tmp_path):
     """bench/goal_check.py on a synthetic sweep: every goal's misses, with their numbers."""
-    monkeypatch.syspath_prepend(str(REPO / "bench"))
-    import goal_check
 
     def rec(variant, n, gbps, copy=4000.0):
         return {"op": "softmax", "dtype": "float32", "n": n, "m": 2**28 // n, "variant": variant,
@@ -375,8 +383,7 @@ def test_goal_check_lists_the_misses(monkeypatch):
             rec("fast_softmax", 65536, 3000), rec("torch_eager", 65536, 2000),  # 75 %, 1.5x
             rec("fast_softmax", 50257, 2800), rec("torch_eager", 50257, 2100),  # -6.7 % vs 65536
             rec("triton_fused", 128, 3800), rec("torch_eager", 128, 3700)]  # 95 %
-    lines = goal_check.check(recs, {"fast_softmax", "triton_fused"}, {"torch_eager"})
-    text = "\n".join(lines)
+    text = _goal_check(tmp_path, recs, "--peers", "torch_eager")
     assert ">= 95 % for 1024 <= N <= 262144: missed at 50257 (70), 65536 (75)" in text
     assert ">= 90 % at 128, 512, 2^20: met" in text
     assert "never slower than the best peer: missed at 1024 (0.987)" in text
@@ -385,18 +392,14 @@ def test_goal_check_lists_the_misses(monkeypatch):
         in text
 
 
-def test_goal_check_backward_goals(monkeypatch):
-    monkeypatch.syspath_prepend(str(REPO / "bench"))
-    import goal_check
-
+def test_goal_check_backward_goals(tmp_path):
     def rec(variant, n, gbps, status="ok"):
         return {"op": "softmax_backward", "dtype": "bfloat16", "n": n, "m": 2**28 // n,
                 "variant": variant, "status": status, "gbps": gbps, "pct_of_copy": gbps / 40}
 
-    recs = [rec("fused_softmax_backward", 1024, 3900), rec("torch_eager_backward", 1024, 0,
-                                                           "inexact"),
+    recs = [rec("fused_softmax_backward", 1024, 3900),
+            rec("torch_eager_backward", 1024, 0, "inexact"),
             rec("fused_softmax_backward", 32000, 3400), rec("torch_eager_backward", 32000, 2500)]
-    text = "\n".join(goal_check.check(recs, {"fused_softmax_backward"},
-                                      {"torch_eager_backward"}, backward=True))
+    text = _goal_check(tmp_path, recs, "--op", "softmax_backward")
     assert ">= 90 % for 1024 <= N <= 262144: missed at 32000 (85)" in text
     assert "(where it is exact): missed at 32000 (1.360)" in text
