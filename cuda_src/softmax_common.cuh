@@ -328,8 +328,12 @@ __device__ __forceinline__ void cp_async_wait_stage(int stages) {
 // first and last window of a row are partial (element accesses). With vec == 0 (input and
 // output rows misaligned differently, or any pointer off) h is 0 and every access is scalar:
 // same layout, never a fault. A row needs at most ceil((n + W - 1) / W) windows.
+// Elements between the start of the Bytes-aligned block holding `row` and `row` itself.
+template <int Bytes, typename T> __device__ __forceinline__ int head_in(const T* row) {
+  return int((reinterpret_cast<size_t>(row) & (Bytes - 1)) / sizeof(T));
+}
 template <typename T> __device__ __forceinline__ int row_head(const T* row, int vec) {
-  return vec ? int((reinterpret_cast<size_t>(row) & 15) / sizeof(T)) : 0;
+  return vec ? head_in<16>(row) : 0;
 }
 // Line heads (the persistent kernels): h measured from the row's 128-byte line, so window v
 // starts v * 16 bytes after that line and each warp's 32 consecutive windows are 4 whole lines.
@@ -339,7 +343,7 @@ template <typename T> __device__ __forceinline__ int row_head(const T* row, int 
 // checked paths; a row spans at most ceil((n + 128 / sizeof(T) - 1) / W) windows.
 constexpr int kLineBytes = 128;
 template <typename T> __device__ __forceinline__ int line_head(const T* row) {
-  return int((reinterpret_cast<size_t>(row) & (kLineBytes - 1)) / sizeof(T));
+  return head_in<kLineBytes>(row);
 }
 
 template <typename T, bool STREAM = true>

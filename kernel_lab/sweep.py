@@ -251,9 +251,9 @@ def main(args: argparse.Namespace) -> int:
         return 2
     copy = bm.copy_bandwidth(args.device)
     shape_set = "shapes" if args.shape else args.preset  # --shape replaces the preset's
+    chosen = f"--shape {', '.join(args.shape)}" if args.shape else f"preset {args.preset}"
     console.print(f"{bm.device_label(args.device)}: device copy {copy:,.0f} GB/s; "
-                  f"{len(pairs)} runs ({'--shape' if args.shape else 'preset'} "
-                  f"{', '.join(args.shape) if args.shape else args.preset})", markup=False)
+                  f"{len(pairs)} runs ({chosen})", markup=False)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   console=console, transient=True) as bar:
         task = bar.add_task("bench", total=len(pairs))

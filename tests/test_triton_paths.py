@@ -34,3 +34,36 @@ def test_backward_rows_per_program_and_tiles(name, n):
     result, dx = run_checked(variant, (y, dy), {})
     assert result.ok, result.message
     assert dx.shape == (m, n) and torch.isfinite(dx).all()
+
+
+_COMPILE_BACKWARD = """
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from triton_src import log_softmax, softmax
+for fn in (softmax.softmax_backward_kernel, log_softmax.log_softmax_backward_kernel):
+    for t in ("fp32", "bf16"):
+        sig = {"dx_ptr": "*" + t, "y_ptr": "*" + t, "dy_ptr": "*" + t, "M": "i32", "N": "i32",
+               "y_row_stride": "i32", "dy_row_stride": "i32", "BLOCK_N": "constexpr",
+               "ROWS": "constexpr", "IS_FP64": "constexpr"}
+        for block, rows in ((128, 16), (16384, 1)):
+            src = ASTSource(fn=fn, signature=sig,
+                            constexprs={"BLOCK_N": block, "ROWS": rows, "IS_FP64": False})
+            assert triton.compile(src, target=GPUTarget("cuda", 90, 32)).asm["ptx"]
+print("compiled")
+"""
+
+
+def test_backward_kernels_compile_for_sm90():
+    """The interpreter runs Python, not Triton's compiler: compile the backward kernels (several
+    rows per program, and tiles) for sm_90 like a GPU would, in a process without
+    TRITON_INTERPRET."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    r = subprocess.run([sys.executable, "-c", _COMPILE_BACKWARD], env=env, text=True,
+                       capture_output=True, timeout=600, cwd=Path(__file__).parents[1])
+    assert r.returncode == 0 and "compiled" in r.stdout, r.stderr[-2000:]

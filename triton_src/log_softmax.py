@@ -10,7 +10,7 @@ latter rounds to ulp(max), which is 1e-3 for a row near 1e4 in fp32.
 import triton
 import triton.language as tl
 
-from triton_src.softmax import _acc, load_row_block, online_row_stats
+from triton_src.softmax import _acc, load_row_block, online_row_stats, row_block
 
 
 @triton.jit
@@ -65,19 +65,15 @@ def log_softmax_backward_kernel(
     per row). Longer rows: program p owns row p (ROWS = 1) in BLOCK_N tiles, reading dy twice
     and y once: pass 1 needs only sum(dy).
     """
-    cols = tl.arange(0, BLOCK_N)
     if BLOCK_N >= N:
-        rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
-        r = rows[:, None].to(tl.int64)
-        mask = (rows[:, None] < M) & (cols[None, :] < N)
-        y = _acc(tl.load(y_ptr + r * y_row_stride + cols[None, :], mask=mask, other=0.0),
-                 IS_FP64)
-        dy = _acc(tl.load(dy_ptr + r * dy_row_stride + cols[None, :], mask=mask, other=0.0),
-                  IS_FP64)
+        r, c, mask = row_block(M, N, ROWS, BLOCK_N)
+        y = _acc(tl.load(y_ptr + r * y_row_stride + c, mask=mask, other=0.0), IS_FP64)
+        dy = _acc(tl.load(dy_ptr + r * dy_row_stride + c, mask=mask, other=0.0), IS_FP64)
         dx = dy - tl.exp(y) * tl.sum(dy, axis=1)[:, None]
-        tl.store(dx_ptr + r * N + cols[None, :], dx.to(dx_ptr.dtype.element_ty), mask=mask)
+        tl.store(dx_ptr + r * N + c, dx.to(dx_ptr.dtype.element_ty), mask=mask)
     else:
         row = tl.program_id(0).to(tl.int64)
+        cols = tl.arange(0, BLOCK_N)
         y_row = y_ptr + row * y_row_stride
         dy_row = dy_ptr + row * dy_row_stride
         if IS_FP64:

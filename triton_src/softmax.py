@@ -18,19 +18,25 @@ def _acc(x, IS_FP64: tl.constexpr):
 
 
 @triton.jit
+def row_block(M, N, ROWS: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Program p's rows [p*ROWS, p*ROWS + ROWS) and all BLOCK_N >= N columns: (row indices as an
+    int64 (ROWS, 1) column, column indices as a (1, BLOCK_N) row, the in-bounds mask)."""
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    cols = tl.arange(0, BLOCK_N)
+    return rows[:, None].to(tl.int64), cols[None, :], (rows[:, None] < M) & (cols[None, :] < N)
+
+
+@triton.jit
 def load_row_block(x_ptr, M, N, x_row_stride, ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
                    IS_FP64: tl.constexpr):
-    """Program p's rows [p*ROWS, p*ROWS + ROWS), all BLOCK_N >= N columns, in registers.
+    """Program p's rows (:func:`row_block`) in registers.
 
     Returns (x in the accumulator type, -inf in masked lanes; the mask; each element's offset in
     a contiguous (M, N) output).
     """
-    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
-    cols = tl.arange(0, BLOCK_N)
-    mask = (rows[:, None] < M) & (cols[None, :] < N)
-    x = tl.load(x_ptr + rows[:, None].to(tl.int64) * x_row_stride + cols[None, :], mask=mask,
-                other=-float("inf"))
-    return _acc(x, IS_FP64), mask, rows[:, None].to(tl.int64) * N + cols[None, :]
+    r, c, mask = row_block(M, N, ROWS, BLOCK_N)
+    x = tl.load(x_ptr + r * x_row_stride + c, mask=mask, other=-float("inf"))
+    return _acc(x, IS_FP64), mask, r * N + c
 
 
 @triton.jit
@@ -115,20 +121,15 @@ def softmax_backward_kernel(
     softmax_fused_kernel). Longer rows: program p owns row p (ROWS = 1) in BLOCK_N tiles and
     reads y, dy twice.
     """
-    cols = tl.arange(0, BLOCK_N)
     if BLOCK_N >= N:
-        rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
-        r = rows[:, None].to(tl.int64)
-        mask = (rows[:, None] < M) & (cols[None, :] < N)
-        y = _acc(tl.load(y_ptr + r * y_row_stride + cols[None, :], mask=mask, other=0.0),
-                 IS_FP64)
-        dy = _acc(tl.load(dy_ptr + r * dy_row_stride + cols[None, :], mask=mask, other=0.0),
-                  IS_FP64)
-        dot = tl.sum(y * dy, axis=1)
-        dx = y * (dy - dot[:, None])
-        tl.store(dx_ptr + r * N + cols[None, :], dx.to(dx_ptr.dtype.element_ty), mask=mask)
+        r, c, mask = row_block(M, N, ROWS, BLOCK_N)
+        y = _acc(tl.load(y_ptr + r * y_row_stride + c, mask=mask, other=0.0), IS_FP64)
+        dy = _acc(tl.load(dy_ptr + r * dy_row_stride + c, mask=mask, other=0.0), IS_FP64)
+        dx = y * (dy - tl.sum(y * dy, axis=1)[:, None])
+        tl.store(dx_ptr + r * N + c, dx.to(dx_ptr.dtype.element_ty), mask=mask)
     else:
         row = tl.program_id(0).to(tl.int64)
+        cols = tl.arange(0, BLOCK_N)
         if IS_FP64:
             acc = tl.zeros([BLOCK_N], tl.float64)
         else:
