@@ -82,10 +82,12 @@ def measured_preferences(op: str, x: torch.Tensor, dim: int = -1) -> tuple[str, 
     persistent wide kernel: fp32 71 %, bf16 68 %, fp16 68 % against vec_softmax's 63-64 %, two
     calls on 2026-11-30; N = 2^19: 75-79 % against 63 %).
     Softmax backward (two sweeps, 2026-11-30, eighth run: bench/backward6_h200.json,
-    backward7_h200.json): Triton's whole-row kernel for 512 <= N <= 16384 (fp32 103-104 % of
-    copy against fused_softmax_backward's 93-99 %, bf16 from N = 1024 99-104 % against 93-98 %;
-    at 512 in bf16 they tie); the fused CUDA kernel elsewhere (from N = 32000: 86-98 % against
-    Triton's 53-91 %). fp16 follows bf16 (not swept).
+    backward7_h200.json; N = 128-512, ninth run: bench/backward_short_h200.json): Triton's
+    whole-row kernel for N <= 16384 (fp32 103-104 % of copy against fused_softmax_backward's
+    93-99 %, bf16 from N = 1024 99-104 % against 93-98 %; at 512 in bf16 they tie; N = 128 /
+    256: 104 % in both dtypes against 61 / 99 % fp32 and 30 / 60 % bf16, Triton's programs
+    taking several short rows each); the fused CUDA kernel elsewhere (from N = 32000: 86-98 %
+    against Triton's 53-91 %). fp16 follows bf16 (not swept).
     Re-measure and edit this table when kernels change.
     """
     prefs = PREFERENCES[op]
@@ -93,7 +95,7 @@ def measured_preferences(op: str, x: torch.Tensor, dim: int = -1) -> tuple[str, 
         return prefs
     n, two_byte = x.shape[dim], x.element_size() == 2
     if op == "softmax_backward":
-        return ("triton_backward", *prefs) if 512 <= n <= 16384 else prefs
+        return ("triton_backward", *prefs) if n <= 16384 else prefs
     if n <= 256 or (two_byte and n <= 8192) or (not two_byte and 2048 <= n <= 32768):
         return ("triton_fused", *prefs)
     return prefs

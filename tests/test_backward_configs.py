@@ -71,19 +71,24 @@ def test_long_aligned_rows_take_the_persistent_kernel():
     assert bc.backward_config(262144, torch.bfloat16).threads == 576  # 15 x 576, one row
     assert kind_and_cluster(131072, torch.float32) == ("persist", 15)
     assert kind_and_cluster(151936, torch.float32) == ("persist", 15)
-    assert kind_and_cluster(196608, torch.float32) == ("persist", 16)
-    assert kind_and_cluster(262144, torch.float32)[0] == "cluster"  # 16 x 1024 persist lost
+    assert kind_and_cluster(196608, torch.float32) == ("persist", 15)  # 15 x 416 x 8
+    assert bc.backward_config(262144, torch.float32)[:3] == ("persist", 576, 8)  # 16 CTAs lost
+    assert bc.backward_config(262144, torch.float32).stages == 1
     assert kind_and_cluster(65536, torch.float32, aligned=False)[0] == "cluster"
     assert kind_and_cluster(262144, torch.bfloat16) == ("persist", 15)
     assert kind_and_cluster(307200, torch.bfloat16) == ("persist", 15)  # 15 x 640: the most
-    assert kind_and_cluster(32000, torch.bfloat16)[0] == "block"
+    assert kind_and_cluster(32000, torch.bfloat16) == ("persist", 15)  # 15 x 96, not block
+    assert kind_and_cluster(24000, torch.bfloat16)[0] == "block"
+    assert kind_and_cluster(32768, torch.bfloat16, aligned=False)[0] == "block"
+    assert all(sh.ctas != 16 for shapes in bc.BACKWARD_PERSIST_SHAPES.values() for sh in shapes)
 
 
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
 @pytest.mark.parametrize("dtype,n,cl", [
     (torch.float32, 20000, 8), (torch.float32, 65536, 15), (torch.float32, 151936, 15),
-    (torch.float32, 196608, 16), (torch.bfloat16, 131072, 15), (torch.bfloat16, 262144, 15),
-    (torch.float16, 307200, 15)], ids=str)
+    (torch.float32, 196608, 15), (torch.float32, 262144, 15), (torch.bfloat16, 32000, 15),
+    (torch.bfloat16, 131072, 15), (torch.bfloat16, 262144, 15), (torch.float16, 307200, 15)],
+    ids=str)
 def test_persistent_backward_loops_over_rows(dtype, n, cl):
     """Through the registered op: the config's persistent shapes, more rows than clusters."""
     kind, threads, vpt, got_cl, stages = bc.backward_config(n, dtype)

@@ -59,6 +59,20 @@ def test_rows_of_up_to_1kb_take_a_lane_group():
     assert fc.fast_softmax_config(1024, torch.bfloat16).label() == "block 32x4"
 
 
+def test_long_fp32_rows_try_fifteen_ctas_first():
+    """FIFTEEN_FIRST_NW: fp32 rows past the 8-CTA pipe shape take 15-CTA clusters (131072:
+    91.9 % of copy against the 16-CTA pipe's 87.3; 262144 15x576x8 89.4 against 16x256x16
+    82.9); 65536 keeps the 8-CTA pipe, 2-byte types their 8- and 16-CTA shapes."""
+    assert fc.fast_softmax_config(65536, torch.float32).label() == "pipe 8x128x16 s2"
+    assert fc.fast_softmax_config(131072, torch.float32).label() == "persist 15x160x16 late"
+    assert fc.fast_softmax_config(262144, torch.float32).label() == "persist 15x576x8 late"
+    assert fc.fast_softmax_config(524288, torch.float32).cluster == 16  # 15 x 1024 x 8 too small
+    assert fc.fast_softmax_config(131072, torch.bfloat16).label() == "persist 8x512x4 late"
+    for n in range(65537, 491521, 7919):
+        c = fc.fast_softmax_config(n, torch.float32)
+        assert (c.kind, c.cluster, c.late) == ("persist", 15, True), (n, c)
+
+
 def test_both_sources_declare_the_same_family():
     fast = [e.replace("fast_softmax_", "", 1) for e in cv.FAST.name_expressions]
     log = [e.replace("log_softmax_", "", 1) for e in lcv.FORWARD.name_expressions]
@@ -68,7 +82,8 @@ def test_both_sources_declare_the_same_family():
 def _persist_cases():
     """(dtype, vpt, cluster, threads, late, stages) for every persistent instantiation and
     schedule: a small CTA (many rows, quick) with one and two rows in flight and, for clusters
-    1 and 16, the largest CTA (> 48 KB of shared memory) and the largest whose two stages fit."""
+    1, 15 and 16, the largest CTA (> 48 KB of shared memory) and the largest whose two stages
+    fit."""
     for dt in fc.PERSIST_DTYPES:
         for vpt in fc.PERSIST_VPT[dt.itemsize]:
             big = fc.persist_max_threads(vpt)
@@ -76,7 +91,7 @@ def _persist_cases():
             for cl in fc.PERSIST_CL:
                 for late in (False, True) if cl > 1 else (False,):
                     tag = "-late" if late else ""
-                    shapes = [(64, 1), (64, 2)] + ([(big, 1), (big2, 2)] if cl in (1, 16) else [])
+                    shapes = [(64, 1), (64, 2)] + ([(big, 1), (big2, 2)] if cl in (1, 15, 16) else [])
                     for threads, stages in shapes:
                         yield pytest.param(dt, vpt, cl, threads, late, stages,
                                            id=f"{dt}-v{vpt}-cl{cl}-t{threads}{tag}-s{stages}")

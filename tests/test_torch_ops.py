@@ -266,7 +266,7 @@ def test_measured_preferences_follow_the_last_sweep(dtype):
     assert first[128] == "triton_fused"
     assert first[65536] == first[1 << 19] == first[1 << 20] == "fast_softmax"
     back = {n: torch_ops.measured_preferences("softmax_backward", torch.empty(
-        1, n, dtype=dtype, device="meta"))[0] for n in (256, 512, 16384, 32000, 262144)}
-    assert back == {256: "fused_softmax_backward", 512: "triton_backward",
+        1, n, dtype=dtype, device="meta"))[0] for n in (1, 128, 512, 16384, 32000, 262144)}
+    assert back == {1: "triton_backward", 128: "triton_backward", 512: "triton_backward",
                     16384: "triton_backward", 32000: "fused_softmax_backward",
                     262144: "fused_softmax_backward"}

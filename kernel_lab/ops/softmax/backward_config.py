@@ -19,10 +19,11 @@ BWD_MAX_THREADS = 512  # the one-CTA and one-row cluster kernels' CTA size limit
 BACKWARD_CL = (2, 4, 8, 16)
 BACKWARD_PERSIST_VPT = 4  # vectors of y and of dy per thread: 2 x 64 KB per 1024-thread CTA
 BACKWARD_PERSIST_SIZES = (2, 4, 8, 15, 16)  # instantiated cluster sizes (tuning, tests)
-# More vectors per thread, for rows past 15 CTAs x 1024 threads x 4 vectors (fp32 N > 245760,
-# where 16x1024x4 lost to the one-row cluster: 262144 at 69 %): (dtype, vectors, CTAs).
-# Instantiated for tuning and tested; the config does not pick them until they are measured
-# (fp32 x 8 at the 640-thread bound: 91 registers, no spills, NVRTC 13.0).
+# More vectors per thread, for fp32 rows past 15 CTAs x 768 threads x 4 vectors (N > 184320,
+# where 16x1024x4 lost to the one-row cluster: 262144 at 69 %): (dtype, vectors, CTAs); fp32 x 8
+# at the 640-thread bound: 91 registers, no spills (NVRTC 13.0). H200, M*N = 2^28, % of copy
+# (2026-11-30, ninth run, call 2): 262144 15x576x8 92.8 vs the one-row cluster 16x512x8 75.6
+# and 16x1024x4 69.9; 151936 15x640x8 99.0 vs 15x640x4 s2 97.8.
 BACKWARD_PERSIST_WIDE = ((torch.float32, 8, 15),)
 # The config: rows longer than one CTA holds take persistent clusters of (CTAs, most threads
 # per CTA) from BACKWARD_PERSIST_SHAPES, the first that holds the row; longer rows keep the
@@ -55,6 +56,13 @@ BACKWARD_PERSIST_WIDE = ((torch.float32, 8, 15),)
 # (call 3): bf16 262144 15x576x4 98.2 vs 16x512x4 s2 79.9 (fp16 97.8 vs 80.3), so 2-byte rows
 # need no 16-CTA shape up to N = 307200. Unchanged: 32000-32768 (block 512x8 91.4 / 91.9;
 # 15x96x4 91.8 / 93.1); rows not 16-byte aligned (50257: 8x224x4 87.6, best 4x416x4 s2 88.4).
+# 16 against 15 CTAs at equal CTA sizes (ninth run, call 2, fp32 151936, one / two stages):
+# 16x608 / 640 / 704 x 4 77.8-79.7 against 15x640 / 704 x 4 93.6-97.8, so the cost follows the
+# cluster size, not the CTA size: no 16-CTA shape is left (fp32 N 184320-196608 took 16x768x4;
+# it now takes 15 x <= 640 x 8, the shape of 262144). 2-byte rows of 4000-8000 windows (N =
+# 32000-64000) take 15-CTA clusters before the one-CTA kernel: bf16 32000 15x96x4 s2 91.8 vs
+# block 512x8 91.6, 32768 15x96x4 93.1 vs 91.5 (larger 15-CTA CTAs lost: 15x128x4 83.9-87.5,
+# 15x192x4 54-55; tune of the ninth run, call 3).
 BACKWARD_TWO_STAGE_THREADS = 320
 
 
@@ -67,14 +75,18 @@ class BackwardShape(NamedTuple):
     aligned_only: bool = False  # only rows that start on 16 bytes
     two_stage_threads: int | None = BACKWARD_TWO_STAGE_THREADS  # CTAs this large prefetch two
     # rows (None: never)
+    vpt: int = 4  # 16-byte vectors of y and of dy per thread (BACKWARD_PERSIST_VPT)
 
 
 BACKWARD_PERSIST_SHAPES = {  # by itemsize
     4: (BackwardShape(15, 768, min_windows=8000, aligned_only=True), BackwardShape(8, 512),
-        BackwardShape(15, 768), BackwardShape(16, 768)),
-    2: (BackwardShape(15, 640, min_windows=8000, aligned_only=True, two_stage_threads=None),
+        BackwardShape(15, 768), BackwardShape(15, 640, two_stage_threads=None, vpt=8)),
+    2: (BackwardShape(15, 640, min_windows=4000, aligned_only=True, two_stage_threads=None),
         BackwardShape(8, 512), BackwardShape(15, 640, two_stage_threads=None)),
 }
+# Aligned rows of at least this many windows take the persistent shapes even where the one-CTA
+# kernel would hold them (2-byte rows of 4000-4096 windows: N = 32000-32768), by itemsize.
+BACKWARD_PERSIST_BEFORE_BLOCK = {2: 4000}
 BACKWARD_PERSIST_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
@@ -118,32 +130,33 @@ def backward_config(n: int, dtype: torch.dtype, aligned: bool = True,
     """The BackwardConfig (kind, threads, vectors per thread, cluster size, stages) of
     fused_softmax_backward for rows of n.
 
-    One CTA holds y and dy up to 512 threads x 8 vectors each (``block``). Longer rows, when
-    the rows of y, dy and dx share their 16-byte phase (``phase``; default ``aligned``: 16-byte
-    aligned rows, which vectorize every kernel): ``persist``, persistent clusters of CTAs of
-    threads x 4 vectors, the first of BACKWARD_PERSIST_SHAPES that holds the row: for 16-byte
-    aligned rows of >= 8000 windows 15 CTAs of <= 768 (fp32) / 640 (fp16/bf16) threads, then
-    8 of <= 512, 15 of <= 768 / 640, for fp32 16 of <= 768 (fp32 N <= 196608, 2-byte N <=
-    307200); the next row is prefetched (the next two rows from each shape's
-    ``two_stage_threads``, where shared memory holds them; never for 2-byte 15-CTA shapes).
-    Otherwise a
-    one-row cluster of up to 16 CTAs of 512 x 8 (fp32) or x 4 (2-byte) vectors; longer rows
-    stream (two passes)."""
-    threads, vpt = vec_config(n, dtype, BWD_MAX_THREADS)
-    if vpt:
-        return BackwardConfig("block", threads, vpt)
+    One CTA holds y and dy up to 512 threads x 8 vectors each (``block``; 2-byte aligned rows
+    of >= 4000 windows skip it). Longer rows, when the rows of y, dy and dx share their 16-byte
+    phase (``phase``; default ``aligned``: 16-byte aligned rows, which vectorize every kernel):
+    ``persist``, persistent clusters, the first of BACKWARD_PERSIST_SHAPES that holds the row:
+    for 16-byte aligned rows of >= 8000 (fp32) / 4000 (fp16/bf16) windows 15 CTAs of <= 768 /
+    640 threads x 4 vectors, then 8 of <= 512 x 4, 15 of <= 768 / 640 x 4, for fp32 15 of <=
+    640 x 8 (fp32 N <= 307200, 2-byte N <= 307200); the next row is prefetched (the next two
+    rows from each shape's ``two_stage_threads``, where shared memory holds them; never for
+    2-byte 15-CTA shapes nor fp32 x 8). Otherwise a one-row cluster of up to 16 CTAs of 512 x 8
+    (fp32) or x 4 (2-byte) vectors; longer rows stream (two passes)."""
     nw = -(-n // vec_width(dtype))
-    if (aligned if phase is None else phase) and dtype in BACKWARD_PERSIST_DTYPES:
+    persist_ok = (aligned if phase is None else phase) and dtype in BACKWARD_PERSIST_DTYPES
+    threads, vpt = vec_config(n, dtype, BWD_MAX_THREADS)
+    if vpt and not (persist_ok and aligned
+                    and nw >= BACKWARD_PERSIST_BEFORE_BLOCK.get(dtype.itemsize, 1 << 31)):
+        return BackwardConfig("block", threads, vpt)
+    if persist_ok:
         nwa = vector_windows(n, dtype, aligned)
         for sh in BACKWARD_PERSIST_SHAPES[dtype.itemsize]:
             if nwa < sh.min_windows or (sh.aligned_only and not aligned):
                 continue
-            shape = cluster_shape(nwa, BACKWARD_PERSIST_VPT, sh.most_threads, (sh.ctas,))
+            shape = cluster_shape(nwa, sh.vpt, sh.most_threads, (sh.ctas,))
             if shape:
                 cl, threads = shape
                 two = sh.two_stage_threads is not None and sh.two_stage_threads <= threads \
-                    and 2 * backward_smem(threads) <= MAX_CTA_SHARED
-                return BackwardConfig("persist", threads, BACKWARD_PERSIST_VPT, cl, 2 if two else 1)
+                    and 2 * backward_smem(threads, sh.vpt) <= MAX_CTA_SHARED
+                return BackwardConfig("persist", threads, sh.vpt, cl, 2 if two else 1)
     vpt = 4 if vec_width(dtype) == 8 else 8  # fp16/bf16: 2 x 32 elements per thread, no spills
     shape = cluster_shape(nw, vpt, BWD_MAX_THREADS, BACKWARD_CL)
     if shape:

@@ -66,6 +66,15 @@ PERSIST_CL = (1, 2, 4, 8, 15, 16)
 # 80.2 / 80.1 vs 16x320x4 late 77.0 / 76.9. (Clusters of 5 and 10 lost at 50257 and 151936.)
 PERSIST_CLUSTER_SIZES = (8, 15, 16)
 PERSIST_CLUSTER_SHAPES = {4: ((16, 256), (8, 1024)), 2: ((4, 512), (4, 1024))}  # by itemsize
+# fp32 rows longer than the 8-CTA pipelined shape (16384 windows: N > 65536) try 15-CTA clusters
+# first, before the 16-CTA pipe and every 8- or 16-CTA shape: <= 256 threads x 16 vectors, then
+# <= 1024 x 8 (up to N = 491520). H200, M*N = 2^28, % of copy (2026-11-30, ninth run, call 3,
+# tune_long_rows --only '^persist 15x'): 131072 15x160x16 late 91.9 vs pipe 16x128x16 s2 87.3
+# (8x256x16 late 84.4, sixth run); 262144 15x576x8 late 89.4 vs 16x256x16 late 82.9 (15x288x16
+# 82.7: one 128-register CTA of 288 threads per SM); 151936 15x160x16 late 92.1 (unchanged).
+# fp16/bf16 keep their order: 15 CTAs lost there - 65536 15x160x4 late 76.6 vs 8x256x4 late
+# 83.8, 131072 15x288x4 75.8 vs 8x512x4 83.9, 262144 15x576x4 62.2 vs 16x512x4 79.2.
+FIFTEEN_FIRST_NW = {4: 16384}  # by itemsize: rows of more windows try 15-CTA clusters first
 PERSIST_DTYPES = (torch.float32, torch.float16, torch.bfloat16)  # fp64: correctness, not speed
 # The pipelined persistent clusters (``pipe``, kernel 5b): each row's (max, sum) exchange overlaps
 # the next row's reduction; the cluster sizes and vectors per thread of PERSIST_CLUSTER_SHAPES.
@@ -298,9 +307,10 @@ def fast_softmax_config(
       (fp16/bf16) if it holds the row, else a cluster of PERSIST_CLUSTER_SIZES (8, 15, 16)
       CTAs of the first PERSIST_CLUSTER_SHAPES entry that holds it (fp32: <= 256 threads x 16
       vectors, then <= 1024 x 8; fp16/bf16: <= 512 x 4, then <= 1024 x 4), threads = the
-      multiple of 32 that just covers the row, next row's copies issued late; fp32 rows that
-      fill >= 90 % of 8 or 16 CTAs x 128 threads x 16 vectors take the pipelined form
-      (``pipe``, :func:`pipe_config`);
+      multiple of 32 that just covers the row, next row's copies issued late; fp32 rows of
+      more than FIFTEEN_FIRST_NW windows (N > 65536) try both fp32 shapes with 15 CTAs first,
+      and shorter fp32 rows that fill >= 90 % of 8 CTAs x 128 threads x 16 vectors take the
+      pipelined form (``pipe``, :func:`pipe_config`);
     * otherwise (fp64, misaligned phase, or longer rows): a one-row cluster of up to 16 CTAs
       with 16 vectors x <= 512 threads (fp32/fp64) or 4 x <= 1024 (fp16/bf16), else ``wide``
       (persistent clusters of 8 CTAs of 1024 threads, 16 where 8 would keep under 3/4 of each
@@ -330,6 +340,10 @@ def fast_softmax_config(
         vpt = persist_vpt(dtype)
         if cluster_shape(nwl, vpt, persist_max_threads(vpt), (1,)):
             return persist_config(nwl, vpt, 1)
+        if nwl > FIFTEEN_FIRST_NW.get(es, 1 << 31):
+            for vpt, most in PERSIST_CLUSTER_SHAPES[es]:
+                if cluster_shape(nwl, vpt, most, (15,)):
+                    return persist_config(nwl, vpt, 15, late=True)
         pipe = pipe_config(nwl, dtype)
         if pipe:
             return pipe
