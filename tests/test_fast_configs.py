@@ -91,7 +91,8 @@ def _persist_cases():
             for cl in fc.PERSIST_CL:
                 for late in (False, True) if cl > 1 else (False,):
                     tag = "-late" if late else ""
-                    shapes = [(64, 1), (64, 2)] + ([(big, 1), (big2, 2)] if cl in (1, 15, 16) else [])
+                    large = [(big, 1), (big2, 2)] if cl in (1, 15, 16) else []
+                    shapes = [(64, 1), (64, 2)] + large
                     for threads, stages in shapes:
                         yield pytest.param(dt, vpt, cl, threads, late, stages,
                                            id=f"{dt}-v{vpt}-cl{cl}-t{threads}{tag}-s{stages}")
