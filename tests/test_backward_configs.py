@@ -68,7 +68,9 @@ def test_long_aligned_rows_take_the_persistent_kernel():
     assert bc.backward_config(50257, torch.float32, False, True).cluster == 8  # odd rows: 8
     assert bc.backward_config(65536, torch.bfloat16).stages == 1  # 2-byte 15-CTA: one row
     assert bc.backward_config(65536, torch.float32).stages == 1  # 15 x 288 < two-stage size
-    assert bc.backward_config(262144, torch.bfloat16).threads == 576  # 15 x 576, one row
+    assert bc.backward_config(262144, torch.bfloat16)[1:] == (576, 4, 15, 1)  # 15 x 576, one row
+    assert bc.backward_config(196608, torch.bfloat16)[1:] == (416, 4, 15, 2)  # one CTA per SM
+    assert bc.backward_config(151936, torch.float16).stages == 1  # two CTAs per SM
     assert kind_and_cluster(131072, torch.float32) == ("persist", 15)
     assert kind_and_cluster(151936, torch.float32) == ("persist", 15)
     assert kind_and_cluster(196608, torch.float32) == ("persist", 15)  # 15 x 416 x 8
@@ -87,7 +89,8 @@ def test_long_aligned_rows_take_the_persistent_kernel():
 @pytest.mark.parametrize("dtype,n,cl", [
     (torch.float32, 20000, 8), (torch.float32, 65536, 15), (torch.float32, 151936, 15),
     (torch.float32, 196608, 15), (torch.float32, 262144, 15), (torch.bfloat16, 32000, 15),
-    (torch.bfloat16, 131072, 15), (torch.bfloat16, 262144, 15), (torch.float16, 307200, 15)],
+    (torch.bfloat16, 131072, 15), (torch.bfloat16, 196608, 15), (torch.bfloat16, 262144, 15),
+    (torch.float16, 307200, 15)],
     ids=str)
 def test_persistent_backward_loops_over_rows(dtype, n, cl):
     """Through the registered op: the config's persistent shapes, more rows than clusters."""

@@ -63,6 +63,11 @@ BACKWARD_PERSIST_WIDE = ((torch.float32, 8, 15),)
 # 32000-64000) take 15-CTA clusters before the one-CTA kernel: bf16 32000 15x96x4 s2 91.8 vs
 # block 512x8 91.6, 32768 15x96x4 93.1 vs 91.5 (larger 15-CTA CTAs lost: 15x128x4 83.9-87.5,
 # 15x192x4 54-55; tune of the ninth run, call 3).
+# 2-byte 15-CTA CTAs of 384-544 threads prefetch two rows: at 90 registers they are one per SM
+# (from 384 threads), and one stage's slots (< 72 KB) kept too few bytes in flight. H200, % of
+# copy (ninth run, call 6): bf16 196608 15x416x4 84.4 -> s2 94.3 (15x448x4 s2 95.2), fp16 84.2 ->
+# 92.3; 229376 15x480x4 94.4 / s2 94.8 (fp16 93.7 / 95.2). Smaller CTAs (two per SM) and 576-640
+# keep one stage: 151936 15x320x4 97.5 vs s2 95.0, 262144 15x576x4 98.2 (eighth run).
 BACKWARD_TWO_STAGE_THREADS = 320
 
 
@@ -74,15 +79,17 @@ class BackwardShape(NamedTuple):
     min_windows: int = 0  # rows of fewer 16-byte windows skip it
     aligned_only: bool = False  # only rows that start on 16 bytes
     two_stage_threads: int | None = BACKWARD_TWO_STAGE_THREADS  # CTAs this large prefetch two
-    # rows (None: never)
+    # rows (None: never) ...
+    two_stage_max: int = 1024  # ... up to this size
     vpt: int = 4  # 16-byte vectors of y and of dy per thread (BACKWARD_PERSIST_VPT)
 
 
 BACKWARD_PERSIST_SHAPES = {  # by itemsize
     4: (BackwardShape(15, 768, min_windows=8000, aligned_only=True), BackwardShape(8, 512),
         BackwardShape(15, 768), BackwardShape(15, 640, two_stage_threads=None, vpt=8)),
-    2: (BackwardShape(15, 640, min_windows=4000, aligned_only=True, two_stage_threads=None),
-        BackwardShape(8, 512), BackwardShape(15, 640, two_stage_threads=None)),
+    2: (BackwardShape(15, 640, min_windows=4000, aligned_only=True, two_stage_threads=384,
+                      two_stage_max=544),
+        BackwardShape(8, 512), BackwardShape(15, 640, two_stage_threads=384, two_stage_max=544)),
 }
 # Aligned rows of at least this many windows take the persistent shapes even where the one-CTA
 # kernel would hold them (2-byte rows of 4000-4096 windows: N = 32000-32768), by itemsize.
@@ -137,8 +144,8 @@ def backward_config(n: int, dtype: torch.dtype, aligned: bool = True,
     for 16-byte aligned rows of >= 8000 (fp32) / 4000 (fp16/bf16) windows 15 CTAs of <= 768 /
     640 threads x 4 vectors, then 8 of <= 512 x 4, 15 of <= 768 / 640 x 4, for fp32 15 of <=
     640 x 8 (fp32 N <= 307200, 2-byte N <= 307200); the next row is prefetched (the next two
-    rows from each shape's ``two_stage_threads``, where shared memory holds them; never for
-    2-byte 15-CTA shapes nor fp32 x 8). Otherwise a one-row cluster of up to 16 CTAs of 512 x 8
+    rows from each shape's ``two_stage_threads`` to ``two_stage_max``, where shared memory
+    holds them: 2-byte 15-CTA shapes only at 384-544 threads, never fp32 x 8). Otherwise a one-row cluster of up to 16 CTAs of 512 x 8
     (fp32) or x 4 (2-byte) vectors; longer rows stream (two passes)."""
     nw = -(-n // vec_width(dtype))
     persist_ok = (aligned if phase is None else phase) and dtype in BACKWARD_PERSIST_DTYPES
@@ -154,7 +161,8 @@ def backward_config(n: int, dtype: torch.dtype, aligned: bool = True,
             shape = cluster_shape(nwa, sh.vpt, sh.most_threads, (sh.ctas,))
             if shape:
                 cl, threads = shape
-                two = sh.two_stage_threads is not None and sh.two_stage_threads <= threads \
+                two = sh.two_stage_threads is not None \
+                    and sh.two_stage_threads <= threads <= sh.two_stage_max \
                     and 2 * backward_smem(threads, sh.vpt) <= MAX_CTA_SHARED
                 return BackwardConfig("persist", threads, sh.vpt, cl, 2 if two else 1)
     vpt = 4 if vec_width(dtype) == 8 else 8  # fp16/bf16: 2 x 32 elements per thread, no spills
