@@ -145,8 +145,9 @@ def backward_config(n: int, dtype: torch.dtype, aligned: bool = True,
     640 threads x 4 vectors, then 8 of <= 512 x 4, 15 of <= 768 / 640 x 4, for fp32 15 of <=
     640 x 8 (fp32 N <= 307200, 2-byte N <= 307200); the next row is prefetched (the next two
     rows from each shape's ``two_stage_threads`` to ``two_stage_max``, where shared memory
-    holds them: 2-byte 15-CTA shapes only at 384-544 threads, never fp32 x 8). Otherwise a one-row cluster of up to 16 CTAs of 512 x 8
-    (fp32) or x 4 (2-byte) vectors; longer rows stream (two passes)."""
+    holds them: 2-byte 15-CTA shapes only at 384-544 threads, never fp32 x 8). Otherwise a
+    one-row cluster of up to 16 CTAs of 512 x 8 (fp32) or x 4 (2-byte) vectors; longer rows
+    stream (two passes)."""
     nw = -(-n // vec_width(dtype))
     persist_ok = (aligned if phase is None else phase) and dtype in BACKWARD_PERSIST_DTYPES
     threads, vpt = vec_config(n, dtype, BWD_MAX_THREADS)
