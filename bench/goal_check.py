@@ -1,7 +1,7 @@
 """The speed goals of issues #5 (forward) and #6 (backward), checked against saved sweeps.
 
-    python bench/goal_check.py bench/sweep8.json bench/sweep8_fp16.json
-    python bench/goal_check.py bench/backward7_h200.json --op softmax_backward
+    python bench/goal_check.py bench/sweep9.json bench/sweep8_fp16.json
+    python bench/goal_check.py bench/backward8_h200.json --op softmax_backward
 
 Per dtype and row length N: the best lab kernel (of ``--lab``), its % of the copy measured in
 the same run, and its speed over the best peer (of ``--peers``). Then each goal, met or with

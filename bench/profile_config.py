@@ -1,9 +1,16 @@
-"""Launch one fast_softmax config a few times, for Nsight Compute (hardware counters).
+"""Launch one fast_softmax (or fused_softmax_backward) config a few times, for Nsight Compute.
 
     ncu --clock-control none -k regex:persist --launch-skip 2 --launch-count 1 \\
         --section SpeedOfLight --section WarpStateStats --section MemoryWorkloadAnalysis \\
         python3 bench/profile_config.py --n 65536 --dtype bfloat16 --kind persist \\
         --threads 1024 --vpt 4 --cluster 2 --late
+
+``--backward`` launches fused_softmax_backward instead (``--kind persist`` with ``--threads``,
+``--vpt``, ``--cluster``, ``--stages``; default: the shape ``backward_config`` picks), e.g. to set
+the bf16 forward's counters beside the backward's, whose loop is the same:
+
+    ncu ... -k regex:persist ... python3 bench/profile_config.py --n 65536 --dtype bfloat16 \
+        --backward
 
 The first launch compiles (NVRTC) and sets the kernel's attributes; ``--launch-skip`` skips the
 warm-up launches so the profiled one runs like the benchmark's. M * N = 2^``--total-log2``.
@@ -17,6 +24,7 @@ import argparse
 import torch
 
 from kernel_lab.benchmarking import parse_dtype
+from kernel_lab.ops.softmax import backward_config as bc
 from kernel_lab.ops.softmax import cuda_variants as cv
 from kernel_lab.ops.softmax import fast_config as fc
 
@@ -32,6 +40,8 @@ def main() -> None:
     ap.add_argument("--cluster", type=int, default=1)
     ap.add_argument("--late", action="store_true")
     ap.add_argument("--stages", type=int, default=1, help="persist / pipe: rows of slots")
+    ap.add_argument("--backward", action="store_true",
+                    help="fused_softmax_backward (y, dy -> dx; 3 tensors) instead of the forward")
     ap.add_argument("--launches", type=int, default=4)
     ap.add_argument("--total-log2", type=int, default=28)
     a = ap.parse_args()
@@ -39,23 +49,33 @@ def main() -> None:
     m = max(1, (1 << a.total_log2) // a.n)
     x = torch.randn(m, a.n, device="cuda", dtype=dtype)
     y = torch.empty_like(x)
-    if a.kind is None:
-        cfg, _ = cv.fast_choice(y, x)
+    if a.backward:
+        y = torch.softmax(x.float(), -1).to(dtype)
+        dy, dx = torch.randn_like(x), torch.empty_like(x)
+        aligned = a.n * x.element_size() % 16 == 0
+        cfg = bc.backward_config(a.n, dtype, aligned) if a.kind is None else bc.BackwardConfig(
+            a.kind, a.threads, a.vpt, a.cluster, a.stages)
+        launch, tensors = (lambda: cv.backward_launch(dx, y, dy, cfg, aligned)), 3
     else:
-        cfg = fc.FastConfig(a.kind, threads=a.threads, vpt=a.vpt, cluster=a.cluster, late=a.late,
-                             stages=a.stages)
+        if a.kind is None:
+            cfg, _ = cv.fast_choice(y, x)
+        else:
+            cfg = fc.FastConfig(a.kind, threads=a.threads, vpt=a.vpt, cluster=a.cluster,
+                                late=a.late, stages=a.stages)
+        launch, tensors = (lambda: cv.fast_launch(y, x, cfg, 1)), 2
     times = []
     for _ in range(a.launches):
         e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         e0.record()
-        cv.fast_launch(y, x, cfg, 1)
+        launch()
         e1.record()
         e1.synchronize()
         times.append(e0.elapsed_time(e1))
     ms = sorted(times)[len(times) // 2]
-    gbs = 2 * x.numel() * x.element_size() / ms / 1e6
-    print(f"{a.dtype} {m}x{a.n} {cfg.label()}: {ms:.3f} ms, {gbs:,.0f} GB/s (one launch, events)")
-
+    gbs = tensors * x.numel() * x.element_size() / ms / 1e6
+    what = "backward " if a.backward else ""
+    print(f"{a.dtype} {m}x{a.n} {what}{cfg.label()}: {ms:.3f} ms, {gbs:,.0f} GB/s "
+          "(one launch, events)")
 
 if __name__ == "__main__":
     main()
