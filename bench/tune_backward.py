@@ -20,7 +20,6 @@ import json
 
 import torch
 
-from kernel_lab.cuda_common import vec_width
 from kernel_lab.ops.softmax import backward_config as bc
 from kernel_lab.ops.softmax import cuda_variants as cv
 from kernel_lab.ops.softmax import fast_config as fc
@@ -31,14 +30,16 @@ except ImportError:  # pragma: no cover - imported as bench.tune_backward
     from bench.tune_long_rows import med_ms
 
 
-def candidates(n: int, dtype: torch.dtype,
-               extra_threads: tuple[int, ...] = ()) -> dict[str, bc.BackwardConfig]:
-    """The default shape, then per declared persistent instantiation the CTA size that just
-    covers the row and every ``extra_threads`` size that holds it too (to separate cluster size
-    from CTA size), each with one and two stages where shared memory holds them."""
-    default = bc.backward_config(n, dtype)
+def candidates(n: int, dtype: torch.dtype, extra_threads: tuple[int, ...] = (),
+               aligned: bool = True) -> dict[str, bc.BackwardConfig]:
+    """The default shape (what the registered op launches on contiguous rows of n: ``aligned``
+    when n * itemsize is a multiple of 16, and always in one 16-byte phase), then per declared
+    persistent instantiation the CTA size that just covers the row and every ``extra_threads``
+    size that holds it too (to separate cluster size from CTA size), each with one and two
+    stages where shared memory holds them."""
+    default = bc.backward_config(n, dtype, aligned, phase=True)
     out = {"default " + default.label(): default}
-    nw = -(-n // vec_width(dtype))
+    nw = fc.vector_windows(n, dtype, aligned)
     for d, vpt, cl in bc.backward_persist_instantiations():
         if d != dtype:
             continue
@@ -63,10 +64,11 @@ def measure(n: int, dtype: torch.dtype, total_log2: int,
     dx = torch.empty_like(y)
     es = y.element_size()
     copy = 2 * y.numel() * es / med_ms(lambda: dx.copy_(y)) / 1e6
+    aligned = n * es % 16 == 0  # odd rows: still one 16-byte phase (contiguous tensors)
     rows = []
-    for label, cfg in candidates(n, dtype, extra_threads).items():
+    for label, cfg in candidates(n, dtype, extra_threads, aligned).items():
         try:
-            ms = med_ms(lambda cfg=cfg: cv.backward_launch(dx, y, dy, cfg, True))
+            ms = med_ms(lambda cfg=cfg: cv.backward_launch(dx, y, dy, cfg, aligned))
         except Exception as ex:  # noqa: BLE001 - record and keep going
             rows.append((label, str(ex)[:80]))
             continue

@@ -403,3 +403,20 @@ def test_goal_check_backward_goals(tmp_path):
     text = _goal_check(tmp_path, recs, "--op", "softmax_backward")
     assert ">= 90 % for 1024 <= N <= 262144: missed at 32000 (85)" in text
     assert "(where it is exact): missed at 32000 (1.360)" in text
+
+
+def test_tune_backward_times_the_shape_the_op_launches():
+    """bench/tune_backward.py's "default" row is the registered op's own shape: odd rows
+    (50257 fp32: not 16-byte aligned, one phase) are sized with their extra window, as the op
+    sizes them, not as aligned rows (which once labelled a 15-CTA shape the op never ran)."""
+    code = ("import torch, tune_backward as t; from kernel_lab.ops.softmax import backward_config "
+            "as bc; c = t.candidates(50257, torch.float32, (), aligned=False); "
+            "d = [k for k in c if k.startswith('default')]; "
+            "print(d[0], bc.backward_config(50257, torch.float32, False, True).label()); "
+            "print(all(v.threads * v.vpt * v.cluster >= 12566 for v in c.values()))")
+    r = subprocess.run([sys.executable, "-c", code], cwd=REPO / "bench", text=True,
+                       capture_output=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    first, second = r.stdout.splitlines()
+    assert first == "default persist 8x416x4 s2 persist 8x416x4 s2", first
+    assert second == "True"
