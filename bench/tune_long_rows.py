@@ -4,8 +4,9 @@
 
 For every (N, dtype): the device-to-device copy ``y.copy_(x)`` on the same tensors, the config
 ``fast_softmax_config`` picks, the pre-persistent ("legacy": vec=False rules) config, and every
-persistent shape that fits (one and two rows in flight, ``stages``; clusters also pipelined,
-``pipe``) and, for rows of >= 32768
+persistent shape that fits (one and two rows in flight, ``stages``; clusters also with the
+next row's copies issued late, with one and two stages, and pipelined, ``pipe``) and, for rows
+of >= 32768
 windows, the wide kernel's shapes (8 / 16 CTAs, keep nothing, 512 threads), each timed by CUDA
 events around back-to-back launches (one call queued first, then events around K calls, / K,
 median of R: the kernel's own time). Then the
@@ -83,6 +84,9 @@ def candidates(n: int, dtype: torch.dtype, aligned: bool) -> dict[str, fc.FastCo
             if cl > 1:
                 c = fc.persist_config(nwl, vpt, cl, late=True)
                 out.setdefault(c.label(), c)
+                c2 = fc.persist_config(nwl, vpt, cl, late=True, stages=2)
+                if c2.shared_mem() <= fc.MAX_CTA_SHARED:  # late copies, two rows in flight
+                    out.setdefault(c2.label(), c2)
                 for p in pipe_twins(c, dtype):
                     out.setdefault(p.label(), p)
     if nw >= 32768:  # where the persistent shapes start to strain: the two-pass kernels
