@@ -78,9 +78,11 @@ FIFTEEN_FIRST_NW = {4: 16384}  # by itemsize: rows of more windows try 15-CTA cl
 PERSIST_DTYPES = (torch.float32, torch.float16, torch.bfloat16)  # fp64: correctness, not speed
 # The pipelined persistent clusters (``pipe``, kernel 5b): each row's (max, sum) exchange overlaps
 # the next row's reduction; the cluster sizes and vectors per thread of PERSIST_CLUSTER_SHAPES.
+# Instantiated for 8 and 16 CTAs; since FIFTEEN_FIRST_NW the config picks only the 8-CTA form
+# (fp32 N = 59000-65536): rows that would fill 16 take 15-CTA clusters instead.
 PIPE_CL = (8, 16)
 PIPE_FP32_SHAPE = (128, 16)  # threads, vectors per thread: 2 x 32 KB of slots per CTA
-PIPE_MIN_FILL = 0.9  # of the shape's windows: fp32 N = 59000-65536 and 118000-131072
+PIPE_MIN_FILL = 0.9  # of the shape's windows: fp32 N = 59000-65536 (and 118000-131072 in 16)
 # Rows longer than the on-chip shapes hold: the persistent wide kernel, clusters of WIDE_CL[0]
 # CTAs of 1024 threads, or WIDE_CL[1] when 8 CTAs' shared memory would keep under
 # WIDE_MIN_KEPT of each chunk (the rest is read twice). H200, M*N = 2^28, % of copy, two calls:
