@@ -15,7 +15,7 @@ import kernel_lab
 from kernel_lab import benchmarking as bm
 
 EXTRA = ("backend", "bytes_moved", "gbps", "pct_of_copy", "copy_gbps", "event_median_s",
-         "event_gbps", "registers", "spill_bytes", "rounds", "iterations")
+         "event_gbps", "registers", "spill_bytes", "kernels", "rounds", "iterations")
 
 
 def test_variant(benchmark, workloads, copy_gbps, bench_records, op, dtype, shape, variant):

@@ -413,31 +413,50 @@ def gbps(nbytes: int, seconds: float) -> float:
 
 
 # -- what gets recorded ----------------------------------------------------------------------
-def kernel_attributes(variant: Variant, work: Workload) -> dict[str, int]:
-    """Registers / spill bytes of the variant's kernel, if its launcher exposes them.
+def kernel_attributes(variant: Variant, work: Workload) -> dict[str, Any]:
+    """Registers / spill bytes of the variant's kernel and what it launched, if known.
 
     Protocol: a launcher may carry ``fn.kernel_attributes(*inputs, **kw) -> dict`` returning
     :func:`kernel_lab.jit.function_attributes` of the kernel it would launch for these inputs
-    (``num_regs``, ``local_size_bytes`` = spills, ...). Without it, nothing is recorded.
+    (``num_regs``, ``local_size_bytes`` = spills, ...) and optionally ``launches`` (text).
+    CUDA variants without it run once while :func:`kernel_lab.interop.record_launches` records
+    every launch: the worst kernel's registers and spills, and ``launches``, each launch as
+    ``name <<<grid, block, shared bytes>>>`` (e.g. ``fast_softmax_persist_cluster<float, 16,
+    15> <<<315, 160, 40960>>>``), so a saved sweep says which kernel and shape ran per cell.
+    Other variants: nothing is recorded.
     """
     hook = getattr(variant.fn, "kernel_attributes", None)
     if hook is not None:
         return dict(hook(*work.inputs, **work.kwargs))
     if variant.backend != "cuda":
         return {}
-    # CUDA variants: run once, recording what interop.launch launched; report the worst kernel.
     from . import interop, jit
 
     with interop.record_launches() as launched:
         variant.fn(*work.inputs, **work.kwargs)
-    attrs = [jit.function_attributes(fn) for fn in launched]
+    attrs = [jit.function_attributes(launch.fn) for launch in launched]
     if not attrs:
         return {}
     return {
         "num_regs": max(a["num_regs"] for a in attrs),
         "local_size_bytes": max(a["local_size_bytes"] for a in attrs),
         "kernels_per_call": len(attrs),
+        "launches": "; ".join(describe_launch(launch, jit.kernel_name(launch.fn))
+                              for launch in launched),
     }
+
+
+def describe_launch(launch, name: str | None) -> str:
+    """``name <<<grid, block, shared bytes>>>`` of one recorded launch (1-D sizes as numbers)."""
+
+    def dims(d: tuple[int, ...]) -> str:  # trailing 1s dropped: (315, 1, 1) -> "315"
+        d = list(d)
+        while len(d) > 1 and d[-1] == 1:
+            d.pop()
+        return "x".join(map(str, d))
+
+    return (f"{name or 'kernel'} <<<{dims(launch.grid)}, {dims(launch.block)}, "
+            f"{launch.shared_mem}>>>")
 
 
 @dataclass
@@ -463,6 +482,7 @@ class Record:
     iterations: int | None = None
     registers: int | None = None
     spill_bytes: int | None = None
+    kernels: str | None = None  # what one call launched (kernel_attributes' ``launches``)
 
     @classmethod
     def start(cls, case: Case, variant: Variant, status: str = "ok", reason: str = "") -> "Record":
@@ -477,7 +497,7 @@ class Record:
         return cls.start(case, variant, "error", f"{type(exc).__name__}: {first}")
 
     def fill(self, work: Workload, median_s: float, event_s: float | None, copy: float,
-             attrs: dict[str, int], p: Plan | None = None) -> "Record":
+             attrs: dict[str, Any], p: Plan | None = None) -> "Record":
         """Add the numbers: GB/s from the sync-timed median, and its share of the copy roofline."""
         self.bytes_moved, self.median_s, self.event_median_s = work.bytes_moved, median_s, event_s
         self.gbps = gbps(work.bytes_moved, median_s)
@@ -485,6 +505,7 @@ class Record:
         self.copy_gbps, self.pct_of_copy = copy, 100.0 * self.gbps / copy
         self.registers = attrs.get("num_regs")
         self.spill_bytes = attrs.get("local_size_bytes")
+        self.kernels = attrs.get("launches")
         if p is not None:
             self.rounds, self.iterations = p.rounds, p.iterations
         return self

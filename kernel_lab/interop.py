@@ -16,7 +16,7 @@ import ctypes
 import struct
 import threading
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -86,9 +86,19 @@ def current_stream_ptr(device_index: int) -> int:
 _recorder: list | None = None  # set by record_launches(): kernels launched meanwhile
 
 
+class Launch(NamedTuple):
+    """One recorded kernel launch: the CuPy Function and its launch shape."""
+
+    fn: Any
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared_mem: int
+
+
 @contextlib.contextmanager
 def record_launches():
-    """Collect every CuPy Function launched inside the block (for register/spill reports)."""
+    """Collect every launch made inside the block as a :class:`Launch` (for the register /
+    spill and launch-shape reports of benchmarks)."""
     global _recorder
     _recorder = []
     try:
@@ -206,11 +216,11 @@ def launch(
         # the runtime yet may have none. cudaSetDevice makes the primary context current.
         runtime.setDevice(runtime.getDevice())
         _thread.ready = True
-    if _recorder is not None:
-        _recorder.append(fn)
     params = pack_args(args, signature)
     gx, gy, gz = (*grid, 1, 1)[:3]
     bx, by, bz = (*block, 1, 1)[:3]
+    if _recorder is not None:
+        _recorder.append(Launch(fn, (gx, gy, gz), (bx, by, bz), shared_mem))
     stream = current_stream_ptr(device_index)
     if runtime.getDevice() == device_index:
         driver.launchKernel(fn.ptr, gx, gy, gz, bx, by, bz, shared_mem, stream, params, 0)

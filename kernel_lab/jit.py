@@ -31,6 +31,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .errors import KernelCompileError
 
@@ -316,6 +317,7 @@ class CudaModule:
                 raise KeyError(f"{self.display_name} has no name expression {expr!r}")
             # CuPy's low-level Module.get_function takes the mangled symbol, not the expression.
             fn = funcs[expr] = entry[1].get_function(lowered[expr])  # type: ignore[attr-defined]
+            _names[id(fn)] = expr  # fn lives as long as its module entry (kept): id is stable
         return fn
 
     def _load(self, device_index: int, key: str):
@@ -332,6 +334,15 @@ class CudaModule:
         self._loaded[device_index] = entry
         self._last_good[device_index] = entry
         return entry
+
+
+_names: dict[int, str] = {}  # id(CuPy Function) -> its name expression (kernel_name)
+
+
+def kernel_name(fn: Any) -> str | None:
+    """The name expression (e.g. ``fast_softmax_block<float, 4>``) of a Function that
+    :meth:`CudaModule.function` returned, else None."""
+    return _names.get(id(fn))
 
 
 _modules: dict[tuple, CudaModule] = {}

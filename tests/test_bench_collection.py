@@ -47,7 +47,8 @@ def fake_limited(x, dim=-1):
 
 
 # the optional kernel_attributes protocol (a CUDA launcher returns jit.function_attributes)
-fake_limited.kernel_attributes = lambda x, dim=-1: {"num_regs": 32, "local_size_bytes": 8}
+fake_limited.kernel_attributes = lambda x, dim=-1: {"num_regs": 32, "local_size_bytes": 8,
+                                                    "launches": "fake<float> <<<1, 32, 0>>>"}
 
 
 @register("fake_wrong", op="softmax", backend="torch", dtypes=(torch.float32,),
@@ -215,6 +216,7 @@ def test_cpu_run_checks_times_and_skips_with_supports_reasons(runs, monkeypatch)
     assert "registers" not in info
     attrs = benches["softmax-float32-1x128-fake_limited"]["extra_info"]
     assert (attrs["registers"], attrs["spill_bytes"]) == (32, 8)
+    assert attrs["kernels"] == "fake<float> <<<1, 32, 0>>>"  # what one call launched
     assert not any("fake_wrong" in k or "triton" in k for k in benches)
     # a declared miss is timed and marked, never a failure
     known = benches["softmax-float32-1x128-fake_inexact"]["extra_info"]["inexact"]
@@ -433,3 +435,16 @@ def test_tune_long_rows_times_late_copies_with_two_stages():
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == str(sorted(["persist 8x256x4", "persist 8x256x4 s2",
                                            "persist 8x256x4 late", "persist 8x256x4 late s2"]))
+
+
+def test_a_recorded_launch_reads_as_name_and_shape():
+    """What a saved record's ``kernels`` says per launch (bm.describe_launch), and that a
+    Function the JIT did not hand out has no name."""
+    from kernel_lab import interop, jit
+
+    launch = interop.Launch(object(), (315, 1, 1), (160, 1, 1), 40960)
+    assert bm.describe_launch(launch, "fast_softmax_persist_cluster<float, 16, 15>") == \
+        "fast_softmax_persist_cluster<float, 16, 15> <<<315, 160, 40960>>>"
+    assert bm.describe_launch(interop.Launch(None, (4, 2, 1), (32, 4, 1), 0), None) == \
+        "kernel <<<4x2, 32x4, 0>>>"
+    assert jit.kernel_name(object()) is None

@@ -321,3 +321,25 @@ def test_second_gpu_from_a_fresh_thread_and_other_current_device():
     t.join()
     torch.cuda.synchronize(1)
     torch.testing.assert_close(out["y"], torch.softmax(x, -1))
+
+
+@needs_gpu
+def test_benchmark_records_name_the_kernels_a_call_launched():
+    """kernel_attributes' ``launches`` (a saved sweep's ``kernels`` column): the name
+    expression and launch shape of what one call ran - here fast_softmax's config for the
+    shape, and the fused backward's."""
+    from kernel_lab import benchmarking as bm
+    from kernel_lab.ops.softmax import backward_config as bc
+    from kernel_lab.ops.softmax import fast_config as fc
+
+    work = bm.make_workload(bm.Case("softmax", torch.float32, (64, 65536)), "cuda")
+    attrs = bm.kernel_attributes(kernel_lab.get("fast_softmax"), work)
+    cfg = fc.fast_softmax_config(65536, torch.float32)
+    assert attrs["launches"].startswith(cfg.expr("float") + " <<<"), attrs
+    assert attrs["kernels_per_call"] == 1 and attrs["num_regs"] > 0
+    work = bm.make_workload(bm.Case("softmax_backward", torch.bfloat16, (64, 32000)), "cuda")
+    attrs = bm.kernel_attributes(kernel_lab.get("fused_softmax_backward"), work)
+    cfg = bc.backward_config(32000, torch.bfloat16)
+    want = f"fused_softmax_backward_persist<__nv_bfloat16, {cfg.vpt}, {cfg.cluster}>"
+    assert attrs["launches"].startswith(f"{want} <<<"), attrs
+    assert f", {cfg.threads}, " in attrs["launches"], attrs
