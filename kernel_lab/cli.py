@@ -1,7 +1,7 @@
-"""``python -m kernel_lab``: list, check, bench, watch, resources.
+"""``python -m kernel_lab``: list, check, bench, watch, resources, plan.
 
 Each subcommand's work lives in its own module (``checking``, ``sweep``, ``watch``,
-``resources``); this file
+``resources``, ``planning``); this file
 only parses arguments and dispatches.
 """
 
@@ -44,6 +44,11 @@ def _parser() -> argparse.ArgumentParser:
 
     resources.add_arguments(sub.add_parser(
         "resources", help="registers and spills of a CUDA variant's kernels (NVRTC, no GPU)"))
+
+    from . import planning
+
+    planning.add_arguments(sub.add_parser(
+        "plan", help="per row length: the auto choice and each CUDA launcher's kernel (no GPU)"))
     return p
 
 
@@ -80,6 +85,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         from .resources import main as resources_main
 
         return resources_main(args)
+    if args.command == "plan":
+        from .planning import main as plan_main
+
+        return plan_main(args)
     return 2
 
 

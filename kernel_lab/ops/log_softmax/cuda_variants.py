@@ -14,6 +14,8 @@ them, launching on torch's stream, dim/stride handling - is the lab's shared plu
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from kernel_lab.cuda_common import (
@@ -26,7 +28,7 @@ from kernel_lab.cuda_common import (
 )
 from kernel_lab.interop import i32
 from kernel_lab.ops.softmax.backward_config import BWD_MAX_THREADS
-from kernel_lab.ops.softmax.cuda_variants import RowKernels, fast_choice, fast_launch
+from kernel_lab.ops.softmax.cuda_variants import RowKernels, fast_choice, fast_launch, fast_plan
 from kernel_lab.ops.softmax.fast_config import VPT, row_kernel_exprs, vec_config
 from kernel_lab.registry import register
 from kernel_lab.rows import rowwise
@@ -64,6 +66,9 @@ def log_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
         fast_launch(out, x2d, cfg, phase, FORWARD_KERNELS)
 
     return rowwise(launch, x, dim=dim)
+
+
+log_softmax.launch_plan = functools.partial(fast_plan, prefix="log_softmax")
 
 
 @register(

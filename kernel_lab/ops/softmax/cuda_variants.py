@@ -228,23 +228,57 @@ def backward_launch(dx, y2d, dy2d, cfg: BackwardConfig | tuple, aligned: bool,
     if stages not in (1, 2):
         raise ValueError(f"stages must be 1 or 2, not {stages}")
     smem, extra = 0, (i32(int(aligned)),)
+    expr = backward_expr(cfg, t)
     if kind == "block":
-        expr, grid = f"fused_softmax_backward<{t}, {vpt}>", m
+        grid = m
     elif kind == "cluster":
-        expr, grid = f"fused_softmax_backward_cluster<{t}, {vpt}, {cl}>", m * cl
+        grid = m * cl
         if cl > 8:
             allow_non_portable_cluster(BACKWARD, expr, device_index(dx))
     elif kind == "persist":
-        expr = f"fused_softmax_backward_persist<{t}, {vpt}, {cl}>"
         smem, extra = stages * backward_smem(threads, vpt), (i32(1), i32(stages))
         if phase is None:
             check_backward_persist(dx, y2d, dy2d, cfg)
         grid = persistent_grid(BACKWARD, expr, threads, cl, smem, m, device_index(dx),
                                max_groups)
     else:
-        expr, grid = f"fused_softmax_backward_stream<{t}>", m
+        grid = m
     launch_rows(BACKWARD, expr, dx, (y2d, dy2d), grid=grid, block=threads, extra=extra,
                 shared_mem=smem)
+
+
+def backward_expr(cfg: BackwardConfig, t: str) -> str:
+    """The fused_softmax_backward.cu name expression ``cfg`` launches for C type ``t``."""
+    if cfg.kind == "block":
+        return f"fused_softmax_backward<{t}, {cfg.vpt}>"
+    if cfg.kind == "cluster":
+        return f"fused_softmax_backward_cluster<{t}, {cfg.vpt}, {cfg.cluster}>"
+    if cfg.kind == "persist":
+        return f"fused_softmax_backward_persist<{t}, {cfg.vpt}, {cfg.cluster}>"
+    return f"fused_softmax_backward_stream<{t}>"
+
+
+def _contiguous_rows(n: int, dtype: torch.dtype) -> bool:
+    """Rows of a contiguous (M, n) tensor start 16-byte aligned (PyTorch's allocations do)."""
+    return n * dtype.itemsize % 16 == 0
+
+
+def fused_backward_plan(n: int, dtype: torch.dtype) -> str:
+    """What fused_softmax_backward launches for contiguous rows of n (``python -m kernel_lab
+    plan``): y, dy and dx share their 16-byte phase there."""
+    cfg = backward_config(n, dtype, _contiguous_rows(n, dtype), phase=True)
+    return f"{cfg.label()}: {backward_expr(cfg, ctype(dtype))}"
+
+
+fused_softmax_backward.launch_plan = fused_backward_plan
+
+
+def fast_plan(n: int, dtype: torch.dtype, prefix: str = "fast_softmax") -> str:
+    """What fast_softmax (``prefix`` log_softmax: log_softmax) launches for contiguous rows of
+    n (``python -m kernel_lab plan``): input and output in one phase, rows on 128-byte lines
+    when n * itemsize is a multiple of 128."""
+    cfg = fast_softmax_config(n, dtype, _contiguous_rows(n, dtype), True)
+    return f"{cfg.label()}: {cfg.expr(ctype(dtype), prefix)}"
 
 
 def check_backward_persist(dx, y2d, dy2d, cfg: BackwardConfig) -> None:
@@ -376,3 +410,6 @@ def fast_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
         fast_launch(out, x2d, cfg, phase)
 
     return rowwise(launch, x, dim=dim)
+
+
+fast_softmax.launch_plan = fast_plan

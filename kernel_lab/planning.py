@@ -1,0 +1,106 @@
+"""``python -m kernel_lab plan``: what would run for rows of N, without a GPU.
+
+Per op, dtype and row length N (contiguous rows): the variant ``kernel_lab.softmax`` & co. pick
+on CUDA with ``variant=None`` (the first of ``torch_ops.measured_preferences`` that is
+registered, takes the dtype and holds the row), and for every variant whose launcher declares
+a launch plan (``fn.launch_plan(n, dtype) -> str``: the CUDA launchers' configs, pure functions
+of N and dtype), the kernel and shape it launches. Shapes come from the configs' own rules, so
+this is what a sweep runs - the saved sweep's ``kernels`` column records it as launched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence
+
+import torch
+
+from . import registry
+from .benchmarking import SWEEP_N, dtype_name, parse_dtype
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--op", action="append", help="ops to plan (repeatable; default: every op "
+                   "with a planned variant or a measured auto order)")
+    p.add_argument("--dtype", default="float32,bfloat16",
+                   help="comma-separated dtypes (default: float32,bfloat16)")
+    p.add_argument("--n", default=",".join(map(str, sorted(SWEEP_N))),
+                   help="comma-separated row lengths (default: the sweep preset's)")
+
+
+def auto_choice(op: str, n: int, dtype: torch.dtype) -> str:
+    """The variant the op's ``variant=None`` path takes on CUDA for contiguous (1, n) rows
+    (CuPy assumed present): measured order, then the portable fallback."""
+    from . import torch_ops
+
+    x = torch.empty(1, n, dtype=dtype, device="meta")
+    for name in torch_ops.measured_preferences(op, x):
+        try:
+            v = registry.get(name)
+        except registry.UnknownVariantError:
+            continue
+        if v.op == op and dtype in v.dtypes and (v.check is None or v.check(x) is None):
+            return name
+    return torch_ops.PORTABLE.get(op, "-")
+
+
+def planned_variants(op: str) -> list[registry.Variant]:
+    return [v for v in registry.variants(op) if callable(getattr(v.fn, "launch_plan", None))]
+
+
+def plan_rows(op: str, dtype: torch.dtype, ns: Sequence[int]) -> tuple[list[str], list[list[str]]]:
+    """(header, rows): N, the auto choice, then each planned variant's launch."""
+    planned = planned_variants(op)
+    header = ["N", "auto (CUDA)", *(v.name for v in planned)]
+    rows = []
+    for n in ns:
+        cells = [str(n), auto_choice(op, n, dtype)]
+        for v in planned:
+            cells.append(v.fn.launch_plan(n, dtype) if dtype in v.dtypes else "-")
+        rows.append(cells)
+    return header, rows
+
+
+def _parse(args: argparse.Namespace) -> tuple[list[str], list[torch.dtype], list[int]]:
+    """(ops, dtypes, row lengths) from the arguments; ValueError / KernelLabError if bad."""
+    from . import torch_ops
+
+    registry.ops()  # load the ops
+    ops = args.op or [o for o in registry.ops() if planned_variants(o)
+                      or o in torch_ops.PREFERENCES]
+    for o in ops:
+        registry.get_op(o)  # an unknown op: UnknownVariantError with suggestions
+    dtypes = [parse_dtype(d) for d in args.dtype.split(",") if d]
+    try:
+        ns = [int(n) for n in args.n.split(",") if n]
+    except ValueError:
+        raise ValueError(f"--n takes comma-separated row lengths, not {args.n!r}") from None
+    if not ns or any(n < 1 for n in ns):
+        raise ValueError(f"--n takes row lengths >= 1, not {args.n!r}")
+    return ops, dtypes, ns
+
+
+def main(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from .errors import KernelLabError
+
+    try:
+        ops, dtypes, ns = _parse(args)
+    except (KernelLabError, ValueError) as e:
+        print(f"kernel_lab plan: {e}", file=sys.stderr)
+        return 2
+    console = Console()
+    for o in ops:
+        for dt in dtypes:
+            header, rows = plan_rows(o, dt, ns)
+            table = Table(title=f"{o} {dtype_name(dt)}: contiguous rows of N",
+                          title_justify="left")
+            for h in header:
+                table.add_column(h, justify="right" if h == "N" else "left")
+            for r in rows:
+                table.add_row(*r)
+            console.print(table)
+    return 0

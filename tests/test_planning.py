@@ -1,0 +1,56 @@
+"""``python -m kernel_lab plan`` (CPU): the auto choice and each CUDA launcher's kernel per row
+length, from the same pure config functions the launchers call."""
+
+from __future__ import annotations
+
+import torch
+
+from kernel_lab import cli, planning, torch_ops
+from kernel_lab.ops.softmax import backward_config as bc
+from kernel_lab.ops.softmax import fast_config as fc
+
+
+def test_plan_rows_name_the_config_and_its_kernel():
+    header, rows = planning.plan_rows("softmax", torch.float32, [65536, 262144])
+    assert header == ["N", "auto (CUDA)", "fast_softmax"]
+    assert rows[0] == ["65536", "fast_softmax",
+                       "pipe 8x128x16 s2: fast_softmax_persist_pipe<float, 16, 8>"]
+    assert rows[1][2] == "persist 15x576x8 late: fast_softmax_persist_cluster<float, 8, 15>"
+    _, rows = planning.plan_rows("log_softmax", torch.float32, [262144])
+    assert rows[0][2] == "persist 15x576x8 late: log_softmax_persist_cluster<float, 8, 15>"
+
+
+def test_plan_follows_the_launchers_own_rules():
+    """Odd rows (50257: not 16-byte aligned, one phase) plan as the op sizes them."""
+    for n in (1, 100, 4096, 32000, 50257, 131072, 151936, 1 << 20):
+        for dt in (torch.float32, torch.bfloat16):
+            aligned = n * dt.itemsize % 16 == 0
+            fwd = fc.fast_softmax_config(n, dt, aligned, True)
+            bwd = bc.backward_config(n, dt, aligned, phase=True)
+            _, rows = planning.plan_rows("softmax", dt, [n])
+            assert rows[0][2].startswith(fwd.label() + ": "), (n, dt)
+            _, rows = planning.plan_rows("softmax_backward", dt, [n])
+            assert rows[0][2].startswith(bwd.label() + ": "), (n, dt)
+
+
+def test_auto_choice_is_the_first_measured_preference_that_holds_the_row():
+    assert planning.auto_choice("softmax", 128, torch.float32) == "triton_fused"
+    assert planning.auto_choice("softmax", 131072, torch.float32) == "fast_softmax"
+    assert planning.auto_choice("softmax_backward", 4096, torch.bfloat16) == "triton_backward"
+    assert planning.auto_choice("softmax_backward", 65536, torch.bfloat16) == \
+        "fused_softmax_backward"
+    assert planning.auto_choice("softmax", 131072, torch.float16) == "fast_softmax"
+    # triton_fused is first in the table at 32768 but holds rows of <= 65536 only: fine there
+    assert torch_ops.measured_preferences("softmax", torch.empty(1, 32768, device="meta"))[0] \
+        == planning.auto_choice("softmax", 32768, torch.float32) == "triton_fused"
+
+
+def test_plan_cli(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")  # one line per row in rich's table
+    assert cli.main(["plan", "--op", "softmax_backward", "--dtype", "bf16", "--n", "196608"]) == 0
+    out = capsys.readouterr().out
+    assert "softmax_backward bfloat16" in out
+    assert "persist 15x416x4 s2: fused_softmax_backward_persist<__nv_bfloat16, 4, 15>" in out
+    for bad in (["--n", "abc"], ["--n", "0"], ["--op", "sofmax"], ["--dtype", "fp33"]):
+        assert cli.main(["plan", *bad]) == 2, bad
+        assert capsys.readouterr().err.startswith("kernel_lab plan: "), bad
