@@ -426,15 +426,17 @@ def test_tune_backward_times_the_shape_the_op_launches():
 
 def test_tune_long_rows_times_late_copies_with_two_stages():
     """bench/tune_long_rows.py's candidates for a cluster shape: early / late copies, one and
-    two rows in flight - all four (late with two stages was never timed before 2026-11-30)."""
+    two rows in flight (late with two stages was never timed before 2026-11-30), and the late
+    ones with one message per warp (``wm``)."""
     code = ("import torch, tune_long_rows as t; "
             "print(sorted(k for k in t.candidates(65536, torch.bfloat16, True) "
             "if k.startswith('persist 8x256x4')))")
     r = subprocess.run([sys.executable, "-c", code], cwd=REPO / "bench", text=True,
                        capture_output=True, timeout=120)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.strip() == str(sorted(["persist 8x256x4", "persist 8x256x4 s2",
-                                           "persist 8x256x4 late", "persist 8x256x4 late s2"]))
+    assert r.stdout.strip() == str(sorted([
+        "persist 8x256x4", "persist 8x256x4 s2", "persist 8x256x4 late",
+        "persist 8x256x4 late s2", "persist 8x256x4 late wm", "persist 8x256x4 late s2 wm"]))
 
 
 def test_a_recorded_launch_reads_as_name_and_shape():
