@@ -450,3 +450,26 @@ def test_a_recorded_launch_reads_as_name_and_shape():
     assert bm.describe_launch(interop.Launch(None, (4, 2, 1), (32, 4, 1), 0), None) == \
         "kernel <<<4x2, 32x4, 0>>>"
     assert jit.kernel_name(object()) is None
+
+
+def test_notes_table_shows_what_a_variant_launched(tmp_path):
+    """bench/notes_table.py --kernels V: a column with V's recorded launches per shape."""
+
+    def rec(variant, n, gbps, kernels=None):
+        return {"op": "softmax", "dtype": "float32", "n": n, "m": 2**28 // n, "variant": variant,
+                "status": "ok", "gbps": gbps, "pct_of_copy": gbps / 40, "copy_gbps": 4000.0,
+                "kernels": kernels}
+
+    path = tmp_path / "sweep.json"
+    path.write_text(json.dumps({"meta": {"copy_gbps": 4000.0}, "records": [
+        rec("fast_softmax", 65536, 3800, "fast_softmax_persist_pipe<float, 16, 8> <<<264, 128, "
+            "65536>>>"), rec("torch_eager", 65536, 2000),
+        rec("fast_softmax", 128, 3900), rec("torch_eager", 128, 3950)]}))
+    r = subprocess.run([sys.executable, str(REPO / "bench" / "notes_table.py"), str(path),
+                        "--kernels", "fast_softmax"], cwd=REPO, text=True, capture_output=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "| M x N | fast_softmax | torch_eager | fast_softmax launched |" in r.stdout
+    assert ("| 4096x65536 | **3,800 (95%)** | 2,000 (50%) | `fast_softmax_persist_pipe<float, "
+            "16, 8> <<<264, 128, 65536>>>` |") in r.stdout
+    assert "| 2097152x128 | 3,900 (98%) | **3,950 (99%)** |  |" in r.stdout  # none recorded
