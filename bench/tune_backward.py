@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 
 import torch
 
@@ -55,9 +56,12 @@ def candidates(n: int, dtype: torch.dtype, extra_threads: tuple[int, ...] = (),
     return out
 
 
-def measure(n: int, dtype: torch.dtype, total_log2: int,
-            extra_threads: tuple[int, ...] = ()) -> tuple[int, float, list]:
-    """(rows M, copy GB/s, [(shape, GB/s, % of copy) or (shape, error)])."""
+def measure(n: int, dtype: torch.dtype, total_log2: int, extra_threads: tuple[int, ...] = (),
+            only: str | None = None, groups: tuple[int, ...] = ()) -> tuple[int, float, list]:
+    """(rows M, copy GB/s, [(shape, GB/s, % of copy) or (shape, error)]). ``only``: time the
+    shapes whose label matches this regular expression; ``groups``: each persistent shape also
+    with its grid capped at that many clusters (label " g<count>"), below what the occupancy
+    API calls resident - do all of them really run at once?"""
     m = max(1, (1 << total_log2) // n)
     y = torch.softmax(torch.randn(m, n, device="cuda"), -1).to(dtype)
     dy = torch.randn(m, n, device="cuda").to(dtype)
@@ -65,10 +69,18 @@ def measure(n: int, dtype: torch.dtype, total_log2: int,
     es = y.element_size()
     copy = 2 * y.numel() * es / med_ms(lambda: dx.copy_(y)) / 1e6
     aligned = n * es % 16 == 0  # odd rows: still one 16-byte phase (contiguous tensors)
-    rows = []
+    runs = []
     for label, cfg in candidates(n, dtype, extra_threads, aligned).items():
+        if only and not re.search(only, label):
+            continue
+        runs.append((label, cfg, None))
+        if cfg.kind == "persist":
+            runs += [(f"{label} g{g}", cfg, g) for g in groups]
+    rows = []
+    for label, cfg, g in runs:
         try:
-            ms = med_ms(lambda cfg=cfg: cv.backward_launch(dx, y, dy, cfg, aligned))
+            ms = med_ms(lambda cfg=cfg, g=g: cv.backward_launch(dx, y, dy, cfg, aligned,
+                                                               max_groups=g))
         except Exception as ex:  # noqa: BLE001 - record and keep going
             rows.append((label, str(ex)[:80]))
             continue
@@ -85,13 +97,18 @@ def main() -> None:
     ap.add_argument("--threads", default="", help="also time these CTA sizes (multiples of "
                     "32) for every cluster size whose CTAs of that size hold the row, e.g. "
                     "608,640,704")
+    ap.add_argument("--only", default=None, help="time only the shapes whose label matches "
+                    "this regular expression, e.g. '^persist 1[56]x640x4'")
+    ap.add_argument("--groups", default="", help="also run each persistent shape on this many "
+                    "clusters (comma-separated), e.g. 5,6,7")
     args = ap.parse_args()
     extra = tuple(int(t) for t in args.threads.split(",") if t)
+    groups = tuple(int(g) for g in args.groups.split(",") if g)
     summary = []
     for dname in args.dtypes.split(","):
         dtype = getattr(torch, dname)
         for n in map(int, args.ns.split(",")):
-            m, copy, rows = measure(n, dtype, args.total_log2, extra)
+            m, copy, rows = measure(n, dtype, args.total_log2, extra, args.only, groups)
             print(json.dumps({"dtype": dname, "N": n, "M": m, "copy": round(copy), "rows": rows}),
                   flush=True)
             summary.append((dname, n, rows))

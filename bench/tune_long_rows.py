@@ -149,10 +149,14 @@ def measure(n: int, dtype: torch.dtype, args, resident: dict) -> tuple[dict, lis
         legacy = fc.fast_softmax_config(n, dtype, aligned, False)
         twins = pipe_twins(default, dtype)
         cands = {c.label(): c for c in (default, legacy, *twins)}
+    runs = [(label, c, None) for label, c in cands.items()]
+    for g in args.groups:  # persistent shapes on fewer clusters than the occupancy API allows
+        runs += [(f"{label} g{g}", c, g) for label, c in cands.items()
+                 if c.kind in ("persist", "pipe", "wide") and c.cluster > 1]
     rows = []
-    for label, c in cands.items():
+    for label, c, g in runs:
         try:
-            t = med_ms(lambda c=c: cv.fast_launch(y, x, c, 1))
+            t = med_ms(lambda c=c, g=g: cv.fast_launch(y, x, c, 1, max_groups=g))
             ok = sane(y, x, False)
         except Exception as ex:  # noqa: BLE001
             print(f"ERR {dname} {n} {label}: {ex}", flush=True)
@@ -163,7 +167,7 @@ def measure(n: int, dtype: torch.dtype, args, resident: dict) -> tuple[dict, lis
                                                                 c.shared_mem(), 0)
         rows.append({"dtype": dname, "M": m, "N": n, "cfg": label, "gbs": round(gbs(t)),
                      "pct": round(100 * gbs(t) / copy, 1), "copy": round(copy), "ok": ok,
-                     "default": c == default})
+                     "default": c == default and g is None})
     tf = med_ms(lambda: fast_v(x))
     ok_f = sane(fast_v(x), x, False)
     tl = med_ms(lambda: log_v(x))
@@ -188,6 +192,9 @@ def main() -> None:
     ap.add_argument("--total-log2", type=int, default=28)
     ap.add_argument("--only", default=None, help="time only the shapes whose label matches "
                     "this regular expression (and the default), e.g. 'pipe|late'")
+    ap.add_argument("--groups", default="", type=lambda v: [int(g) for g in v.split(",") if g],
+                    help="also run each persistent cluster shape on this many clusters "
+                    "(comma-separated, e.g. 5,6,7: do all the resident clusters run at once?)")
     ap.add_argument("--no-sweep", action="store_true",
                     help="only default / legacy / the default's pipelined twins / variants")
     args = ap.parse_args()
