@@ -335,3 +335,31 @@ def test_persistent_launches_size_their_grid(monkeypatch):
     launched.clear()
     cv.fast_launch(torch.empty(3, 65536), torch.randn(3, 65536), wide)  # fewer rows than groups
     assert launched[0][1] == 3 * 16
+
+
+def test_placement_counts_clusters_that_started_late():
+    """persistent.Placement on synthetic records (SM, cluster, rank, start, end): a cluster
+    whose CTAs start after another CTA has finished did not run alongside the rest."""
+    recs = ((0, 0, 0, 0, 100), (1, 0, 1, 5, 100), (2, 1, 0, 3, 90), (3, 1, 1, 4, 95),
+            (0, 2, 0, 120, 200), (1, 2, 1, 121, 210))
+    p = pc.Placement(cluster=2, threads=128, smem=0, resident=2, records=recs)
+    assert (p.clusters(), p.sms(), p.late_clusters()) == (3, 4, 1)
+    assert "2 resident by the occupancy API, 3 launched on 4 SMs, 1 started after" in p.summary()
+    with pytest.raises(ValueError, match="instantiated"):
+        pc.cluster_placement(4)
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("cl", [8, 16])
+def test_resident_clusters_run_at_once_and_one_more_waits(cl):
+    """cluster_probe: a grid of the clusters the occupancy API calls resident (one CTA per SM)
+    - every CTA on its own SM, each cluster's ranks 0..CL-1; one cluster more must start late
+    (the probe can see it). Whether all the resident ones start together is what
+    bench/cluster_probe.py reports (a measurement, not asserted here)."""
+    p = pc.cluster_placement(cl, spin_us=50)
+    assert p.clusters() == p.resident and p.sms() == len(p.records)
+    for c in range(p.clusters()):
+        assert sorted(r[2] for r in p.records if r[1] == c) == list(range(cl))
+    extra = pc.cluster_placement(cl, clusters=p.resident + 1, spin_us=50)
+    assert extra.late_clusters() >= 1, f"one cluster over the API's count ran at once: " \
+        f"the API undercounts ({extra.summary()})"

@@ -1,11 +1,16 @@
 """Persistent grids for the CUDA kernels that loop over rows: how many CTAs or clusters are
 resident at once (the occupancy API; cuOccupancyMaxActiveClusters for clusters, since GPCs do
-not divide evenly into them), and the opt-in that clusters of more than 8 CTAs need.
+not divide evenly into them), the opt-in that clusters of more than 8 CTAs need, and a probe
+that checks the API's answer on the hardware (:func:`cluster_placement`).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
+
+from kernel_lab.cuda_common import cuda_source
 
 _NON_PORTABLE_CLUSTER_ATTR = 14  # CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED
 _non_portable_done: set[tuple[int, int]] = set()
@@ -94,3 +99,71 @@ def _max_active_clusters(func: int, threads: int, smem: int, cluster: int, dev: 
         rc = lib.cuOccupancyMaxActiveClusters(ctypes.byref(count), ctypes.c_void_p(func),
                                               ctypes.byref(cfg))
     return count.value if rc == 0 else 0
+
+
+# -- checking the occupancy API against the hardware ---------------------------------------------
+PROBE_CLUSTERS = (1, 8, 15, 16)
+PROBE = cuda_source("cluster_probe.cu", [f"cluster_probe<{c}>" for c in PROBE_CLUSTERS])
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where one grid of ``cluster``-CTA clusters ran (:func:`cluster_placement`): the occupancy
+    API's resident count, and per CTA (SM id, cluster index, rank, start ns, end ns)."""
+
+    cluster: int
+    threads: int
+    smem: int
+    resident: int  # clusters the occupancy API calls resident at once
+    records: tuple[tuple[int, int, int, int, int], ...]
+
+    def clusters(self) -> int:
+        return len(self.records) // self.cluster
+
+    def sms(self) -> int:
+        """Distinct SMs the grid ran on."""
+        return len({r[0] for r in self.records})
+
+    def late_clusters(self) -> int:
+        """Clusters whose first CTA started after some CTA of the grid had finished: they did
+        not run alongside the rest (0 when every launched cluster was resident at once)."""
+        first_end = min(r[4] for r in self.records)
+        starts: dict[int, int] = {}
+        for _sm, c, _rank, start, _end in self.records:
+            starts[c] = min(start, starts.get(c, start))
+        return sum(1 for s in starts.values() if s > first_end)
+
+    def summary(self) -> str:
+        return (f"{self.cluster:2d}-CTA clusters of {self.threads} threads, {self.smem} B shared: "
+                f"{self.resident} resident by the occupancy API, {self.clusters()} launched on "
+                f"{self.sms()} SMs, {self.late_clusters()} started after another had finished")
+
+
+def cluster_placement(cluster: int, threads: int = 128, smem: int = 120 * 1024,
+                      clusters: int | None = None, spin_us: float = 200.0,
+                      dev: int = 0) -> Placement:
+    """Launch ``clusters`` (default: as many as :func:`resident_groups` allows) clusters of
+    ``cluster`` CTAs that each hold their SM for ``spin_us`` microseconds, with ``threads``
+    threads and ``smem`` bytes of dynamic shared memory per CTA (the default, over half of an
+    SM's 228 KB, keeps one CTA per SM, like the persistent kernels' large shapes), and record
+    where and when each CTA ran (cuda_src/cluster_probe.cu). A persistent grid sized by the
+    occupancy API assumes every one of its clusters runs at once; ``late_clusters()`` says
+    whether that held."""
+    import numpy as np
+
+    from kernel_lab import interop
+
+    if cluster not in PROBE_CLUSTERS:
+        raise ValueError(f"cluster_probe is instantiated for {PROBE_CLUSTERS} CTAs, not {cluster}")
+    expr = f"cluster_probe<{cluster}>"
+    resident = resident_groups(PROBE, expr, threads, cluster, smem, dev)
+    n = resident if clusters is None else clusters
+    out = torch.zeros(n * cluster, 5, dtype=torch.int64, device=f"cuda:{dev}")
+    fn = PROBE.function(expr, dev)
+    with torch.cuda.device(dev):
+        interop.launch(fn, (n * cluster,), (threads,),
+                       (out.data_ptr(), np.int64(int(spin_us * 1000))), device_index=dev,
+                       shared_mem=smem)
+        torch.cuda.synchronize(dev)
+    records = tuple(tuple(int(v) for v in row) for row in out.tolist())
+    return Placement(cluster, threads, smem, resident, records)
