@@ -76,3 +76,47 @@ def test_signature_packs_plain_python_numbers_and_range_checks_them():
     with pytest.raises(OverflowError):
         interop.pack_args((7, 9, -3, 2**31, 5), "QQqi4xq")  # n must fit a C int
     assert interop.slot_format([int, np.int32, np.float64]) == "Qi4xd"
+
+
+def test_record_launches_collects_name_and_shape(monkeypatch):
+    """interop.launch under record_launches() (CPU: a fake driver and runtime): each launch is
+    recorded as a Launch with 3-D grid / block and the dynamic shared bytes, and the benchmark's
+    description of it (what a saved record's ``kernels`` says) carries the JIT's name."""
+    from kernel_lab import benchmarking as bm
+    from kernel_lab import jit
+
+    launched = []
+
+    class FakeDriver:
+        @staticmethod
+        def launchKernel(*args):
+            launched.append(args)
+
+    class FakeRuntime:
+        @staticmethod
+        def getDevice():
+            return 0
+
+        @staticmethod
+        def setDevice(_):
+            pass
+
+    class FakeFunction:
+        ptr = 1234
+
+    fn = FakeFunction()
+    # this thread's "context is current" flag is restored afterwards (real launches need it)
+    monkeypatch.setattr(interop._thread, "ready", False, raising=False)
+    monkeypatch.setattr(interop, "_cuda_api", lambda: (FakeDriver, FakeRuntime))
+    monkeypatch.setattr(interop, "current_stream_ptr", lambda dev: 0)
+    monkeypatch.setitem(jit._names, id(fn), "my_kernel<float, 4>")
+    with interop.record_launches() as rec:
+        interop.launch(fn, (315,), (160,), (0, np.int32(7)), device_index=0, shared_mem=40960)
+        interop.launch(fn, (4, 2), (32, 4), (0,), device_index=0)
+    assert len(launched) == 2 and launched[0][1:9] == (315, 1, 1, 160, 1, 1, 40960, 0)
+    assert rec == [interop.Launch(fn, (315, 1, 1), (160, 1, 1), 40960),
+                   interop.Launch(fn, (4, 2, 1), (32, 4, 1), 0)]
+    assert [bm.describe_launch(r, jit.kernel_name(r.fn)) for r in rec] == [
+        "my_kernel<float, 4> <<<315, 160, 40960>>>", "my_kernel<float, 4> <<<4x2, 32x4, 0>>>"]
+    interop.launch(fn, (1,), (32,), (0,), device_index=0)  # outside the block: not recorded
+    assert len(rec) == 2
