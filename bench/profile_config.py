@@ -40,6 +40,8 @@ def main() -> None:
     ap.add_argument("--cluster", type=int, default=1)
     ap.add_argument("--late", action="store_true")
     ap.add_argument("--stages", type=int, default=1, help="persist / pipe: rows of slots")
+    ap.add_argument("--wmsg", action="store_true", help="persist clusters: one (max, sum) "
+                    "message per warp (the _persist_wmsg kernels)")
     ap.add_argument("--backward", action="store_true",
                     help="fused_softmax_backward (y, dy -> dx; 3 tensors) instead of the forward")
     ap.add_argument("--launches", type=int, default=4)
@@ -53,15 +55,17 @@ def main() -> None:
         y = torch.softmax(x.float(), -1).to(dtype)
         dy, dx = torch.randn_like(x), torch.empty_like(x)
         aligned = a.n * x.element_size() % 16 == 0
-        cfg = bc.backward_config(a.n, dtype, aligned) if a.kind is None else bc.BackwardConfig(
-            a.kind, a.threads, a.vpt, a.cluster, a.stages)
+        if a.kind is None:  # what the registered op launches on these contiguous rows
+            cfg = bc.backward_config(a.n, dtype, aligned, phase=True)
+        else:
+            cfg = bc.BackwardConfig(a.kind, a.threads, a.vpt, a.cluster, a.stages)
         launch, tensors = (lambda: cv.backward_launch(dx, y, dy, cfg, aligned)), 3
     else:
         if a.kind is None:
             cfg, _ = cv.fast_choice(y, x)
         else:
             cfg = fc.FastConfig(a.kind, threads=a.threads, vpt=a.vpt, cluster=a.cluster,
-                                late=a.late, stages=a.stages)
+                                late=a.late, stages=a.stages, wmsg=a.wmsg)
         launch, tensors = (lambda: cv.fast_launch(y, x, cfg, 1)), 2
     times = []
     for _ in range(a.launches):
