@@ -90,7 +90,7 @@ def candidates(n: int, dtype: torch.dtype, aligned: bool) -> dict[str, fc.FastCo
                     out.setdefault(c2.label(), c2)
                 if cl in fc.WMSG_CL:  # the same with one message per warp (kernel 5, wmsg)
                     for w in (c, c2):
-                        if w.shared_mem() + 8192 <= fc.MAX_CTA_SHARED:  # + the warp inbox
+                        if w.shared_mem() + fc.WMSG_INBOX_BYTES <= fc.MAX_CTA_SHARED:
                             w = dataclasses.replace(w, wmsg=True)
                             out.setdefault(w.label(), w)
                 for p in pipe_twins(c, dtype):

@@ -31,18 +31,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def auto_choice(op: str, n: int, dtype: torch.dtype) -> str:
     """The variant the op's ``variant=None`` path takes on CUDA for contiguous (1, n) rows
-    (CuPy assumed present): measured order, then the portable fallback."""
+    (CuPy assumed present): ``torch_ops.first_preference`` with the variants' size limits
+    (``check``) in place of ``supports``, which a meta tensor cannot pass."""
     from . import torch_ops
 
     x = torch.empty(1, n, dtype=dtype, device="meta")
-    for name in torch_ops.measured_preferences(op, x):
-        try:
-            v = registry.get(name)
-        except registry.UnknownVariantError:
-            continue
-        if v.op == op and dtype in v.dtypes and (v.check is None or v.check(x) is None):
-            return name
-    return torch_ops.PORTABLE.get(op, "-")
+    return torch_ops.first_preference(op, x, -1, lambda v: dtype in v.dtypes and (
+        v.check is None or v.check(x) is None)).name
 
 
 def planned_variants(op: str) -> list[registry.Variant]:

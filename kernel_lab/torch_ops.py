@@ -30,7 +30,7 @@ Decisions:
 
 import functools
 import importlib.util
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -101,22 +101,29 @@ def measured_preferences(op: str, x: torch.Tensor, dim: int = -1) -> tuple[str, 
     return prefs
 
 
+def first_preference(op: str, x: torch.Tensor, dim: int,
+                     accepts: Callable[[registry.Variant], bool]) -> registry.Variant:
+    """The first registered variant of ``measured_preferences`` that ``accepts``, else the
+    portable one (``python -m kernel_lab plan`` asks it with a meta tensor)."""
+    for name in measured_preferences(op, x, dim):
+        try:
+            v = registry.get(name)
+        except UnknownVariantError:  # not written (yet): the next preference
+            continue
+        if accepts(v):
+            return v
+    return registry.get(PORTABLE[op])
+
+
 def choose_variant(op: str, *tensors: torch.Tensor, dim: int = -1) -> registry.Variant:
     """The variant ``variant="auto"`` runs for these (real) tensors. Never launches anything.
 
     CUDA C++ variants are passed over when CuPy is not installed (they register without it).
     """
-    if tensors[0].device.type == "cuda":
-        for name in measured_preferences(op, tensors[0], dim):
-            try:
-                v = registry.get(name)
-            except UnknownVariantError:  # not written (yet): the next preference
-                continue
-            if v.backend == "cuda" and not _has_cupy():
-                continue
-            if v.supports(*tensors, dim=dim) is None:
-                return v
-    return registry.get(PORTABLE[op])
+    if tensors[0].device.type != "cuda":
+        return registry.get(PORTABLE[op])
+    return first_preference(op, tensors[0], dim, lambda v: (
+        (v.backend != "cuda" or _has_cupy()) and v.supports(*tensors, dim=dim) is None))
 
 
 def _run(op: str, variant: str, tensors: Sequence[torch.Tensor], dim: int) -> torch.Tensor:

@@ -29,7 +29,7 @@ def test_backward_config_holds_the_row(dtype, aligned):
     t = ctype(dtype)
     for n in NS:
         kind, threads, vpt, cl, stages = cfg = bc.backward_config(n, dtype, aligned)
-        assert cv.backward_expr(cfg, t) in declared, (n, cfg)  # what backward_launch launches
+        assert cfg.expr(t) in declared, (n, cfg)  # what backward_launch launches
         assert stages in (1, 2) and (stages == 1 or kind == "persist"), (n, kind, stages)
         assert threads % 32 == 0 and 32 <= threads <= 1024, (n, kind, threads)
         nw = -(-n // vec_width(dtype))

@@ -89,7 +89,7 @@ def _persist_cases():
             big = fc.persist_max_threads(vpt)
             for cl in fc.PERSIST_CL:
                 for wmsg in (False, True) if cl in fc.WMSG_CL else (False,):
-                    room = fc.MAX_CTA_SHARED - (8192 if wmsg else 0)
+                    room = fc.MAX_CTA_SHARED - (fc.WMSG_INBOX_BYTES if wmsg else 0)
                     big2 = min(big, room // (2 * vpt * 16) // 32 * 32)
                     for late in (False, True) if cl > 1 else (False,):
                         tag = ("-late" if late else "") + ("-wm" if wmsg else "")

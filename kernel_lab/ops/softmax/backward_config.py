@@ -125,6 +125,16 @@ class BackwardConfig(NamedTuple):
         stages = f" s{self.stages}" if self.stages > 1 else ""
         return f"{self.kind} {self.cluster}x{self.threads}x{self.vpt}{stages}"
 
+    def expr(self, t: str) -> str:
+        """The fused_softmax_backward.cu name expression this shape launches for C type t."""
+        if self.kind == "block":
+            return f"fused_softmax_backward<{t}, {self.vpt}>"
+        if self.kind == "cluster":
+            return f"fused_softmax_backward_cluster<{t}, {self.vpt}, {self.cluster}>"
+        if self.kind == "persist":
+            return f"fused_softmax_backward_persist<{t}, {self.vpt}, {self.cluster}>"
+        return f"fused_softmax_backward_stream<{t}>"
+
 
 def backward_smem(threads: int, vpt: int = BACKWARD_PERSIST_VPT) -> int:
     """Shared memory of one prefetch stage of the persistent backward: y and dy slots."""

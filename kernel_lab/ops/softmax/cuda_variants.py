@@ -228,7 +228,7 @@ def backward_launch(dx, y2d, dy2d, cfg: BackwardConfig | tuple, aligned: bool,
     if stages not in (1, 2):
         raise ValueError(f"stages must be 1 or 2, not {stages}")
     smem, extra = 0, (i32(int(aligned)),)
-    expr = backward_expr(cfg, t)
+    expr = cfg.expr(t)
     if kind == "block":
         grid = m
     elif kind == "cluster":
@@ -247,17 +247,6 @@ def backward_launch(dx, y2d, dy2d, cfg: BackwardConfig | tuple, aligned: bool,
                 shared_mem=smem)
 
 
-def backward_expr(cfg: BackwardConfig, t: str) -> str:
-    """The fused_softmax_backward.cu name expression ``cfg`` launches for C type ``t``."""
-    if cfg.kind == "block":
-        return f"fused_softmax_backward<{t}, {cfg.vpt}>"
-    if cfg.kind == "cluster":
-        return f"fused_softmax_backward_cluster<{t}, {cfg.vpt}, {cfg.cluster}>"
-    if cfg.kind == "persist":
-        return f"fused_softmax_backward_persist<{t}, {cfg.vpt}, {cfg.cluster}>"
-    return f"fused_softmax_backward_stream<{t}>"
-
-
 def _contiguous_rows(n: int, dtype: torch.dtype) -> bool:
     """Rows of a contiguous (M, n) tensor start 16-byte aligned (PyTorch's allocations do)."""
     return n * dtype.itemsize % 16 == 0
@@ -267,7 +256,7 @@ def fused_backward_plan(n: int, dtype: torch.dtype) -> str:
     """What fused_softmax_backward launches for contiguous rows of n (``python -m kernel_lab
     plan``): y, dy and dx share their 16-byte phase there."""
     cfg = backward_config(n, dtype, _contiguous_rows(n, dtype), phase=True)
-    return f"{cfg.label()}: {backward_expr(cfg, ctype(dtype))}"
+    return f"{cfg.label()}: {cfg.expr(ctype(dtype))}"
 
 
 fused_softmax_backward.launch_plan = fused_backward_plan

@@ -83,6 +83,8 @@ PERSIST_DTYPES = (torch.float32, torch.float16, torch.bfloat16)  # fp64: correct
 # PERSIST_VPT. Staged 2026-11-30 after the ninth run (CPU: compiled, not yet run on a GPU): the
 # config does not pick it until `bash .ci/gpu-bench pending` has timed it against kernel 5.
 WMSG_CL = (8, 15, 16)
+WMSG_INBOX_BYTES = 8 * 1024 + 64  # its static shared memory, at most: 2 rows x 16 CTAs x 32
+# warps x 8 B of messages, 2 mbarriers and an unused reduction slot
 # Instantiated for 8 and 16 CTAs; since FIFTEEN_FIRST_NW the config picks only the 8-CTA form
 # (fp32 N = 59000-65536): rows that would fill 16 take 15-CTA clusters instead.
 PIPE_CL = (8, 16)
