@@ -64,6 +64,10 @@ def test_long_fp32_rows_try_fifteen_ctas_first():
     91.9 % of copy against the 16-CTA pipe's 87.3; 262144 15x576x8 89.4 against 16x256x16
     82.9); 65536 keeps the 8-CTA pipe, 2-byte types their 8- and 16-CTA shapes."""
     assert fc.fast_softmax_config(65536, torch.float32).label() == "pipe 8x128x16 s2"
+    # FIFTEEN_AFTER_PIPE_NW: shorter rows the pipe does not fill (50176: 91.7 vs 87.6 % in 8)
+    assert fc.fast_softmax_config(50176, torch.float32).label() == "persist 15x64x16 late"
+    assert fc.fast_softmax_config(50257, torch.float32, aligned=False).cluster == 15
+    assert fc.fast_softmax_config(50257, torch.bfloat16, aligned=False).cluster == 8
     assert fc.fast_softmax_config(131072, torch.float32).label() == "persist 15x160x16 late"
     assert fc.fast_softmax_config(262144, torch.float32).label() == "persist 15x576x8 late"
     assert fc.fast_softmax_config(524288, torch.float32).cluster == 16  # 15 x 1024 x 8 too small

@@ -68,6 +68,12 @@ BACKWARD_PERSIST_WIDE = ((torch.float32, 8, 15),)
 # copy (ninth run, call 6): bf16 196608 15x416x4 84.4 -> s2 94.3 (15x448x4 s2 95.2), fp16 84.2 ->
 # 92.3; 229376 15x480x4 94.4 / s2 94.8 (fp16 93.7 / 95.2). Smaller CTAs (two per SM) and 576-640
 # keep one stage: 151936 15x320x4 97.5 vs s2 95.0, 262144 15x576x4 98.2 (eighth run).
+# fp32 16-byte aligned rows of 8000-19200 windows (N = 32000-76800) take 15 CTAs of <= 160
+# threads x 8 vectors (one stage) instead of x 4. H200, M*N = 2^28, % of copy (2026-11-30,
+# tenth run, call 3, tune_backward --dtypes float32): 32000 15x96x8 95.7 vs 15x160x4 92.0;
+# 32768 95.9 vs 92.5; 50176 15x128x8 96.0 vs 15x224x4 92.4; 65536 15x160x8 96.9 vs 15x288x4
+# 94.3; 131072 15x288x8 95.1 vs 15x576x4 s2 95.2 (a tie: longer rows keep x 4). Rows not on 16
+# bytes keep 8 x 512 x 4 first (50257: 15x128x8 87.5 vs 8x416x4 88.4, ninth run).
 BACKWARD_TWO_STAGE_THREADS = 320
 
 
@@ -85,7 +91,9 @@ class BackwardShape(NamedTuple):
 
 
 BACKWARD_PERSIST_SHAPES = {  # by itemsize
-    4: (BackwardShape(15, 768, min_windows=8000, aligned_only=True), BackwardShape(8, 512),
+    4: (BackwardShape(15, 160, min_windows=8000, aligned_only=True, two_stage_threads=None,
+                      vpt=8),
+        BackwardShape(15, 768, min_windows=8000, aligned_only=True), BackwardShape(8, 512),
         BackwardShape(15, 768), BackwardShape(15, 640, two_stage_threads=None, vpt=8)),
     2: (BackwardShape(15, 640, min_windows=4000, aligned_only=True, two_stage_threads=384,
                       two_stage_max=544),
@@ -151,13 +159,13 @@ def backward_config(n: int, dtype: torch.dtype, aligned: bool = True,
     of >= 4000 windows skip it). Longer rows, when the rows of y, dy and dx share their 16-byte
     phase (``phase``; default ``aligned``: 16-byte aligned rows, which vectorize every kernel):
     ``persist``, persistent clusters, the first of BACKWARD_PERSIST_SHAPES that holds the row:
-    for 16-byte aligned rows of >= 8000 (fp32) / 4000 (fp16/bf16) windows 15 CTAs of <= 768 /
-    640 threads x 4 vectors, then 8 of <= 512 x 4, 15 of <= 768 / 640 x 4, for fp32 15 of <=
-    640 x 8 (fp32 N <= 307200, 2-byte N <= 307200); the next row is prefetched (the next two
-    rows from each shape's ``two_stage_threads`` to ``two_stage_max``, where shared memory
-    holds them: 2-byte 15-CTA shapes only at 384-544 threads, never fp32 x 8). Otherwise a
-    one-row cluster of up to 16 CTAs of 512 x 8 (fp32) or x 4 (2-byte) vectors; longer rows
-    stream (two passes)."""
+    for 16-byte aligned rows of >= 8000 (fp32) / 4000 (fp16/bf16) windows 15 CTAs (fp32:
+    <= 160 threads x 8 vectors, then <= 768 x 4; 2-byte: <= 640 x 4), then 8 of <= 512 x 4, 15
+    of <= 768 / 640 x 4, for fp32 15 of <= 640 x 8 (fp32 N <= 307200, 2-byte N <= 307200); the
+    next row is prefetched (the next two rows from each shape's ``two_stage_threads`` to
+    ``two_stage_max``, where shared memory holds them: 2-byte 15-CTA shapes only at 384-544
+    threads, never fp32 x 8). Otherwise a one-row cluster of up to 16 CTAs of 512 x 8 (fp32)
+    or x 4 (2-byte) vectors; longer rows stream (two passes)."""
     nw = -(-n // vec_width(dtype))
     persist_ok = (aligned if phase is None else phase) and dtype in BACKWARD_PERSIST_DTYPES
     threads, vpt = vec_config(n, dtype, BWD_MAX_THREADS)

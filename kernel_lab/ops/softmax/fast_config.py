@@ -75,6 +75,12 @@ PERSIST_CLUSTER_SHAPES = {4: ((16, 256), (8, 1024)), 2: ((4, 512), (4, 1024))}  
 # fp16/bf16 keep their order: 15 CTAs lost there - 65536 15x160x4 late 76.6 vs 8x256x4 late
 # 83.8, 131072 15x288x4 75.8 vs 8x512x4 83.9, 262144 15x576x4 62.2 vs 16x512x4 79.2.
 FIFTEEN_FIRST_NW = {4: 16384}  # by itemsize: rows of more windows try 15-CTA clusters first
+# Shorter fp32 cluster rows (8192-16384 windows, N = 32769-65536) that do not fill the 8-CTA
+# pipe take 15-CTA clusters next, before the 8- and 16-CTA shapes. H200, M*N = 2^28, % of copy
+# (2026-11-30, tenth run, call 3, tune_long_rows --ns 50257,50176): 50176 15x64x16 late 91.7
+# vs 8x128x16 late 87.6; 50257 15x64x16 late 86.3 (15x128x8 late 87.8) vs 84.1. N = 65536
+# keeps the pipe: pipe 8x128x16 s2 91.4 vs 15x96x16 late 90.2 (same run).
+FIFTEEN_AFTER_PIPE_NW = {4: 8192}
 PERSIST_DTYPES = (torch.float32, torch.float16, torch.bfloat16)  # fp64: correctness, not speed
 # The pipelined persistent clusters (``pipe``, kernel 5b): each row's (max, sum) exchange overlaps
 # the next row's reduction; the cluster sizes and vectors per thread of PERSIST_CLUSTER_SHAPES.
@@ -324,9 +330,9 @@ def fast_softmax_config(
       CTAs of the first PERSIST_CLUSTER_SHAPES entry that holds it (fp32: <= 256 threads x 16
       vectors, then <= 1024 x 8; fp16/bf16: <= 512 x 4, then <= 1024 x 4), threads = the
       multiple of 32 that just covers the row, next row's copies issued late; fp32 rows of
-      more than FIFTEEN_FIRST_NW windows (N > 65536) try both fp32 shapes with 15 CTAs first,
-      and shorter fp32 rows that fill >= 90 % of 8 CTAs x 128 threads x 16 vectors take the
-      pipelined form (``pipe``, :func:`pipe_config`);
+      more than FIFTEEN_FIRST_NW windows (N > 65536) try both fp32 shapes with 15 CTAs first;
+      shorter fp32 rows that fill >= 90 % of 8 CTAs x 128 threads x 16 vectors take the
+      pipelined form (``pipe``, :func:`pipe_config`), the rest (N > 32768) 15 CTAs;
     * otherwise (fp64, misaligned phase, or longer rows): a one-row cluster of up to 16 CTAs
       with 16 vectors x <= 512 threads (fp32/fp64) or 4 x <= 1024 (fp16/bf16), else ``wide``
       (persistent clusters of 8 CTAs of 1024 threads, 16 where 8 would keep under 3/4 of each
@@ -363,6 +369,10 @@ def fast_softmax_config(
         pipe = pipe_config(nwl, dtype)
         if pipe:
             return pipe
+        if nwl > FIFTEEN_AFTER_PIPE_NW.get(es, 1 << 31):
+            for vpt, most in PERSIST_CLUSTER_SHAPES[es]:
+                if cluster_shape(nwl, vpt, most, (15,)):
+                    return persist_config(nwl, vpt, 15, late=True)
         for vpt, most in PERSIST_CLUSTER_SHAPES[es]:
             shape = cluster_shape(nwl, vpt, most, PERSIST_CLUSTER_SIZES)
             if shape:
