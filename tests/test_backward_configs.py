@@ -71,6 +71,7 @@ def test_long_aligned_rows_take_the_persistent_kernel():
     assert bc.backward_config(65536, torch.float32)[1:] == (160, 8, 15, 1)  # fp32 x 8, one row
     assert bc.backward_config(32000, torch.float32)[1:] == (96, 8, 15, 1)
     assert bc.backward_config(131072, torch.float32)[1:] == (576, 4, 15, 2)  # x 8 tied there
+    assert bc.backward_config(196608, torch.float32)[1:] == (832, 4, 15, 2)  # 96.7 vs x 8 89.8
     assert bc.backward_config(262144, torch.bfloat16)[1:] == (576, 4, 15, 1)  # 15 x 576, one row
     assert bc.backward_config(196608, torch.bfloat16)[1:] == (416, 4, 15, 2)  # one CTA per SM
     assert bc.backward_config(151936, torch.float16).stages == 1  # two CTAs per SM

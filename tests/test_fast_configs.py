@@ -72,6 +72,10 @@ def test_long_fp32_rows_try_fifteen_ctas_first():
     assert fc.fast_softmax_config(262144, torch.float32).label() == "persist 15x576x8 late"
     assert fc.fast_softmax_config(524288, torch.float32).cluster == 16  # 15 x 1024 x 8 too small
     assert fc.fast_softmax_config(131072, torch.bfloat16).label() == "persist 8x512x4 late"
+    # 2-byte: 8 x 1024 before 16 x 512, no late copies past 512 threads (tenth run)
+    assert fc.fast_softmax_config(262144, torch.bfloat16).label() == "persist 8x1024x4"
+    assert fc.fast_softmax_config(524288, torch.float16).label() == "persist 16x1024x4"
+    assert fc.fast_softmax_config(151936, torch.bfloat16).label() == "persist 15x320x4 late"
     for n in range(65537, 491521, 7919):
         c = fc.fast_softmax_config(n, torch.float32)
         assert (c.kind, c.cluster, c.late) == ("persist", 15, True), (n, c)

@@ -66,6 +66,14 @@ PERSIST_CL = (1, 2, 4, 8, 15, 16)
 # 80.2 / 80.1 vs 16x320x4 late 77.0 / 76.9. (Clusters of 5 and 10 lost at 50257 and 151936.)
 PERSIST_CLUSTER_SIZES = (8, 15, 16)
 PERSIST_CLUSTER_SHAPES = {4: ((16, 256), (8, 1024)), 2: ((4, 512), (4, 1024))}  # by itemsize
+# 2-byte rows: the first shape stops at 15 CTAs (16 x 512 x 4 gave way to 8 x 1024 x 4), and
+# CTAs of more than LATE_MAX_THREADS[2] threads issue their copies right after the local
+# (max, sum), not late. H200, M*N = 2^28, % of copy (2026-11-30, tenth run, two runs in call 4
+# and one in call 2): bf16 262144 8x1024x4 84.2 / 83.8 vs 16x512x4 late 79.3 / 79.3 (16x512x4
+# 81.1 in call 2); 524288 16x1024x4 79.1 / 79.1 (s2) vs late 76.3 / 76.3 (80.0 vs 76.1 in
+# call 2). 151936 keeps 15x320x4 late (80.6 vs 8x608x4 late 71.6, call 3).
+PERSIST_CLUSTER_SIZES_BY_SHAPE = {2: ((8, 15), (8, 16))}  # by itemsize; default all three
+LATE_MAX_THREADS = {2: 512}  # by itemsize; default: every cluster CTA issues late
 # fp32 rows longer than the 8-CTA pipelined shape (16384 windows: N > 65536) try 15-CTA clusters
 # first, before the 16-CTA pipe and every 8- or 16-CTA shape: <= 256 threads x 16 vectors, then
 # <= 1024 x 8 (up to N = 491520). H200, M*N = 2^28, % of copy (2026-11-30, ninth run, call 3,
@@ -328,8 +336,9 @@ def fast_softmax_config(
       fp32/fp16/bf16: ``persist``, one CTA of <= 1024 threads x 8 vectors (fp32) or x 4
       (fp16/bf16) if it holds the row, else a cluster of PERSIST_CLUSTER_SIZES (8, 15, 16)
       CTAs of the first PERSIST_CLUSTER_SHAPES entry that holds it (fp32: <= 256 threads x 16
-      vectors, then <= 1024 x 8; fp16/bf16: <= 512 x 4, then <= 1024 x 4), threads = the
-      multiple of 32 that just covers the row, next row's copies issued late; fp32 rows of
+      vectors, then <= 1024 x 8; fp16/bf16: <= 512 x 4 in 8 or 15 CTAs, then <= 1024 x 4 in
+      8 or 16), threads = the multiple of 32 that just covers the row, next row's copies
+      issued late (2-byte CTAs of <= 512 threads: LATE_MAX_THREADS); fp32 rows of
       more than FIFTEEN_FIRST_NW windows (N > 65536) try both fp32 shapes with 15 CTAs first;
       shorter fp32 rows that fill >= 90 % of 8 CTAs x 128 threads x 16 vectors take the
       pipelined form (``pipe``, :func:`pipe_config`), the rest (N > 32768) 15 CTAs;
@@ -373,10 +382,12 @@ def fast_softmax_config(
             for vpt, most in PERSIST_CLUSTER_SHAPES[es]:
                 if cluster_shape(nwl, vpt, most, (15,)):
                     return persist_config(nwl, vpt, 15, late=True)
-        for vpt, most in PERSIST_CLUSTER_SHAPES[es]:
-            shape = cluster_shape(nwl, vpt, most, PERSIST_CLUSTER_SIZES)
+        sizes = PERSIST_CLUSTER_SIZES_BY_SHAPE.get(es, (PERSIST_CLUSTER_SIZES,) * 2)
+        for (vpt, most), cls in zip(PERSIST_CLUSTER_SHAPES[es], sizes):
+            shape = cluster_shape(nwl, vpt, most, cls)
             if shape:
-                return persist_config(nwl, vpt, shape[0], late=True)
+                return persist_config(nwl, vpt, shape[0],
+                                      late=shape[1] <= LATE_MAX_THREADS.get(es, 1024))
     big = _fast_vpt_cap(dtype)
     shape = cluster_shape(nw, big, 1024 if big <= 8 else 512, FAST_CL)
     if shape:
