@@ -45,12 +45,17 @@
 //            dynamic shared memory stages * 2 * blockDim.x * VPT * 16 B (per stage: y slots,
 //            then dy); stages is 1 or 2.
 // Bytes:     3 * M * N * sizeof(T), loads always in flight.
-// Windows:   aligned 16-byte windows as in softmax_common.cuh (h = the row's offset within its
-//            first 16 bytes): odd N such as 50257 still moves whole slots; the copies of a row's
-//            first and last slot may hold bytes of the neighbouring rows, zeroed on read.
-// Preconds:  `vec_ok`: every row of y, dy and dx starts at the same offset within 16 bytes (any
-//            N); the launcher falls back to kernels 1-3 otherwise. Threads: see
-//            BackwardPersistThreads (registers and spills per bound).
+// Windows:   aligned 16-byte windows as in softmax_common.cuh: odd N such as 50257 still moves
+//            whole slots; the copies of a row's first and last slot may hold bytes of the
+//            neighbouring rows, zeroed on read. `line` = 0: h = the row's offset within its
+//            first 16 bytes; `line` = 1 (line heads, as the forward's kernel 5): h = its offset
+//            within its 128-byte line, so each warp's 32 windows are 4 whole lines instead of
+//            straddling 5 (up to 7 windows before the row, all zero, belong to the first warp).
+// Preconds:  every row of y, dy and dx starts at the same offset within 16 bytes (any N); the
+//            launcher falls back to kernels 1-3 otherwise. `line` = 1 only if every row of y
+//            and dy starts at the same offset within 128 bytes (the slots before a row then
+//            share its first line: never an unmapped page) and the shape holds up to 7 more
+//            windows. Threads: see BackwardPersistThreads (registers and spills per bound).
 // Changed:   from kernel 2: one launch for all rows; the next row's loads overlap this row's
 //            reduction, exchange and stores.
 #include "cluster.cuh"
@@ -188,10 +193,16 @@ template <typename T> __device__ __forceinline__ const uint4* slots_of(const T* 
   return reinterpret_cast<const uint4*>(row - h);
 }
 
+// Elements of the row's first slot before the row: within 16 bytes, or (line) 128 bytes.
+template <typename T> __device__ __forceinline__ int head_of(const T* row, int line) {
+  return line ? klab::line_head(row) : klab::row_head(row, 1);
+}
+
 template <typename T, int VPT>
 __device__ __forceinline__ void prefetch_pair(uint4* my_y, uint4* my_dy, const T* yr,
-                                              const T* dyr, int nwin, int base, int step) {
-  const int h = klab::row_head(yr, 1);
+                                              const T* dyr, int nwin, int base, int step,
+                                              int line) {
+  const int h = head_of(yr, line);
   const uint4* y4 = slots_of(yr, h) + base;  // stepped per window, as kernel 5's prefetch_row
   const uint4* dy4 = slots_of(dyr, h) + base;
   const unsigned sy = klab::shared_addr(my_y), sdy = klab::shared_addr(my_dy);
@@ -218,7 +229,7 @@ template <typename T, int VPT, int CL>
 __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(BackwardPersistThreads<T, VPT>::value)
     fused_softmax_backward_persist(T* __restrict__ dx, const T* __restrict__ y,
                                    const T* __restrict__ dy, long long rows, int n,
-                                   long long y_stride, long long dy_stride, int vec_ok,
+                                   long long y_stride, long long dy_stride, int line,
                                    int stages) {
   using A = klab::acc_t<T>;
   using V = klab::Vec<T>;
@@ -229,7 +240,7 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(BackwardPersistThre
   const unsigned rank = CL > 1 ? klab::cluster_rank() : 0u;
   const long long q = blockIdx.x / CL, Q = gridDim.x / CL;
   const int base = rank * blockDim.x + threadIdx.x, step = CL * blockDim.x;
-  auto windows = [&](const T* row) { return (n + klab::row_head(row, 1) + W - 1) / W; };
+  auto windows = [&](const T* row) { return (n + head_of(row, line) + W - 1) / W; };
   const int stage_slots = 2 * VPT * blockDim.x;
   if constexpr (CL > 1) {
     if (threadIdx.x == 0) inbox.init();
@@ -242,14 +253,14 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(BackwardPersistThre
     uint4* my_y = slots + s * stage_slots + threadIdx.x;
     if (r < rows)
       prefetch_pair<T, VPT>(my_y, my_y + VPT * blockDim.x, y + r * y_stride, dy + r * dy_stride,
-                            windows(y + r * y_stride), base, step);
+                            windows(y + r * y_stride), base, step, line);
     klab::cp_async_commit();
   }
   for (long long row = q, it = 0; row < rows; row += Q, ++it) {
     uint4* my_y = slots + (stages > 1 ? (it & 1) : 0) * stage_slots + threadIdx.x;
     uint4* my_dy = my_y + VPT * blockDim.x;
     klab::cp_async_wait_stage(stages);  // this thread's copies of `row` have landed
-    const int h = klab::row_head(y + row * y_stride, 1), nwin = (n + h + W - 1) / W;
+    const int h = head_of(y + row * y_stride, line), nwin = (n + h + W - 1) / W;
     V ry[VPT], rd[VPT];
     // All but the row's first and last threads: every window in the row whole, no masks.
     const bool inside = klab::windows_inside<T, VPT>(base, step, n, h);
@@ -274,7 +285,7 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(BackwardPersistThre
     const long long rn = row + stages * Q;
     if (rn < rows)
       prefetch_pair<T, VPT>(my_y, my_dy, y + rn * y_stride, dy + rn * dy_stride,
-                            windows(y + rn * y_stride), base, step);
+                            windows(y + rn * y_stride), base, step, line);
     klab::cp_async_commit();
     dot = klab::block_allreduce(dot, klab::SumOp{}, A(0), red);
     if constexpr (CL > 1) {  // no cluster barrier per row: messages (klab::ClusterInbox)

@@ -194,6 +194,47 @@ def test_odd_rows_run_persistent_and_exact(dtype, n):
         cv.backward_launch(torch.empty_like(y), ys, dys, cfg, False)
 
 
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("n", [50257, 50176])
+def test_line_heads_and_vector_heads_agree(dtype, n):
+    """The persistent backward with line heads (y and dy rows in one 128-byte phase: here both
+    start 16 bytes into a line, so even rows of 50176 are off lines) and with 16-byte heads (dy
+    16 bytes further on: one 16-byte phase, another 128-byte phase), each looping over rows."""
+    op = kernel_lab.get_op("softmax_backward")
+    gen = torch.Generator(device="cuda").manual_seed(n + 7)
+    m, w = 29, vec_width(dtype)
+    cfg = bc.backward_config(n, dtype, aligned=False, phase=True)
+    for dy_off in (w, 2 * w):  # elements: 16 bytes (same line phase as y), 32 bytes (not)
+        ybuf = torch.empty(m * n + w, device="cuda", dtype=dtype)
+        dybuf = torch.empty(m * n + dy_off, device="cuda", dtype=dtype)
+        y, dy = ybuf[w:].view(m, n), dybuf[dy_off:].view(m, n)
+        y.copy_(torch.softmax(torch.randn(m, n, device="cuda", generator=gen), -1))
+        dy.copy_(torch.randn(m, n, device="cuda", generator=gen))
+        assert cv._same_line_phase(y, dy) == (dy_off == w)
+        for groups in (3, None):
+            dx = torch.full((m, n), float("nan"), device="cuda", dtype=dtype)
+            cv.backward_launch(dx, y, dy, cfg, False, max_groups=groups)
+            res = op.check(dx, y, dy)
+            assert res.ok, f"{dtype} n={n} dy +{dy_off} {cfg.label()} groups={groups}: " \
+                           f"{res.message}"
+
+
+def test_same_line_phase():
+    """CPU: rows of two tensors share their offset within 128-byte lines (line heads)."""
+    buf = torch.empty(4096)
+    line0 = (-buf.data_ptr() % 128) // 4  # first fp32 element on a 128-byte line
+
+    def rows(elem, stride=96):  # 4 fp32 rows of 96 elements from buf[line0 + elem]
+        return buf.as_strided((4, 96), (stride, 1), line0 + elem)
+
+    assert cv._same_line_phase(rows(0), rows(1024))
+    assert cv._same_line_phase(rows(4), rows(1028))  # both 16 bytes into a line
+    assert not cv._same_line_phase(rows(4), rows(1032))
+    assert not cv._same_line_phase(rows(0, 100), rows(1024))  # strides differ by 16 bytes
+    assert cv._same_line_phase(rows(0, 100)[:1], rows(1024)[:1])  # one row: bases only
+
+
 def test_persistent_backward_shape_check():
     """CPU: the persistent backward's launch check takes aligned rows at their exact window
     count (the H200 suite caught a check that always budgeted a head window), wants one more

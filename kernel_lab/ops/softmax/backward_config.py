@@ -13,7 +13,7 @@ import torch
 
 from kernel_lab.cuda_common import vec_width
 
-from .fast_config import MAX_CTA_SHARED, cluster_shape, vec_config, vector_windows
+from .fast_config import MAX_CTA_SHARED, cluster_shape, line_windows, vec_config, vector_windows
 
 BWD_MAX_THREADS = 512  # the one-CTA and one-row cluster kernels' CTA size limit
 BACKWARD_CL = (2, 4, 8, 16)
@@ -178,10 +178,11 @@ def backward_config(n: int, dtype: torch.dtype, aligned: bool = True,
         return BackwardConfig("block", threads, vpt)
     if persist_ok:
         nwa = vector_windows(n, dtype, aligned)
+        nwl = line_windows(n, dtype, aligned)  # room for line heads (up to 7 windows more)
         for sh in BACKWARD_PERSIST_SHAPES[dtype.itemsize]:
             if nwa < sh.min_windows or (sh.aligned_only and not aligned):
                 continue
-            shape = cluster_shape(nwa, sh.vpt, sh.most_threads, (sh.ctas,))
+            shape = cluster_shape(nwl, sh.vpt, sh.most_threads, (sh.ctas,))
             if shape:
                 cl, threads = shape
                 two = sh.two_stage_threads is not None \

@@ -45,6 +45,7 @@ from .fast_config import (
     FastConfig,
     config_windows,
     fast_softmax_config,
+    line_windows,
     row_kernel_exprs,
     vec_config,
     vector_windows,
@@ -236,15 +237,25 @@ def backward_launch(dx, y2d, dy2d, cfg: BackwardConfig | tuple, aligned: bool,
         if cl > 8:
             allow_non_portable_cluster(BACKWARD, expr, device_index(dx))
     elif kind == "persist":
-        smem, extra = stages * backward_smem(threads, vpt), (i32(1), i32(stages))
         if phase is None:
             check_backward_persist(dx, y2d, dy2d, cfg)
+        line = _same_line_phase(y2d, dy2d) and threads * vpt * cl >= line_windows(n, y2d.dtype,
+                                                                                  line=False)
+        smem, extra = stages * backward_smem(threads, vpt), (i32(int(line)), i32(stages))
         grid = persistent_grid(BACKWARD, expr, threads, cl, smem, m, device_index(dx),
                                max_groups)
     else:
         grid = m
     launch_rows(BACKWARD, expr, dx, (y2d, dy2d), grid=grid, block=threads, extra=extra,
                 shared_mem=smem)
+
+
+def _same_line_phase(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Every row of b starts at the same offset within a 128-byte line as its row of a (the
+    persistent backward's line heads need it for y and dy: the slots it copies before a row
+    then lie in that row's first line)."""
+    return (a.data_ptr() - b.data_ptr()) % LINE_BYTES == 0 and (
+        a.shape[0] == 1 or (a.stride(0) - b.stride(0)) * a.element_size() % LINE_BYTES == 0)
 
 
 def _contiguous_rows(n: int, dtype: torch.dtype) -> bool:
