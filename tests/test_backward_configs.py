@@ -66,7 +66,7 @@ def test_long_aligned_rows_take_the_persistent_kernel():
     assert kind_and_cluster(65536, torch.float32) == ("persist", 15)
     assert kind_and_cluster(65536, torch.bfloat16) == ("persist", 15)
     assert kind_and_cluster(131072, torch.bfloat16) == ("persist", 15)  # 15 x 288, 90 registers
-    assert bc.backward_config(50257, torch.float32, False, True).cluster == 8  # odd rows: 8
+    assert bc.backward_config(50257, torch.float32, False, True)[1:] == (128, 8, 15, 1)  # odd
     assert bc.backward_config(65536, torch.bfloat16).stages == 1  # 2-byte 15-CTA: one row
     assert bc.backward_config(65536, torch.float32)[1:] == (160, 8, 15, 1)  # fp32 x 8, one row
     assert bc.backward_config(32000, torch.float32)[1:] == (96, 8, 15, 1)

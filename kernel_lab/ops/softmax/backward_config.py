@@ -87,7 +87,6 @@ class BackwardShape(NamedTuple):
     ctas: int
     most_threads: int
     min_windows: int = 0  # rows of fewer 16-byte windows skip it
-    aligned_only: bool = False  # only rows that start on 16 bytes
     two_stage_threads: int | None = BACKWARD_TWO_STAGE_THREADS  # CTAs this large prefetch two
     # rows (None: never) ...
     two_stage_max: int = 1024  # ... up to this size
@@ -95,11 +94,11 @@ class BackwardShape(NamedTuple):
 
 
 BACKWARD_PERSIST_SHAPES = {  # by itemsize
-    4: (BackwardShape(15, 160, min_windows=8000, aligned_only=True, two_stage_threads=None,
+    4: (BackwardShape(15, 160, min_windows=8000, two_stage_threads=None,
                       vpt=8),
-        BackwardShape(15, 896, min_windows=8000, aligned_only=True), BackwardShape(8, 512),
+        BackwardShape(15, 896, min_windows=8000), BackwardShape(8, 512),
         BackwardShape(15, 768), BackwardShape(15, 640, two_stage_threads=None, vpt=8)),
-    2: (BackwardShape(15, 640, min_windows=4000, aligned_only=True, two_stage_threads=384,
+    2: (BackwardShape(15, 640, min_windows=4000, two_stage_threads=384,
                       two_stage_max=544),
         BackwardShape(8, 512), BackwardShape(15, 640, two_stage_threads=384, two_stage_max=544)),
 }
@@ -180,7 +179,7 @@ def backward_config(n: int, dtype: torch.dtype, aligned: bool = True,
         nwa = vector_windows(n, dtype, aligned)
         nwl = line_windows(n, dtype, aligned)  # room for line heads (up to 7 windows more)
         for sh in BACKWARD_PERSIST_SHAPES[dtype.itemsize]:
-            if nwa < sh.min_windows or (sh.aligned_only and not aligned):
+            if nwa < sh.min_windows:
                 continue
             shape = cluster_shape(nwl, sh.vpt, sh.most_threads, (sh.ctas,))
             if shape:
