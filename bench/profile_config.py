@@ -40,8 +40,6 @@ def main() -> None:
     ap.add_argument("--cluster", type=int, default=1)
     ap.add_argument("--late", action="store_true")
     ap.add_argument("--stages", type=int, default=1, help="persist / pipe: rows of slots")
-    ap.add_argument("--wmsg", action="store_true", help="persist clusters: one (max, sum) "
-                    "message per warp (the _persist_wmsg kernels)")
     ap.add_argument("--backward", action="store_true",
                     help="fused_softmax_backward (y, dy -> dx; 3 tensors) instead of the forward")
     ap.add_argument("--launches", type=int, default=4)
@@ -65,7 +63,7 @@ def main() -> None:
             cfg, _ = cv.fast_choice(y, x)
         else:
             cfg = fc.FastConfig(a.kind, threads=a.threads, vpt=a.vpt, cluster=a.cluster,
-                                late=a.late, stages=a.stages, wmsg=a.wmsg)
+                                late=a.late, stages=a.stages)
         launch, tensors = (lambda: cv.fast_launch(y, x, cfg, 1)), 2
     times = []
     for _ in range(a.launches):

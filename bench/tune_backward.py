@@ -40,7 +40,7 @@ def candidates(n: int, dtype: torch.dtype, extra_threads: tuple[int, ...] = (),
     stages where shared memory holds them."""
     default = bc.backward_config(n, dtype, aligned, phase=True)
     out = {"default " + default.label(): default}
-    nw = fc.vector_windows(n, dtype, aligned)
+    nw = fc.line_windows(n, dtype, aligned)  # as the op sizes persistent shapes: line heads
     for d, vpt, cl in bc.backward_persist_instantiations():
         if d != dtype:
             continue

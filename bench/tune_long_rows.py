@@ -5,8 +5,8 @@
 For every (N, dtype): the device-to-device copy ``y.copy_(x)`` on the same tensors, the config
 ``fast_softmax_config`` picks, the pre-persistent ("legacy": vec=False rules) config, and every
 persistent shape that fits (one and two rows in flight, ``stages``; clusters also with the
-next row's copies issued late, with one and two stages, those also with one (max, sum) message
-per warp, ``wm``, and pipelined, ``pipe``) and, for rows of >= 32768
+next row's copies issued late, with one and two stages, and pipelined, ``pipe``) and, for rows
+of >= 32768
 windows, the wide kernel's shapes (8 / 16 CTAs, keep nothing, 512 threads), each timed by CUDA
 events around back-to-back launches (one call queued first, then events around K calls, / K,
 median of R: the kernel's own time). Then the
@@ -18,7 +18,6 @@ instantiation, resident groups of each persistent shape timed); prints a summary
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import re
 import statistics
@@ -88,11 +87,6 @@ def candidates(n: int, dtype: torch.dtype, aligned: bool) -> dict[str, fc.FastCo
                 c2 = fc.persist_config(nwl, vpt, cl, late=True, stages=2)
                 if c2.shared_mem() <= fc.MAX_CTA_SHARED:  # late copies, two rows in flight
                     out.setdefault(c2.label(), c2)
-                if cl in fc.WMSG_CL:  # the same with one message per warp (kernel 5, wmsg)
-                    for w in (c, c2):
-                        if w.shared_mem() + fc.WMSG_INBOX_BYTES <= fc.MAX_CTA_SHARED:
-                            w = dataclasses.replace(w, wmsg=True)
-                            out.setdefault(w.label(), w)
                 for p in pipe_twins(c, dtype):
                     out.setdefault(p.label(), p)
     if nw >= 32768:  # where the persistent shapes start to strain: the two-pass kernels

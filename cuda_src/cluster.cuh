@@ -8,7 +8,6 @@
 //                         whose phase completes after one arrive and a byte count
 //   dsmem_send(dst, bar, rank, a, b)  write the pair (a, b) into CTA `rank`'s `dst` and count
 //                         its bytes on that CTA's mbarrier `bar` (st.async): no fence
-//   ClusterInbox / WarpInbox  one pair per CTA / per warp and row, all-to-all (below)
 //
 // Why messages: barrier.cluster.arrive.release (and fence.acq_rel.cluster) compile to
 // MEMBAR.ALL.GPU, which waits until every earlier store of the thread is acknowledged. In a
@@ -127,47 +126,6 @@ template <typename A, int CL, int NB = 2> struct ClusterInbox {
   __device__ __forceinline__ void wait(int it) { mbar_wait(&full[slot(it)], (unsigned(it) / NB) & 1); }
   __device__ __forceinline__ A a(int it, int c) const { return box[slot(it)][c][0]; }
   __device__ __forceinline__ A b(int it, int c) const { return box[slot(it)][c][1]; }
-};
-
-// One pair (a, b) per WARP and row, all-to-all across a cluster of CL CTAs of up to MAXW warps:
-// with it a row needs no block barrier either (kernel 5's warp-message form, wmsg). Slot
-// box[row % 2][sender rank * MAXW + sender warp]; each CTA expects CL * warps pairs per row
-// (warps = blockDim.x / 32, the same in every CTA of the grid).
-//   init()               one thread, once; then a cluster barrier before the first send
-//   send(it, rank, a, b) every warp, all lanes: lane c < CL sends this warp's pair for row `it`
-//                        into CTA c's inbox (thread 0 first announces the bytes this CTA expects)
-//   wait(it)             every thread: all CL * warps pairs of row `it` are here
-//   fold(it, op, id)     this lane's op over its share of them (lane l: pairs l, l + 32, ...);
-//                        a warp all-reduce of the folds gives every lane the row's result
-// Safe reuse of two inboxes without a block barrier: a peer sends row it + 2 into this CTA's
-// inbox it % 2 only after its wait(it + 1), which needs every warp of this CTA to have sent row
-// it + 1, which each warp does only after its fold(it). The same chain puts this CTA's
-// announcement for row it + 2 after the phase of row it completed.
-template <typename A, int CL, int MAXW> struct WarpInbox {
-  A box[2][CL * MAXW][2];       // [row % 2][sender rank * MAXW + sender warp][a, b]
-  unsigned long long full[2];  // [row % 2]: completes once all CL * warps pairs have landed
-
-  __device__ __forceinline__ void init() {
-    mbar_init(&full[0], 1);
-    mbar_init(&full[1], 1);
-    fence_mbar_init();
-  }
-  __device__ __forceinline__ void send(int it, unsigned rank, A a, A b) {
-    const unsigned p = unsigned(it) & 1u, lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
-    if (threadIdx.x == 0) mbar_arrive_expect_tx(&full[p], CL * (blockDim.x >> 5) * 2 * sizeof(A));
-    if (lane < CL) dsmem_send(&box[p][rank * MAXW + warp][0], &full[p], lane, a, b);
-  }
-  __device__ __forceinline__ void wait(int it) { mbar_wait(&full[it & 1], (unsigned(it) >> 1) & 1u); }
-  template <typename V, typename Op>
-  __device__ __forceinline__ V fold(int it, Op op, V identity) const {
-    const unsigned p = unsigned(it) & 1u, warps = blockDim.x >> 5;
-    V v = identity;
-    for (unsigned i = threadIdx.x & 31u; i < CL * warps; i += 32) {
-      const unsigned c = i / warps, w = i - c * warps;
-      v = op(v, V{box[p][c * MAXW + w][0], box[p][c * MAXW + w][1]});
-    }
-    return v;
-  }
 };
 
 }  // namespace klab

@@ -7,7 +7,7 @@
 //                     y = (x - max) - log(sum)
 //
 // The macro defines thin __global__ templates named <prefix>_warp, _block, _cluster, _persist,
-// _persist_cluster, _persist_wmsg, _persist_pipe and _wide (so NVRTC name expressions such as "fast_softmax_block<float, 4>" or "log_softmax_persist_cluster<__nv_bfloat16, 8, 4>" work);
+// _persist_cluster, _persist_pipe and _wide (so NVRTC name expressions such as "fast_softmax_block<float, 4>" or "log_softmax_persist_cluster<__nv_bfloat16, 8, 4>" work);
 // each forwards to one device body below, templated on the epilogue. The launcher picks a kernel
 // and its shape per (N, dtype): kernel_lab/ops/softmax/fast_config.py, fast_softmax_config.
 //
@@ -77,16 +77,6 @@
 //            (opaque_2byte) so 8-16 vectors per thread fit without fp32 copies spilling.
 //    Interior: threads whose windows in the row are all whole (all but the row's first and
 //            last) read their slots and store with no per-window checks (windows_inside).
-// 5w. <p>_persist_wmsg<T, VPT, CL>: kernel 5's clusters with one (max, sum) message per WARP.
-//    Each warp all-reduces its lanes, then sends its pair to every CTA of the cluster (st.async
-//            into WarpInbox, cluster.cuh); once all CL * warps pairs of the row are in, every
-//            warp folds them itself (lanes take every 32nd pair, then one warp all-reduce).
-//    Why:    kernel 5's block all-reduce costs two block barriers and a second warp all-reduce
-//            per row, on the path between a row's last load and its first store.
-//    Cost:   CL messages per warp instead of per CTA; a static inbox of 2 * CL * 32 pairs (8 KB
-//            for 16 CTAs of fp32); every warp reads CL * warps pairs. Ownership, pipeline and
-//            launch as kernel 5 (`late`, `stages`). Staged (compiled and tested on the CPU only):
-//            the launcher picks it nowhere yet.
 // 5b. <p>_persist_pipe<T, VPT, CL>: kernel 5's clusters, pipelined across rows.
 //    Ownership as kernel 5; `stages` (1 or 2) rows in flight in as many slot sets (dynamic
 //            shared memory stages * blockDim.x * VPT * 16 B). Row j + 1's local (max, sum) is
@@ -343,14 +333,6 @@ __device__ __forceinline__ void warp_rows(T* __restrict__ y, const T* __restrict
   });
 }
 
-// 16 vectors per thread need > 64 registers: such blocks are capped at 512 threads.
-template <int VPT> struct MaxThreads {
-  static constexpr int value = VPT >= 16 ? 512 : 1024;
-};
-
-template <bool B, typename X, typename Y> struct pick { using type = X; };
-template <typename X, typename Y> struct pick<false, X, Y> { using type = Y; };
-
 // ---- kernel 5: persistent, next row prefetched into shared memory ---------------------------
 // This thread's slots: slot k at mine[k * blockDim.x] (consecutive threads, consecutive 16 B:
 // conflict-free). Window v = k * step + base of the row; slot v covers bytes [16v, 16v + 16) from
@@ -410,22 +392,14 @@ __device__ __forceinline__ void store_row(T* yr, Vec<T> (&r)[VPT],
   }
 }
 
-// WMSG (clusters only, the `wmsg` kernels): every warp sends its own (max, sum) to every CTA of
-// the cluster (WarpInbox) instead of the CTA's block all-reduce (two block barriers and a second
-// warp all-reduce per row) followed by one message per CTA; every warp then folds the CL * warps
-// pairs itself.
-template <template <typename> class E, typename T, int VPT, int CL, bool WMSG = false>
+template <template <typename> class E, typename T, int VPT, int CL>
 __device__ __forceinline__ void persistent_rows(T* __restrict__ y, const T* __restrict__ x,
                                                 long long rows, int n, long long stride,
                                                 int late, int stages) {
-  static_assert(!WMSG || CL > 1, "warp messages are for clusters");
   using A = acc_t<T>;
   constexpr int W = Vec<T>::N;
-  __shared__ MaxSum<A> red[WMSG ? 1 : 32];
-  // CL > 1: every CTA's (or, WMSG, every warp's) (max, sum) of each row
-  using Inbox = typename pick<WMSG, WarpInbox<A, CL, MaxThreads<VPT>::value / 32>,
-                              ClusterInbox<A, CL>>::type;
-  __shared__ Inbox inbox;
+  __shared__ MaxSum<A> red[32];
+  __shared__ ClusterInbox<A, CL> inbox;  // CL > 1: every CTA's (max, sum) of each row
   extern __shared__ uint4 prefetch_slots[];  // stages * blockDim.x * VPT slots
   const unsigned rank = CL > 1 ? cluster_rank() : 0u;
   const long long q = blockIdx.x / CL, Q = gridDim.x / CL;
@@ -479,22 +453,14 @@ __device__ __forceinline__ void persistent_rows(T* __restrict__ y, const T* __re
     if constexpr (kExp) st = exp_maxsum(r, e); else st = row_maxsum(r);
     const A m_thread = st.m;
     if (CL == 1 || !late) prefetch_next();  // ... so the slots can take the next row now
-    if constexpr (WMSG) {
-      st = warp_allreduce(st, MergeOp{});
-      inbox.send(it, rank, st.m, st.s);  // every warp
-      if (late) prefetch_next();
+    st = block_allreduce(st, MergeOp{}, id<T>(), red);
+    if constexpr (CL > 1) {
+      if (threadIdx.x < 32) inbox.send(it, rank, st.m, st.s);
+      if (late) prefetch_next();  // issue the next row's copies while the messages fly
       inbox.wait(it);
-      st = warp_allreduce(inbox.fold(it, MergeOp{}, id<T>()), MergeOp{});
-    } else {
-      st = block_allreduce(st, MergeOp{}, id<T>(), red);
-      if constexpr (CL > 1) {
-        if (threadIdx.x < 32) inbox.send(it, rank, st.m, st.s);
-        if (late) prefetch_next();  // issue the next row's copies while the messages fly
-        inbox.wait(it);
-        const int lane = threadIdx.x & 31;
-        st = warp_allreduce(lane < CL ? MaxSum<A>{inbox.a(it, lane), inbox.b(it, lane)}
-                                      : id<T>(), MergeOp{});
-      }
+      const int lane = threadIdx.x & 31;
+      st = warp_allreduce(lane < CL ? MaxSum<A>{inbox.a(it, lane), inbox.b(it, lane)} : id<T>(),
+                          MergeOp{});
     }
     store_row<E, kExp>(yr, r, e, m_thread, st, inside, opaque(base), step, n, h, nwin);
   }
@@ -788,6 +754,11 @@ __device__ __forceinline__ void wide_rows(T* __restrict__ y, const T* __restrict
   }
 }
 
+// 16 vectors per thread need > 64 registers: such blocks are capped at 512 threads.
+template <int VPT> struct MaxThreads {
+  static constexpr int value = VPT >= 16 ? 512 : 1024;
+};
+
 }  // namespace rowk
 }  // namespace klab
 
@@ -823,12 +794,6 @@ __device__ __forceinline__ void wide_rows(T* __restrict__ y, const T* __restrict
       P##_persist_cluster(T* __restrict__ y, const T* __restrict__ x, long long rows, int n,     \
                           long long stride, int vec, int late, int stages) {                     \
     klab::rowk::persistent_rows<EPI, T, VPT, CL>(y, x, rows, n, stride, late, stages);           \
-  }                                                                                              \
-  template <typename T, int VPT, int CL>                                                         \
-  __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(klab::rowk::MaxThreads<VPT>::value) \
-      P##_persist_wmsg(T* __restrict__ y, const T* __restrict__ x, long long rows, int n,        \
-                       long long stride, int vec, int late, int stages) {                        \
-    klab::rowk::persistent_rows<EPI, T, VPT, CL, true>(y, x, rows, n, stride, late, stages);     \
   }                                                                                              \
   template <typename T, int VPT, int CL>                                                         \
   __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(klab::rowk::MaxThreads<VPT>::value) \

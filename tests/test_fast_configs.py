@@ -14,7 +14,7 @@ import pytest
 import torch
 from conftest import HAS_CUDA
 
-from kernel_lab.cuda_common import ALL_DTYPES, ctype, vec_width
+from kernel_lab.cuda_common import ALL_DTYPES, vec_width
 from kernel_lab.ops.log_softmax import cuda_variants as lcv
 from kernel_lab.ops.log_softmax import op as log_op
 from kernel_lab.ops.softmax import backward_config as bc
@@ -88,24 +88,22 @@ def test_both_sources_declare_the_same_family():
 
 
 def _persist_cases():
-    """(dtype, vpt, cluster, threads, late, stages, wmsg) for every persistent instantiation and
+    """(dtype, vpt, cluster, threads, late, stages) for every persistent instantiation and
     schedule: a small CTA (many rows, quick) with one and two rows in flight and, for clusters
     1, 15 and 16, the largest CTA (> 48 KB of shared memory) and the largest whose two stages
-    fit (the warp-message kernels, ``wmsg``, keep up to 8 KB of their 227 KB for the inbox)."""
+    fit."""
     for dt in fc.PERSIST_DTYPES:
         for vpt in fc.PERSIST_VPT[dt.itemsize]:
             big = fc.persist_max_threads(vpt)
+            big2 = min(big, fc.MAX_CTA_SHARED // (2 * vpt * 16) // 32 * 32)
             for cl in fc.PERSIST_CL:
-                for wmsg in (False, True) if cl in fc.WMSG_CL else (False,):
-                    room = fc.MAX_CTA_SHARED - (fc.WMSG_INBOX_BYTES if wmsg else 0)
-                    big2 = min(big, room // (2 * vpt * 16) // 32 * 32)
-                    for late in (False, True) if cl > 1 else (False,):
-                        tag = ("-late" if late else "") + ("-wm" if wmsg else "")
-                        large = [(big, 1), (big2, 2)] if cl in (1, 15, 16) else []
-                        for threads, stages in [(64, 1), (64, 2)] + large:
-                            yield pytest.param(
-                                dt, vpt, cl, threads, late, stages, wmsg,
-                                id=f"{dt}-v{vpt}-cl{cl}-t{threads}{tag}-s{stages}")
+                for late in (False, True) if cl > 1 else (False,):
+                    tag = "-late" if late else ""
+                    large = [(big, 1), (big2, 2)] if cl in (1, 15, 16) else []
+                    shapes = [(64, 1), (64, 2)] + large
+                    for threads, stages in shapes:
+                        yield pytest.param(dt, vpt, cl, threads, late, stages,
+                                           id=f"{dt}-v{vpt}-cl{cl}-t{threads}{tag}-s{stages}")
 
 
 def _edge_rows(x: torch.Tensor) -> torch.Tensor:
@@ -143,31 +141,11 @@ def _loops_over_rows_exactly(cfg: fc.FastConfig, dtype: torch.dtype) -> None:
 
 
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
-@pytest.mark.parametrize("dtype,vpt,cl,threads,late,stages,wmsg", list(_persist_cases()))
-def test_persistent_kernels_loop_over_rows(dtype, vpt, cl, threads, late, stages, wmsg):
+@pytest.mark.parametrize("dtype,vpt,cl,threads,late,stages", list(_persist_cases()))
+def test_persistent_kernels_loop_over_rows(dtype, vpt, cl, threads, late, stages):
     cfg = fc.FastConfig("persist", threads=threads, vpt=vpt, cluster=cl, late=late,
-                        stages=stages, wmsg=wmsg)
+                        stages=stages)
     _loops_over_rows_exactly(cfg, dtype)
-
-
-def test_warp_message_kernels_are_declared_and_named():
-    """kernel 5's warp-message form (``wmsg``): declared for WMSG_CL clusters in both sources,
-    labelled ``wm``, refused for other kinds and cluster sizes; the config never picks it (it
-    has not been timed)."""
-    fast = set(cv.FAST.name_expressions)
-    for dt in fc.PERSIST_DTYPES:
-        for vpt in fc.PERSIST_VPT[dt.itemsize]:
-            for cl in fc.WMSG_CL:
-                c = fc.FastConfig("persist", threads=64, vpt=vpt, cluster=cl, late=True, wmsg=True)
-                assert c.expr(ctype(dt)) in fast
-                assert c.label() == f"persist {cl}x64x{vpt} late wm"
-    with pytest.raises(ValueError, match="warp messages"):
-        fc.FastConfig("persist", threads=64, vpt=4, cluster=4, wmsg=True)
-    with pytest.raises(ValueError, match="warp messages"):
-        fc.FastConfig("pipe", threads=64, vpt=16, cluster=8, wmsg=True)
-    for n in (50257, 65536, 131072, 262144, 524288):
-        for dt in fc.PERSIST_DTYPES:
-            assert not fc.fast_softmax_config(n, dt).wmsg
 
 
 def _pipe_cases():

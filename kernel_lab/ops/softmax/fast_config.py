@@ -92,13 +92,6 @@ FIFTEEN_AFTER_PIPE_NW = {4: 8192}
 PERSIST_DTYPES = (torch.float32, torch.float16, torch.bfloat16)  # fp64: correctness, not speed
 # The pipelined persistent clusters (``pipe``, kernel 5b): each row's (max, sum) exchange overlaps
 # the next row's reduction; the cluster sizes and vectors per thread of PERSIST_CLUSTER_SHAPES.
-# Kernel 5 with warp messages (``wmsg``: every warp sends its (max, sum) to every CTA of the
-# cluster, no block barrier per row), instantiated for these cluster sizes and every
-# PERSIST_VPT. Staged 2026-11-30 after the ninth run (CPU: compiled, not yet run on a GPU): the
-# config does not pick it until `bash .ci/gpu-bench pending` has timed it against kernel 5.
-WMSG_CL = (8, 15, 16)
-WMSG_INBOX_BYTES = 8 * 1024 + 64  # its static shared memory, at most: 2 rows x 16 CTAs x 32
-# warps x 8 B of messages, 2 mbarriers and an unused reduction slot
 # Instantiated for 8 and 16 CTAs; since FIFTEEN_FIRST_NW the config picks only the 8-CTA form
 # (fp32 N = 59000-65536): rows that would fill 16 take 15-CTA clusters instead.
 PIPE_CL = (8, 16)
@@ -145,7 +138,6 @@ def row_kernel_exprs(prefix: str) -> list[str]:
             for v in PERSIST_VPT[dt.itemsize]:
                 out += [f"{prefix}_persist<{t}, {v}>"]
                 out += [f"{prefix}_persist_cluster<{t}, {v}, {c}>" for c in PERSIST_CL if c > 1]
-                out += [f"{prefix}_persist_wmsg<{t}, {v}, {c}>" for c in WMSG_CL]
             out += [f"{prefix}_persist_pipe<{t}, {v}, {c}>" for v in pipe_vpts(dt) for c in PIPE_CL]
         out += [f"{prefix}_wide<{t}, {c}>" for c in WIDE_CL]
     return out
@@ -172,16 +164,12 @@ class FastConfig:
     cluster: int = 1
     late: bool = False  # persist clusters: next row's copies issued while (max, sum) messages fly
     stages: int = 1  # persist, pipe: rows in flight into shared memory (1: the next; 2: two)
-    wmsg: bool = False  # persist clusters: one message per warp, no block barrier (WMSG_CL)
 
     def __post_init__(self):
         if self.stages not in (1, 2):
             raise ValueError(f"stages must be 1 or 2, not {self.stages}")
         if self.stages > 1 and self.kind not in ("persist", "pipe"):
             raise ValueError(f"stages apply to the persistent kernels, not {self.kind!r}")
-        if self.wmsg and (self.kind != "persist" or self.cluster not in WMSG_CL):
-            raise ValueError(f"warp messages are instantiated for persistent clusters of "
-                             f"{WMSG_CL} CTAs, not {self.kind} x {self.cluster}")
 
     def expr(self, t: str, prefix: str = "fast_softmax") -> str:
         if self.kind == "warp":
@@ -193,8 +181,7 @@ class FastConfig:
         if self.kind == "persist":
             if self.cluster == 1:
                 return f"{prefix}_persist<{t}, {self.vpt}>"
-            kernel = "persist_wmsg" if self.wmsg else "persist_cluster"
-            return f"{prefix}_{kernel}<{t}, {self.vpt}, {self.cluster}>"
+            return f"{prefix}_persist_cluster<{t}, {self.vpt}, {self.cluster}>"
         if self.kind == "pipe":
             return f"{prefix}_persist_pipe<{t}, {self.vpt}, {self.cluster}>"
         return f"{prefix}_wide<{t}, {self.cluster}>"
@@ -220,8 +207,7 @@ class FastConfig:
         if self.kind in ("cluster", "persist", "pipe"):
             late = " late" if self.late else ""
             stages = f" s{self.stages}" if self.stages > 1 else ""
-            wmsg = " wm" if self.wmsg else ""
-            return f"{self.kind} {self.cluster}x{self.threads}x{self.vpt}{late}{stages}{wmsg}"
+            return f"{self.kind} {self.cluster}x{self.threads}x{self.vpt}{late}{stages}"
         if self.kind == "wide":
             return f"wide {self.cluster}x{self.threads} keep {self.vpt}"
         return f"{self.kind} {self.threads}x{self.vpt}"
