@@ -73,8 +73,9 @@ BACKWARD_PERSIST_WIDE = ((torch.float32, 8, 15),)
 # tenth run, call 3, tune_backward --dtypes float32): 32000 15x96x8 95.7 vs 15x160x4 92.0;
 # 32768 95.9 vs 92.5; 50176 15x128x8 96.0 vs 15x224x4 92.4; 65536 15x160x8 96.9 vs 15x288x4
 # 94.3; 131072 15x288x8 95.1 vs 15x576x4 s2 95.2 (a tie: longer rows keep x 4). Rows not on 16
-# bytes keep 8 x 512 x 4 first (50257: 15x128x8 87.5 vs 8x416x4 88.4, ninth run). Past 160 x 8
-# the aligned rows keep x 4 with two stages up to 896 threads (N <= 215040; 2 x 2 x 896 x 64 B
+# bytes take the same shapes since the kernel's line heads (50257: 15x128x8 94.8 vs 8x416x4 s2
+# 86.4, tenth run, call 6; 87.5 vs 88.4 before, with 16-byte heads). Past 160 x 8 the rows
+# keep x 4 with two stages up to 896 threads (N <= 215040; 2 x 2 x 896 x 64 B
 # = 224 KB of slots): call 4, 131072 15x576x4 s2 95.9 vs 15x288x8 95.4; 151936 15x640x4 s2
 # 97.2 vs 15x320x8 96.5; 196608 15x832x4 s2 96.7 vs 15x416x8 89.8 (the former default: the
 # x 4 entry stopped at 768 threads).
@@ -94,13 +95,12 @@ class BackwardShape(NamedTuple):
 
 
 BACKWARD_PERSIST_SHAPES = {  # by itemsize
-    4: (BackwardShape(15, 160, min_windows=8000, two_stage_threads=None,
-                      vpt=8),
-        BackwardShape(15, 896, min_windows=8000), BackwardShape(8, 512),
-        BackwardShape(15, 768), BackwardShape(15, 640, two_stage_threads=None, vpt=8)),
-    2: (BackwardShape(15, 640, min_windows=4000, two_stage_threads=384,
-                      two_stage_max=544),
-        BackwardShape(8, 512), BackwardShape(15, 640, two_stage_threads=384, two_stage_max=544)),
+    4: (BackwardShape(15, 160, min_windows=8000, two_stage_threads=None, vpt=8),
+        BackwardShape(15, 896, min_windows=8000),
+        BackwardShape(8, 512),
+        BackwardShape(15, 640, two_stage_threads=None, vpt=8)),
+    2: (BackwardShape(15, 640, min_windows=4000, two_stage_threads=384, two_stage_max=544),
+        BackwardShape(8, 512)),
 }
 # Aligned rows of at least this many windows take the persistent shapes even where the one-CTA
 # kernel would hold them (2-byte rows of 4000-4096 windows: N = 32000-32768), by itemsize.
@@ -161,14 +161,14 @@ def backward_config(n: int, dtype: torch.dtype, aligned: bool = True,
     One CTA holds y and dy up to 512 threads x 8 vectors each (``block``; 2-byte aligned rows
     of >= 4000 windows skip it). Longer rows, when the rows of y, dy and dx share their 16-byte
     phase (``phase``; default ``aligned``: 16-byte aligned rows, which vectorize every kernel):
-    ``persist``, persistent clusters, the first of BACKWARD_PERSIST_SHAPES that holds the row:
-    for 16-byte aligned rows of >= 8000 (fp32) / 4000 (fp16/bf16) windows 15 CTAs (fp32:
-    <= 160 threads x 8 vectors, then <= 896 x 4; 2-byte: <= 640 x 4), then 8 of <= 512 x 4, 15
-    of <= 768 / 640 x 4, for fp32 15 of <= 640 x 8 (fp32 N <= 307200, 2-byte N <= 307200); the
-    next row is prefetched (the next two rows from each shape's ``two_stage_threads`` to
-    ``two_stage_max``, where shared memory holds them: 2-byte 15-CTA shapes only at 384-544
-    threads, never fp32 x 8). Otherwise a one-row cluster of up to 16 CTAs of 512 x 8 (fp32)
-    or x 4 (2-byte) vectors; longer rows stream (two passes)."""
+    ``persist``, persistent clusters, the first of BACKWARD_PERSIST_SHAPES that holds the row
+    (with room for the kernel's line head: up to 7 windows before the row): rows of >= 8000
+    (fp32) / 4000 (fp16/bf16) windows take 15 CTAs (fp32: <= 160 threads x 8 vectors, then
+    <= 896 x 4, then <= 640 x 8; 2-byte: <= 640 x 4; both up to N = 307200), shorter rows 8 of
+    <= 512 x 4; the next row is prefetched (the next two rows from each shape's
+    ``two_stage_threads`` to ``two_stage_max``, where shared memory holds them: 2-byte 15-CTA
+    shapes only at 384-544 threads, never fp32 x 8). Otherwise a one-row cluster of up to 16
+    CTAs of 512 x 8 (fp32) or x 4 (2-byte) vectors; longer rows stream (two passes)."""
     nw = -(-n // vec_width(dtype))
     persist_ok = (aligned if phase is None else phase) and dtype in BACKWARD_PERSIST_DTYPES
     threads, vpt = vec_config(n, dtype, BWD_MAX_THREADS)
