@@ -57,7 +57,9 @@
 //            share its first line: never an unmapped page) and the shape holds up to 7 more
 //            windows. Threads: see BackwardPersistThreads (registers and spills per bound).
 // Changed:   from kernel 2: one launch for all rows; the next row's loads overlap this row's
-//            reduction, exchange and stores.
+//            reduction, exchange and stores. Line heads (tenth H200 run): odd rows (50257)
+//            had 2.6x the L2 read requests of rows on lines; with them the 15-CTA shapes run
+//            odd rows at fp32 96 / bf16 94 % of copy (86 / 87 % before, bench/NOTES.md).
 #include "cluster.cuh"
 #include "softmax_common.cuh"
 
