@@ -239,8 +239,9 @@ def backward_launch(dx, y2d, dy2d, cfg: BackwardConfig | tuple, aligned: bool,
     elif kind == "persist":
         if phase is None:
             check_backward_persist(dx, y2d, dy2d, cfg)
-        line = _same_line_phase(y2d, dy2d) and threads * vpt * cl >= line_windows(n, y2d.dtype,
-                                                                                  line=False)
+        # line heads where the shape holds a row's line head and y, dy share their line phase
+        line = threads * vpt * cl >= line_windows(n, y2d.dtype, line=False) \
+            and _same_line_phase(y2d, dy2d)
         smem, extra = stages * backward_smem(threads, vpt), (i32(int(line)), i32(stages))
         grid = persistent_grid(BACKWARD, expr, threads, cl, smem, m, device_index(dx),
                                max_groups)

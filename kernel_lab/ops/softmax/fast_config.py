@@ -265,6 +265,16 @@ def persist_config(nw: int, vpt: int, cluster: int, late: bool = False,
                       cluster=cluster, late=late and cluster > 1, stages=stages)
 
 
+def fifteen_cta_config(nw: int, itemsize: int) -> FastConfig | None:
+    """The first PERSIST_CLUSTER_SHAPES entry that holds ``nw`` windows in 15 CTAs, as a
+    persistent cluster with late copies (FIFTEEN_FIRST_NW, FIFTEEN_AFTER_PIPE_NW); None if
+    none does."""
+    for vpt, most in PERSIST_CLUSTER_SHAPES[itemsize]:
+        if cluster_shape(nw, vpt, most, (15,)):
+            return persist_config(nw, vpt, 15, late=True)
+    return None
+
+
 def pipe_config(nw: int, dtype: torch.dtype) -> FastConfig | None:
     """The pipelined persistent cluster (kernel 5b) for fp32 rows of ``nw`` windows that fill at
     least PIPE_MIN_FILL of a PIPE_FP32_SHAPE cluster of 8 or 16 CTAs, else None.
@@ -357,17 +367,14 @@ def fast_softmax_config(
         vpt = persist_vpt(dtype)
         if cluster_shape(nwl, vpt, persist_max_threads(vpt), (1,)):
             return persist_config(nwl, vpt, 1)
-        if nwl > FIFTEEN_FIRST_NW.get(es, 1 << 31):
-            for vpt, most in PERSIST_CLUSTER_SHAPES[es]:
-                if cluster_shape(nwl, vpt, most, (15,)):
-                    return persist_config(nwl, vpt, 15, late=True)
+        fifteen = fifteen_cta_config(nwl, es)
+        if fifteen and nwl > FIFTEEN_FIRST_NW.get(es, 1 << 31):
+            return fifteen
         pipe = pipe_config(nwl, dtype)
         if pipe:
             return pipe
-        if nwl > FIFTEEN_AFTER_PIPE_NW.get(es, 1 << 31):
-            for vpt, most in PERSIST_CLUSTER_SHAPES[es]:
-                if cluster_shape(nwl, vpt, most, (15,)):
-                    return persist_config(nwl, vpt, 15, late=True)
+        if fifteen and nwl > FIFTEEN_AFTER_PIPE_NW.get(es, 1 << 31):
+            return fifteen
         sizes = PERSIST_CLUSTER_SIZES_BY_SHAPE.get(es, (PERSIST_CLUSTER_SIZES,) * 2)
         for (vpt, most), cls in zip(PERSIST_CLUSTER_SHAPES[es], sizes):
             shape = cluster_shape(nwl, vpt, most, cls)
