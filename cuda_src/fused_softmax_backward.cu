@@ -238,7 +238,9 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(BackwardPersistThre
   constexpr int W = V::N;
   __shared__ A red[32];
   __shared__ klab::ClusterInbox<A, CL> inbox;  // CL > 1: every CTA's partial dot of each row
-  extern __shared__ uint4 slots[];  // per stage: VPT * blockDim.x for y, then as many for dy
+  // Per stage: VPT * blockDim.x slots for y, then as many for dy; on 128-byte lines, like the
+  // rows they copy (row_softmax_kernels.cuh, "Slots": off a line every sector is read twice).
+  extern __shared__ __align__(128) uint4 slots[];
   const unsigned rank = CL > 1 ? klab::cluster_rank() : 0u;
   const long long q = blockIdx.x / CL, Q = gridDim.x / CL;
   const int base = rank * blockDim.x + threadIdx.x, step = CL * blockDim.x;

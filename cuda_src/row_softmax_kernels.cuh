@@ -26,6 +26,11 @@
 //   Bytes:    2 * M * N * sizeof(T) for every kernel (the wide kernel: plus the re-read of
 //             whatever its shared memory does not keep).
 //   Precond:  rows < 2^31 blocks' worth; n < 2^31 - 16; fp32 accumulation (fp64 for double).
+//   Slots:    the dynamic shared memory that cp.async fills (kernels 5, 5b, 6) is declared
+//             __align__(128): dynamic shared memory starts where the static window ends, and
+//             16 bytes off a line (static inbox of 8 or 16 CTAs) each warp's copies of whole
+//             global lines straddle shared-memory lines and every 32-byte sector was fetched
+//             twice from L2 (Nsight, eleventh H200 run: 2x the L2 read sectors, same DRAM bytes).
 //
 // 1. <p>_warp<T, G, VPT>: short rows. A group of G lanes (G | 32) owns one row; lane l holds
 //    windows l, l + G, ..., l + (VPT - 1) * G. Reductions are G-wide shuffles: no shared memory,
@@ -400,7 +405,8 @@ __device__ __forceinline__ void persistent_rows(T* __restrict__ y, const T* __re
   constexpr int W = Vec<T>::N;
   __shared__ MaxSum<A> red[32];
   __shared__ ClusterInbox<A, CL> inbox;  // CL > 1: every CTA's (max, sum) of each row
-  extern __shared__ uint4 prefetch_slots[];  // stages * blockDim.x * VPT slots
+  // stages * blockDim.x * VPT slots, on 128-byte lines (see "Slots" above)
+  extern __shared__ __align__(128) uint4 prefetch_slots[];
   const unsigned rank = CL > 1 ? cluster_rank() : 0u;
   const long long q = blockIdx.x / CL, Q = gridDim.x / CL;
   const int base = rank * blockDim.x + threadIdx.x, step = CL * blockDim.x;
@@ -528,7 +534,7 @@ __device__ __forceinline__ void pipelined_rows(T* __restrict__ y, const T* __res
   constexpr bool kExp = E<A>::kScalesExp;
   __shared__ MaxSum<A> red[32];
   __shared__ ClusterInbox<A, CL, 4> inbox;
-  extern __shared__ uint4 prefetch_slots[];  // stages * blockDim.x * VPT slots
+  extern __shared__ __align__(128) uint4 prefetch_slots[];  // stages * blockDim.x * VPT
   const unsigned rank = cluster_rank();
   const long long q = blockIdx.x / CL, Q = gridDim.x / CL;
   const int base = rank * blockDim.x + threadIdx.x, step = CL * blockDim.x;
@@ -660,7 +666,7 @@ __device__ __forceinline__ void wide_rows(T* __restrict__ y, const T* __restrict
   constexpr int U = 4;
   __shared__ MaxSum<A> red[32];
   __shared__ ClusterInbox<A, CL> inbox;
-  extern __shared__ uint4 kept_slots[];  // kept * blockDim.x windows: slot j * blockDim.x + t
+  extern __shared__ __align__(128) uint4 kept_slots[];  // kept * blockDim.x: j * blockDim.x + t
   const unsigned rank = cluster_rank();
   const long long q = blockIdx.x / CL, Q = gridDim.x / CL;
   const T fill = neg_inf_t<T>();

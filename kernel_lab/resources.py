@@ -9,7 +9,9 @@
 
 NVRTC compiles the variant's file (the same call CI makes) to a cubin; this module reads the
 ELF directly: per kernel the register count (``EIATTR_REGCOUNT``), the stack frame, which is
-where spilled registers go (``EIATTR_FRAME_SIZE``), and a digest of its ``.text`` section.
+where spilled registers go (``EIATTR_FRAME_SIZE``), its static shared memory (the size of its
+``.nv.shared.<kernel>`` section: the 1 KB the hardware reserves plus the kernel's own; dynamic
+shared memory starts where it ends) and a digest of its ``.text`` section.
 Digests answer "did my refactor change the machine code?" (equal digests: byte-identical SASS).
 ``--sass`` / ``--opcodes`` disassemble with ``cuobjdump -sass`` (the CUDA toolkit's, or the
 ``nvidia-cuda-cuobjdump`` / ``nvidia-cuda-nvdisasm`` wheels of the ``nvrtc`` extra): the listing,
@@ -45,6 +47,10 @@ class KernelResources:
     registers: int
     frame_bytes: int  # per-thread stack frame: spilled registers live here
     text_digest: str  # sha256 prefix of the kernel's machine code
+    # Static shared memory window (1 KB reserved + the kernel's own), where dynamic shared
+    # memory begins: cp.async into slots that start off a 128-byte line fetches every 32-byte
+    # sector twice (Nsight, tenth run: 2x the L2 read sectors of the same kernel on lines).
+    static_shared: int = 0
 
     @property
     def spills(self) -> bool:
@@ -52,7 +58,8 @@ class KernelResources:
 
 
 def _sections(data: bytes) -> list[tuple[str, int, int, int]]:
-    """(name, offset, size, info) of every ELF64 section."""
+    """(name, offset, size, info) of every ELF64 section (NOBITS ones such as shared memory
+    have a size but no bytes at ``offset``)."""
     if data[:4] != b"\x7fELF" or data[4] != 2:
         raise ValueError("not an ELF64 cubin")
     shoff = struct.unpack_from("<Q", data, 0x28)[0]
@@ -85,6 +92,8 @@ def cubin_resources(data: bytes) -> dict[str, KernelResources]:
             sym, value = struct.unpack_from("<II", data, off + i + 4)
             attrs.setdefault(symbols[sym], {})[attr] = value
         i += 4 + (length if fmt == _SVAL else 0)
+    shared = {name[len(".nv.shared."):]: size for name, (_, size, _) in secs.items()
+              if name.startswith(".nv.shared.")}
     out = {}
     for name, (t_off, t_size, info) in secs.items():
         if not name.startswith(".text."):
@@ -93,7 +102,7 @@ def cubin_resources(data: bytes) -> dict[str, KernelResources]:
         a = attrs.get(sym, {})
         digest = hashlib.sha256(data[t_off:t_off + t_size]).hexdigest()[:16]
         out[sym] = KernelResources(sym, a.get(_REGCOUNT, info >> 24), a.get(_FRAME_SIZE, 0),
-                                   digest)
+                                   digest, shared.get(sym, 0))
     return out
 
 
@@ -180,7 +189,8 @@ def source_resources(src, arch: str = "sm_90") -> list[KernelResources]:
     for expr in src.name_expressions:
         r = by_symbol.get(out.lowered.get(expr, ""))
         if r is not None:
-            rows.append(KernelResources(expr, r.registers, r.frame_bytes, r.text_digest))
+            rows.append(KernelResources(expr, r.registers, r.frame_bytes, r.text_digest,
+                                        r.static_shared))
     return rows
 
 
@@ -213,11 +223,12 @@ def main(args: argparse.Namespace) -> int:
     width = max((len(r.name) for r in rows), default=10)
     nvrtc = ".".join(map(str, jit.nvrtc_version()))
     print(f"{variant.source} ({args.arch}, this machine's NVRTC {nvrtc}): registers, stack frame"
-          " (spills) per thread")
+          " (spills) per thread, static shared memory (incl. 1 KB reserved) per CTA")
     for r in rows:
         flag = "  SPILLS" if r.spills else ""
         digest = f"  {r.text_digest}" if args.digests else ""
-        print(f"  {r.name:<{width}}  {r.registers:3d} regs  {r.frame_bytes:4d} B{digest}{flag}")
+        print(f"  {r.name:<{width}}  {r.registers:3d} regs  {r.frame_bytes:4d} B"
+              f"  {r.static_shared:5d} B shared{digest}{flag}")
     spilling = sum(r.spills for r in rows)
     print(f"{len(rows)} kernels, {spilling} with a stack frame")
     if args.sass or args.opcodes:
