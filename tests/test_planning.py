@@ -14,10 +14,10 @@ def test_plan_rows_name_the_config_and_its_kernel():
     header, rows = planning.plan_rows("softmax", torch.float32, [65536, 262144])
     assert header == ["N", "auto (CUDA)", "fast_softmax"]
     assert rows[0] == ["65536", "fast_softmax",
-                       "pipe 8x128x16 s2: fast_softmax_persist_pipe<float, 16, 8>"]
-    assert rows[1][2] == "persist 15x576x8 late: fast_softmax_persist_cluster<float, 8, 15>"
+                       "persist 8x128x16 late: fast_softmax_persist_cluster<float, 16, 8>"]
+    assert rows[1][2] == "persist 16x256x16 late: fast_softmax_persist_cluster<float, 16, 16>"
     _, rows = planning.plan_rows("log_softmax", torch.float32, [262144])
-    assert rows[0][2] == "persist 15x576x8 late: log_softmax_persist_cluster<float, 8, 15>"
+    assert rows[0][2] == "persist 16x256x16 late: log_softmax_persist_cluster<float, 16, 16>"
 
 
 def test_plan_follows_the_launchers_own_rules():

@@ -51,52 +51,38 @@ FAST_BLOCK_VPT = (2, 4, 8)
 FAST_CL = (2, 4, 8, 16)
 PERSIST_VPT = {4: (4, 8, 16), 2: (4,)}  # by itemsize: 2-byte types spill beyond 4 (see NOTES)
 PERSIST_CL = (1, 2, 4, 8, 15, 16)
-# Rows longer than one persistent CTA: clusters of 8, 15, else 16 CTAs, trying (vectors per thread,
-# most threads per CTA) in the order of PERSIST_CLUSTER_SHAPES, sized down to the threads that
-# cover the row, the next row's copies issued while the (max, sum) messages fly (`late`).
-# Measured twice on the H200 (M*N = 2^28, % of copy, bench/tune_long_rows.py, 2026-11-30):
-# small CTAs of many vectors win - fp32 65536 8x128x16 late 88.2 / 88.8 vs the former
-# 8x256x8 84.5 / 83.8; 151936 16x160x16 late 85.4 / 86.8 vs 8x608x8 83.9 / 84.0; 262144
-# 16x256x16 late 86.0 vs 8x1024x8 84.3 / 79.1; 524288 16x1024x8 late 78.1 / 79.0 vs 71.3 /
-# 71.4; bf16 65536 8x256x4 late 84.6 / 86.2 vs 81.7 / 82.2; 151936 16x320x4 late 77.8 / 77.7
-# vs 8x608x4 74.6 / 74.5; 262144 16x512x4 late 81.4 / 80.7 vs 8x1024x4 79.3 / 77.8.
-# 15 before 16: rows between 8 and 15 CTAs' capacity waste less of the shape in rounding the
-# CTA up to 32 threads. H200, % of copy, two calls: fp32 151936 15x160x16 late 91.9 / 91.9 vs
-# 16x160x16 late 85.2 / 85.1 (98.9 vs 92.7 % of the shape filled); bf16 151936 15x320x4 late
-# 80.2 / 80.1 vs 16x320x4 late 77.0 / 76.9. (Clusters of 5 and 10 lost at 50257 and 151936.)
-PERSIST_CLUSTER_SIZES = (8, 15, 16)
-PERSIST_CLUSTER_SHAPES = {4: ((16, 256), (8, 1024)), 2: ((4, 512), (4, 1024))}  # by itemsize
-# 2-byte rows: the first shape stops at 15 CTAs (16 x 512 x 4 gave way to 8 x 1024 x 4), and
-# CTAs of more than LATE_MAX_THREADS[2] threads issue their copies right after the local
-# (max, sum), not late. H200, M*N = 2^28, % of copy (2026-11-30, tenth run, two runs in call 4
-# and one in call 2): bf16 262144 8x1024x4 84.2 / 83.8 vs 16x512x4 late 79.3 / 79.3 (16x512x4
-# 81.1 in call 2); 524288 16x1024x4 79.1 / 79.1 (s2) vs late 76.3 / 76.3 (80.0 vs 76.1 in
-# call 2). 151936 keeps 15x320x4 late (80.6 vs 8x608x4 late 71.6, call 3).
-PERSIST_CLUSTER_SIZES_BY_SHAPE = {2: ((8, 15), (8, 16))}  # by itemsize; default all three
+# Rows longer than one persistent CTA: persistent clusters, trying (vectors per thread, most
+# threads per CTA) in the order of PERSIST_CLUSTER_SHAPES, each with the cluster sizes of
+# PERSIST_CLUSTER_SIZES_BY_SHAPE, sized down to the threads that cover the row; the next row's
+# copies are issued while the (max, sum) messages fly (`late`) in CTAs of <= LATE_MAX_THREADS.
+# Retuned in the eleventh H200 run (M*N = 2^28, % of copy, bench/tune_long_rows.py, call 4),
+# after the prefetch slots moved onto 128-byte lines: until then every 2-, 4-, 8- and 16-CTA
+# kernel read its input twice from L2 (bench/NOTES.md, "Eleventh H200 run"), and the 15-CTA
+# clusters and the pipelined kernel that had won the earlier tunes lose now:
+#   fp32 (16 x <= 320 threads, then 8 x <= 1024, in 8 or 16 CTAs): 50257 8x128x16 late 90.6 vs
+#   15x64x16 late 86.4 (best 4x800x4 late s2 91.8); 65536 8x128x16 late 94.4 vs pipe 8x128x16
+#   s2 91.7; 131072 8x256x16 late 92.1 vs 15x160x16 late 91.6 (best 8x1024x4 late 93.5);
+#   151936 8x320x16 late 93.6 vs 92.0; 262144 16x256x16 late 92.0 vs 15x576x8 late 89.9;
+#   524288 16x1024x8 late 85.9 (no shape better than 86.5).
+#   2-byte (4 x <= 1024 in 2 or 4 CTAs, then 4 x <= 512 in 8 or 15, then 4 x <= 1024 in 8 or 16):
+#   bf16 50257 2x800x4 84.0 vs 8x224x4 late 82.4; 65536 2x1024x4 91.1 vs 8x256x4 late 91.4;
+#   131072 4x1024x4 91.4 vs 8x512x4 late 88.9; 151936 keeps 15x320x4 late 80.2 (8x608x4
+#   76.1-79.0, 16x320x4 80.3-81.1: every shape ~80 %); 262144 8x1024x4 90.4, 524288 16x1024x4
+#   84.8 (unchanged, the best). 15 CTAs lost to 16 everywhere else in bf16 (65536 15x160x4
+#   late 76.6, tenth run).
+PERSIST_CLUSTER_SHAPES = {4: ((16, 320), (8, 1024)), 2: ((4, 1024), (4, 512), (4, 1024))}
+PERSIST_CLUSTER_SIZES_BY_SHAPE = {4: ((8, 16), (8, 16)), 2: ((2, 4), (8, 15), (8, 16))}
+# 2-byte CTAs of more than 512 threads issue their copies right after the local (max, sum), not
+# late (tenth run: bf16 262144 8x1024x4 84.2 / 83.8 vs late 81-82; eleventh: 131072 4x1024x4
+# 91.4 vs late 89.1).
 LATE_MAX_THREADS = {2: 512}  # by itemsize; default: every cluster CTA issues late
-# fp32 rows longer than the 8-CTA pipelined shape (16384 windows: N > 65536) try 15-CTA clusters
-# first, before the 16-CTA pipe and every 8- or 16-CTA shape: <= 256 threads x 16 vectors, then
-# <= 1024 x 8 (up to N = 491520). H200, M*N = 2^28, % of copy (2026-11-30, ninth run, call 3,
-# tune_long_rows --only '^persist 15x'): 131072 15x160x16 late 91.9 vs pipe 16x128x16 s2 87.3
-# (8x256x16 late 84.4, sixth run); 262144 15x576x8 late 89.4 vs 16x256x16 late 82.9 (15x288x16
-# 82.7: one 128-register CTA of 288 threads per SM); 151936 15x160x16 late 92.1 (unchanged).
-# fp16/bf16 keep their order: 15 CTAs lost there - 65536 15x160x4 late 76.6 vs 8x256x4 late
-# 83.8, 131072 15x288x4 75.8 vs 8x512x4 83.9, 262144 15x576x4 62.2 vs 16x512x4 79.2.
-FIFTEEN_FIRST_NW = {4: 16384}  # by itemsize: rows of more windows try 15-CTA clusters first
-# Shorter fp32 cluster rows (8192-16384 windows, N = 32769-65536) that do not fill the 8-CTA
-# pipe take 15-CTA clusters next, before the 8- and 16-CTA shapes. H200, M*N = 2^28, % of copy
-# (2026-11-30, tenth run, call 3, tune_long_rows --ns 50257,50176): 50176 15x64x16 late 91.7
-# vs 8x128x16 late 87.6; 50257 15x64x16 late 86.3 (15x128x8 late 87.8) vs 84.1. N = 65536
-# keeps the pipe: pipe 8x128x16 s2 91.4 vs 15x96x16 late 90.2 (same run).
-FIFTEEN_AFTER_PIPE_NW = {4: 8192}
 PERSIST_DTYPES = (torch.float32, torch.float16, torch.bfloat16)  # fp64: correctness, not speed
 # The pipelined persistent clusters (``pipe``, kernel 5b): each row's (max, sum) exchange overlaps
 # the next row's reduction; the cluster sizes and vectors per thread of PERSIST_CLUSTER_SHAPES.
-# Instantiated for 8 and 16 CTAs; since FIFTEEN_FIRST_NW the config picks only the 8-CTA form
-# (fp32 N = 59000-65536): rows that would fill 16 take 15-CTA clusters instead.
+# Instantiated for 8 and 16 CTAs and timed by bench/tune_long_rows.py, picked by no rule since
+# the eleventh run: fp32 65536 pipe 8x128x16 s2 91.7 vs persist 8x128x16 late 94.4 once the
+# persistent kernel's slots sat on lines (it had won 92.0 vs 88.0 with them off).
 PIPE_CL = (8, 16)
-PIPE_FP32_SHAPE = (128, 16)  # threads, vectors per thread: 2 x 32 KB of slots per CTA
-PIPE_MIN_FILL = 0.9  # of the shape's windows: fp32 N = 59000-65536 (and 118000-131072 in 16)
 # Rows longer than the on-chip shapes hold: the persistent wide kernel, clusters of WIDE_CL[0]
 # CTAs of 1024 threads, or WIDE_CL[1] when 8 CTAs' shared memory would keep under
 # WIDE_MIN_KEPT of each chunk (the rest is read twice). H200, M*N = 2^28, % of copy, two calls:
@@ -265,37 +251,6 @@ def persist_config(nw: int, vpt: int, cluster: int, late: bool = False,
                       cluster=cluster, late=late and cluster > 1, stages=stages)
 
 
-def fifteen_cta_config(nw: int, itemsize: int) -> FastConfig | None:
-    """The first PERSIST_CLUSTER_SHAPES entry that holds ``nw`` windows in 15 CTAs, as a
-    persistent cluster with late copies (FIFTEEN_FIRST_NW, FIFTEEN_AFTER_PIPE_NW); None if
-    none does."""
-    for vpt, most in PERSIST_CLUSTER_SHAPES[itemsize]:
-        if cluster_shape(nw, vpt, most, (15,)):
-            return persist_config(nw, vpt, 15, late=True)
-    return None
-
-
-def pipe_config(nw: int, dtype: torch.dtype) -> FastConfig | None:
-    """The pipelined persistent cluster (kernel 5b) for fp32 rows of ``nw`` windows that fill at
-    least PIPE_MIN_FILL of a PIPE_FP32_SHAPE cluster of 8 or 16 CTAs, else None.
-
-    Measured on the H200 (M*N = 2^28, % of copy, bench/tune_long_rows.py, 2026-11-30): fp32 65536
-    pipe 8x128x16 92.0 / 91.8 against persist 8x128x16 late 87.8 / 88.2; 131072 pipe 16x128x16
-    89.1 against 86.4. It lost where a CTA's two rows of slots pass 64 KB (fewer CTAs per SM:
-    262144 16x256x16 62.9 vs 83.7; 151936 16x160x16 72.1 vs 85.2), where rows fill little of the
-    shape (50257 8x128x16 62.6 vs 83.4), and in bf16 everywhere (the second exp per element and
-    the extra unpacking: 65536 68.9 vs 83.9), so 2-byte types keep kernel 5."""
-    if dtype != torch.float32:
-        return None
-    threads, vpt = PIPE_FP32_SHAPE
-    for cl in PIPE_CL:
-        cap = cl * threads * vpt
-        if nw <= cap:
-            return FastConfig("pipe", threads=threads, vpt=vpt, cluster=cl, stages=2) if (
-                nw >= PIPE_MIN_FILL * cap) else None
-    return None
-
-
 def wide_config(nw: int, cluster: int | None = None, threads: int = 1024,
                 keep_bytes: int = WIDE_KEEP_BYTES) -> FastConfig:
     """The wide kernel for rows of ``nw`` windows: ``cluster`` CTAs of ``threads`` (default:
@@ -330,14 +285,11 @@ def fast_softmax_config(
       = the multiple of 32 that just covers the row (no idle pow2 padding);
     * longer, when input and output rows share their 16-byte phase (``vec``) and the dtype is
       fp32/fp16/bf16: ``persist``, one CTA of <= 1024 threads x 8 vectors (fp32) or x 4
-      (fp16/bf16) if it holds the row, else a cluster of PERSIST_CLUSTER_SIZES (8, 15, 16)
-      CTAs of the first PERSIST_CLUSTER_SHAPES entry that holds it (fp32: <= 256 threads x 16
-      vectors, then <= 1024 x 8; fp16/bf16: <= 512 x 4 in 8 or 15 CTAs, then <= 1024 x 4 in
-      8 or 16), threads = the multiple of 32 that just covers the row, next row's copies
-      issued late (2-byte CTAs of <= 512 threads: LATE_MAX_THREADS); fp32 rows of
-      more than FIFTEEN_FIRST_NW windows (N > 65536) try both fp32 shapes with 15 CTAs first;
-      shorter fp32 rows that fill >= 90 % of 8 CTAs x 128 threads x 16 vectors take the
-      pipelined form (``pipe``, :func:`pipe_config`), the rest (N > 32768) 15 CTAs;
+      (fp16/bf16) if it holds the row, else the first PERSIST_CLUSTER_SHAPES entry and
+      cluster size (PERSIST_CLUSTER_SIZES_BY_SHAPE) that holds it - fp32: <= 320 threads x 16
+      vectors, then <= 1024 x 8, in 8 or 16 CTAs; fp16/bf16: <= 1024 x 4 in 2 or 4 CTAs, <= 512
+      x 4 in 8 or 15, <= 1024 x 4 in 8 or 16 - threads = the multiple of 32 that just covers
+      the row, next row's copies issued late (2-byte CTAs: only up to LATE_MAX_THREADS);
     * otherwise (fp64, misaligned phase, or longer rows): a one-row cluster of up to 16 CTAs
       with 16 vectors x <= 512 threads (fp32/fp64) or 4 x <= 1024 (fp16/bf16), else ``wide``
       (persistent clusters of 8 CTAs of 1024 threads, 16 where 8 would keep under 3/4 of each
@@ -367,16 +319,8 @@ def fast_softmax_config(
         vpt = persist_vpt(dtype)
         if cluster_shape(nwl, vpt, persist_max_threads(vpt), (1,)):
             return persist_config(nwl, vpt, 1)
-        fifteen = fifteen_cta_config(nwl, es)
-        if fifteen and nwl > FIFTEEN_FIRST_NW.get(es, 1 << 31):
-            return fifteen
-        pipe = pipe_config(nwl, dtype)
-        if pipe:
-            return pipe
-        if fifteen and nwl > FIFTEEN_AFTER_PIPE_NW.get(es, 1 << 31):
-            return fifteen
-        sizes = PERSIST_CLUSTER_SIZES_BY_SHAPE.get(es, (PERSIST_CLUSTER_SIZES,) * 2)
-        for (vpt, most), cls in zip(PERSIST_CLUSTER_SHAPES[es], sizes):
+        for (vpt, most), cls in zip(PERSIST_CLUSTER_SHAPES[es],
+                                    PERSIST_CLUSTER_SIZES_BY_SHAPE[es]):
             shape = cluster_shape(nwl, vpt, most, cls)
             if shape:
                 return persist_config(nwl, vpt, shape[0],
