@@ -10,6 +10,7 @@
 //   fast_softmax_cluster<T, VPT, CL>          long rows, a cluster per row (DSMEM merge)
 //   fast_softmax_persist<T, VPT>              persistent CTAs, next row prefetched (cp.async)
 //   fast_softmax_persist_cluster<T, VPT, CL>  persistent clusters, next row prefetched
+//   fast_softmax_persist_pipe<T, VPT, CL>     the same, each row's exchange behind the next row
 //   fast_softmax_wide<T, CL>                  rows beyond all of these: a cluster, two passes
 //
 // Epilogue: y = exp(x - max) * (1 / sum); the persistent kernels and every fp16/bf16 kernel

@@ -93,7 +93,9 @@
 //            samples (ncu, 65536); here it overlaps the next row's reduction.
 //    Cost:   2 exps per element (softmax), 3 shared-memory reads per window, 4 inboxes, with
 //            2 stages twice kernel 5's slots. Won only where 2 rows of slots stay <= 64 KB per
-//            CTA (fp32 128 x 16: 65536 92 % of copy vs 88 %); the launcher uses it there only.
+//            CTA (fp32 128 x 16: 65536 92 % of copy vs 88 %), and only while kernel 5's 8-CTA
+//            slots sat off their lines (see "Slots"): since then kernel 5 wins there too (94.4
+//            vs 91.7 %), so no launcher rule picks it; bench/tune_long_rows.py still times it.
 // 6. <p>_wide<T, CL>: rows longer than any shape above holds (fp32 2^20 = 4 MB). Persistent.
 //    Ownership: the grid holds only the resident clusters; cluster q of Q owns rows q, q + Q, ...
 //            CTA rank c owns the contiguous windows [c * chunk, (c + 1) * chunk) of the row,
