@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import hashlib
 import os
 import re
@@ -34,14 +35,13 @@ import shutil
 import struct
 import subprocess
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
 _SVAL = 0x04  # EIFMT_SVAL: u16 size, then payload (u32 symbol index, u32 value, ...)
 _FRAME_SIZE, _REGCOUNT = 0x11, 0x2F  # EIATTR_FRAME_SIZE, EIATTR_REGCOUNT
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class KernelResources:
     name: str  # the name expression (e.g. "fast_softmax_block<float, 8>") or mangled symbol
     registers: int
@@ -49,7 +49,7 @@ class KernelResources:
     text_digest: str  # sha256 prefix of the kernel's machine code
     # Static shared memory window (1 KB reserved + the kernel's own), where dynamic shared
     # memory begins: cp.async into slots that start off a 128-byte line fetches every 32-byte
-    # sector twice (Nsight, tenth run: 2x the L2 read sectors of the same kernel on lines).
+    # sector twice (Nsight, eleventh run: 2x the L2 read sectors of the same kernel on lines).
     static_shared: int = 0
 
     @property
@@ -177,21 +177,20 @@ def source_sass(src, arch: str = "sm_90", contains: str | None = None) -> list[t
             if (contains is None or contains in e) and e in out.lowered]
 
 
-def source_resources(src, arch: str = "sm_90") -> list[KernelResources]:
-    """Compile a :class:`~kernel_lab.cuda_common.CudaSource` with NVRTC and report every
-    instantiation under its name expression, in declaration order."""
+def source_resources(src, arch: str = "sm_90",
+                     contains: str | None = None) -> list[KernelResources]:
+    """Compile a :class:`~kernel_lab.cuda_common.CudaSource` with NVRTC and report its
+    instantiations whose name contains ``contains`` (all if None; only those are compiled) under
+    their name expressions, in declaration order."""
     from . import jit
 
-    out = jit.compile_cubin(src.path, src.name_expressions, arch=arch,
-                            include_dirs=src.include_dirs)
+    exprs = [e for e in src.name_expressions if contains is None or contains in e]
+    if not exprs:
+        return []
+    out = jit.compile_cubin(src.path, exprs, arch=arch, include_dirs=src.include_dirs)
     by_symbol = cubin_resources(out.cubin)
-    rows = []
-    for expr in src.name_expressions:
-        r = by_symbol.get(out.lowered.get(expr, ""))
-        if r is not None:
-            rows.append(KernelResources(expr, r.registers, r.frame_bytes, r.text_digest,
-                                        r.static_shared))
-    return rows
+    return [dataclasses.replace(by_symbol[out.lowered[e]], name=e) for e in exprs
+            if out.lowered.get(e, "") in by_symbol]
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -218,8 +217,7 @@ def main(args: argparse.Namespace) -> int:
     if not sources:
         print(f"kernel_lab resources: no declared source {variant.source} for {variant.name}")
         return 2
-    rows = [r for s in sources for r in source_resources(s, args.arch)
-            if args.contains is None or args.contains in r.name]
+    rows = [r for s in sources for r in source_resources(s, args.arch, args.contains)]
     width = max((len(r.name) for r in rows), default=10)
     nvrtc = ".".join(map(str, jit.nvrtc_version()))
     print(f"{variant.source} ({args.arch}, this machine's NVRTC {nvrtc}): registers, stack frame"

@@ -117,10 +117,8 @@ def test_prefetch_slots_start_on_a_128_byte_line(source):
 
     registry._ensure_loaded()
     src = next(s for s in cuda_common.SOURCES if s.path.name == source)
-    exprs = [e for e in src.name_expressions if any(k in e for k in _SLOT_KERNELS)]
-    assert exprs, f"no persistent kernels declared in {source}"
-    out = jit.compile_cubin(src.path, exprs, arch="sm_90", include_dirs=src.include_dirs)
-    by_symbol = resources.cubin_resources(out.cubin)
-    off = {e: by_symbol[out.lowered[e]].static_shared for e in exprs}
+    rows = [r for k in _SLOT_KERNELS for r in resources.source_resources(src, contains=k)]
+    assert rows, f"no persistent kernels declared in {source}"
+    off = {r.name: r.static_shared for r in rows}
     assert all(v >= 1024 for v in off.values()), off  # the reserved 1 KB is part of the window
     assert {e: v for e, v in off.items() if v % 128} == {}
