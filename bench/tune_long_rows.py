@@ -73,7 +73,7 @@ def candidates(n: int, dtype: torch.dtype, aligned: bool) -> dict[str, fc.FastCo
     for vpt in fc.PERSIST_VPT[dtype.itemsize]:
         for cl in fc.PERSIST_CL:
             c = fc.persist_config(nwl, vpt, cl)
-            if c.threads > fc.persist_max_threads(vpt) or (cl > 1 and c.threads < 64):
+            if c.threads > fc.persist_max_threads(vpt, dtype) or (cl > 1 and c.threads < 64):
                 continue
             if c.capacity() > 1.5 * nw + 32 * vpt * cl:
                 continue

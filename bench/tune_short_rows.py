@@ -40,7 +40,7 @@ def candidates(n: int, dtype: torch.dtype) -> dict[str, fc.FastConfig]:
                     out.setdefault(f"warp g{g}x{v} t{threads}", c)
     for v in fc.FAST_BLOCK_VPT:
         threads = fc.round32(-(-nw // v))
-        if nw > 32 and threads <= fc.persist_max_threads(v):
+        if nw > 32 and threads <= fc.block_max_threads(v):
             c = fc.FastConfig("block", threads=threads, vpt=v)
             out.setdefault(c.label(), c)
     return out

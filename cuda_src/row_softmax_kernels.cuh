@@ -766,6 +766,11 @@ __device__ __forceinline__ void wide_rows(T* __restrict__ y, const T* __restrict
 template <int VPT> struct MaxThreads {
   static constexpr int value = VPT >= 16 ? 512 : 1024;
 };
+// The persistent kernels keep 64 or more elements per thread (fp32 x 16, fp16/bf16 x 8) in
+// fp32 registers: capped at 512 threads (128 registers).
+template <typename T, int VPT> struct PersistThreads {
+  static constexpr int value = VPT * Vec<T>::N >= 64 ? 512 : 1024;
+};
 
 }  // namespace rowk
 }  // namespace klab
@@ -792,19 +797,19 @@ template <int VPT> struct MaxThreads {
                                              klab::cluster_rank());                              \
   }                                                                                              \
   template <typename T, int VPT>                                                                 \
-  __global__ void __launch_bounds__(klab::rowk::MaxThreads<VPT>::value)                          \
+  __global__ void __launch_bounds__(klab::rowk::PersistThreads<T, VPT>::value)                          \
       P##_persist(T* __restrict__ y, const T* __restrict__ x, long long rows, int n,             \
                   long long stride, int vec, int late, int stages) {                             \
     klab::rowk::persistent_rows<EPI, T, VPT, 1>(y, x, rows, n, stride, late, stages);            \
   }                                                                                              \
   template <typename T, int VPT, int CL>                                                         \
-  __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(klab::rowk::MaxThreads<VPT>::value) \
+  __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(klab::rowk::PersistThreads<T, VPT>::value) \
       P##_persist_cluster(T* __restrict__ y, const T* __restrict__ x, long long rows, int n,     \
                           long long stride, int vec, int late, int stages) {                     \
     klab::rowk::persistent_rows<EPI, T, VPT, CL>(y, x, rows, n, stride, late, stages);           \
   }                                                                                              \
   template <typename T, int VPT, int CL>                                                         \
-  __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(klab::rowk::MaxThreads<VPT>::value) \
+  __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(klab::rowk::PersistThreads<T, VPT>::value) \
       P##_persist_pipe(T* __restrict__ y, const T* __restrict__ x, long long rows, int n,        \
                        long long stride, int vec, int stages) {                                  \
     klab::rowk::pipelined_rows<EPI, T, VPT, CL>(y, x, rows, n, stride, stages);                  \

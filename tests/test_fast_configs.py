@@ -44,7 +44,7 @@ def test_config_holds_the_row(dtype, aligned, vec):
             assert c.shared_mem() <= fc.WIDE_KEEP_BYTES and c.cluster in fc.WIDE_CL, (n, c)
         assert c.threads % 32 == 0 and 32 <= c.threads <= 1024, (n, c)
         if c.kind == "persist":
-            assert c.threads <= fc.persist_max_threads(c.vpt), (n, c)
+            assert c.threads <= fc.persist_max_threads(c.vpt, dtype), (n, c)
             assert c.shared_mem() <= fc.MAX_CTA_SHARED, (n, c)
         assert c.expr(t) in fast, (n, c.expr(t))
         assert c.expr(t, "log_softmax") in log, (n, c.expr(t, "log_softmax"))
@@ -95,7 +95,7 @@ def _persist_cases():
     fit."""
     for dt in fc.PERSIST_DTYPES:
         for vpt in fc.PERSIST_VPT[dt.itemsize]:
-            big = fc.persist_max_threads(vpt)
+            big = fc.persist_max_threads(vpt, dt)
             big2 = min(big, fc.MAX_CTA_SHARED // (2 * vpt * 16) // 32 * 32)
             for cl in fc.PERSIST_CL:
                 for late in (False, True) if cl > 1 else (False,):
@@ -155,7 +155,7 @@ def _pipe_cases():
     for dt in fc.PERSIST_DTYPES:
         for vpt in fc.pipe_vpts(dt):
             for stages in (1, 2):
-                big = min(fc.persist_max_threads(vpt),
+                big = min(fc.persist_max_threads(vpt, dt),
                           fc.MAX_CTA_SHARED // (stages * vpt * 16) // 32 * 32)
                 for cl in fc.PIPE_CL:
                     for threads in (64, big):
@@ -177,7 +177,7 @@ def test_small_cta_does_not_shrink_a_large_ctas_shared_memory(dtype):
     shared-memory limit is one attribute of the function, and the small launch must not lower
     it under the large one (that failed with CUDA_ERROR_INVALID_VALUE on the H200)."""
     vpt = fc.PERSIST_VPT[dtype.itemsize][0]
-    big = fc.persist_max_threads(vpt)
+    big = fc.persist_max_threads(vpt, dtype)
     for threads in (big, 64, big):
         cfg = fc.FastConfig("persist", threads=threads, vpt=vpt, cluster=1)
         line = fc.LINE_BYTES // dtype.itemsize  # odd rows start mid-line: 7 windows of slack

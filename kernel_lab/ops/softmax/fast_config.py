@@ -49,7 +49,7 @@ def cluster_shape(
 FAST_WARP = ((4, 1), (4, 2), (8, 2), (16, 2), (32, 1), (32, 2), (32, 4))  # (group, vpt)
 FAST_BLOCK_VPT = (2, 4, 8)
 FAST_CL = (2, 4, 8, 16)
-PERSIST_VPT = {4: (4, 8, 16), 2: (4,)}  # by itemsize: 2-byte types spill beyond 4 (see NOTES)
+PERSIST_VPT = {4: (4, 8, 16), 2: (4, 8)}  # by itemsize: 2-byte types spill beyond 4 (see NOTES)
 PERSIST_CL = (1, 2, 4, 8, 15, 16)
 # Rows longer than one persistent CTA: persistent clusters, trying (vectors per thread, most
 # threads per CTA) in the order of PERSIST_CLUSTER_SHAPES, each with the cluster sizes of
@@ -106,9 +106,17 @@ def pipe_vpts(dtype: torch.dtype) -> tuple[int, ...]:
     return tuple(sorted({v for v, _ in PERSIST_CLUSTER_SHAPES[dtype.itemsize]}))
 
 
-def persist_max_threads(vpt: int) -> int:
-    """CTA size limit of the persistent kernels (``MaxThreads`` in row_softmax_kernels.cuh)."""
+def block_max_threads(vpt: int) -> int:
+    """CTA size limit of the warp / block / cluster kernels (``MaxThreads`` in
+    row_softmax_kernels.cuh)."""
     return 512 if vpt >= 16 else 1024
+
+
+def persist_max_threads(vpt: int, dtype: torch.dtype = torch.float32) -> int:
+    """CTA size limit of the persistent kernels (``PersistThreads`` in row_softmax_kernels.cuh):
+    512 where a thread keeps 64 or more elements in fp32 registers (fp32 x 16, fp16/bf16 x 8),
+    else 1024."""
+    return 512 if vpt * vec_width(dtype) >= 64 else 1024
 
 
 def row_kernel_exprs(prefix: str) -> list[str]:
@@ -317,7 +325,7 @@ def fast_softmax_config(
     if persist_ok:
         nwl = line_windows(n, dtype, aligned, line)
         vpt = persist_vpt(dtype)
-        if cluster_shape(nwl, vpt, persist_max_threads(vpt), (1,)):
+        if cluster_shape(nwl, vpt, persist_max_threads(vpt, dtype), (1,)):
             return persist_config(nwl, vpt, 1)
         for (vpt, most), cls in zip(PERSIST_CLUSTER_SHAPES[es],
                                     PERSIST_CLUSTER_SIZES_BY_SHAPE[es]):
