@@ -341,6 +341,13 @@ __device__ __forceinline__ void warp_rows(T* __restrict__ y, const T* __restrict
 }
 
 // ---- kernel 5: persistent, next row prefetched into shared memory ---------------------------
+// The persistent kernels keep the sum loop's exps (one exp per element) for up to 64 elements a
+// thread (fp32 x 16, fp16/bf16 x 8: <= 128 registers at <= 512 threads); fp16/bf16 x 16 keep
+// the packed values instead and compute exp(x - max) again when writing (two exps per element):
+// 64 registers of data where the exps would need 128.
+template <template <typename> class E, typename T, int VPT>
+constexpr bool kKeepsExps = E<acc_t<T>>::kScalesExp && VPT * Vec<T>::N <= 64;
+
 // This thread's slots: slot k at mine[k * blockDim.x] (consecutive threads, consecutive 16 B:
 // conflict-free). Window v = k * step + base of the row; slot v covers bytes [16v, 16v + 16) from
 // the start of the row's first 128-byte line.
@@ -435,7 +442,7 @@ __device__ __forceinline__ void persistent_rows(T* __restrict__ y, const T* __re
     const int h = line_head(xr);
     uint4* mine = prefetch_slots + (stages > 1 ? (it & 1) : 0) * stage_slots + threadIdx.x;
     cp_async_wait_stage(stages);  // this thread's copies of `row` have landed
-    constexpr bool kExp = E<A>::kScalesExp;
+    constexpr bool kExp = kKeepsExps<E, T, VPT>;
     Vec<T> r[VPT];
     A e[kExp ? VPT : 1][W];
     const bool inside = windows_inside<T, VPT>(base, step, n, h);
@@ -533,7 +540,7 @@ __device__ __forceinline__ void pipelined_rows(T* __restrict__ y, const T* __res
                                                int stages) {
   using A = acc_t<T>;
   constexpr int W = Vec<T>::N;
-  constexpr bool kExp = E<A>::kScalesExp;
+  constexpr bool kExp = kKeepsExps<E, T, VPT>;
   __shared__ MaxSum<A> red[32];
   __shared__ ClusterInbox<A, CL, 4> inbox;
   extern __shared__ __align__(128) uint4 prefetch_slots[];  // stages * blockDim.x * VPT

@@ -49,7 +49,7 @@ def cluster_shape(
 FAST_WARP = ((4, 1), (4, 2), (8, 2), (16, 2), (32, 1), (32, 2), (32, 4))  # (group, vpt)
 FAST_BLOCK_VPT = (2, 4, 8)
 FAST_CL = (2, 4, 8, 16)
-PERSIST_VPT = {4: (4, 8, 16), 2: (4, 8)}  # by itemsize: 2-byte types spill beyond 4 (see NOTES)
+PERSIST_VPT = {4: (4, 8, 16), 2: (4, 8, 16)}  # by itemsize: 2-byte types spill beyond 4 (see NOTES)
 PERSIST_CL = (1, 2, 4, 8, 15, 16)
 # Rows longer than one persistent CTA: persistent clusters, trying (vectors per thread, most
 # threads per CTA) in the order of PERSIST_CLUSTER_SHAPES, each with the cluster sizes of
