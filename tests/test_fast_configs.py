@@ -60,26 +60,43 @@ def test_rows_of_up_to_1kb_take_a_lane_group():
 
 
 def test_long_rows_take_the_retuned_cluster_shapes():
-    """PERSIST_CLUSTER_SHAPES / _SIZES_BY_SHAPE as retuned in the eleventh run, once the slots
-    sat on 128-byte lines: fp32 8 or 16 CTAs (no 15-CTA clusters, no pipe: 65536 8x128x16 late
-    94.4 % of copy vs the pipe's 91.7), 2-byte rows the fewest CTAs of 1024 threads, 151936 its
-    15 x 320 x 4."""
-    f32, bf16 = torch.float32, torch.bfloat16
+    """PERSIST_SHAPES as retuned in the eleventh run (fp32: 8 or 16 CTAs, no 15-CTA clusters, no
+    pipe: 65536 8x128x16 late 94.4 % of copy vs the pipe's 91.7) and the twelfth (2-byte rows on
+    lines: small CTAs x 8 vectors, 151936 16x160x8 late s2 86.4 vs 15x320x4 late 80.7; odd rows
+    and 131072-524288 keep 4 vectors)."""
+    f32, bf16, f16 = torch.float32, torch.bfloat16, torch.float16
     assert fc.fast_softmax_config(50257, f32, aligned=False).label() == "persist 8x128x16 late"
     assert fc.fast_softmax_config(65536, f32).label() == "persist 8x128x16 late"
     assert fc.fast_softmax_config(131072, f32).label() == "persist 8x256x16 late"
     assert fc.fast_softmax_config(151936, f32).label() == "persist 8x320x16 late"
     assert fc.fast_softmax_config(262144, f32).label() == "persist 16x256x16 late"
     assert fc.fast_softmax_config(524288, f32).label() == "persist 16x1024x8 late"
+    assert fc.fast_softmax_config(32000, bf16).label() == "persist 8x64x8 late"
+    assert fc.fast_softmax_config(32768, f16).label() == "persist 8x64x8 late"
     assert fc.fast_softmax_config(50257, bf16, aligned=False).label() == "persist 2x800x4"
-    assert fc.fast_softmax_config(65536, bf16).label() == "persist 2x1024x4"
+    assert fc.fast_softmax_config(65536, bf16).label() == "persist 8x128x8 late"
+    assert fc.fast_softmax_config(128256, bf16).label() == "persist 4x1024x4"
     assert fc.fast_softmax_config(131072, bf16).label() == "persist 4x1024x4"
-    assert fc.fast_softmax_config(151936, bf16).label() == "persist 15x320x4 late"
+    assert fc.fast_softmax_config(151936, bf16).label() == "persist 16x160x8 late s2"
     assert fc.fast_softmax_config(262144, bf16).label() == "persist 8x1024x4"
-    assert fc.fast_softmax_config(524288, torch.float16).label() == "persist 16x1024x4"
+    assert fc.fast_softmax_config(524288, f16).label() == "persist 16x1024x4"
     for n in range(32769, 524289, 7919):  # every fp32 cluster row: 8 or 16 CTAs, late
         c = fc.fast_softmax_config(n, f32)
         assert (c.kind, c.cluster in (8, 16), c.late) == ("persist", True, True), (n, c)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_odd_rows_skip_the_rules_for_rows_on_lines(dtype):
+    """8 vectors per thread lost on rows off 128-byte lines (bf16 50257: 72-76 % of copy vs
+    2x800x4's 84): a row that does not start on a line never takes a ``lines_only`` rule."""
+    lined = {(r.vpt, r.stages) for r in fc.PERSIST_SHAPES[2] if r.lines_only}
+    for n in range(4097, 262144, 997):
+        for aligned, line in ((True, False), (False, None)):
+            c = fc.fast_softmax_config(n, dtype, aligned, True, line)
+            if c.kind == "persist":
+                assert (c.vpt, c.stages) not in lined or c.vpt == 4, (n, aligned, c)
+        if n * dtype.itemsize % fc.LINE_BYTES:  # the default: odd N is off its line
+            assert fc.fast_softmax_config(n, dtype).vpt != 8, n
 
 
 def test_both_sources_declare_the_same_family():

@@ -8,6 +8,7 @@ rule beside it; bench/NOTES.md has the full record. The launchers are in cuda_va
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
@@ -49,40 +50,63 @@ def cluster_shape(
 FAST_WARP = ((4, 1), (4, 2), (8, 2), (16, 2), (32, 1), (32, 2), (32, 4))  # (group, vpt)
 FAST_BLOCK_VPT = (2, 4, 8)
 FAST_CL = (2, 4, 8, 16)
-PERSIST_VPT = {4: (4, 8, 16), 2: (4, 8, 16)}  # by itemsize: 2-byte types spill beyond 4 (see NOTES)
+# 16-byte vectors per thread of the persistent instantiations, by itemsize. A thread keeps at
+# most 64 exps in fp32 registers (kKeepsExps in row_softmax_kernels.cuh): fp16/bf16 x 16 keep the
+# packed values and compute the exp twice (96 B spill per thread and row, NVRTC 13.0).
+PERSIST_VPT = {4: (4, 8, 16), 2: (4, 8, 16)}
 PERSIST_CL = (1, 2, 4, 8, 15, 16)
-# Rows longer than one persistent CTA: persistent clusters, trying (vectors per thread, most
-# threads per CTA) in the order of PERSIST_CLUSTER_SHAPES, each with the cluster sizes of
-# PERSIST_CLUSTER_SIZES_BY_SHAPE, sized down to the threads that cover the row; the next row's
-# copies are issued while the (max, sum) messages fly (`late`) in CTAs of <= LATE_MAX_THREADS.
-# Retuned in the eleventh H200 run (M*N = 2^28, % of copy, bench/tune_long_rows.py, call 4),
-# after the prefetch slots moved onto 128-byte lines: until then every 2-, 4-, 8- and 16-CTA
-# kernel read its input twice from L2 (bench/NOTES.md, "Eleventh H200 run"), and the 15-CTA
-# clusters and the pipelined kernel that had won the earlier tunes lose now:
-#   fp32 (16 x <= 320 threads, then 8 x <= 1024, in 8 or 16 CTAs): 50257 8x128x16 late 90.6 vs
-#   15x64x16 late 86.4 (best 4x800x4 late s2 91.8); 65536 8x128x16 late 94.4 vs pipe 8x128x16
-#   s2 91.7; 131072 8x256x16 late 92.1 vs 15x160x16 late 91.6 (best 8x1024x4 late 93.5);
-#   151936 8x320x16 late 93.6 vs 92.0; 262144 16x256x16 late 92.0 vs 15x576x8 late 89.9;
+
+
+class PersistShape(NamedTuple):
+    """One rule of the persistent kernels: ``vpt`` vectors x at most ``most`` threads per CTA in
+    the first of ``clusters`` (CTAs per cluster) that holds the row; ``stages`` rows in flight;
+    ``lines_only``: only rows that start on 128-byte lines (odd rows skip the rule)."""
+
+    vpt: int
+    most: int
+    clusters: tuple[int, ...]
+    stages: int = 1
+    lines_only: bool = False
+
+
+# Rows longer than the one-CTA kernel holds: the first PERSIST_SHAPES rule that holds the row,
+# its CTA sized down to the multiple of 32 threads that covers it; cluster CTAs issue the next
+# row's copies while the (max, sum) messages fly (`late`) when they have <= LATE_MAX_THREADS.
+# H200, M*N = 2^28, % of copy, bench/tune_long_rows.py (NOTES: "Eleventh H200 run", "Twelfth"):
+#   fp32 (eleventh run, once the prefetch slots sat on 128-byte lines; 15-CTA clusters and the
+#   pipe had won while 2-, 4-, 8- and 16-CTA kernels read L2 twice): 50257 8x128x16 late 90.6
+#   vs 15x64x16 late 86.4 (best 4x800x4 late s2 91.8); 65536 8x128x16 late 94.4 vs pipe
+#   8x128x16 s2 91.7; 131072 8x256x16 late 92.1 vs 15x160x16 late 91.6 (best 8x1024x4 late
+#   93.5); 151936 8x320x16 late 93.6 vs 92.0; 262144 16x256x16 late 92.0 vs 15x576x8 late 89.9;
 #   524288 16x1024x8 late 85.9 (no shape better than 86.5).
-#   2-byte (4 x <= 1024 in 2 or 4 CTAs, then 4 x <= 512 in 8 or 15, then 4 x <= 1024 in 8 or 16):
-#   bf16 50257 2x800x4 84.0 vs 8x224x4 late 82.4; 65536 2x1024x4 91.1 vs 8x256x4 late 91.4;
-#   131072 4x1024x4 91.4 vs 8x512x4 late 88.9; 151936 keeps 15x320x4 late 80.2 (8x608x4
-#   76.1-79.0, 16x320x4 80.3-81.1: every shape ~80 %); 262144 8x1024x4 90.4, 524288 16x1024x4
-#   84.8 (unchanged, the best). 15 CTAs lost to 16 everywhere else in bf16 (65536 15x160x4
-#   late 76.6, tenth run).
-PERSIST_CLUSTER_SHAPES = {4: ((16, 320), (8, 1024)), 2: ((4, 1024), (4, 512), (4, 1024))}
-PERSIST_CLUSTER_SIZES_BY_SHAPE = {4: ((8, 16), (8, 16)), 2: ((2, 4), (8, 15), (8, 16))}
+#   2-byte (twelfth run, 8 vectors x <= 512 threads new): small CTAs x 8 vectors in 8 CTAs for
+#   rows on lines - bf16 32768 8x64x8 late 93.1 vs 1x1024x4 90.9, 65536 8x128x8 late 93.6 vs
+#   2x1024x4 91.0; 151936 16x160x8 late s2 86.4 vs 15x320x4 late 80.7 (s1 81.2); but odd rows
+#   lose with 8 (50257 72-76 vs 2x800x4 84.2) and 131072 / 262144 / 524288 keep 4 x 1024
+#   (91.8 / 90.7 / 84.6 vs 89.6 / 89.1 / 81.5). 15 CTAs lost to 16 everywhere else in bf16
+#   (65536 15x160x4 late 76.6, tenth run).
+# fp32's one-CTA rule is 8 x <= 1024 rather than 16 x <= 512 (the same 128 KB per CTA): faster
+# with rows that leave threads idle (fourth run: 151936 79 % vs 69 %, 50257 84 vs 81, 65536 88
+# vs 85, 262144 equal).
+PERSIST_SHAPES = {  # by itemsize
+    4: (PersistShape(8, 1024, (1,)), PersistShape(16, 320, (8, 16)),
+        PersistShape(8, 1024, (8, 16))),
+    2: (PersistShape(8, 128, (8,), lines_only=True), PersistShape(4, 1024, (1,)),
+        PersistShape(4, 1024, (2, 4)), PersistShape(8, 160, (16,), stages=2, lines_only=True),
+        PersistShape(4, 512, (8, 15)), PersistShape(4, 1024, (8, 16))),
+}
 # 2-byte CTAs of more than 512 threads issue their copies right after the local (max, sum), not
 # late (tenth run: bf16 262144 8x1024x4 84.2 / 83.8 vs late 81-82; eleventh: 131072 4x1024x4
 # 91.4 vs late 89.1).
 LATE_MAX_THREADS = {2: 512}  # by itemsize; default: every cluster CTA issues late
 PERSIST_DTYPES = (torch.float32, torch.float16, torch.bfloat16)  # fp64: correctness, not speed
 # The pipelined persistent clusters (``pipe``, kernel 5b): each row's (max, sum) exchange overlaps
-# the next row's reduction; the cluster sizes and vectors per thread of PERSIST_CLUSTER_SHAPES.
+# the next row's reduction; PIPE_VPT vectors per thread (by itemsize), PIPE_CL CTAs.
 # Instantiated for 8 and 16 CTAs and timed by bench/tune_long_rows.py, picked by no rule since
 # the eleventh run: fp32 65536 pipe 8x128x16 s2 91.7 vs persist 8x128x16 late 94.4 once the
 # persistent kernel's slots sat on lines (it had won 92.0 vs 88.0 with them off).
 PIPE_CL = (8, 16)
+PIPE_VPT = {4: (8, 16), 2: (4,)}
 # Rows longer than the on-chip shapes hold: the persistent wide kernel, clusters of WIDE_CL[0]
 # CTAs of 1024 threads, or WIDE_CL[1] when 8 CTAs' shared memory would keep under
 # WIDE_MIN_KEPT of each chunk (the rest is read twice). H200, M*N = 2^28, % of copy, two calls:
@@ -102,8 +126,8 @@ def _fast_vpt_cap(dtype: torch.dtype) -> int:
 
 
 def pipe_vpts(dtype: torch.dtype) -> tuple[int, ...]:
-    """Vectors per thread of the pipelined instantiations: those of PERSIST_CLUSTER_SHAPES."""
-    return tuple(sorted({v for v, _ in PERSIST_CLUSTER_SHAPES[dtype.itemsize]}))
+    """Vectors per thread of the pipelined instantiations (PIPE_VPT)."""
+    return PIPE_VPT[dtype.itemsize]
 
 
 def block_max_threads(vpt: int) -> int:
@@ -241,16 +265,6 @@ def config_windows(cfg: "FastConfig", n: int, dtype: torch.dtype, aligned: bool,
     return vector_windows(n, dtype, aligned)
 
 
-def persist_vpt(dtype: torch.dtype) -> int:
-    """Vectors per thread of the persistent kernels: fp32 8 x <= 1024 threads (128 KB of
-    registers per CTA, and as much again of prefetch slots, 64 registers, no spills) - the same
-    capacity as 16 x 512, and faster with rows that leave threads idle (H200, M*N = 2^28:
-    151936 79 % vs 69 %, 50257 84 vs 81, 65536 88 vs 85, 262144 equal); fp16/bf16 4 x <= 1024
-    (64 KB + 64 KB): at 8 or 16 vectors ptxas spills 50-300 bytes per thread even with the
-    packed words kept opaque between loops."""
-    return 8 if dtype.itemsize == 4 else 4
-
-
 def persist_config(nw: int, vpt: int, cluster: int, late: bool = False,
                    stages: int = 1) -> FastConfig:
     """The persistent shape holding ``nw`` windows with ``vpt`` per thread over ``cluster``
@@ -292,12 +306,12 @@ def fast_softmax_config(
       nw <= 256), 4 (nw <= 2048, and always for 2-byte types) or 8 vectors per thread, threads
       = the multiple of 32 that just covers the row (no idle pow2 padding);
     * longer, when input and output rows share their 16-byte phase (``vec``) and the dtype is
-      fp32/fp16/bf16: ``persist``, one CTA of <= 1024 threads x 8 vectors (fp32) or x 4
-      (fp16/bf16) if it holds the row, else the first PERSIST_CLUSTER_SHAPES entry and
-      cluster size (PERSIST_CLUSTER_SIZES_BY_SHAPE) that holds it - fp32: <= 320 threads x 16
-      vectors, then <= 1024 x 8, in 8 or 16 CTAs; fp16/bf16: <= 1024 x 4 in 2 or 4 CTAs, <= 512
-      x 4 in 8 or 15, <= 1024 x 4 in 8 or 16 - threads = the multiple of 32 that just covers
-      the row, next row's copies issued late (2-byte CTAs: only up to LATE_MAX_THREADS);
+      fp32/fp16/bf16: ``persist``, the first PERSIST_SHAPES rule that holds the row - fp32: one
+      CTA of <= 1024 threads x 8 vectors, then <= 320 x 16 in 8 or 16 CTAs, then <= 1024 x 8 in
+      8 or 16; fp16/bf16: <= 128 x 8 in 8 CTAs (rows on lines), one CTA of <= 1024 x 4, <= 1024
+      x 4 in 2 or 4, <= 160 x 8 in 16 with two rows in flight (rows on lines), <= 512 x 4 in 8
+      or 15, <= 1024 x 4 in 8 or 16 - threads = the multiple of 32 that just covers the row,
+      next row's copies issued late (2-byte CTAs: only up to LATE_MAX_THREADS);
     * otherwise (fp64, misaligned phase, or longer rows): a one-row cluster of up to 16 CTAs
       with 16 vectors x <= 512 threads (fp32/fp64) or 4 x <= 1024 (fp16/bf16), else ``wide``
       (persistent clusters of 8 CTAs of 1024 threads, 16 where 8 would keep under 3/4 of each
@@ -323,15 +337,16 @@ def fast_softmax_config(
         vpt = 2 if (nw <= 256 and es >= 4) else 4 if (nw <= 2048 or es == 2) else 8
         return FastConfig("block", threads=round32(-(-nw // vpt)), vpt=vpt)
     if persist_ok:
+        if line is None:
+            line = aligned and n * es % LINE_BYTES == 0
         nwl = line_windows(n, dtype, aligned, line)
-        vpt = persist_vpt(dtype)
-        if cluster_shape(nwl, vpt, persist_max_threads(vpt, dtype), (1,)):
-            return persist_config(nwl, vpt, 1)
-        for (vpt, most), cls in zip(PERSIST_CLUSTER_SHAPES[es],
-                                    PERSIST_CLUSTER_SIZES_BY_SHAPE[es]):
-            shape = cluster_shape(nwl, vpt, most, cls)
+        for rule in PERSIST_SHAPES[es]:
+            if rule.lines_only and not line:
+                continue
+            most = min(rule.most, persist_max_threads(rule.vpt, dtype))
+            shape = cluster_shape(nwl, rule.vpt, most, rule.clusters)
             if shape:
-                return persist_config(nwl, vpt, shape[0],
+                return persist_config(nwl, rule.vpt, shape[0], stages=rule.stages,
                                       late=shape[1] <= LATE_MAX_THREADS.get(es, 1024))
     big = _fast_vpt_cap(dtype)
     shape = cluster_shape(nw, big, 1024 if big <= 8 else 512, FAST_CL)
