@@ -80,6 +80,9 @@ def test_long_rows_take_the_retuned_cluster_shapes():
     assert fc.fast_softmax_config(151936, bf16).label() == "persist 16x160x8 late s2"
     assert fc.fast_softmax_config(262144, bf16).label() == "persist 8x1024x4"
     assert fc.fast_softmax_config(524288, f16).label() == "persist 16x1024x4"
+    assert fc.fast_softmax_config(1048576, bf16).label() == "persist 16x512x16"  # 2 MB rows
+    assert fc.fast_softmax_config(1048576, f16).kind == "wide"  # its x 16 kernels spill 312 B
+    assert fc.fast_softmax_config(1048577, bf16).kind == "wide"
     for n in range(32769, 524289, 7919):  # every fp32 cluster row: 8 or 16 CTAs, late
         c = fc.fast_softmax_config(n, f32)
         assert (c.kind, c.cluster in (8, 16), c.late) == ("persist", True, True), (n, c)
@@ -91,12 +94,14 @@ def test_odd_rows_skip_the_rules_for_rows_on_lines(dtype):
     2x800x4's 84): a row that does not start on a line never takes a ``lines_only`` rule."""
     lined = {r.vpt for r in fc.PERSIST_SHAPES[2] if r.lines_only}
     unlined = {r.vpt for r in fc.PERSIST_SHAPES[2] if not r.lines_only}
-    assert lined - unlined == {8}
-    for n in range(4097, 262144, 997):
+    assert lined - unlined == {8, 16}
+    for n in range(4097, 1048576, 7001):
         for aligned, line in ((True, False), (False, None)):
-            assert fc.fast_softmax_config(n, dtype, aligned, True, line).vpt != 8, (n, aligned)
+            c = fc.fast_softmax_config(n, dtype, aligned, True, line)
+            assert c.kind != "persist" or c.vpt == 4, (n, aligned, c)
         if n * dtype.itemsize % fc.LINE_BYTES:  # the default: odd N is off its line
-            assert fc.fast_softmax_config(n, dtype).vpt != 8, n
+            c = fc.fast_softmax_config(n, dtype)
+            assert c.kind != "persist" or c.vpt == 4, (n, c)
 
 
 def test_both_sources_declare_the_same_family():

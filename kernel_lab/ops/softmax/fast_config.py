@@ -60,13 +60,17 @@ PERSIST_CL = (1, 2, 4, 8, 15, 16)
 class PersistShape(NamedTuple):
     """One rule of the persistent kernels: ``vpt`` vectors x at most ``most`` threads per CTA in
     the first of ``clusters`` (CTAs per cluster) that holds the row; ``stages`` rows in flight;
-    ``lines_only``: only rows that start on 128-byte lines (odd rows skip the rule)."""
+    ``lines_only``: only rows that start on 128-byte lines (odd rows skip the rule); ``late``:
+    the next row's copies issued while the messages fly (None: CTAs of <= LATE_MAX_THREADS);
+    ``dtype``: only this dtype (None: every dtype of the itemsize)."""
 
     vpt: int
     most: int
     clusters: tuple[int, ...]
     stages: int = 1
     lines_only: bool = False
+    late: bool | None = None
+    dtype: torch.dtype | None = None
 
 
 # Rows longer than the one-CTA kernel holds: the first PERSIST_SHAPES rule that holds the row,
@@ -84,7 +88,9 @@ class PersistShape(NamedTuple):
 #   2x1024x4 91.0; 151936 16x160x8 late s2 86.4 vs 15x320x4 late 80.7 (s1 81.2); but odd rows
 #   lose with 8 (50257 72-76 vs 2x800x4 84.2) and 131072 / 262144 / 524288 keep 4 x 1024
 #   (91.8 / 90.7 / 84.6 vs 89.6 / 89.1 / 81.5). 15 CTAs lost to 16 everywhere else in bf16
-#   (65536 15x160x4 late 76.6, tenth run).
+#   (65536 15x160x4 late 76.6, tenth run). bf16 2^20 (2 MB rows) fits 16 x 512 x 16 (packed
+#   values, two exps, 96 B spill): 76.9 vs the wide kernel's 69.8 (late 71.5); fp16 spills 312 B
+#   there and loses (55-60 vs 69.3), so the rule is bf16's only.
 # fp32's one-CTA rule is 8 x <= 1024 rather than 16 x <= 512 (the same 128 KB per CTA): faster
 # with rows that leave threads idle (fourth run: 151936 79 % vs 69 %, 50257 84 vs 81, 65536 88
 # vs 85, 262144 equal).
@@ -93,7 +99,8 @@ PERSIST_SHAPES = {  # by itemsize
         PersistShape(8, 1024, (8, 16))),
     2: (PersistShape(8, 128, (8,), lines_only=True), PersistShape(4, 1024, (1,)),
         PersistShape(4, 1024, (2, 4)), PersistShape(8, 160, (16,), stages=2, lines_only=True),
-        PersistShape(4, 512, (8, 15)), PersistShape(4, 1024, (8, 16))),
+        PersistShape(4, 512, (8, 15)), PersistShape(4, 1024, (8, 16)),
+        PersistShape(16, 512, (16,), lines_only=True, late=False, dtype=torch.bfloat16)),
 }
 # 2-byte CTAs of more than 512 threads issue their copies right after the local (max, sum), not
 # late (tenth run: bf16 262144 8x1024x4 84.2 / 83.8 vs late 81-82; eleventh: 131072 4x1024x4
@@ -310,7 +317,8 @@ def fast_softmax_config(
       CTA of <= 1024 threads x 8 vectors, then <= 320 x 16 in 8 or 16 CTAs, then <= 1024 x 8 in
       8 or 16; fp16/bf16: <= 128 x 8 in 8 CTAs (rows on lines), one CTA of <= 1024 x 4, <= 1024
       x 4 in 2 or 4, <= 160 x 8 in 16 with two rows in flight (rows on lines), <= 512 x 4 in 8
-      or 15, <= 1024 x 4 in 8 or 16 - threads = the multiple of 32 that just covers the row,
+      or 15, <= 1024 x 4 in 8 or 16, bf16 rows on lines <= 512 x 16 in 16 (2 MB: N = 2^20) -
+      threads = the multiple of 32 that just covers the row,
       next row's copies issued late (2-byte CTAs: only up to LATE_MAX_THREADS);
     * otherwise (fp64, misaligned phase, or longer rows): a one-row cluster of up to 16 CTAs
       with 16 vectors x <= 512 threads (fp32/fp64) or 4 x <= 1024 (fp16/bf16), else ``wide``
@@ -341,13 +349,15 @@ def fast_softmax_config(
             line = aligned and n * es % LINE_BYTES == 0
         nwl = line_windows(n, dtype, aligned, line)
         for rule in PERSIST_SHAPES[es]:
-            if rule.lines_only and not line:
+            if (rule.lines_only and not line) or rule.dtype not in (None, dtype):
                 continue
             most = min(rule.most, persist_max_threads(rule.vpt, dtype))
             shape = cluster_shape(nwl, rule.vpt, most, rule.clusters)
             if shape:
-                return persist_config(nwl, rule.vpt, shape[0], stages=rule.stages,
-                                      late=shape[1] <= LATE_MAX_THREADS.get(es, 1024))
+                late = rule.late
+                if late is None:
+                    late = shape[1] <= LATE_MAX_THREADS.get(es, 1024)
+                return persist_config(nwl, rule.vpt, shape[0], late=late, stages=rule.stages)
     big = _fast_vpt_cap(dtype)
     shape = cluster_shape(nw, big, 1024 if big <= 8 else 512, FAST_CL)
     if shape:
