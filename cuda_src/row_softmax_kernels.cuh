@@ -20,7 +20,8 @@
 //   Math:     local (max, sum) over registers (1 exp per element), one merge of (max, sum)
 //             pairs across lanes / warps / CTAs, then the epilogue. Softmax in the persistent
 //             kernels and in every fp16/bf16 kernel keeps the exps of the sum loop in fp32
-//             registers and scales them (exp_maxsum / exp_scale: 1 exp per element in all);
+//             registers and scales them (exp_maxsum / exp_scale: 1 exp per element in all) -
+//             up to 64 per thread (kKeepsExps: fp16/bf16 persistent x 16 keep packed values);
 //             elsewhere it recomputes exp(x - max) (2 per element); log_softmax keeps x and
 //             writes (x - max) - log(sum).
 //   Bytes:    2 * M * N * sizeof(T) for every kernel (the wide kernel: plus the re-read of
@@ -66,8 +67,10 @@
 //            `late` != 0 (clusters only) issues the next row's copies between sending and
 //            waiting instead of right after the local (max, sum).
 //    Launch: grid = min(M, resident) CTAs (x CL), blockDim.x a multiple of 32 covering the row
-//            (blockDim.x * VPT * CL windows), dynamic shared memory = stages * blockDim.x *
-//            VPT * 16 B, stages 1 or 2 (> 48 KB needs the attribute; the launcher sets it).
+//            (blockDim.x * VPT * CL windows), at most 512 where a thread keeps 64 or more
+//            elements (PersistThreads: fp32 x 16, fp16/bf16 x 8 and x 16), else 1024; dynamic
+//            shared memory = stages * blockDim.x * VPT * 16 B, stages 1 or 2 (> 48 KB needs
+//            the attribute; the launcher sets it).
 //            Static: 32 pairs + 2 inboxes.
 //    Bytes:  2 * M * N * sizeof(T), with loads always in flight (no launch per row, no idle SM
 //            while a row's barrier and stores drain).
