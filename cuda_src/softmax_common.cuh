@@ -384,13 +384,18 @@ __device__ __forceinline__ void mask_outside_row(int e0, int n, acc_t<T> fill, V
 // checking these threads need; only the row's first and last windows are partial, so all threads
 // but two or so take the unchecked paths. The checks per window (bounds, masks, element-wise
 // edges) were about a quarter of the persistent kernels' instructions.
+// Warp-uniform: called by whole warps, true only if it holds for every lane. A warp split between
+// the two paths runs both, one after the other - on rows off their 128-byte line, the row's first
+// warp (up to 7 windows before the row) and the warp of its last window did, every row - and the
+// CTA's (max, sum) barrier waits for that warp.
 template <typename T, int VPT>
 __device__ __forceinline__ bool windows_inside(int base, int step, int n, int h) {
   constexpr int W = Vec<T>::N;
   const int nwin = (n + h + W - 1) / W;
-  if (base >= nwin) return false;  // no window in the row: the checked path, which skips all
   const int last = min(VPT - 1, (nwin - 1 - base) / step) * step + base;
-  return base * W - h >= 0 && (last + 1) * W - h <= n;
+  // base >= nwin (no window in the row): the checked path, which skips them all
+  const bool whole = base < nwin && base * W - h >= 0 && (last + 1) * W - h <= n;
+  return __all_sync(0xffffffffu, whole);
 }
 
 template <typename T>
