@@ -62,7 +62,8 @@ class PersistShape(NamedTuple):
     the first of ``clusters`` (CTAs per cluster) that holds the row; ``stages`` rows in flight;
     ``lines_only``: only rows that start on 128-byte lines (odd rows skip the rule); ``late``:
     the next row's copies issued while the messages fly (None: CTAs of <= LATE_MAX_THREADS);
-    ``dtype``: only this dtype (None: every dtype of the itemsize)."""
+    ``dtype``: only this dtype (None: every dtype of the itemsize); ``min_fill``: only where the
+    row fills at least this share of the shape's windows (threads come in warps)."""
 
     vpt: int
     most: int
@@ -71,6 +72,7 @@ class PersistShape(NamedTuple):
     lines_only: bool = False
     late: bool | None = None
     dtype: torch.dtype | None = None
+    min_fill: float = 0.0
 
 
 # Rows longer than the one-CTA kernel holds: the first PERSIST_SHAPES rule that holds the row,
@@ -86,7 +88,9 @@ class PersistShape(NamedTuple):
 #   2-byte (twelfth run, 8 vectors x <= 512 threads new): small CTAs x 8 vectors in 8 CTAs for
 #   rows on lines - bf16 32768 8x64x8 late 93.1 vs 1x1024x4 90.9, 65536 8x128x8 late 93.6 vs
 #   2x1024x4 91.0; 151936 16x160x8 late s2 86.4 vs 15x320x4 late 80.7 (s1 81.2); but odd rows
-#   lose with 8 (50257 72-76 vs 2x800x4 84.2) and 131072 / 262144 / 524288 keep 4 x 1024
+#   lose with 8 (50257 72-76 vs 2x800x4 84.2), and so do rows on lines that fill under 90 % of
+#   the x 8 shape (bf16 50176: 8x128x8 late 82.8 at 77 % vs 2x800x4 90.6; fp16 85.1 vs 92.0);
+#   131072 / 262144 / 524288 keep 4 x 1024
 #   (91.8 / 90.7 / 84.6 vs 89.6 / 89.1 / 81.5). 15 CTAs lost to 16 everywhere else in bf16
 #   (65536 15x160x4 late 76.6, tenth run). bf16 2^20 (2 MB rows) fits 16 x 512 x 16 (packed
 #   values, two exps, 96 B spill): 76.9 vs the wide kernel's 69.8 (late 71.5); fp16 spills 312 B
@@ -97,8 +101,9 @@ class PersistShape(NamedTuple):
 PERSIST_SHAPES = {  # by itemsize
     4: (PersistShape(8, 1024, (1,)), PersistShape(16, 320, (8, 16)),
         PersistShape(8, 1024, (8, 16))),
-    2: (PersistShape(8, 128, (8,), lines_only=True), PersistShape(4, 1024, (1,)),
-        PersistShape(4, 1024, (2, 4)), PersistShape(8, 160, (16,), stages=2, lines_only=True),
+    2: (PersistShape(8, 128, (8,), lines_only=True, min_fill=0.9), PersistShape(4, 1024, (1,)),
+        PersistShape(4, 1024, (2, 4)),
+        PersistShape(8, 160, (16,), stages=2, lines_only=True, min_fill=0.9),
         PersistShape(4, 512, (8, 15)), PersistShape(4, 1024, (8, 16)),
         PersistShape(16, 512, (16,), lines_only=True, late=False, dtype=torch.bfloat16)),
 }
@@ -353,7 +358,7 @@ def fast_softmax_config(
                 continue
             most = min(rule.most, persist_max_threads(rule.vpt, dtype))
             shape = cluster_shape(nwl, rule.vpt, most, rule.clusters)
-            if shape:
+            if shape and nwl >= rule.min_fill * shape[0] * shape[1] * rule.vpt:
                 late = rule.late
                 if late is None:
                     late = shape[1] <= LATE_MAX_THREADS.get(es, 1024)
