@@ -52,7 +52,7 @@ FAST_BLOCK_VPT = (2, 4, 8)
 FAST_CL = (2, 4, 8, 16)
 # 16-byte vectors per thread of the persistent instantiations, by itemsize. A thread keeps at
 # most 64 exps in fp32 registers (kKeepsExps in row_softmax_kernels.cuh): fp16/bf16 x 16 keep the
-# packed values and compute the exp twice (96 B spill per thread and row, NVRTC 13.0).
+# packed values and compute the exp twice (they spill 96 B (bf16) / 312 B (fp16), NVRTC 13.0).
 PERSIST_VPT = {4: (4, 8, 16), 2: (4, 8, 16)}
 PERSIST_CL = (1, 2, 4, 8, 15, 16)
 
@@ -90,11 +90,10 @@ class PersistShape(NamedTuple):
 #   2x1024x4 91.0; 151936 16x160x8 late s2 86.4 vs 15x320x4 late 80.7 (s1 81.2); but odd rows
 #   lose with 8 (50257 72-76 vs 2x800x4 84.2), and so do rows on lines that fill under 90 % of
 #   the x 8 shape (bf16 50176: 8x128x8 late 82.8 at 77 % vs 2x800x4 90.6; fp16 85.1 vs 92.0);
-#   131072 / 262144 / 524288 keep 4 x 1024
-#   (91.8 / 90.7 / 84.6 vs 89.6 / 89.1 / 81.5). 15 CTAs lost to 16 everywhere else in bf16
-#   (65536 15x160x4 late 76.6, tenth run). bf16 2^20 (2 MB rows) fits 16 x 512 x 16 (packed
-#   values, two exps, 96 B spill): 76.9 vs the wide kernel's 69.8 (late 71.5); fp16 spills 312 B
-#   there and loses (55-60 vs 69.3), so the rule is bf16's only.
+#   131072 / 262144 / 524288 keep 4 x 1024 (91.8 / 90.7 / 84.6 vs 89.6 / 89.1 / 81.5). 15 CTAs
+#   lost to 16 everywhere else in bf16 (65536 15x160x4 late 76.6, tenth run). bf16 2^20 (2 MB
+#   rows) fits 16 x 512 x 16 (packed values, two exps, 96 B spill): 76.9 vs the wide kernel's
+#   69.8 (late 71.5); fp16 spills 312 B there and loses (55-60 vs 69.3): the rule is bf16's.
 # fp32's one-CTA rule is 8 x <= 1024 rather than 16 x <= 512 (the same 128 KB per CTA): faster
 # with rows that leave threads idle (fourth run: 151936 79 % vs 69 %, 50257 84 vs 81, 65536 88
 # vs 85, 262144 equal).
