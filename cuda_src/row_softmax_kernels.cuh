@@ -83,8 +83,9 @@
 //    Changed from 2/3: one launch for all rows, next row's loads overlap this row's reduction,
 //            barrier and stores; 2-byte types keep their packed words opaque between loops
 //            (opaque_2byte) so 8-16 vectors per thread fit without fp32 copies spilling.
-//    Interior: threads whose windows in the row are all whole (all but the row's first and
-//            last) read their slots and store with no per-window checks (windows_inside).
+//    Interior: warps whose windows in the row are all whole (all but the warps of the row's
+//            first and last windows) read their slots and store with no per-window checks
+//            (windows_inside, decided per warp: a warp split between the paths ran both).
 // 5b. <p>_persist_pipe<T, VPT, CL>: kernel 5's clusters, pipelined across rows.
 //    Ownership as kernel 5; `stages` (1 or 2) rows in flight in as many slot sets (dynamic
 //            shared memory stages * blockDim.x * VPT * 16 B). Row j + 1's local (max, sum) is
