@@ -88,8 +88,9 @@ class PersistShape(NamedTuple):
 #   2-byte (twelfth run, 8 vectors x <= 512 threads new): small CTAs x 8 vectors in 8 CTAs for
 #   rows on lines - bf16 32768 8x64x8 late 93.1 vs 1x1024x4 90.9, 65536 8x128x8 late 93.6 vs
 #   2x1024x4 91.0; 151936 16x160x8 late s2 86.4 vs 15x320x4 late 80.7 (s1 81.2); but odd rows
-#   lose with 8 (50257 72-76 vs 2x800x4 84.2), and so do rows on lines that fill under 90 % of
-#   the x 8 shape (bf16 50176: 8x128x8 late 82.8 at 77 % vs 2x800x4 90.6; fp16 85.1 vs 92.0);
+#   lost with 8 (50257 72-76 vs 2x800x4 84.2, before the warp-uniform checks), and so do rows
+#   on lines that fill under 90 % of the x 8 shape (bf16 50176: 8x128x8 late 82.8 at 77 % vs
+#   2x800x4 90.6; fp16 85.1 vs 92.0) - 50257 fills 77 % too, so lines_only may be fill alone;
 #   131072 / 262144 / 524288 keep 4 x 1024 (91.8 / 90.7 / 84.6 vs 89.6 / 89.1 / 81.5). 15 CTAs
 #   lost to 16 everywhere else in bf16 (65536 15x160x4 late 76.6, tenth run). bf16 2^20 (2 MB
 #   rows) fits 16 x 512 x 16 (packed values, two exps, 96 B spill): 76.9 vs the wide kernel's
@@ -147,7 +148,7 @@ def block_max_threads(vpt: int) -> int:
     return 512 if vpt >= 16 else 1024
 
 
-def persist_max_threads(vpt: int, dtype: torch.dtype = torch.float32) -> int:
+def persist_max_threads(vpt: int, dtype: torch.dtype) -> int:
     """CTA size limit of the persistent kernels (``PersistThreads`` in row_softmax_kernels.cuh):
     512 where a thread keeps 64 or more elements in fp32 registers (fp32 x 16, fp16/bf16 x 8),
     else 1024."""
@@ -257,14 +258,20 @@ def vector_windows(n: int, dtype: torch.dtype, aligned: bool = True) -> int:
 LINE_BYTES = 128
 
 
+def rows_on_lines(n: int, dtype: torch.dtype, aligned: bool = True,
+                  line: bool | None = None) -> bool:
+    """``line`` if given, else whether contiguous rows of ``n`` start on 128-byte lines:
+    ``aligned`` (rows on 16 bytes) and N * itemsize a multiple of 128."""
+    return (aligned and n * dtype.itemsize % LINE_BYTES == 0) if line is None else line
+
+
 def line_windows(n: int, dtype: torch.dtype, aligned: bool = True,
                   line: bool | None = None) -> int:
     """16-byte windows a row spans in the persistent kernels: ceil(n / W) for rows that start on
     a 128-byte line, else up to 7 more (a head of up to 127 bytes). ``line`` (rows on lines)
     defaults to ``aligned`` (rows on 16 bytes) with N * itemsize a multiple of 128."""
     w = vec_width(dtype)
-    if line is None:
-        line = aligned and n * dtype.itemsize % LINE_BYTES == 0
+    line = rows_on_lines(n, dtype, aligned, line)
     return -(-n // w) if line else -(-(n + LINE_BYTES // dtype.itemsize - 1) // w)
 
 
@@ -349,8 +356,7 @@ def fast_softmax_config(
         vpt = 2 if (nw <= 256 and es >= 4) else 4 if (nw <= 2048 or es == 2) else 8
         return FastConfig("block", threads=round32(-(-nw // vpt)), vpt=vpt)
     if persist_ok:
-        if line is None:
-            line = aligned and n * es % LINE_BYTES == 0
+        line = rows_on_lines(n, dtype, aligned, line)
         nwl = line_windows(n, dtype, aligned, line)
         for rule in PERSIST_SHAPES[es]:
             if (rule.lines_only and not line) or rule.dtype not in (None, dtype):
