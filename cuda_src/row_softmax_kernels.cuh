@@ -170,16 +170,36 @@ template <typename T> __device__ __forceinline__ MaxSum<acc_t<T>> id() {
   return maxsum_identity<acc_t<T>>();
 }
 
+// The max of K register vectors. fp16 / bf16: on the packed pairs (HMNMX2, two elements per
+// instruction, nothing unpacked - ptxas kept every unpacked fp32 value of the max loop alive for
+// the sum loop, 128 of them with 16 vectors); NaN is ignored like fmaxf (the sum carries it);
+// the conversion to fp32 is exact, so the result equals the unpacked max.
+template <typename T, int K> __device__ __forceinline__ acc_t<T> vec_max(const Vec<T> (&r)[K]) {
+  using A = acc_t<T>;
+  if constexpr (sizeof(T) == 2) {
+    using P = typename Pair<T>::type;
+    P m = Pair<T>::fill(neg_inf_t<T>());
+#pragma unroll
+    for (int k = 0; k < K; ++k)
+#pragma unroll
+      for (int w = 0; w < 4; ++w) m = __hmax2(m, Pair<T>::of(word(r[k].raw, w)));
+    return amax(to_acc(__low2half_any(m)), to_acc(__high2half_any(m)));
+  } else {
+    A m = neg_inf<A>();
+#pragma unroll
+    for (int k = 0; k < K; ++k)
+#pragma unroll
+      for (int i = 0; i < Vec<T>::N; ++i) m = amax(m, r[k].get(i));
+    return m;
+  }
+}
+
 // Local (max, sum) of K register vectors, 2-byte words re-unpacked per loop (opaque_2byte).
 template <typename T, int K>
 __device__ __forceinline__ MaxSum<acc_t<T>> row_maxsum(Vec<T> (&r)[K]) {
   using A = acc_t<T>;
   opaque_2byte(r);
-  A m = neg_inf<A>();
-#pragma unroll
-  for (int k = 0; k < K; ++k)
-#pragma unroll
-    for (int i = 0; i < Vec<T>::N; ++i) m = amax(m, r[k].get(i));
+  const A m = vec_max(r);
   opaque_2byte(r);
   const A ms = safe_max(m);
   A s = A(0);
@@ -201,11 +221,7 @@ template <typename T, int K>
 __device__ __forceinline__ MaxSum<acc_t<T>> exp_maxsum(Vec<T> (&r)[K],
                                                        acc_t<T> (&e)[K][Vec<T>::N]) {
   using A = acc_t<T>;
-  A m = neg_inf<A>();
-#pragma unroll
-  for (int k = 0; k < K; ++k)
-#pragma unroll
-    for (int i = 0; i < Vec<T>::N; ++i) m = amax(m, r[k].get(i));
+  const A m = vec_max(r);
   const A ms = safe_max(m);
   A s = A(0);
 #pragma unroll

@@ -173,6 +173,31 @@ __device__ __forceinline__ void set_half_bits(uint4& r, int i, unsigned b) {
   set_word(r, i >> 1, (word(r, i >> 1) & ~(0xffffu << sh)) | (b << sh));
 }
 
+// Two packed 2-byte values as the CUDA pair type (__half2 / __nv_bfloat162), for packed math.
+template <typename T> struct Pair;
+template <> struct Pair<__half> {
+  using type = __half2;
+  static __device__ __forceinline__ type of(unsigned w) {
+    type p;
+    memcpy(&p, &w, sizeof w);
+    return p;
+  }
+  static __device__ __forceinline__ type fill(__half v) { return __half2half2(v); }
+};
+template <> struct Pair<__nv_bfloat16> {
+  using type = __nv_bfloat162;
+  static __device__ __forceinline__ type of(unsigned w) {
+    type p;
+    memcpy(&p, &w, sizeof w);
+    return p;
+  }
+  static __device__ __forceinline__ type fill(__nv_bfloat16 v) { return __bfloat162bfloat162(v); }
+};
+__device__ __forceinline__ __half __low2half_any(__half2 p) { return __low2half(p); }
+__device__ __forceinline__ __half __high2half_any(__half2 p) { return __high2half(p); }
+__device__ __forceinline__ __nv_bfloat16 __low2half_any(__nv_bfloat162 p) { return __low2bfloat16(p); }
+__device__ __forceinline__ __nv_bfloat16 __high2half_any(__nv_bfloat162 p) { return __high2bfloat16(p); }
+
 template <typename T> struct Bits;
 template <> struct Bits<float> {
   static __device__ __forceinline__ float get(const uint4& r, int i) {
