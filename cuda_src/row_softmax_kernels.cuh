@@ -183,7 +183,7 @@ template <typename T, int K> __device__ __forceinline__ acc_t<T> vec_max(const V
     for (int k = 0; k < K; ++k)
 #pragma unroll
       for (int w = 0; w < 4; ++w) m = __hmax2(m, Pair<T>::of(word(r[k].raw, w)));
-    return amax(to_acc(__low2half_any(m)), to_acc(__high2half_any(m)));
+    return amax(to_acc(Pair<T>::lo(m)), to_acc(Pair<T>::hi(m)));
   } else {
     A m = neg_inf<A>();
 #pragma unroll

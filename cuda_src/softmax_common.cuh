@@ -173,7 +173,8 @@ __device__ __forceinline__ void set_half_bits(uint4& r, int i, unsigned b) {
   set_word(r, i >> 1, (word(r, i >> 1) & ~(0xffffu << sh)) | (b << sh));
 }
 
-// Two packed 2-byte values as the CUDA pair type (__half2 / __nv_bfloat162), for packed math.
+// Two packed 2-byte values as the CUDA pair type (__half2 / __nv_bfloat162), for packed math:
+// `of` reads a register word as a pair, `fill` broadcasts one value, `lo` / `hi` take one half.
 template <typename T> struct Pair;
 template <> struct Pair<__half> {
   using type = __half2;
@@ -183,6 +184,8 @@ template <> struct Pair<__half> {
     return p;
   }
   static __device__ __forceinline__ type fill(__half v) { return __half2half2(v); }
+  static __device__ __forceinline__ __half lo(type p) { return __low2half(p); }
+  static __device__ __forceinline__ __half hi(type p) { return __high2half(p); }
 };
 template <> struct Pair<__nv_bfloat16> {
   using type = __nv_bfloat162;
@@ -192,11 +195,9 @@ template <> struct Pair<__nv_bfloat16> {
     return p;
   }
   static __device__ __forceinline__ type fill(__nv_bfloat16 v) { return __bfloat162bfloat162(v); }
+  static __device__ __forceinline__ __nv_bfloat16 lo(type p) { return __low2bfloat16(p); }
+  static __device__ __forceinline__ __nv_bfloat16 hi(type p) { return __high2bfloat16(p); }
 };
-__device__ __forceinline__ __half __low2half_any(__half2 p) { return __low2half(p); }
-__device__ __forceinline__ __half __high2half_any(__half2 p) { return __high2half(p); }
-__device__ __forceinline__ __nv_bfloat16 __low2half_any(__nv_bfloat162 p) { return __low2bfloat16(p); }
-__device__ __forceinline__ __nv_bfloat16 __high2half_any(__nv_bfloat162 p) { return __high2bfloat16(p); }
 
 template <typename T> struct Bits;
 template <> struct Bits<float> {
