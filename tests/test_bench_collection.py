@@ -421,7 +421,7 @@ def test_tune_backward_times_the_shape_the_op_launches():
                        capture_output=True, timeout=120)
     assert r.returncode == 0, r.stderr
     first, second = r.stdout.splitlines()
-    assert first == "default persist 15x128x8 persist 15x128x8", first
+    assert first == "default persist 8x416x4 persist 8x416x4", first
     assert second == "True"
 
 

@@ -50,7 +50,7 @@ def test_plan_cli(capsys, monkeypatch):
     assert cli.main(["plan", "--op", "softmax_backward", "--dtype", "bf16", "--n", "196608"]) == 0
     out = capsys.readouterr().out
     assert "softmax_backward bfloat16" in out
-    assert "persist 15x416x4 s2: fused_softmax_backward_persist<__nv_bfloat16, 4, 15>" in out
+    assert "persist 16x384x4: fused_softmax_backward_persist<__nv_bfloat16, 4, 16>" in out
     for bad in (["--n", "abc"], ["--n", "0"], ["--op", "sofmax"], ["--dtype", "fp33"]):
         assert cli.main(["plan", *bad]) == 2, bad
         assert capsys.readouterr().err.startswith("kernel_lab plan: "), bad

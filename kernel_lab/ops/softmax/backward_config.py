@@ -79,6 +79,19 @@ BACKWARD_PERSIST_WIDE = ((torch.float32, 8, 15),)
 # = 224 KB of slots): call 4, 131072 15x576x4 s2 95.9 vs 15x288x8 95.4; 151936 15x640x4 s2
 # 97.2 vs 15x320x8 96.5; 196608 15x832x4 s2 96.7 vs 15x416x8 89.8 (the former default: the
 # x 4 entry stopped at 768 threads).
+# Thirteenth run (2026-11-30): with the prefetch slots on 128-byte lines (eleventh run) the
+# 15-CTA shapes above lost to 2-, 4-, 8- and 16-CTA shapes at every N timed, in two tunes
+# (calls 4-5 of the twelfth run, call 2 of the thirteenth; H200, M*N = 2^28, % of copy, second
+# tune): fp32 32000 2x1024x4 97.8 vs 15x96x8 95.6; 50257 8x416x4 96.8 vs 15x128x8 94.7; 65536
+# 8x512x4 s2 97.9 vs 15x160x8 96.5; 128256 / 131072 8x1024x4 97.9 vs 15x544x4 s2 94.8 / 15x576x4
+# s2 95.3; 151936 16x608x4 s2 96.8 vs 15x640x4 s2 96.3; 262144 16x1024x4 95.9 vs 15x576x8 93.2.
+# bf16 32000 4x256x4 99.1 (16x64x4 99.3) vs 15x96x4 92.2; 50257 4x416x4 s2 100.1 (one stage
+# 91.4) vs 15x128x4 95.7; 65536 4x512x4 100.1 (s2 96.6) vs 15x160x4 97.3; 128256 / 131072
+# 8x512x4 100.5 / 100.4 vs 15x288x4 96.9 / 97.4; 151936 8x608x4 98.3 (s2 98.8) vs 15x320x4
+# 96.8; 262144 16x512x4 100.4 (s2 96.4) vs 15x576x4 98.5. Two stages only where they won:
+# fp32 CTAs of 448-640 threads (512: 97.9 vs 96.6, 608: 96.8 vs 94.7; 416: 95.2 vs 96.8), 2-byte
+# CTAs of 384-448 threads in 4-CTA clusters (416). fp32 rows past 16 x 1024 x 4 (N > 262144)
+# keep 15 x <= 640 x 8; 2-byte rows past 16 x 640 x 4 (N > 327680) the one-row cluster.
 BACKWARD_TWO_STAGE_THREADS = 320
 
 
@@ -95,12 +108,13 @@ class BackwardShape(NamedTuple):
 
 
 BACKWARD_PERSIST_SHAPES = {  # by itemsize
-    4: (BackwardShape(15, 160, min_windows=8000, two_stage_threads=None, vpt=8),
-        BackwardShape(15, 896, min_windows=8000),
-        BackwardShape(8, 512),
+    4: (BackwardShape(2, 1024, two_stage_threads=None),
+        BackwardShape(8, 1024, two_stage_threads=448, two_stage_max=640),
+        BackwardShape(16, 1024, two_stage_threads=448, two_stage_max=640),
         BackwardShape(15, 640, two_stage_threads=None, vpt=8)),
-    2: (BackwardShape(15, 640, min_windows=4000, two_stage_threads=384, two_stage_max=544),
-        BackwardShape(8, 512)),
+    2: (BackwardShape(4, 512, two_stage_threads=384, two_stage_max=448),
+        BackwardShape(8, 640, two_stage_threads=None),
+        BackwardShape(16, 640, two_stage_threads=None)),
 }
 # Aligned rows of at least this many windows take the persistent shapes even where the one-CTA
 # kernel would hold them (2-byte rows of 4000-4096 windows: N = 32000-32768), by itemsize.
@@ -162,13 +176,13 @@ def backward_config(n: int, dtype: torch.dtype, aligned: bool = True,
     of >= 4000 windows skip it). Longer rows, when the rows of y, dy and dx share their 16-byte
     phase (``phase``; default ``aligned``: 16-byte aligned rows, which vectorize every kernel):
     ``persist``, persistent clusters, the first of BACKWARD_PERSIST_SHAPES that holds the row
-    (with room for the kernel's line head: up to 7 windows before the row): rows of >= 8000
-    (fp32) / 4000 (fp16/bf16) windows take 15 CTAs (fp32: <= 160 threads x 8 vectors, then
-    <= 896 x 4, then <= 640 x 8; 2-byte: <= 640 x 4; both up to N = 307200), shorter rows 8 of
-    <= 512 x 4; the next row is prefetched (the next two rows from each shape's
-    ``two_stage_threads`` to ``two_stage_max``, where shared memory holds them: 2-byte 15-CTA
-    shapes only at 384-544 threads, never fp32 x 8). Otherwise a one-row cluster of up to 16
-    CTAs of 512 x 8 (fp32) or x 4 (2-byte) vectors; longer rows stream (two passes)."""
+    (with room for the kernel's line head: up to 7 windows before the row) - fp32: 2 CTAs of
+    <= 1024 threads x 4 vectors, then 8, then 16 (N <= 262144), then 15 x <= 640 x 8 (N <=
+    307200); 2-byte: 4 CTAs of <= 512 x 4, then 8 of <= 640 x 4, then 16 (N <= 327680); the
+    next row is prefetched (the next two rows for each shape's ``two_stage_threads`` to
+    ``two_stage_max``, where shared memory holds them: fp32 448-640 threads, 2-byte 4-CTA
+    shapes of 384-448). Otherwise a one-row cluster of up to 16 CTAs of 512 x 8 (fp32) or x 4
+    (2-byte) vectors; longer rows stream (two passes)."""
     nw = -(-n // vec_width(dtype))
     persist_ok = (aligned if phase is None else phase) and dtype in BACKWARD_PERSIST_DTYPES
     threads, vpt = vec_config(n, dtype, BWD_MAX_THREADS)
