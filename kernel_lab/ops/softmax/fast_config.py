@@ -52,7 +52,8 @@ FAST_BLOCK_VPT = (2, 4, 8)
 FAST_CL = (2, 4, 8, 16)
 # 16-byte vectors per thread of the persistent instantiations, by itemsize. A thread keeps at
 # most 64 exps in fp32 registers (kKeepsExps in row_softmax_kernels.cuh): fp16/bf16 x 16 keep the
-# packed values and compute the exp twice (they spill 96 B (bf16) / 312 B (fp16), NVRTC 13.0).
+# packed values and compute the exp twice (spills with the max on packed pairs: bf16 0 B, fp16
+# 8-16 B; log_softmax 320-408 B; NVRTC 13.0).
 PERSIST_VPT = {4: (4, 8, 16), 2: (4, 8, 16)}
 PERSIST_CL = (1, 2, 4, 8, 15, 16)
 
@@ -97,7 +98,7 @@ class PersistShape(NamedTuple):
 #   lost to 16 everywhere else in bf16 (65536 15x160x4 late 76.6, tenth run). bf16 2^20 (2 MB
 #   rows) fits 16 x 512 x 16 (packed values, two exps, 96 B spill): 76.9 vs the wide kernel's
 #   69.8 (late 71.5); fp16 spilled 312 B there and lost (55-60 vs 69.3).
-#   Thirteenth run, the max on packed pairs (x 16 spills: bf16 0 B, fp16 16 B; x 8 120-122
+#   Thirteenth run, the max on packed pairs (x 16 spills: bf16 0 B, fp16 16 B; x 8 110-122
 #   registers): fp16 2^20 16x512x16 76.2 vs wide 72.2 (bf16 76.3), so x 16 is both dtypes' -
 #   but not log_softmax's (its log epilogue still spills 320-408 B: 62 vs 70 on wide); 151936
 #   16x160x8 without late copies, one stage: bf16 91.0 / fp16 90.7 vs late s2 88.3 / 88.9 (the
