@@ -113,7 +113,7 @@ PERSIST_SHAPES = {  # by itemsize
         PersistShape(4, 1024, (2, 4)),
         PersistShape(8, 160, (16,), lines_only=True, late=False, min_fill=0.9),
         PersistShape(4, 512, (8, 15)), PersistShape(4, 1024, (8, 16)),
-        PersistShape(16, 512, (16,), lines_only=True, late=False, softmax_only=True)),
+        PersistShape(16, 512, (16,), lines_only=True, late=False)),
 }
 # 2-byte CTAs of more than 512 threads issue their copies right after the local (max, sum), not
 # late (tenth run: bf16 262144 8x1024x4 84.2 / 83.8 vs late 81-82; eleventh: 131072 4x1024x4
