@@ -212,6 +212,10 @@ template <> struct Bits<__half> {
   static __device__ __forceinline__ float get(const uint4& r, int i) {
     return __half2float(__ushort_as_half(static_cast<unsigned short>(half_bits(r, i))));
   }
+  static __device__ __forceinline__ float get_again(const uint4& r, int i) {  // see Vec
+    const unsigned b = __byte_perm(word(r, i >> 1), 0u, (i & 1) ? 0x4432u : 0x4410u);
+    return __half2float(__ushort_as_half(static_cast<unsigned short>(b)));
+  }
   static __device__ __forceinline__ void set(uint4& r, int i, float v) {
     set_half_bits(r, i, __half_as_ushort(__float2half_rn(v)));
   }
@@ -225,6 +229,9 @@ template <> struct Bits<__half> {
 template <> struct Bits<__nv_bfloat16> {
   static __device__ __forceinline__ float get(const uint4& r, int i) {
     return __uint_as_float(half_bits(r, i) << 16);  // bf16 is the top half of an fp32
+  }
+  static __device__ __forceinline__ float get_again(const uint4& r, int i) {  // see Vec
+    return __uint_as_float(__byte_perm(word(r, i >> 1), 0u, (i & 1) ? 0x3244u : 0x1044u));
   }
   static __device__ __forceinline__ void set(uint4& r, int i, float v) {
     set_half_bits(r, i, __bfloat16_as_ushort(__float2bfloat16_rn(v)));
@@ -250,6 +257,14 @@ template <typename T> struct Vec {
   static constexpr int N = 16 / sizeof(T);
   uint4 raw;
   __device__ __forceinline__ acc_t<T> get(int i) const { return Bits<T>::get(raw, i); }
+  // Element i again through another instruction (a byte permute, 2-byte types) that ptxas does
+  // not merge with get()'s: a loop that re-reads the packed words after an earlier loop unpacked
+  // them then unpacks anew, instead of ptxas keeping the earlier unpacked values alive (the
+  // opaque_2byte barriers bind NVVM, not ptxas). fp32 / fp64: get.
+  __device__ __forceinline__ acc_t<T> get_again(int i) const {
+    if constexpr (sizeof(T) == 2) return Bits<T>::get_again(raw, i);
+    else return get(i);
+  }
   __device__ __forceinline__ void set(int i, acc_t<T> v) { Bits<T>::set(raw, i, v); }
   __device__ __forceinline__ void fill(T v) {
 #pragma unroll

@@ -2,11 +2,9 @@
 ``cuda_src/log_softmax_backward.cu``. Variants are named after their files.
 
 The forward runs fast_softmax's kernel family (``cuda_src/row_softmax_kernels.cuh``) with the
-log epilogue, so it is launched like fast_softmax: the same ``fast_softmax_config`` (and
-``FAST_CHOICES`` memo) picks the kernel and shape - with ``log=True``, which skips the rules
-marked ``softmax_only`` (2-byte x 16 at N = 2^20: the log epilogue spills 320-408 B there, 62 %
-of copy vs 70 % on the wide kernel, thirteenth H200 run) - and the same ``fast_launch`` launches
-it; only the kernel-name prefix (``log_softmax_*``) and source differ. The backward holds a
+log epilogue, so it is launched exactly like fast_softmax: the same ``fast_softmax_config``
+(and ``FAST_CHOICES`` memo) picks the kernel and shape, the same ``fast_launch`` launches it,
+only the kernel-name prefix (``log_softmax_*``) and source differ. The backward holds a
 rows-on-chip kernel (templated on vectors per thread) and a streaming kernel for rows longer
 than one block holds; its launch shape is softmax's ``vec_config`` applied to the row's
 worst-case count of 16-byte windows. Everything else - declaring the sources so CI compiles
@@ -64,13 +62,13 @@ def row_config(n: int, dtype: torch.dtype, max_threads: int) -> tuple[int, int |
 )
 def log_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     def launch(out, x2d):
-        cfg, phase = fast_choice(out, x2d, log=True)
+        cfg, phase = fast_choice(out, x2d)
         fast_launch(out, x2d, cfg, phase, FORWARD_KERNELS)
 
     return rowwise(launch, x, dim=dim)
 
 
-log_softmax.launch_plan = functools.partial(fast_plan, prefix="log_softmax", log=True)
+log_softmax.launch_plan = functools.partial(fast_plan, prefix="log_softmax")
 
 
 @register(

@@ -274,11 +274,11 @@ def fused_backward_plan(n: int, dtype: torch.dtype) -> str:
 fused_softmax_backward.launch_plan = fused_backward_plan
 
 
-def fast_plan(n: int, dtype: torch.dtype, prefix: str = "fast_softmax", log: bool = False) -> str:
-    """What fast_softmax (``prefix`` log_softmax, ``log``: log_softmax) launches for contiguous
-    rows of n (``python -m kernel_lab plan``): input and output in one phase, rows on 128-byte
-    lines when n * itemsize is a multiple of 128."""
-    cfg = fast_softmax_config(n, dtype, _contiguous_rows(n, dtype), True, log=log)
+def fast_plan(n: int, dtype: torch.dtype, prefix: str = "fast_softmax") -> str:
+    """What fast_softmax (``prefix`` log_softmax: log_softmax) launches for contiguous rows of
+    n (``python -m kernel_lab plan``): input and output in one phase, rows on 128-byte lines
+    when n * itemsize is a multiple of 128."""
+    cfg = fast_softmax_config(n, dtype, _contiguous_rows(n, dtype), True)
     return f"{cfg.label()}: {cfg.expr(ctype(dtype), prefix)}"
 
 
@@ -308,9 +308,9 @@ FAST = cuda_source("fast_softmax.cu", row_kernel_exprs("fast_softmax"))
 FAST_KERNELS = RowKernels(FAST, "fast_softmax")
 
 
-# Every (N, dtype, rows aligned, same vector phase, rows on 128-byte lines, log epilogue)
-# launched so far and the config it got.
-FAST_CHOICES: dict[tuple[int, torch.dtype, bool, bool, bool, bool], FastConfig] = {}
+# Every (N, dtype, rows aligned, same vector phase, rows on 128-byte lines) launched so far and
+# the config it got.
+FAST_CHOICES: dict[tuple[int, torch.dtype, bool, bool, bool], FastConfig] = {}
 
 
 def _rows_start_on(x2d: torch.Tensor, boundary: int) -> bool:
@@ -330,13 +330,11 @@ def _rows_on_lines(x2d: torch.Tensor) -> bool:
     return _rows_start_on(x2d, LINE_BYTES)
 
 
-def fast_choice(out: torch.Tensor, x2d: torch.Tensor, log: bool = False
-                ) -> tuple[FastConfig, int]:
-    """(config, vector phase) for this launch (``log``: log_softmax's), memoized in
-    FAST_CHOICES."""
+def fast_choice(out: torch.Tensor, x2d: torch.Tensor) -> tuple[FastConfig, int]:
+    """(config, vector phase) for this launch, memoized in FAST_CHOICES."""
     phase = same_vector_phase(out, x2d)
     aligned = phase == 1 and _rows_aligned(x2d)
-    key = (out.shape[1], x2d.dtype, aligned, phase == 1, aligned and _rows_on_lines(x2d), log)
+    key = (out.shape[1], x2d.dtype, aligned, phase == 1, aligned and _rows_on_lines(x2d))
     cfg = FAST_CHOICES.get(key)
     if cfg is None:
         cfg = FAST_CHOICES[key] = fast_softmax_config(*key)

@@ -53,7 +53,7 @@ FAST_CL = (2, 4, 8, 16)
 # 16-byte vectors per thread of the persistent instantiations, by itemsize. A thread keeps at
 # most 64 exps in fp32 registers (kKeepsExps in row_softmax_kernels.cuh): fp16/bf16 x 16 keep the
 # packed values and compute the exp twice (spills with the max on packed pairs: bf16 0 B, fp16
-# 8-16 B; log_softmax 320-408 B; NVRTC 13.0).
+# 8-16 B; log_softmax bf16 0 B, fp16 216-240 B; NVRTC 13.0).
 PERSIST_VPT = {4: (4, 8, 16), 2: (4, 8, 16)}
 PERSIST_CL = (1, 2, 4, 8, 15, 16)
 
@@ -64,8 +64,7 @@ class PersistShape(NamedTuple):
     ``lines_only``: only rows that start on 128-byte lines (odd rows skip the rule); ``late``:
     the next row's copies issued while the messages fly (None: CTAs of <= LATE_MAX_THREADS);
     ``dtype``: only this dtype (None: every dtype of the itemsize); ``min_fill``: only where the
-    row fills at least this share of the shape's windows (threads come in warps);
-    ``softmax_only``: log_softmax skips the rule (its log epilogue spills there)."""
+    row fills at least this share of the shape's windows (threads come in warps)."""
 
     vpt: int
     most: int
@@ -75,7 +74,6 @@ class PersistShape(NamedTuple):
     late: bool | None = None
     dtype: torch.dtype | None = None
     min_fill: float = 0.0
-    softmax_only: bool = False
 
 
 # Rows longer than the one-CTA kernel holds: the first PERSIST_SHAPES rule that holds the row,
@@ -99,8 +97,9 @@ class PersistShape(NamedTuple):
 #   rows) fits 16 x 512 x 16 (packed values, two exps, 96 B spill): 76.9 vs the wide kernel's
 #   69.8 (late 71.5); fp16 spilled 312 B there and lost (55-60 vs 69.3).
 #   Thirteenth run, the max on packed pairs (x 16 spills: bf16 0 B, fp16 16 B; x 8 110-122
-#   registers): fp16 2^20 16x512x16 76.2 vs wide 72.2 (bf16 76.3), so x 16 is both dtypes' -
-#   but not log_softmax's (its log epilogue still spills 320-408 B: 62 vs 70 on wide); 151936
+#   registers): fp16 2^20 16x512x16 76.2 vs wide 72.2 (bf16 76.3), so x 16 is both dtypes'
+#   (log_softmax's too, once its epilogue unpacked with get_again: bf16 77.9 / fp16 75.6 vs
+#   62 on x 16 before, ~70 on wide); 151936
 #   16x160x8 without late copies, one stage: bf16 91.0 / fp16 90.7 vs late s2 88.3 / 88.9 (the
 #   late s2 pick had won by 3 in bf16 before the packed max; fp16 had preferred this by 1).
 # fp32's one-CTA rule is 8 x <= 1024 rather than 16 x <= 512 (the same 128 KB per CTA): faster
@@ -113,7 +112,7 @@ PERSIST_SHAPES = {  # by itemsize
         PersistShape(4, 1024, (2, 4)),
         PersistShape(8, 160, (16,), lines_only=True, late=False, min_fill=0.9),
         PersistShape(4, 512, (8, 15)), PersistShape(4, 1024, (8, 16)),
-        PersistShape(16, 512, (16,), lines_only=True, late=False, softmax_only=True)),
+        PersistShape(16, 512, (16,), lines_only=True, late=False)),
 }
 # 2-byte CTAs of more than 512 threads issue their copies right after the local (max, sum), not
 # late (tenth run: bf16 262144 8x1024x4 84.2 / 83.8 vs late 81-82; eleventh: 131072 4x1024x4
@@ -320,8 +319,7 @@ def wide_per_thread(nw: int, cluster: int, threads: int) -> int:
 
 
 def fast_softmax_config(
-    n: int, dtype: torch.dtype, aligned: bool = True, vec: bool = True, line: bool | None = None,
-    log: bool = False,
+    n: int, dtype: torch.dtype, aligned: bool = True, vec: bool = True, line: bool | None = None
 ) -> FastConfig:
     """The launch fast_softmax (and log_softmax) uses for rows of ``n`` elements of ``dtype``.
 
@@ -337,7 +335,7 @@ def fast_softmax_config(
       CTA of <= 1024 threads x 8 vectors, then <= 320 x 16 in 8 or 16 CTAs, then <= 1024 x 8 in
       8 or 16; fp16/bf16: <= 128 x 8 in 8 CTAs (rows on lines), one CTA of <= 1024 x 4, <= 1024
       x 4 in 2 or 4, <= 160 x 8 in 16 (rows on lines, copies not late), <= 512 x 4 in 8 or
-      15, <= 1024 x 4 in 8 or 16, rows on lines <= 512 x 16 in 16 (2 MB: N = 2^20; softmax) -
+      15, <= 1024 x 4 in 8 or 16, rows on lines <= 512 x 16 in 16 (2 MB: N = 2^20) -
       threads = the multiple of 32 that just covers the row,
       next row's copies issued late (2-byte CTAs: only up to LATE_MAX_THREADS);
     * otherwise (fp64, misaligned phase, or longer rows): a one-row cluster of up to 16 CTAs
@@ -349,8 +347,6 @@ def fast_softmax_config(
     ``vec``: input and output rows share their 16-byte phase (the persistent kernels need it).
     ``line``: rows start on 128-byte lines (default: ``aligned`` and N * itemsize a multiple of
     128); otherwise the persistent shapes budget up to 7 more windows (:func:`line_windows`).
-    ``log``: the launch of log_softmax (same kernels, log epilogue): ``softmax_only`` rules
-    skipped.
     """
     nw = vector_windows(n, dtype, aligned)
     es = dtype.itemsize
@@ -370,8 +366,7 @@ def fast_softmax_config(
         line = rows_on_lines(n, dtype, aligned, line)
         nwl = line_windows(n, dtype, aligned, line)
         for rule in PERSIST_SHAPES[es]:
-            if ((rule.lines_only and not line) or rule.dtype not in (None, dtype)
-                    or (rule.softmax_only and log)):
+            if (rule.lines_only and not line) or rule.dtype not in (None, dtype):
                 continue
             most = min(rule.most, persist_max_threads(rule.vpt, dtype))
             shape = cluster_shape(nwl, rule.vpt, most, rule.clusters)
