@@ -99,9 +99,9 @@ class PersistShape(NamedTuple):
 #   Thirteenth run, the max on packed pairs (x 16 spills: bf16 0 B, fp16 16 B; x 8 110-122
 #   registers): fp16 2^20 16x512x16 76.2 vs wide 72.2 (bf16 76.3), so x 16 is both dtypes'
 #   (log_softmax's too, once its epilogue unpacked with get_again: bf16 77.9 / fp16 75.6 vs
-#   62 on x 16 before, ~70 on wide); 151936
-#   16x160x8 without late copies, one stage: bf16 91.0 / fp16 90.7 vs late s2 88.3 / 88.9 (the
-#   late s2 pick had won by 3 in bf16 before the packed max; fp16 had preferred this by 1).
+#   62 on x 16 before, ~70 on wide); 151936 16x160x8 without late copies, one stage: bf16 91.0
+#   / fp16 90.7 vs late s2 88.3 / 88.9 (the late s2 pick had won by 3 in bf16 before the packed
+#   max; fp16 had preferred this by 1).
 # fp32's one-CTA rule is 8 x <= 1024 rather than 16 x <= 512 (the same 128 KB per CTA): faster
 # with rows that leave threads idle (fourth run: 151936 79 % vs 69 %, 50257 84 vs 81, 65536 88
 # vs 85, 262144 equal).
