@@ -13,7 +13,7 @@ import torch
 
 from kernel_lab.cuda_common import vec_width
 
-from .fast_config import MAX_CTA_SHARED, cluster_shape, line_windows, vec_config, vector_windows
+from .fast_config import MAX_CTA_SHARED, cluster_shape, line_windows, vec_config
 
 BWD_MAX_THREADS = 512  # the one-CTA and one-row cluster kernels' CTA size limit
 BACKWARD_CL = (2, 4, 8, 16)
@@ -35,7 +35,7 @@ BACKWARD_PERSIST_WIDE = ((torch.float32, 8, 15),)
 # (56.1). fp16 runs the bf16 rule (the same kernel; its speed was not measured separately).
 # 8-CTA fp32 clusters go up to 1024 threads: 131072 8x1024x4 88.6 / 87.4 against 16x512x4 s2
 # 80.8 / 80.7 (2026-11-30, sixth run, one call each with and without the unchecked interior).
-# Two rows in flight (stages = 2) for CTAs of >= BACKWARD_TWO_STAGE_THREADS threads, measured
+# Two rows in flight (stages = 2) for CTAs of >= 320 threads (until the thirteenth run), measured
 # twice (2026-11-30): bf16 151936 16x320x4 85.3 / 85.5 vs 80.8 / 81.1; 262144 16x512x4 81.1 /
 # 80.5 vs 80.4 / 79.6; fp32 65536 8x512x4 88.9 / 88.9 vs 87.7 / 87.7; smaller CTAs lost 1-1.5
 # points (fp32 32000 8x256x4 86.9 vs 88.3; bf16 65536 8x256x4 88.5 vs 89.5). The 1024-thread
@@ -92,7 +92,6 @@ BACKWARD_PERSIST_WIDE = ((torch.float32, 8, 15),)
 # fp32 CTAs of 448-640 threads (512: 97.9 vs 96.6, 608: 96.8 vs 94.7; 416: 95.2 vs 96.8), 2-byte
 # CTAs of 384-448 threads in 4-CTA clusters (416). fp32 rows past 16 x 1024 x 4 (N > 262144)
 # keep 15 x <= 640 x 8; 2-byte rows past 16 x 640 x 4 (N > 327680) the one-row cluster.
-BACKWARD_TWO_STAGE_THREADS = 320
 
 
 class BackwardShape(NamedTuple):
@@ -100,21 +99,19 @@ class BackwardShape(NamedTuple):
 
     ctas: int
     most_threads: int
-    min_windows: int = 0  # rows of fewer 16-byte windows skip it
-    two_stage_threads: int | None = BACKWARD_TWO_STAGE_THREADS  # CTAs this large prefetch two
-    # rows (None: never) ...
+    two_stage_threads: int | None = None  # CTAs this large prefetch two rows (None: never) ...
     two_stage_max: int = 1024  # ... up to this size
     vpt: int = 4  # 16-byte vectors of y and of dy per thread (BACKWARD_PERSIST_VPT)
 
 
 BACKWARD_PERSIST_SHAPES = {  # by itemsize
-    4: (BackwardShape(2, 1024, two_stage_threads=None),
+    4: (BackwardShape(2, 1024),
         BackwardShape(8, 1024, two_stage_threads=448, two_stage_max=640),
         BackwardShape(16, 1024, two_stage_threads=448, two_stage_max=640),
-        BackwardShape(15, 640, two_stage_threads=None, vpt=8)),
+        BackwardShape(15, 640, vpt=8)),
     2: (BackwardShape(4, 512, two_stage_threads=384, two_stage_max=448),
-        BackwardShape(8, 640, two_stage_threads=None),
-        BackwardShape(16, 640, two_stage_threads=None)),
+        BackwardShape(8, 640),
+        BackwardShape(16, 640)),
 }
 # Aligned rows of at least this many windows take the persistent shapes even where the one-CTA
 # kernel would hold them (2-byte rows of 4000-4096 windows: N = 32000-32768), by itemsize.
@@ -190,11 +187,8 @@ def backward_config(n: int, dtype: torch.dtype, aligned: bool = True,
                     and nw >= BACKWARD_PERSIST_BEFORE_BLOCK.get(dtype.itemsize, 1 << 31)):
         return BackwardConfig("block", threads, vpt)
     if persist_ok:
-        nwa = vector_windows(n, dtype, aligned)
         nwl = line_windows(n, dtype, aligned)  # room for line heads (up to 7 windows more)
         for sh in BACKWARD_PERSIST_SHAPES[dtype.itemsize]:
-            if nwa < sh.min_windows:
-                continue
             shape = cluster_shape(nwl, sh.vpt, sh.most_threads, (sh.ctas,))
             if shape:
                 cl, threads = shape

@@ -63,8 +63,8 @@ class PersistShape(NamedTuple):
     the first of ``clusters`` (CTAs per cluster) that holds the row; ``stages`` rows in flight;
     ``lines_only``: only rows that start on 128-byte lines (odd rows skip the rule); ``late``:
     the next row's copies issued while the messages fly (None: CTAs of <= LATE_MAX_THREADS);
-    ``dtype``: only this dtype (None: every dtype of the itemsize); ``min_fill``: only where the
-    row fills at least this share of the shape's windows (threads come in warps)."""
+    ``min_fill``: only where the row fills at least this share of the shape's windows (threads
+    come in warps)."""
 
     vpt: int
     most: int
@@ -72,7 +72,6 @@ class PersistShape(NamedTuple):
     stages: int = 1
     lines_only: bool = False
     late: bool | None = None
-    dtype: torch.dtype | None = None
     min_fill: float = 0.0
 
 
@@ -366,7 +365,7 @@ def fast_softmax_config(
         line = rows_on_lines(n, dtype, aligned, line)
         nwl = line_windows(n, dtype, aligned, line)
         for rule in PERSIST_SHAPES[es]:
-            if (rule.lines_only and not line) or rule.dtype not in (None, dtype):
+            if rule.lines_only and not line:
                 continue
             most = min(rule.most, persist_max_threads(rule.vpt, dtype))
             shape = cluster_shape(nwl, rule.vpt, most, rule.clusters)
