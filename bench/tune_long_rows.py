@@ -7,7 +7,8 @@ For every (N, dtype): the device-to-device copy ``y.copy_(x)`` on the same tenso
 persistent shape that fits (one and two rows in flight, ``stages``; clusters also with the
 next row's copies issued late, with one and two stages, and pipelined, ``pipe``) and, for rows
 of >= 32768
-windows, the wide kernel's shapes (8 / 16 CTAs, keep nothing, 512 threads), each timed by CUDA
+windows, the wide kernel's shapes (8 / 16 CTAs, keep nothing, 512 threads) and, for rows of
+>= 4096 windows, the chunk kernel's (CHUNK_SHAPES), each timed by CUDA
 events around back-to-back launches (one call queued first, then events around K calls, / K,
 median of R: the kernel's own time). Then the
 registered ``fast_softmax`` and ``log_softmax`` variants through their full launch path.
@@ -95,7 +96,17 @@ def candidates(n: int, dtype: torch.dtype, aligned: bool) -> dict[str, fc.FastCo
                   fc.wide_config(nw, keep_bytes=0),
                   fc.wide_config(nw, threads=512, keep_bytes=half)):
             out.setdefault(c.label(), c)
+    if nw >= 4096:  # rows in chunks of one CTA (kernel 7): (threads, vpt, lag, ahead)
+        for t, v, lag, ahead in CHUNK_SHAPES:
+            c = fc.FastConfig("chunks", threads=t, vpt=v, lag=lag, ahead=ahead)
+            if c.shared_mem() <= fc.MAX_CTA_SHARED:
+                out.setdefault(c.label(), c)
     return out
+
+
+# the chunk kernel's shapes timed (one to four CTAs per SM by shared memory and threads)
+CHUNK_SHAPES = ((1024, 4, 1, 1), (1024, 2, 1, 2), (1024, 2, 1, 3), (1024, 2, 2, 2),
+                (512, 4, 1, 2), (512, 2, 1, 2), (512, 2, 2, 3), (256, 4, 2, 2), (256, 2, 2, 4))
 
 
 def sane(out: torch.Tensor, x: torch.Tensor, log: bool) -> bool:

@@ -7,7 +7,7 @@
 //                     y = (x - max) - log(sum)
 //
 // The macro defines thin __global__ templates named <prefix>_warp, _block, _cluster, _persist,
-// _persist_cluster, _persist_pipe and _wide (so NVRTC name expressions such as "fast_softmax_block<float, 4>" or "log_softmax_persist_cluster<__nv_bfloat16, 8, 4>" work);
+// _persist_cluster, _persist_pipe, _wide and _chunks (so NVRTC name expressions such as "fast_softmax_block<float, 4>" or "log_softmax_persist_cluster<__nv_bfloat16, 8, 4>" work);
 // each forwards to one device body below, templated on the epilogue. The launcher picks a kernel
 // and its shape per (N, dtype): kernel_lab/ops/softmax/fast_config.py, fast_softmax_config.
 //
@@ -120,6 +120,25 @@
 //    Changed from the split pair (4): one kernel, no (max, sum) round trip through global
 //            memory; from its first, one-row-per-cluster form: persistent, kept windows
 //            prefetched during the previous row's stores, no cluster barrier per row.
+// 7. <p>_chunks<T, VPT>: long rows without clusters. Persistent, one CTA per SM or more.
+//    Ownership: a row is cut into `chunks` chunks of blockDim.x * VPT windows (line heads, as
+//            kernel 5); item i of rows * chunks is chunk i % chunks of row i / chunks; CTA q of Q
+//            owns items q, q + Q, ... (step t: item q + t * Q); thread t of it owns windows
+//            c * blockDim.x * VPT + k * blockDim.x + t, k < VPT, copied into its own slots.
+//    Steps:  phase 1 reduces the chunk of step t from its slots (block all-reduce) and
+//            publishes its (max, sum) pair in global memory (`stats`, then a release add to the
+//            row's `arrived` count); phase 2 takes the chunk of step t - lag: waits (acquire)
+//            until its row's count reaches `chunks`, merges the row's pairs in chunk order,
+//            applies the epilogue to the chunk's slots and stores; those slots then take the
+//            chunk of step t - lag + bufs. bufs = lag + 1 + ahead slot sets, `ahead` chunks in
+//            flight. No CTA waits on another that waits on it while chunks <= lag * Q + 1 (the
+//            launcher checks it against the resident grid; a wait of 10 s traps).
+//    Launch: grid = min(rows * chunks, resident CTAs), dynamic shared memory bufs * blockDim.x
+//            * VPT * 16 B; `arrived` zeroed (int32 per row), `stats` a pair per chunk.
+//    Bytes:  2 * M * N * sizeof(T) + 8 B per chunk; two exps per element (phase 1 and 2).
+//    Why:    the cluster kernels (5, 6) wait per row for the slowest of up to 16 CTAs and
+//            leave the SM without loads in flight while they do; here every wait is `lag`
+//            steps old and `ahead` chunks are always in flight.
 #pragma once
 
 #include "cluster.cuh"
@@ -793,6 +812,135 @@ __device__ __forceinline__ void wide_rows(T* __restrict__ y, const T* __restrict
   }
 }
 
+// ---- kernel 7: rows in chunks, (max, sum) through global memory ------------------------------
+// Arrival counts and (max, sum) pairs in global memory, between CTAs that need not share a
+// cluster: gpu-scope release / acquire.
+__device__ __forceinline__ void add_release(int* p, int v) {
+  asm volatile("red.release.gpu.global.add.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ int load_acquire(const int* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ unsigned long long global_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+// Chunk pairs wait this long for a row's last chunk before the kernel traps: a grid larger than
+// what is resident at once (the launcher sizes it by the occupancy API) would otherwise hang.
+constexpr unsigned long long kChunkWaitNs = 10ull * 1000 * 1000 * 1000;
+
+// Warp 0 of the CTA: wait until all `chunks` pairs of row `row` have arrived, merge them (in
+// chunk order: the same result on every CTA) and publish the row's (max, sum) in `fin`.
+template <typename A>
+__device__ __forceinline__ void chunk_row_stats(const MaxSum<A>* stats, const int* arrived,
+                                                long long row, int chunks, MaxSum<A>* fin) {
+  if (threadIdx.x < 32) {
+    if (load_acquire(arrived + row) < chunks) {
+      const unsigned long long t0 = global_ns();
+      while (load_acquire(arrived + row) < chunks) {
+        __nanosleep(64);
+        if (global_ns() - t0 > kChunkWaitNs) __trap();
+      }
+    }
+    MaxSum<A> st = maxsum_identity<A>();
+    const MaxSum<A>* ps = stats + row * chunks;
+    for (int c = threadIdx.x; c < chunks; c += 32) {  // acquired above: read from L2
+      MaxSum<A> p;
+      p.m = __ldcg(&ps[c].m);
+      p.s = __ldcg(&ps[c].s);
+      st = merge(st, p);
+    }
+    st = warp_allreduce(st, MergeOp{});
+    if (threadIdx.x == 0) *fin = st;
+  }
+  __syncthreads();
+}
+
+// Item i of rows * chunks is chunk i % chunks of row i / chunks. CTA q of Q owns items q, q + Q,
+// ...; step t of this CTA is item q + t * Q. Per step t:
+//   phase 1 (item of step t): its slots landed (cp.async, requested `ahead` steps earlier or in
+//           the prologue) -> local (max, sum) -> block all-reduce -> pair to `stats`, then a
+//           release add to the row's arrival count.
+//   phase 2 (item of step t - lag): wait for its row's count to reach `chunks` (acquire),
+//           merge the row's pairs, epilogue from the same slots, store; the slots then take
+//           the item of step t - lag + bufs (bufs = lag + 1 + ahead slot sets).
+// A chunk's row has all its pairs once every CTA has run phase 1 up to step t when
+// chunks <= lag * Q + 1 (the launcher checks), so no CTA waits on one that waits on it.
+template <template <typename> class E, typename T, int VPT>
+__device__ __forceinline__ void chunk_rows(T* __restrict__ y, const T* __restrict__ x,
+                                           long long rows, int n, long long stride, int chunks,
+                                           MaxSum<acc_t<T>>* __restrict__ stats,
+                                           int* __restrict__ arrived, int lag, int ahead) {
+  using A = acc_t<T>;
+  constexpr int W = Vec<T>::N;
+  __shared__ MaxSum<A> red[32];
+  __shared__ MaxSum<A> fin[2];  // by step parity: a slow warp may still read the last one
+  extern __shared__ __align__(128) uint4 chunk_slots[];  // bufs * blockDim.x * VPT
+  const long long q = blockIdx.x, Q = gridDim.x, items = rows * chunks;
+  const int bufs = lag + 1 + ahead, set_slots = blockDim.x * VPT, step = blockDim.x;
+  const int span = blockDim.x * VPT;  // windows per chunk
+
+  // This thread's slots of item i (set b): window c * span + k * step + t of its row.
+  auto request = [&](long long i, int b) {
+    if (i < items) {
+      const long long row = i / chunks;
+      const T* xr = x + row * stride;
+      const int c = static_cast<int>(i - row * chunks);
+      prefetch_row<T, VPT>(chunk_slots + b * set_slots + threadIdx.x, xr,
+                           (n + line_head(xr) + W - 1) / W, c * span + threadIdx.x, step);
+    }
+    cp_async_commit();
+  };
+  for (int b = 0; b < bufs; ++b) request(q + b * Q, b);
+
+  for (long long t = 0;; ++t) {
+    const long long i1 = q + t * Q, i2 = i1 - lag * Q;
+    if (i2 >= items) break;
+    if (i1 < items) {  // phase 1
+      const long long row = i1 / chunks;
+      const T* xr = x + row * stride;
+      const int h = line_head(xr), nwin = (n + h + W - 1) / W;
+      const int base = static_cast<int>(i1 - row * chunks) * span + threadIdx.x;
+      cp_async_wait_pending(ahead);  // this thread's copies of item i1 have landed
+      Vec<T> r[VPT];
+      read_prefetched(r, chunk_slots + (t % bufs) * set_slots + threadIdx.x, n, h, nwin,
+                      opaque(base), step);
+      MaxSum<A> st = row_maxsum(r);
+      st = block_allreduce(st, MergeOp{}, id<T>(), red);
+      if (threadIdx.x == 0) {
+        stats[i1] = st;
+        add_release(arrived + row, 1);
+      }
+    }
+    if (i2 >= 0) {  // phase 2
+      const long long row = i2 / chunks;
+      const T* xr = x + row * stride;
+      T* yr = y + row * (long long)n;
+      const int h = line_head(xr), nwin = (n + h + W - 1) / W;
+      const int base = static_cast<int>(i2 - row * chunks) * span + threadIdx.x;
+      const int b = (t - lag) % bufs;
+      chunk_row_stats(stats, arrived, row, chunks, &fin[t & 1]);
+      const E<A> epi(fin[t & 1]);
+      const uint4* mine = chunk_slots + b * set_slots + threadIdx.x;
+#pragma unroll
+      for (int k = 0; k < VPT; ++k) {
+        const int v = k * step + base;
+        if (v < nwin) {  // store_window writes only the row's own elements
+          Vec<T> r;
+          r.raw = mine[k * blockDim.x];
+          apply_epilogue(r, epi);
+          store_window(yr, v, n, h, 1, r);
+        }
+      }
+      request(i2 + bufs * Q, b);  // this thread's slots just read: the item bufs steps on
+    }
+  }
+  cp_async_wait_all();
+}
+
 // 16 vectors per thread need > 64 registers: such blocks are capped at 512 threads.
 template <int VPT> struct MaxThreads {
   static constexpr int value = VPT >= 16 ? 512 : 1024;
@@ -844,6 +992,14 @@ template <typename T, int VPT> struct PersistThreads {
       P##_persist_pipe(T* __restrict__ y, const T* __restrict__ x, long long rows, int n,        \
                        long long stride, int vec, int stages) {                                  \
     klab::rowk::pipelined_rows<EPI, T, VPT, CL>(y, x, rows, n, stride, stages);                  \
+  }                                                                                              \
+  template <typename T, int VPT>                                                                 \
+  __global__ void __launch_bounds__(1024)                                                        \
+      P##_chunks(T* __restrict__ y, const T* __restrict__ x, long long rows, int n,              \
+                 long long stride, int vec, int chunks, klab::MaxSum<klab::acc_t<T>>* stats,     \
+                 int* arrived, int lag, int ahead) {                                             \
+    klab::rowk::chunk_rows<EPI, T, VPT>(y, x, rows, n, stride, chunks, stats, arrived, lag,      \
+                                        ahead);                                                  \
   }                                                                                              \
   template <typename T, int CL>                                                                  \
   __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(1024)                             \

@@ -319,6 +319,75 @@ def test_wide_kernel_any_row(dtype, cl, threads, keep):
                                     f"groups={groups}: {res.message}")
 
 
+def _chunk_cases():
+    """(dtype, vpt, threads, lag, ahead): every chunks instantiation, small CTAs (many chunks per
+    row, many steps per CTA) with the least and more lag, no chunk in flight and several, and
+    the largest CTA."""
+    for dt in fc.PERSIST_DTYPES:
+        for vpt in fc.CHUNK_VPT:
+            for threads, lag, ahead in ((64, 1, 1), (64, 2, 0), (96, 1, 3), (1024, 1, 1)):
+                yield pytest.param(dt, vpt, threads, lag, ahead,
+                                   id=f"{dt}-v{vpt}-t{threads}-lag{lag}-ahead{ahead}")
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype,vpt,threads,lag,ahead", list(_chunk_cases()))
+def test_chunk_kernel_any_row(dtype, vpt, threads, lag, ahead):
+    """Rows cut into chunks of one CTA each, (max, sum) through global memory: rows of whole
+    chunks, odd rows (every 128-byte line head, so chunk counts differ by row), a row shorter than
+    one chunk and non-contiguous rows, with -inf / NaN / +1e4 rows, softmax and log_softmax,
+    output poisoned; over the fewest CTAs that may hold the rows (each loops over many chunks of
+    several rows) and over every resident CTA."""
+    cfg = fc.FastConfig("chunks", threads=threads, vpt=vpt, lag=lag, ahead=ahead)
+    w = vec_width(dtype)
+    cap = threads * vpt * w  # elements per chunk
+    gen = torch.Generator(device="cuda").manual_seed(threads + 10 * vpt + 100 * lag + ahead)
+    for n in (3 * cap, 3 * cap - 67, cap // 2 + 1, 5 * cap + 7):
+        buf = torch.randn(23, n + 9, device="cuda", generator=gen).to(dtype)
+        for x in (buf[:, :n].contiguous(), buf[:, 8:8 + n]):  # dense rows; rows apart
+            x = _edge_rows(x.clone() if x.is_contiguous() else x)
+            chunks = fc.row_chunks(cfg, n, dtype, line=False)
+            least = max(1, -(-(chunks - 1) // lag))
+            for kernels, ref_fn, tol in (
+                (cv.FAST_KERNELS, lambda a: torch.softmax(a.double(), -1), None),
+                (lcv.FORWARD_KERNELS, lambda a: torch.log_softmax(a.double(), -1),
+                 log_op.TOLERANCES),
+            ):
+                ref = ref_fn(x)
+                for groups in (least, None):
+                    out = torch.full(x.shape, float("nan"), device="cuda", dtype=dtype)
+                    cv.fast_launch(out, x, cfg, kernels=kernels, max_groups=groups)
+                    res = check(out, ref, dtype, tol)
+                    assert res.ok, (f"{kernels.prefix} {cfg.label()} n={n} {x.stride()} "
+                                    f"groups={groups}: {res.message}")
+
+
+def test_chunk_launch_checks_the_grid(monkeypatch):
+    """CPU: the chunk kernel launches min(chunks of all rows, resident) CTAs with a zeroed arrival
+    count per row and a pair per chunk; a caller's own config whose rows have more chunks than
+    lag x CTAs + 1 is refused (the kernel would wait on itself), the default pick falls back to
+    the wide kernel."""
+    launched = []
+    monkeypatch.setattr(pc, "resident_groups", lambda src, expr, threads, cl, smem, dev: 5)
+    monkeypatch.setattr(cv, "device_index", lambda t: 0)
+    monkeypatch.setattr(cv, "launch_rows", lambda src, expr, out, ins, grid, block, extra,
+                        shared_mem=0: launched.append((expr, grid, block, extra, shared_mem)))
+    cfg = fc.FastConfig("chunks", threads=64, vpt=2, lag=2, ahead=1)
+    assert cfg.shared_mem() == 4 * 64 * 2 * 16 and cfg.label() == "chunks 64x2 lag 2 ahead 1"
+    x = torch.randn(3, 64 * 2 * 4 * 6)  # 6 chunks (rows on lines: CPU tensors are 64-byte
+    cv.fast_launch(torch.empty_like(x), x, cfg)  # aligned, so budget a head): 7 <= 2 * 5 + 1
+    expr, grid, block, extra, smem = launched[-1]
+    chunks = fc.row_chunks(cfg, x.shape[1], x.dtype, line=cv._rows_on_lines(x))
+    assert expr == "fast_softmax_chunks<float, 2>" and (grid, block, smem) == (5, 64, 8192)
+    assert [int(e) for e in extra[:2]] == [1, chunks] and [int(e) for e in extra[-2:]] == [2, 1]
+    with pytest.raises(ValueError, match="wait on itself"):
+        cv.fast_launch(torch.empty(3, 65536), torch.randn(3, 65536), cfg)  # 128+ chunks
+    cv.fast_launch(torch.empty(3, 65536), torch.randn(3, 65536), cfg, 1)  # the default path
+    assert "_wide<" in launched[-1][0]
+    with pytest.raises(ValueError, match="lag >= 1"):
+        fc.FastConfig("chunks", threads=64, vpt=2, lag=0)
+
+
 def test_persistent_launches_size_their_grid(monkeypatch):
     """CPU: persist, pipe, wide and the persistent backward launch min(M, resident) groups
     times the cluster, capped by max_groups (the launch itself is recorded, not run)."""

@@ -43,12 +43,15 @@ from .fast_config import (
     LINE_BYTES,
     VPT,
     FastConfig,
+    chunks_fit,
     config_windows,
     fast_softmax_config,
     line_windows,
+    row_chunks,
     row_kernel_exprs,
     vec_config,
     vector_windows,
+    wide_config,
 )
 from .persistent import allow_non_portable_cluster, persistent_grid
 
@@ -353,13 +356,14 @@ def fast_launch(
 
     ``phase``: :func:`same_vector_phase` of (out, x2d) when the caller already computed it.
     ``kernels``: which op's instantiation (fast_softmax's or log_softmax's).
-    ``max_groups``: for ``persist`` and ``wide``, cap the resident CTAs / clusters (tests use it
-    to make each one loop over many rows).
+    ``max_groups``: for ``persist``, ``wide`` and ``chunks``, cap the resident CTAs / clusters
+    (tests use it to make each one loop over many rows).
     """
     m, n = out.shape
     t = ctype(x2d.dtype)
     src, expr = kernels.src, cfg.expr(t, kernels.prefix)
-    if phase is None:  # a caller's own config (tests, tuning): check that it holds the row
+    own = phase is None
+    if own:  # a caller's own config (tests, tuning): check that it holds the row
         phase = same_vector_phase(out, x2d)
         need = config_windows(cfg, n, x2d.dtype, aligned=not phase or _rows_aligned(x2d),
                             line=_rows_on_lines(x2d))
@@ -391,6 +395,26 @@ def fast_launch(
                                device_index(out), max_groups)
         launch_rows(src, expr, out, (x2d,), grid=grid, block=cfg.threads,
                     extra=(vec, i32(cfg.vpt)), shared_mem=cfg.shared_mem())
+    elif cfg.kind == "chunks":
+        if not vec:
+            raise ValueError(f"{expr} needs input and output rows in the same 16-byte phase")
+        chunks = row_chunks(cfg, n, x2d.dtype, _rows_on_lines(x2d))
+        grid = persistent_grid(src, expr, cfg.threads, 1, cfg.shared_mem(), m * chunks,
+                               device_index(out), max_groups)
+        if not chunks_fit(chunks, cfg.lag, grid):
+            if own:
+                raise ValueError(f"{cfg.label()}: a row of {n} is {chunks} chunks, more than "
+                                 f"lag {cfg.lag} x {grid} resident CTAs + 1 (the kernel would "
+                                 "wait on itself)")
+            # this GPU holds too few CTAs for the default pick: the wide kernel
+            fast_launch(out, x2d, wide_config(vector_windows(n, x2d.dtype)), phase, kernels)
+            return
+        dev = out.device
+        arrived = torch.zeros(m, dtype=torch.int32, device=dev)  # per row: pairs published
+        stats = torch.empty(m * chunks, 2, dtype=torch.float32, device=dev)  # (max, sum)
+        launch_rows(src, expr, out, (x2d,), grid=grid, block=cfg.threads,
+                    extra=(vec, i32(chunks), stats.data_ptr(), arrived.data_ptr(),
+                           i32(cfg.lag), i32(cfg.ahead)), shared_mem=cfg.shared_mem())
     else:
         raise ValueError(f"unknown FastConfig kind {cfg.kind!r}")
 

@@ -132,6 +132,11 @@ PIPE_VPT = {4: (8, 16), 2: (4,)}
 # 8x1024 keep 14 (88 % kept) 67.7 / 67.6 vs 16x1024 67.8; fp16 68.1 vs 70.1. (Before the kernel
 # was persistent, 16-CTA clusters lost badly: 41 % vs 61 % for bf16, one cluster launch a row.)
 WIDE_CL = (8, 16)
+# Rows in chunks (``chunks``, kernel 7): one CTA per chunk of threads x CHUNK_VPT vectors, the
+# chunks' (max, sum) pairs through global memory, each chunk kept in shared memory until its row's
+# last pair arrives (``lag`` steps later), ``ahead`` chunks in flight. No cluster: any row length
+# whose chunks number at most lag * resident CTAs + 1.
+CHUNK_VPT = (2, 4)
 WIDE_MIN_KEPT = 0.75
 MAX_CTA_SHARED = 227 * 1024  # H100/H200: the most dynamic shared memory one CTA may take
 WIDE_KEEP_BYTES = MAX_CTA_SHARED
@@ -176,6 +181,8 @@ def row_kernel_exprs(prefix: str) -> list[str]:
                 out += [f"{prefix}_persist_cluster<{t}, {v}, {c}>" for c in PERSIST_CL if c > 1]
             out += [f"{prefix}_persist_pipe<{t}, {v}, {c}>" for v in pipe_vpts(dt) for c in PIPE_CL]
         out += [f"{prefix}_wide<{t}, {c}>" for c in WIDE_CL]
+        if dt in PERSIST_DTYPES:
+            out += [f"{prefix}_chunks<{t}, {v}>" for v in CHUNK_VPT]
     return out
 
 
@@ -187,8 +194,10 @@ class FastConfig:
     ``cluster`` (``cluster`` CTAs per row, DSMEM reduction),
     ``persist`` (resident CTAs / clusters loop over rows, next row prefetched into shared memory;
     ``cluster`` = 1 is the single-CTA form), ``pipe`` (persistent clusters, ``stages`` rows in
-    flight, each row's (max, sum) exchange overlapping the next row's reduction) or ``wide``
-    (``cluster`` CTAs per row, two passes).
+    flight, each row's (max, sum) exchange overlapping the next row's reduction), ``wide``
+    (``cluster`` CTAs per row, two passes) or ``chunks`` (persistent CTAs, one chunk of
+    ``threads`` x ``vpt`` windows at a time, pairs through global memory; each chunk waits
+    ``lag`` steps in shared memory for its row's (max, sum), ``ahead`` chunks in flight).
     ``threads`` is the CTA size, ``vpt`` the 16-byte vectors each thread keeps in registers
     (``wide``: in shared memory between its passes).
     """
@@ -200,12 +209,17 @@ class FastConfig:
     cluster: int = 1
     late: bool = False  # persist clusters: next row's copies issued while (max, sum) messages fly
     stages: int = 1  # persist, pipe: rows in flight into shared memory (1: the next; 2: two)
+    lag: int = 1  # chunks: steps a chunk waits in shared memory for its row's (max, sum)
+    ahead: int = 1  # chunks: chunks in flight into shared memory
 
     def __post_init__(self):
         if self.stages not in (1, 2):
             raise ValueError(f"stages must be 1 or 2, not {self.stages}")
         if self.stages > 1 and self.kind not in ("persist", "pipe"):
             raise ValueError(f"stages apply to the persistent kernels, not {self.kind!r}")
+        if self.kind == "chunks" and not (self.lag >= 1 and 0 <= self.ahead <= 7):
+            raise ValueError(f"chunks need lag >= 1 and 0 <= ahead <= 7, not {self.lag}, "
+                             f"{self.ahead}")
 
     def expr(self, t: str, prefix: str = "fast_softmax") -> str:
         if self.kind == "warp":
@@ -220,13 +234,15 @@ class FastConfig:
             return f"{prefix}_persist_cluster<{t}, {self.vpt}, {self.cluster}>"
         if self.kind == "pipe":
             return f"{prefix}_persist_pipe<{t}, {self.vpt}, {self.cluster}>"
+        if self.kind == "chunks":
+            return f"{prefix}_chunks<{t}, {self.vpt}>"
         return f"{prefix}_wide<{t}, {self.cluster}>"
 
     def capacity(self) -> int:
         """Windows (16-byte slots) one row may span (wide: any row)."""
         if self.kind == "warp":
             return self.group * self.vpt
-        if self.kind == "wide":
+        if self.kind in ("wide", "chunks"):
             return 1 << 31
         return self.threads * self.vpt * self.cluster
 
@@ -235,7 +251,14 @@ class FastConfig:
         kernel's kept windows."""
         if self.kind in ("persist", "pipe", "wide"):  # stages is 1 but for persist and pipe
             return self.threads * self.vpt * 16 * self.stages
+        if self.kind == "chunks":
+            return self.threads * self.vpt * 16 * self.chunk_sets()
         return 0
+
+    def chunk_sets(self) -> int:
+        """chunks: slot sets in shared memory - the chunk being reduced, ``lag`` waiting for
+        their rows, ``ahead`` in flight."""
+        return self.lag + 1 + self.ahead
 
     def label(self) -> str:
         if self.kind == "warp":
@@ -246,6 +269,8 @@ class FastConfig:
             return f"{self.kind} {self.cluster}x{self.threads}x{self.vpt}{late}{stages}"
         if self.kind == "wide":
             return f"wide {self.cluster}x{self.threads} keep {self.vpt}"
+        if self.kind == "chunks":
+            return f"chunks {self.threads}x{self.vpt} lag {self.lag} ahead {self.ahead}"
         return f"{self.kind} {self.threads}x{self.vpt}"
 
 
@@ -284,9 +309,22 @@ def line_windows(n: int, dtype: torch.dtype, aligned: bool = True,
 def config_windows(cfg: "FastConfig", n: int, dtype: torch.dtype, aligned: bool,
                  line: bool) -> int:
     """Windows a row of ``n`` spans in ``cfg``'s kernel (line heads for persist and pipe)."""
-    if cfg.kind in ("persist", "pipe"):
+    if cfg.kind in ("persist", "pipe", "chunks"):
         return line_windows(n, dtype, line=line)
     return vector_windows(n, dtype, aligned)
+
+
+def row_chunks(cfg: "FastConfig", n: int, dtype: torch.dtype, line: bool) -> int:
+    """chunks: the chunks of ``cfg.threads * cfg.vpt`` windows a row of ``n`` is cut into (line
+    heads, as the persistent kernels)."""
+    return -(-line_windows(n, dtype, line=line) // (cfg.threads * cfg.vpt))
+
+
+def chunks_fit(chunks: int, lag: int, groups: int) -> bool:
+    """Whether a row of ``chunks`` chunks can run over ``groups`` resident CTAs waiting ``lag``
+    steps: every chunk of a row must be reduced by the step a CTA waits for the row
+    (row_softmax_kernels.cuh, kernel 7), i.e. chunks <= lag * groups + 1."""
+    return chunks <= lag * groups + 1
 
 
 def persist_config(nw: int, vpt: int, cluster: int, late: bool = False,
