@@ -126,16 +126,16 @@
 //            owns items q, q + Q, ... (step t: item q + t * Q); thread t of it owns windows
 //            c * blockDim.x * VPT + k * blockDim.x + t, k < VPT, copied into its own slots.
 //    Steps:  phase 1 reduces the chunk of step t from its slots (block all-reduce) and
-//            publishes its (max, sum) pair in global memory (`stats`, then a release add to the
-//            row's `arrived` count); phase 2 takes the chunk of step t - lag: waits (acquire)
-//            until its row's count reaches `chunks`, merges the row's pairs in chunk order,
+//            publishes its (max, sum) pair in global memory (`pairs`: each value in a 64-bit
+//            word with a flag, no fence); phase 2 takes the chunk of step t - lag: waits until
+//            its row's pairs are all flagged, merges them in chunk order,
 //            applies the epilogue to the chunk's slots and stores; those slots then take the
 //            chunk of step t - lag + bufs. bufs = lag + 1 + ahead slot sets, `ahead` chunks in
 //            flight. No CTA waits on another that waits on it while chunks <= lag * Q + 1 (the
 //            launcher checks it against the resident grid; a wait of 10 s traps).
 //    Launch: grid = min(rows * chunks, resident CTAs), dynamic shared memory bufs * blockDim.x
-//            * VPT * 16 B; `arrived` zeroed (int32 per row), `stats` a pair per chunk.
-//    Bytes:  2 * M * N * sizeof(T) + 8 B per chunk; two exps per element (phase 1 and 2).
+//            * VPT * 16 B; `pairs` zeroed, 16 B per chunk.
+//    Bytes:  2 * M * N * sizeof(T) + 16 B per chunk; two exps per element (phase 1 and 2).
 //    Why:    the cluster kernels (5, 6) wait per row for the slowest of up to 16 CTAs and
 //            leave the SM without loads in flight while they do; here every wait is `lag`
 //            steps old and `ahead` chunks are always in flight.
@@ -813,48 +813,53 @@ __device__ __forceinline__ void wide_rows(T* __restrict__ y, const T* __restrict
 }
 
 // ---- kernel 7: rows in chunks, (max, sum) through global memory ------------------------------
-// Arrival counts and (max, sum) pairs in global memory, between CTAs that need not share a
-// cluster: gpu-scope release / acquire.
-__device__ __forceinline__ void add_release(int* p, int v) {
-  asm volatile("red.release.gpu.global.add.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+// A chunk's pair is two 64-bit words, each a value (its fp32 bits) with a flag of 1 in its high
+// half, stored relaxed at gpu scope into a zeroed buffer: a reader that sees both flags has both
+// values (64-bit accesses are single-copy atomic), so neither side needs a fence. (A release
+// add to an arrival count compiled to a fence that waited for the thread's earlier stores to
+// be acknowledged: ~2 us a chunk, H200.)
+__device__ __forceinline__ void store_flagged(unsigned long long* p, float v) {
+  const unsigned long long w = (1ull << 32) | __float_as_uint(v);
+  asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(p), "l"(w) : "memory");
 }
-__device__ __forceinline__ int load_acquire(const int* p) {
-  int v;
-  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
+__device__ __forceinline__ unsigned long long load_flagged(const unsigned long long* p) {
+  unsigned long long w;
+  asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];" : "=l"(w) : "l"(p) : "memory");
+  return w;
 }
 __device__ __forceinline__ unsigned long long global_ns() {
   unsigned long long t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
 }
-// Chunk pairs wait this long for a row's last chunk before the kernel traps: a grid larger than
-// what is resident at once (the launcher sizes it by the occupancy API) would otherwise hang.
+// A row's pairs are awaited this long before the kernel traps: a grid larger than what is
+// resident at once (the launcher sizes it by the occupancy API) would otherwise hang.
 constexpr unsigned long long kChunkWaitNs = 10ull * 1000 * 1000 * 1000;
 
-// Warp 0 of the CTA: wait until all `chunks` pairs of row `row` have arrived, merge them (in
-// chunk order: the same result on every CTA) and publish the row's (max, sum) in `fin`.
-template <typename A>
-__device__ __forceinline__ void chunk_row_stats(const MaxSum<A>* stats, const int* arrived,
-                                                long long row, int chunks, MaxSum<A>* fin) {
+// Warp 0 of the CTA: wait until all `chunks` pairs of row `row` are in, merge them (lane l takes
+// chunks l, l + 32, ...: the same result on every CTA) and publish the row's (max, sum) in `fin`.
+__device__ __forceinline__ void chunk_row_stats(const unsigned long long* pairs, long long row,
+                                                int chunks, MaxSum<float>* fin) {
   if (threadIdx.x < 32) {
-    if (load_acquire(arrived + row) < chunks) {
-      const unsigned long long t0 = global_ns();
-      while (load_acquire(arrived + row) < chunks) {
-        __nanosleep(64);
-        if (global_ns() - t0 > kChunkWaitNs) __trap();
+    const unsigned long long* p = pairs + 2 * row * chunks;
+    unsigned long long t0 = 0;
+    for (;;) {
+      MaxSum<float> st = maxsum_identity<float>();
+      bool in = true;
+      for (int c = threadIdx.x; c < chunks; c += 32) {
+        const unsigned long long a = load_flagged(p + 2 * c), b = load_flagged(p + 2 * c + 1);
+        in = in && (a >> 32) != 0 && (b >> 32) != 0;
+        st = merge(st, MaxSum<float>{__uint_as_float(unsigned(a)), __uint_as_float(unsigned(b))});
       }
+      if (__all_sync(0xffffffffu, in)) {
+        st = warp_allreduce(st, MergeOp{});
+        if (threadIdx.x == 0) *fin = st;
+        break;
+      }
+      if (t0 == 0) t0 = global_ns();
+      else if (global_ns() - t0 > kChunkWaitNs) __trap();
+      __nanosleep(100);
     }
-    MaxSum<A> st = maxsum_identity<A>();
-    const MaxSum<A>* ps = stats + row * chunks;
-    for (int c = threadIdx.x; c < chunks; c += 32) {  // acquired above: read from L2
-      MaxSum<A> p;
-      p.m = __ldcg(&ps[c].m);
-      p.s = __ldcg(&ps[c].s);
-      st = merge(st, p);
-    }
-    st = warp_allreduce(st, MergeOp{});
-    if (threadIdx.x == 0) *fin = st;
   }
   __syncthreads();
 }
@@ -862,19 +867,19 @@ __device__ __forceinline__ void chunk_row_stats(const MaxSum<A>* stats, const in
 // Item i of rows * chunks is chunk i % chunks of row i / chunks. CTA q of Q owns items q, q + Q,
 // ...; step t of this CTA is item q + t * Q. Per step t:
 //   phase 1 (item of step t): its slots landed (cp.async, requested `ahead` steps earlier or in
-//           the prologue) -> local (max, sum) -> block all-reduce -> pair to `stats`, then a
-//           release add to the row's arrival count.
-//   phase 2 (item of step t - lag): wait for its row's count to reach `chunks` (acquire),
-//           merge the row's pairs, epilogue from the same slots, store; the slots then take
-//           the item of step t - lag + bufs (bufs = lag + 1 + ahead slot sets).
+//           the prologue) -> local (max, sum) -> block all-reduce -> flagged pair to `pairs`.
+//   phase 2 (item of step t - lag): wait until its row's pairs are all in, merge them,
+//           epilogue from the same slots, store; the slots then take the item of step
+//           t - lag + bufs (bufs = lag + 1 + ahead slot sets).
 // A chunk's row has all its pairs once every CTA has run phase 1 up to step t when
 // chunks <= lag * Q + 1 (the launcher checks), so no CTA waits on one that waits on it.
 template <template <typename> class E, typename T, int VPT>
 __device__ __forceinline__ void chunk_rows(T* __restrict__ y, const T* __restrict__ x,
                                            long long rows, int n, long long stride, int chunks,
-                                           MaxSum<acc_t<T>>* __restrict__ stats,
-                                           int* __restrict__ arrived, int lag, int ahead) {
+                                           unsigned long long* __restrict__ pairs, int lag,
+                                           int ahead) {
   using A = acc_t<T>;
+  static_assert(sizeof(A) == 4, "pairs hold fp32 (max, sum)");
   constexpr int W = Vec<T>::N;
   __shared__ MaxSum<A> red[32];
   __shared__ MaxSum<A> fin[2];  // by step parity: a slow warp may still read the last one
@@ -911,8 +916,8 @@ __device__ __forceinline__ void chunk_rows(T* __restrict__ y, const T* __restric
       MaxSum<A> st = row_maxsum(r);
       st = block_allreduce(st, MergeOp{}, id<T>(), red);
       if (threadIdx.x == 0) {
-        stats[i1] = st;
-        add_release(arrived + row, 1);
+        store_flagged(pairs + 2 * i1, st.m);
+        store_flagged(pairs + 2 * i1 + 1, st.s);
       }
     }
     if (i2 >= 0) {  // phase 2
@@ -922,7 +927,7 @@ __device__ __forceinline__ void chunk_rows(T* __restrict__ y, const T* __restric
       const int h = line_head(xr), nwin = (n + h + W - 1) / W;
       const int base = static_cast<int>(i2 - row * chunks) * span + threadIdx.x;
       const int b = (t - lag) % bufs;
-      chunk_row_stats(stats, arrived, row, chunks, &fin[t & 1]);
+      chunk_row_stats(pairs, row, chunks, &fin[t & 1]);
       const E<A> epi(fin[t & 1]);
       const uint4* mine = chunk_slots + b * set_slots + threadIdx.x;
 #pragma unroll
@@ -996,10 +1001,9 @@ template <typename T, int VPT> struct PersistThreads {
   template <typename T, int VPT>                                                                 \
   __global__ void __launch_bounds__(1024)                                                        \
       P##_chunks(T* __restrict__ y, const T* __restrict__ x, long long rows, int n,              \
-                 long long stride, int vec, int chunks, klab::MaxSum<klab::acc_t<T>>* stats,     \
-                 int* arrived, int lag, int ahead) {                                             \
-    klab::rowk::chunk_rows<EPI, T, VPT>(y, x, rows, n, stride, chunks, stats, arrived, lag,      \
-                                        ahead);                                                  \
+                 long long stride, int vec, int chunks, unsigned long long* pairs, int lag,      \
+                 int ahead) {                                                                    \
+    klab::rowk::chunk_rows<EPI, T, VPT>(y, x, rows, n, stride, chunks, pairs, lag, ahead);      \
   }                                                                                              \
   template <typename T, int CL>                                                                  \
   __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(1024)                             \

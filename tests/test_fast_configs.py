@@ -343,8 +343,10 @@ def test_chunk_kernel_any_row(dtype, vpt, threads, lag, ahead):
     cap = threads * vpt * w  # elements per chunk
     gen = torch.Generator(device="cuda").manual_seed(threads + 10 * vpt + 100 * lag + ahead)
     for n in (3 * cap, 3 * cap - 67, cap // 2 + 1, 5 * cap + 7):
-        buf = torch.randn(23, n + 9, device="cuda", generator=gen).to(dtype)
-        for x in (buf[:, :n].contiguous(), buf[:, 8:8 + n]):  # dense rows; rows apart
+        # rows apart by a 128-byte line plus 16 bytes: the output's 16-byte phase, other heads
+        buf = torch.randn(23, n + (128 + 16) // dtype.itemsize, device="cuda",
+                          generator=gen).to(dtype)
+        for x in (buf[:, :n].contiguous(), buf[:, :n]):  # dense rows; rows apart
             x = _edge_rows(x.clone() if x.is_contiguous() else x)
             chunks = fc.row_chunks(cfg, n, dtype, line=False)
             least = max(1, -(-(chunks - 1) // lag))
@@ -363,8 +365,8 @@ def test_chunk_kernel_any_row(dtype, vpt, threads, lag, ahead):
 
 
 def test_chunk_launch_checks_the_grid(monkeypatch):
-    """CPU: the chunk kernel launches min(chunks of all rows, resident) CTAs with a zeroed arrival
-    count per row and a pair per chunk; a caller's own config whose rows have more chunks than
+    """CPU: the chunk kernel launches min(chunks of all rows, resident) CTAs with a zeroed pair
+    of flagged words per chunk; a caller's own config whose rows have more chunks than
     lag x CTAs + 1 is refused (the kernel would wait on itself), the default pick falls back to
     the wide kernel."""
     launched = []

@@ -409,12 +409,11 @@ def fast_launch(
             # this GPU holds too few CTAs for the default pick: the wide kernel
             fast_launch(out, x2d, wide_config(vector_windows(n, x2d.dtype)), phase, kernels)
             return
-        dev = out.device
-        arrived = torch.zeros(m, dtype=torch.int32, device=dev)  # per row: pairs published
-        stats = torch.empty(m * chunks, 2, dtype=torch.float32, device=dev)  # (max, sum)
+        # per chunk, (max, sum) as two 64-bit words that carry a flag: zeroed = not yet in
+        pairs = torch.zeros(m * chunks, 2, dtype=torch.int64, device=out.device)
         launch_rows(src, expr, out, (x2d,), grid=grid, block=cfg.threads,
-                    extra=(vec, i32(chunks), stats.data_ptr(), arrived.data_ptr(),
-                           i32(cfg.lag), i32(cfg.ahead)), shared_mem=cfg.shared_mem())
+                    extra=(vec, i32(chunks), pairs.data_ptr(), i32(cfg.lag), i32(cfg.ahead)),
+                    shared_mem=cfg.shared_mem())
     else:
         raise ValueError(f"unknown FastConfig kind {cfg.kind!r}")
 
