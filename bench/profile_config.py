@@ -33,13 +33,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--n", type=int, required=True)
     ap.add_argument("--dtype", default="float32")
-    ap.add_argument("--kind", default=None, help="warp/block/cluster/persist/pipe/wide "
+    ap.add_argument("--kind", default=None, help="warp/block/cluster/persist/pipe/wide/chunks "
                     "(default: the config fast_softmax picks)")
     ap.add_argument("--threads", type=int, default=1024)
     ap.add_argument("--vpt", type=int, default=8)
     ap.add_argument("--cluster", type=int, default=1)
     ap.add_argument("--late", action="store_true")
     ap.add_argument("--stages", type=int, default=1, help="persist / pipe: rows of slots")
+    ap.add_argument("--lag", type=int, default=1, help="chunks: steps a chunk waits")
+    ap.add_argument("--ahead", type=int, default=1, help="chunks: chunks in flight")
     ap.add_argument("--backward", action="store_true",
                     help="fused_softmax_backward (y, dy -> dx; 3 tensors) instead of the forward")
     ap.add_argument("--launches", type=int, default=4)
@@ -63,7 +65,7 @@ def main() -> None:
             cfg, _ = cv.fast_choice(y, x)
         else:
             cfg = fc.FastConfig(a.kind, threads=a.threads, vpt=a.vpt, cluster=a.cluster,
-                                late=a.late, stages=a.stages)
+                                late=a.late, stages=a.stages, lag=a.lag, ahead=a.ahead)
         launch, tensors = (lambda: cv.fast_launch(y, x, cfg, 1)), 2
     times = []
     for _ in range(a.launches):

@@ -836,26 +836,54 @@ __device__ __forceinline__ unsigned long long global_ns() {
 // resident at once (the launcher sizes it by the occupancy API) would otherwise hang.
 constexpr unsigned long long kChunkWaitNs = 10ull * 1000 * 1000 * 1000;
 
+// A lane's first pairs of a row, loaded at the start of a step so that their L2 round trip
+// (behind this SM's copies in flight) overlaps phase 1: chunks lane + 32 e, e < kEarlyPairs.
+constexpr int kEarlyPairs = 4;
+struct RowPairs {
+  unsigned long long w[2 * kEarlyPairs];
+};
+__device__ __forceinline__ void load_row_pairs(RowPairs& rp, const unsigned long long* p,
+                                               int chunks) {
+#pragma unroll
+  for (int e = 0; e < kEarlyPairs; ++e) {
+    const int c = (threadIdx.x & 31) + 32 * e;
+    rp.w[2 * e] = c < chunks ? load_flagged(p + 2 * c) : 0;
+    rp.w[2 * e + 1] = c < chunks ? load_flagged(p + 2 * c + 1) : 0;
+  }
+}
+
 // Warp 0 of the CTA: wait until all `chunks` pairs of row `row` are in, merge them (lane l takes
 // chunks l, l + 32, ...: the same result on every CTA) and publish the row's (max, sum) in `fin`.
+// The first try reads the early pairs `rp`; retries load everything again.
 __device__ __forceinline__ void chunk_row_stats(const unsigned long long* pairs, long long row,
-                                                int chunks, MaxSum<float>* fin) {
+                                                int chunks, MaxSum<float>* fin,
+                                                const RowPairs& rp) {
   if (threadIdx.x < 32) {
     const unsigned long long* p = pairs + 2 * row * chunks;
     unsigned long long t0 = 0;
-    for (;;) {
+    for (int attempt = 0;; ++attempt) {
       MaxSum<float> st = maxsum_identity<float>();
       bool in = true;
-      for (int c = threadIdx.x; c < chunks; c += 32) {
-        const unsigned long long a = load_flagged(p + 2 * c), b = load_flagged(p + 2 * c + 1);
+      auto take = [&](unsigned long long a, unsigned long long b) {
         in = in && (a >> 32) != 0 && (b >> 32) != 0;
         st = merge(st, MaxSum<float>{__uint_as_float(unsigned(a)), __uint_as_float(unsigned(b))});
+      };
+      const int lane = threadIdx.x & 31;
+#pragma unroll
+      for (int e = 0; e < kEarlyPairs; ++e) {  // registers, not local memory: unrolled
+        const int c = lane + 32 * e;
+        if (c >= chunks) break;
+        if (attempt == 0) take(rp.w[2 * e], rp.w[2 * e + 1]);
+        else take(load_flagged(p + 2 * c), load_flagged(p + 2 * c + 1));
       }
+      for (int c = lane + 32 * kEarlyPairs; c < chunks; c += 32)
+        take(load_flagged(p + 2 * c), load_flagged(p + 2 * c + 1));
       if (__all_sync(0xffffffffu, in)) {
         st = warp_allreduce(st, MergeOp{});
         if (threadIdx.x == 0) *fin = st;
         break;
       }
+      if (attempt == 0) continue;  // the early pairs were stale: load them now
       if (t0 == 0) t0 = global_ns();
       else if (global_ns() - t0 > kChunkWaitNs) __trap();
       __nanosleep(100);
@@ -904,6 +932,8 @@ __device__ __forceinline__ void chunk_rows(T* __restrict__ y, const T* __restric
   for (long long t = 0;; ++t) {
     const long long i1 = q + t * Q, i2 = i1 - lag * Q;
     if (i2 >= items) break;
+    RowPairs rp;  // phase 2's pairs, loaded before phase 1 (warp 0)
+    if (i2 >= 0 && threadIdx.x < 32) load_row_pairs(rp, pairs + 2 * (i2 / chunks) * chunks, chunks);
     if (i1 < items) {  // phase 1
       const long long row = i1 / chunks;
       const T* xr = x + row * stride;
@@ -927,7 +957,7 @@ __device__ __forceinline__ void chunk_rows(T* __restrict__ y, const T* __restric
       const int h = line_head(xr), nwin = (n + h + W - 1) / W;
       const int base = static_cast<int>(i2 - row * chunks) * span + threadIdx.x;
       const int b = (t - lag) % bufs;
-      chunk_row_stats(pairs, row, chunks, &fin[t & 1]);
+      chunk_row_stats(pairs, row, chunks, &fin[t & 1], rp);
       const E<A> epi(fin[t & 1]);
       const uint4* mine = chunk_slots + b * set_slots + threadIdx.x;
 #pragma unroll
