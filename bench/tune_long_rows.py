@@ -105,7 +105,7 @@ def candidates(n: int, dtype: torch.dtype, aligned: bool) -> dict[str, fc.FastCo
 
 
 # the chunk kernel's shapes timed (one to four CTAs per SM by shared memory and threads)
-CHUNK_SHAPES = ((1024, 4, 1, 1), (768, 4, 2, 1), (1024, 2, 1, 2), (1024, 2, 2, 1),
+CHUNK_SHAPES = ((1024, 4, 1, 1), (512, 4, 1, 1), (768, 4, 2, 1), (1024, 2, 1, 2), (1024, 2, 2, 1),
                 (1024, 2, 2, 2), (1024, 2, 3, 1), (512, 4, 1, 2), (512, 4, 2, 1), (512, 4, 2, 2),
                 (512, 2, 2, 2), (256, 4, 2, 2))
 

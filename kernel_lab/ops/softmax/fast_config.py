@@ -355,6 +355,15 @@ def wide_per_thread(nw: int, cluster: int, threads: int) -> int:
     return -(-chunk // threads)
 
 
+# The default chunk shape, for rows beyond every PERSIST_SHAPES rule (it replaced the wide kernel
+# there). H200, M*N = 2^28, % of copy (fourteenth run, bench/tune_long_rows.py): fp32 2^20 1024 x 4
+# lag 1 ahead 1 87.3 vs wide 72.9 (no other chunk shape over 82: the step's latency, not its
+# bytes, sets the pace, so the largest chunk wins); bf16 2^20 76.5 vs x 16 76.0 (two exps per
+# element: the MUFU, so 2-byte rows that fit x 16 keep it); 262144 fp32 91.1 vs 91.4, bf16 76.4
+# vs 93.8 (the on-chip rules stay).
+CHUNK_DEFAULT = FastConfig("chunks", threads=1024, vpt=4, lag=1, ahead=1)
+
+
 def fast_softmax_config(
     n: int, dtype: torch.dtype, aligned: bool = True, vec: bool = True, line: bool | None = None
 ) -> FastConfig:
@@ -375,7 +384,10 @@ def fast_softmax_config(
       15, <= 1024 x 4 in 8 or 16, rows on lines <= 512 x 16 in 16 (2 MB: N = 2^20) -
       threads = the multiple of 32 that just covers the row,
       next row's copies issued late (2-byte CTAs: only up to LATE_MAX_THREADS);
-    * otherwise (fp64, misaligned phase, or longer rows): a one-row cluster of up to 16 CTAs
+    * longer rows of those dtypes (fp32 > 524288, 2-byte > 2^20 or off lines > 524288):
+      ``chunks``, CHUNK_DEFAULT (1024 threads x 4 vectors a chunk, lag 1, one chunk ahead; the
+      launcher falls back to ``wide`` where a row has more chunks than resident CTAs + 1);
+    * otherwise (fp64, misaligned phase): a one-row cluster of up to 16 CTAs
       with 16 vectors x <= 512 threads (fp32/fp64) or 4 x <= 1024 (fp16/bf16), else ``wide``
       (persistent clusters of 8 CTAs of 1024 threads, 16 where 8 would keep under 3/4 of each
       CTA's chunk; two passes, up to 227 KB per CTA kept in shared memory).
@@ -412,6 +424,7 @@ def fast_softmax_config(
                 if late is None:
                     late = shape[1] <= LATE_MAX_THREADS.get(es, 1024)
                 return persist_config(nwl, rule.vpt, shape[0], late=late, stages=rule.stages)
+        return CHUNK_DEFAULT
     big = _fast_vpt_cap(dtype)
     shape = cluster_shape(nw, big, 1024 if big <= 8 else 512, FAST_CL)
     if shape:
