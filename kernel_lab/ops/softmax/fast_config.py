@@ -101,12 +101,13 @@ class PersistShape(NamedTuple):
 #   62 on x 16 before, ~70 on wide); 151936 16x160x8 without late copies, one stage: bf16 91.0
 #   / fp16 90.7 vs late s2 88.3 / 88.9 (the late s2 pick had won by 3 in bf16 before the packed
 #   max; fp16 had preferred this by 1).
+# Fourteenth run: fp32 rows past 16 x 320 x 16 (N > 327680) run in chunks (CHUNK_DEFAULT): 524288
+# 90.2 vs the former rule 8 x <= 1024 in 8 or 16 CTAs (16x1024x8 late) 86.6.
 # fp32's one-CTA rule is 8 x <= 1024 rather than 16 x <= 512 (the same 128 KB per CTA): faster
 # with rows that leave threads idle (fourth run: 151936 79 % vs 69 %, 50257 84 vs 81, 65536 88
 # vs 85, 262144 equal).
 PERSIST_SHAPES = {  # by itemsize
-    4: (PersistShape(8, 1024, (1,)), PersistShape(16, 320, (8, 16)),
-        PersistShape(8, 1024, (8, 16))),
+    4: (PersistShape(8, 1024, (1,)), PersistShape(16, 320, (8, 16))),
     2: (PersistShape(8, 128, (8,), lines_only=True, min_fill=0.9), PersistShape(4, 1024, (1,)),
         PersistShape(4, 1024, (2, 4)),
         PersistShape(8, 160, (16,), lines_only=True, late=False, min_fill=0.9),
@@ -378,13 +379,12 @@ def fast_softmax_config(
       = the multiple of 32 that just covers the row (no idle pow2 padding);
     * longer, when input and output rows share their 16-byte phase (``vec``) and the dtype is
       fp32/fp16/bf16: ``persist``, the first PERSIST_SHAPES rule that holds the row - fp32: one
-      CTA of <= 1024 threads x 8 vectors, then <= 320 x 16 in 8 or 16 CTAs, then <= 1024 x 8 in
-      8 or 16; fp16/bf16: <= 128 x 8 in 8 CTAs (rows on lines), one CTA of <= 1024 x 4, <= 1024
+      CTA of <= 1024 threads x 8 vectors, then <= 320 x 16 in 8 or 16 CTAs; fp16/bf16: <= 128 x 8 in 8 CTAs (rows on lines), one CTA of <= 1024 x 4, <= 1024
       x 4 in 2 or 4, <= 160 x 8 in 16 (rows on lines, copies not late), <= 512 x 4 in 8 or
       15, <= 1024 x 4 in 8 or 16, rows on lines <= 512 x 16 in 16 (2 MB: N = 2^20) -
       threads = the multiple of 32 that just covers the row,
       next row's copies issued late (2-byte CTAs: only up to LATE_MAX_THREADS);
-    * longer rows of those dtypes (fp32 > 524288, 2-byte > 2^20 or off lines > 524288):
+    * longer rows of those dtypes (fp32 > 327680, 2-byte > 2^20 or off lines > 524288):
       ``chunks``, CHUNK_DEFAULT (1024 threads x 4 vectors a chunk, lag 1, one chunk ahead; the
       launcher falls back to ``wide`` where a row has more chunks than resident CTAs + 1);
     * otherwise (fp64, misaligned phase): a one-row cluster of up to 16 CTAs
