@@ -379,9 +379,10 @@ def fast_softmax_config(
       = the multiple of 32 that just covers the row (no idle pow2 padding);
     * longer, when input and output rows share their 16-byte phase (``vec``) and the dtype is
       fp32/fp16/bf16: ``persist``, the first PERSIST_SHAPES rule that holds the row - fp32: one
-      CTA of <= 1024 threads x 8 vectors, then <= 320 x 16 in 8 or 16 CTAs; fp16/bf16: <= 128 x 8 in 8 CTAs (rows on lines), one CTA of <= 1024 x 4, <= 1024
-      x 4 in 2 or 4, <= 160 x 8 in 16 (rows on lines, copies not late), <= 512 x 4 in 8 or
-      15, <= 1024 x 4 in 8 or 16, rows on lines <= 512 x 16 in 16 (2 MB: N = 2^20) -
+      CTA of <= 1024 threads x 8 vectors, then <= 320 x 16 in 8 or 16 CTAs; fp16/bf16:
+      <= 128 x 8 in 8 CTAs (rows on lines), one CTA of <= 1024 x 4, <= 1024 x 4 in 2 or 4,
+      <= 160 x 8 in 16 (rows on lines, copies not late), <= 512 x 4 in 8 or 15, <= 1024 x 4
+      in 8 or 16, rows on lines <= 512 x 16 in 16 (2 MB: N = 2^20) -
       threads = the multiple of 32 that just covers the row,
       next row's copies issued late (2-byte CTAs: only up to LATE_MAX_THREADS);
     * longer rows of those dtypes (fp32 > 327680, 2-byte > 2^20 or off lines > 524288):
