@@ -1,4 +1,4 @@
-"""fast_softmax / log_softmax launch configs (CPU) and every persistent / wide kernel shape (GPU).
+"""fast_softmax / log_softmax launch configs (CPU); every persistent / wide / chunk shape (GPU).
 
 CPU: ``fast_softmax_config`` always returns a shape that holds the row, names an instantiation
 both sources declare, and respects the kernels' limits. GPU: each persistent instantiation runs
