@@ -933,7 +933,8 @@ __device__ __forceinline__ void chunk_rows(T* __restrict__ y, const T* __restric
     const long long i1 = q + t * Q, i2 = i1 - lag * Q;
     if (i2 >= items) break;
     RowPairs rp;  // phase 2's pairs, loaded before phase 1 (warp 0)
-    if (i2 >= 0 && threadIdx.x < 32) load_row_pairs(rp, pairs + 2 * (i2 / chunks) * chunks, chunks);
+    if (i2 >= 0 && threadIdx.x < 32)
+      load_row_pairs(rp, pairs + 2 * (i2 / chunks) * chunks, chunks);
     if (i1 < items) {  // phase 1
       const long long row = i1 / chunks;
       const T* xr = x + row * stride;
