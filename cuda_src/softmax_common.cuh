@@ -175,25 +175,21 @@ __device__ __forceinline__ void set_half_bits(uint4& r, int i, unsigned b) {
 
 // Two packed 2-byte values as the CUDA pair type (__half2 / __nv_bfloat162), for packed math:
 // `of` reads a register word as a pair, `fill` broadcasts one value, `lo` / `hi` take one half.
-template <typename T> struct Pair;
-template <> struct Pair<__half> {
-  using type = __half2;
+template <typename P> struct PairBits {  // what both pair types share: a word as a pair
+  using type = P;
   static __device__ __forceinline__ type of(unsigned w) {
     type p;
     memcpy(&p, &w, sizeof w);
     return p;
   }
+};
+template <typename T> struct Pair;
+template <> struct Pair<__half> : PairBits<__half2> {
   static __device__ __forceinline__ type fill(__half v) { return __half2half2(v); }
   static __device__ __forceinline__ __half lo(type p) { return __low2half(p); }
   static __device__ __forceinline__ __half hi(type p) { return __high2half(p); }
 };
-template <> struct Pair<__nv_bfloat16> {
-  using type = __nv_bfloat162;
-  static __device__ __forceinline__ type of(unsigned w) {
-    type p;
-    memcpy(&p, &w, sizeof w);
-    return p;
-  }
+template <> struct Pair<__nv_bfloat16> : PairBits<__nv_bfloat162> {
   static __device__ __forceinline__ type fill(__nv_bfloat16 v) { return __bfloat162bfloat162(v); }
   static __device__ __forceinline__ __nv_bfloat16 lo(type p) { return __low2bfloat16(p); }
   static __device__ __forceinline__ __nv_bfloat16 hi(type p) { return __high2bfloat16(p); }

@@ -80,7 +80,7 @@ def measured_preferences(op: str, x: torch.Tensor, dim: int = -1) -> tuple[str, 
     for 2048 <= N <= 32768 in fp32 and for N <= 8192 in fp16/bf16 (97-100 % of copy against
     fast_softmax's 80-98 %); fast_softmax everywhere else, the longest rows included (N = 2^20:
     fp32 in chunks 87 %, bf16 / fp16 x 16 76 % against vec_softmax's 62 %, fourteenth run;
-    N = 2^19: 86-89 % against 63 %).
+    N = 2^19: fp32 90 %, bf16 / fp16 89 % against 63 %).
     Softmax backward (two sweeps, 2026-11-30, eighth run: bench/backward6_h200.json,
     backward7_h200.json; N = 128-512, ninth run: bench/backward_short_h200.json): Triton's
     whole-row kernel for N <= 16384 (fp32 103-104 % of copy against fused_softmax_backward's

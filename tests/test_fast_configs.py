@@ -146,6 +146,13 @@ def _persist_cases():
                                            id=f"{dt}-v{vpt}-cl{cl}-t{threads}{tag}-s{stages}")
 
 
+# The two ops of the row-softmax family: (kernels, float64 reference, tolerances or None).
+BOTH_OPS = (
+    (cv.FAST_KERNELS, lambda a: torch.softmax(a.double(), -1), None),
+    (lcv.FORWARD_KERNELS, lambda a: torch.log_softmax(a.double(), -1), log_op.TOLERANCES),
+)
+
+
 def _edge_rows(x: torch.Tensor) -> torch.Tensor:
     x[0] = float("-inf")  # all -inf: NaN
     x[1, ::3] = float("-inf")  # -inf entries: 0 / -inf
@@ -167,11 +174,7 @@ def _loops_over_rows_exactly(cfg: fc.FastConfig, dtype: torch.dtype) -> None:
         m = 23
         x = torch.randn(m, n, device="cuda", dtype=torch.float32, generator=gen).to(dtype)
         x = _edge_rows(x)
-        for kernels, ref_fn, tol in (
-            (cv.FAST_KERNELS, lambda a: torch.softmax(a.double(), -1), None),
-            (lcv.FORWARD_KERNELS, lambda a: torch.log_softmax(a.double(), -1),
-             log_op.TOLERANCES),
-        ):
+        for kernels, ref_fn, tol in BOTH_OPS:
             ref = ref_fn(x)
             for groups in (3, None):  # 3 groups: each loops over ~8 rows
                 out = torch.full_like(x, float("nan"))
@@ -313,11 +316,7 @@ def test_wide_kernel_any_row(dtype, cl, threads, keep):
             x = _edge_rows(x.clone() if x.is_contiguous() else x)
             per = fc.wide_per_thread(fc.vector_windows(n, dtype, False), cl, threads)
             cfg = fc.FastConfig("wide", threads=threads, vpt=min(keep, per), cluster=cl)
-            for kernels, ref_fn, tol in (
-                (cv.FAST_KERNELS, lambda a: torch.softmax(a.double(), -1), None),
-                (lcv.FORWARD_KERNELS, lambda a: torch.log_softmax(a.double(), -1),
-                 log_op.TOLERANCES),
-            ):
+            for kernels, ref_fn, tol in BOTH_OPS:
                 for groups in (None, 2):
                     out = torch.full(x.shape, float("nan"), device="cuda", dtype=dtype)
                     cv.fast_launch(out, x, cfg, kernels=kernels, max_groups=groups)
@@ -357,11 +356,7 @@ def test_chunk_kernel_any_row(dtype, vpt, threads, lag, ahead):
             x = _edge_rows(x.clone() if x.is_contiguous() else x)
             chunks = fc.row_chunks(cfg, n, dtype, line=False)
             least = max(1, -(-(chunks - 1) // lag))
-            for kernels, ref_fn, tol in (
-                (cv.FAST_KERNELS, lambda a: torch.softmax(a.double(), -1), None),
-                (lcv.FORWARD_KERNELS, lambda a: torch.log_softmax(a.double(), -1),
-                 log_op.TOLERANCES),
-            ):
+            for kernels, ref_fn, tol in BOTH_OPS:
                 ref = ref_fn(x)
                 for groups in (least, None):
                     out = torch.full(x.shape, float("nan"), device="cuda", dtype=dtype)
