@@ -101,6 +101,9 @@ def candidates(n: int, dtype: torch.dtype, aligned: bool) -> dict[str, fc.FastCo
             c = fc.FastConfig("chunks", threads=t, vpt=v, lag=lag, ahead=ahead)
             if c.shared_mem() <= fc.MAX_CTA_SHARED:
                 out.setdefault(c.label(), c)
+        for t, v, ahead in CHUNK_REG_SHAPES:  # kernel 7b: the waiting chunk in registers
+            c = fc.FastConfig("chunks_reg", threads=t, vpt=v, ahead=ahead)
+            out.setdefault(c.label(), c)
     return out
 
 
@@ -108,6 +111,7 @@ def candidates(n: int, dtype: torch.dtype, aligned: bool) -> dict[str, fc.FastCo
 CHUNK_SHAPES = ((1024, 4, 1, 1), (512, 4, 1, 1), (768, 4, 2, 1), (1024, 2, 1, 2), (1024, 2, 2, 1),
                 (1024, 2, 2, 2), (1024, 2, 3, 1), (512, 4, 1, 2), (512, 4, 2, 1), (512, 4, 2, 2),
                 (512, 2, 2, 2), (256, 4, 2, 2))
+CHUNK_REG_SHAPES = ((512, 8, 1), (512, 8, 2), (512, 8, 3), (512, 4, 2), (512, 4, 4), (384, 8, 4))
 
 
 def sane(out: torch.Tensor, x: torch.Tensor, log: bool) -> bool:

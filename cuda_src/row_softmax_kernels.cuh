@@ -7,7 +7,7 @@
 //                     y = (x - max) - log(sum)
 //
 // The macro defines thin __global__ templates named <prefix>_warp, _block, _cluster, _persist,
-// _persist_cluster, _persist_pipe, _wide and _chunks (so NVRTC name expressions such as "fast_softmax_block<float, 4>" or "log_softmax_persist_cluster<__nv_bfloat16, 8, 4>" work);
+// _persist_cluster, _persist_pipe, _wide, _chunks and _chunks_reg (so NVRTC name expressions such as "fast_softmax_block<float, 4>" or "log_softmax_persist_cluster<__nv_bfloat16, 8, 4>" work);
 // each forwards to one device body below, templated on the epilogue. The launcher picks a kernel
 // and its shape per (N, dtype): kernel_lab/ops/softmax/fast_config.py, fast_softmax_config.
 //
@@ -139,6 +139,10 @@
 //    Why:    the cluster kernels (5, 6) wait per row for the slowest of up to 16 CTAs and
 //            leave the SM without loads in flight while they do; here every wait is `lag`
 //            steps old and `ahead` chunks are always in flight.
+// 7b. <p>_chunks_reg<T, VPT>: kernel 7 with lag 1 and the waiting chunk in registers (exps for
+//    softmax up to 32 elements a chunk per thread, else the raw values), so shared memory holds
+//    only the `ahead` chunks in flight. CTAs of <= 512 threads. Staged for the GPU (branch
+//    next/chunk-registers): not picked by any rule.
 #pragma once
 
 #include "cluster.cuh"
@@ -837,15 +841,17 @@ __device__ __forceinline__ unsigned long long global_ns() {
 constexpr unsigned long long kChunkWaitNs = 10ull * 1000 * 1000 * 1000;
 
 // A lane's first pairs of a row, loaded at the start of a step so that their L2 round trip
-// (behind this SM's copies in flight) overlaps phase 1: chunks lane + 32 e, e < kEarlyPairs.
+// (behind this SM's copies in flight) overlaps phase 1: chunks lane + 32 e, e < K (kernel 7:
+// K = kEarlyPairs, rows of up to 128 chunks; 7b: 2, its registers are two chunks' values).
 constexpr int kEarlyPairs = 4;
-struct RowPairs {
-  unsigned long long w[2 * kEarlyPairs];
+template <int K = kEarlyPairs> struct RowPairs {
+  unsigned long long w[2 * K];
 };
-__device__ __forceinline__ void load_row_pairs(RowPairs& rp, const unsigned long long* p,
+template <int K>
+__device__ __forceinline__ void load_row_pairs(RowPairs<K>& rp, const unsigned long long* p,
                                                int chunks) {
 #pragma unroll
-  for (int e = 0; e < kEarlyPairs; ++e) {
+  for (int e = 0; e < K; ++e) {
     const int c = (threadIdx.x & 31) + 32 * e;
     rp.w[2 * e] = c < chunks ? load_flagged(p + 2 * c) : 0;
     rp.w[2 * e + 1] = c < chunks ? load_flagged(p + 2 * c + 1) : 0;
@@ -855,9 +861,10 @@ __device__ __forceinline__ void load_row_pairs(RowPairs& rp, const unsigned long
 // Warp 0 of the CTA: wait until all `chunks` pairs of row `row` are in, merge them (lane l takes
 // chunks l, l + 32, ...: the same result on every CTA) and publish the row's (max, sum) in `fin`.
 // The first try reads the early pairs `rp`; retries load everything again.
+template <int K>
 __device__ __forceinline__ void chunk_row_stats(const unsigned long long* pairs, long long row,
                                                 int chunks, MaxSum<float>* fin,
-                                                const RowPairs& rp) {
+                                                const RowPairs<K>& rp) {
   if (threadIdx.x < 32) {
     const unsigned long long* p = pairs + 2 * row * chunks;
     unsigned long long t0 = 0;
@@ -870,13 +877,13 @@ __device__ __forceinline__ void chunk_row_stats(const unsigned long long* pairs,
       };
       const int lane = threadIdx.x & 31;
 #pragma unroll
-      for (int e = 0; e < kEarlyPairs; ++e) {  // registers, not local memory: unrolled
+      for (int e = 0; e < K; ++e) {  // registers, not local memory: unrolled
         const int c = lane + 32 * e;
         if (c >= chunks) break;
         if (attempt == 0) take(rp.w[2 * e], rp.w[2 * e + 1]);
         else take(load_flagged(p + 2 * c), load_flagged(p + 2 * c + 1));
       }
-      for (int c = lane + 32 * kEarlyPairs; c < chunks; c += 32)
+      for (int c = lane + 32 * K; c < chunks; c += 32)
         take(load_flagged(p + 2 * c), load_flagged(p + 2 * c + 1));
       if (__all_sync(0xffffffffu, in)) {
         st = warp_allreduce(st, MergeOp{});
@@ -932,7 +939,7 @@ __device__ __forceinline__ void chunk_rows(T* __restrict__ y, const T* __restric
   for (long long t = 0;; ++t) {
     const long long i1 = q + t * Q, i2 = i1 - lag * Q;
     if (i2 >= items) break;
-    RowPairs rp;  // phase 2's pairs, loaded before phase 1 (warp 0)
+    RowPairs<> rp;  // phase 2's pairs, loaded before phase 1 (warp 0)
     if (i2 >= 0 && threadIdx.x < 32)
       load_row_pairs(rp, pairs + 2 * (i2 / chunks) * chunks, chunks);
     if (i1 < items) {  // phase 1
@@ -973,6 +980,91 @@ __device__ __forceinline__ void chunk_rows(T* __restrict__ y, const T* __restric
       }
       request(i2 + bufs * Q, b);  // this thread's slots just read: the item bufs steps on
     }
+  }
+  cp_async_wait_all();
+}
+
+// ---- kernel 7b: rows in chunks, the waiting chunk in registers -------------------------------
+// Kernel 7 with lag 1 and the chunk that waits for its row's pairs held in registers instead of
+// shared memory: phase 1 moves the chunk of step t from its slots into registers (softmax with
+// VPT * W <= 32: the exps e = exp(x - m_thread), so phase 2 scales them, one exp per element;
+// otherwise the raw values, two exps) and its slots take the chunk of step t + ahead at once.
+// Shared memory holds only chunks in flight (`ahead` sets), so 64 KB chunks can have 2-3 in
+// flight where kernel 7 fits one. Registers: two chunks' values per thread (this step's and the
+// one waiting, copied over at the end of a step), so CTAs of <= 512 threads.
+template <typename T, int VPT, bool KEXP> struct HeldChunk {
+  Vec<T> r[VPT];
+  acc_t<T> e[KEXP ? VPT : 1][Vec<T>::N];
+  acc_t<T> m_thread;
+};
+
+template <template <typename> class E, typename T, int VPT>
+__device__ __forceinline__ void chunk_rows_reg(T* __restrict__ y, const T* __restrict__ x,
+                                               long long rows, int n, long long stride,
+                                               int chunks, unsigned long long* __restrict__ pairs,
+                                               int ahead) {
+  using A = acc_t<T>;
+  static_assert(sizeof(A) == 4, "pairs hold fp32 (max, sum)");
+  constexpr int W = Vec<T>::N;
+  constexpr bool kExp = E<A>::kScalesExp && VPT * W <= 32;
+  __shared__ MaxSum<A> red[32];
+  __shared__ MaxSum<A> fin[2];  // by step parity: a slow warp may still read the last one
+  extern __shared__ __align__(128) uint4 chunk_slots[];  // ahead * blockDim.x * VPT
+  const long long q = blockIdx.x, Q = gridDim.x, items = rows * chunks;
+  const int set_slots = blockDim.x * VPT, step = blockDim.x, span = blockDim.x * VPT;
+
+  auto request = [&](long long i, int b) {  // as kernel 7
+    if (i < items) {
+      const long long row = i / chunks;
+      const T* xr = x + row * stride;
+      const int c = static_cast<int>(i - row * chunks);
+      prefetch_row<T, VPT>(chunk_slots + b * set_slots + threadIdx.x, xr,
+                           (n + line_head(xr) + W - 1) / W, c * span + threadIdx.x, step);
+    }
+    cp_async_commit();
+  };
+  for (int b = 0; b < ahead; ++b) request(q + b * Q, b);
+
+  HeldChunk<T, VPT, kExp> cur, prev;  // this step's chunk; the one waiting for its row
+  for (long long t = 0;; ++t) {
+    const long long i1 = q + t * Q, i2 = i1 - Q;
+    if (i2 >= items) break;
+    RowPairs<2> rp;  // phase 2's pairs, loaded before phase 1 (warp 0)
+    if (i2 >= 0 && threadIdx.x < 32)
+      load_row_pairs(rp, pairs + 2 * (i2 / chunks) * chunks, chunks);
+    if (i1 < items) {  // phase 1
+      const long long row = i1 / chunks;
+      const T* xr = x + row * stride;
+      const int h = line_head(xr), nwin = (n + h + W - 1) / W;
+      const int base = static_cast<int>(i1 - row * chunks) * span + threadIdx.x;
+      const int b = static_cast<int>(t % ahead);
+      cp_async_wait_pending(ahead - 1);  // this thread's copies of item i1 have landed
+      read_prefetched(cur.r, chunk_slots + b * set_slots + threadIdx.x, n, h, nwin,
+                      opaque(base), step);
+      MaxSum<A> st;  // consumes every value read from the slots ...
+      if constexpr (kExp) st = exp_maxsum(cur.r, cur.e); else st = row_maxsum(cur.r);
+      cur.m_thread = st.m;
+      request(i1 + ahead * Q, b);  // ... so they can take the chunk `ahead` steps on
+      st = block_allreduce(st, MergeOp{}, id<T>(), red);
+      if (threadIdx.x == 0) {
+        store_flagged(pairs + 2 * i1, st.m);
+        store_flagged(pairs + 2 * i1 + 1, st.s);
+      }
+    } else {
+      cp_async_commit();  // one group per step, as the waits count them
+    }
+    if (i2 >= 0) {  // phase 2
+      const long long row = i2 / chunks;
+      const T* xr = x + row * stride;
+      T* yr = y + row * (long long)n;
+      const int h = line_head(xr), nwin = (n + h + W - 1) / W;
+      const int base = static_cast<int>(i2 - row * chunks) * span + threadIdx.x;
+      chunk_row_stats(pairs, row, chunks, &fin[t & 1], rp);
+      const bool inside = windows_inside<T, VPT>(base, step, n, h);
+      store_row<E, kExp>(yr, prev.r, prev.e, prev.m_thread, fin[t & 1], inside, opaque(base),
+                         step, n, h, nwin);
+    }
+    prev = cur;  // register moves
   }
   cp_async_wait_all();
 }
@@ -1035,6 +1127,13 @@ template <typename T, int VPT> struct PersistThreads {
                  long long stride, int vec, int chunks, unsigned long long* pairs, int lag,      \
                  int ahead) {                                                                    \
     klab::rowk::chunk_rows<EPI, T, VPT>(y, x, rows, n, stride, chunks, pairs, lag, ahead);      \
+  }                                                                                              \
+  template <typename T, int VPT>                                                                 \
+  __global__ void __launch_bounds__(512)                                                         \
+      P##_chunks_reg(T* __restrict__ y, const T* __restrict__ x, long long rows, int n,          \
+                     long long stride, int vec, int chunks, unsigned long long* pairs,           \
+                     int ahead) {                                                                \
+    klab::rowk::chunk_rows_reg<EPI, T, VPT>(y, x, rows, n, stride, chunks, pairs, ahead);       \
   }                                                                                              \
   template <typename T, int CL>                                                                  \
   __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(1024)                             \

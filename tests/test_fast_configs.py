@@ -326,25 +326,30 @@ def test_wide_kernel_any_row(dtype, cl, threads, keep):
 
 
 def _chunk_cases():
-    """(dtype, vpt, threads, lag, ahead): every chunks instantiation, small CTAs (many chunks per
-    row, many steps per CTA) with the least and more lag, no chunk in flight and several, and
-    the largest CTA."""
+    """(kind, dtype, vpt, threads, lag, ahead): every chunks instantiation, small CTAs (many
+    chunks per row, many steps per CTA) with the least and more lag, no chunk in flight and
+    several, and the largest CTA; every chunks_reg instantiation (lag 1, the waiting chunk in
+    registers) with one to three chunks in flight."""
     for dt in fc.PERSIST_DTYPES:
         for vpt in fc.CHUNK_VPT:
             for threads, lag, ahead in ((64, 1, 1), (64, 2, 0), (96, 1, 3), (1024, 1, 1)):
-                yield pytest.param(dt, vpt, threads, lag, ahead,
+                yield pytest.param("chunks", dt, vpt, threads, lag, ahead,
                                    id=f"{dt}-v{vpt}-t{threads}-lag{lag}-ahead{ahead}")
+        for vpt in fc.CHUNK_REG_VPT:
+            for threads, ahead in ((64, 1), (96, 3), (512, 2)):
+                yield pytest.param("chunks_reg", dt, vpt, threads, 1, ahead,
+                                   id=f"reg-{dt}-v{vpt}-t{threads}-ahead{ahead}")
 
 
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
-@pytest.mark.parametrize("dtype,vpt,threads,lag,ahead", list(_chunk_cases()))
-def test_chunk_kernel_any_row(dtype, vpt, threads, lag, ahead):
+@pytest.mark.parametrize("kind,dtype,vpt,threads,lag,ahead", list(_chunk_cases()))
+def test_chunk_kernel_any_row(kind, dtype, vpt, threads, lag, ahead):
     """Rows cut into chunks of one CTA each, (max, sum) through global memory: rows of whole
     chunks, odd rows (every 128-byte line head, so chunk counts differ by row), a row shorter than
     one chunk and non-contiguous rows, with -inf / NaN / +1e4 rows, softmax and log_softmax,
     output poisoned; over the fewest CTAs that may hold the rows (each loops over many chunks of
     several rows) and over every resident CTA."""
-    cfg = fc.FastConfig("chunks", threads=threads, vpt=vpt, lag=lag, ahead=ahead)
+    cfg = fc.FastConfig(kind, threads=threads, vpt=vpt, lag=lag, ahead=ahead)
     w = vec_width(dtype)
     cap = threads * vpt * w  # elements per chunk
     gen = torch.Generator(device="cuda").manual_seed(threads + 10 * vpt + 100 * lag + ahead)
@@ -390,6 +395,13 @@ def test_chunk_launch_checks_the_grid(monkeypatch):
     assert "_wide<" in launched[-1][0]
     with pytest.raises(ValueError, match="lag >= 1"):
         fc.FastConfig("chunks", threads=64, vpt=2, lag=0)
+    reg = fc.FastConfig("chunks_reg", threads=512, vpt=8, ahead=3)  # only chunks in flight
+    assert reg.shared_mem() == 3 * 512 * 8 * 16 and reg.label() == "chunks_reg 512x8 ahead 3"
+    cv.fast_launch(torch.empty_like(x), x, reg)
+    expr, grid, block, extra, smem = launched[-1]
+    assert expr == "fast_softmax_chunks_reg<float, 8>" and len(extra) == 4  # no lag argument
+    with pytest.raises(ValueError, match="chunks_reg needs"):
+        fc.FastConfig("chunks_reg", threads=1024, vpt=4)
 
 
 def test_persistent_launches_size_their_grid(monkeypatch):

@@ -395,7 +395,7 @@ def fast_launch(
                                device_index(out), max_groups)
         launch_rows(src, expr, out, (x2d,), grid=grid, block=cfg.threads,
                     extra=(vec, i32(cfg.vpt)), shared_mem=cfg.shared_mem())
-    elif cfg.kind == "chunks":
+    elif cfg.kind in ("chunks", "chunks_reg"):
         if not vec:
             raise ValueError(f"{expr} needs input and output rows in the same 16-byte phase")
         chunks = row_chunks(cfg, n, x2d.dtype, _rows_on_lines(x2d))
@@ -412,7 +412,8 @@ def fast_launch(
         # per chunk, (max, sum) as two 64-bit words that carry a flag: zeroed = not yet in
         pairs = torch.zeros(m * chunks, 2, dtype=torch.int64, device=out.device)
         launch_rows(src, expr, out, (x2d,), grid=grid, block=cfg.threads,
-                    extra=(vec, i32(chunks), pairs.data_ptr(), i32(cfg.lag), i32(cfg.ahead)),
+                    extra=(vec, i32(chunks), pairs.data_ptr(),
+                           *((i32(cfg.lag),) if cfg.kind == "chunks" else ()), i32(cfg.ahead)),
                     shared_mem=cfg.shared_mem())
     else:
         raise ValueError(f"unknown FastConfig kind {cfg.kind!r}")

@@ -138,6 +138,10 @@ WIDE_CL = (8, 16)
 # last pair arrives (``lag`` steps later), ``ahead`` chunks in flight. No cluster: any row length
 # whose chunks number at most lag * resident CTAs + 1.
 CHUNK_VPT = (2, 4)
+# ``chunks_reg`` (kernel 7b): lag 1 with the waiting chunk in registers, shared memory only for the
+# ``ahead`` chunks in flight; CTAs of <= CHUNK_REG_MAX_THREADS threads (two chunks' values each).
+CHUNK_REG_VPT = (4, 8)
+CHUNK_REG_MAX_THREADS = 512
 WIDE_MIN_KEPT = 0.75
 MAX_CTA_SHARED = 227 * 1024  # H100/H200: the most dynamic shared memory one CTA may take
 WIDE_KEEP_BYTES = MAX_CTA_SHARED
@@ -184,6 +188,7 @@ def row_kernel_exprs(prefix: str) -> list[str]:
         out += [f"{prefix}_wide<{t}, {c}>" for c in WIDE_CL]
         if dt in PERSIST_DTYPES:
             out += [f"{prefix}_chunks<{t}, {v}>" for v in CHUNK_VPT]
+            out += [f"{prefix}_chunks_reg<{t}, {v}>" for v in CHUNK_REG_VPT]
     return out
 
 
@@ -221,6 +226,11 @@ class FastConfig:
         if self.kind == "chunks" and not (self.lag >= 1 and 0 <= self.ahead <= 7):
             raise ValueError(f"chunks need lag >= 1 and 0 <= ahead <= 7, not {self.lag}, "
                              f"{self.ahead}")
+        if self.kind == "chunks_reg" and not (self.lag == 1 and 1 <= self.ahead <= 8
+                                              and self.threads <= CHUNK_REG_MAX_THREADS):
+            raise ValueError(f"chunks_reg needs lag 1, 1 <= ahead <= 8 and <= "
+                             f"{CHUNK_REG_MAX_THREADS} threads, not {self.lag}, {self.ahead}, "
+                             f"{self.threads}")
 
     def expr(self, t: str, prefix: str = "fast_softmax") -> str:
         if self.kind == "warp":
@@ -235,15 +245,15 @@ class FastConfig:
             return f"{prefix}_persist_cluster<{t}, {self.vpt}, {self.cluster}>"
         if self.kind == "pipe":
             return f"{prefix}_persist_pipe<{t}, {self.vpt}, {self.cluster}>"
-        if self.kind == "chunks":
-            return f"{prefix}_chunks<{t}, {self.vpt}>"
+        if self.kind in ("chunks", "chunks_reg"):
+            return f"{prefix}_{self.kind}<{t}, {self.vpt}>"
         return f"{prefix}_wide<{t}, {self.cluster}>"
 
     def capacity(self) -> int:
         """Windows (16-byte slots) one row may span (wide: any row)."""
         if self.kind == "warp":
             return self.group * self.vpt
-        if self.kind in ("wide", "chunks"):
+        if self.kind in ("wide", "chunks", "chunks_reg"):
             return 1 << 31
         return self.threads * self.vpt * self.cluster
 
@@ -252,14 +262,14 @@ class FastConfig:
         kernel's kept windows."""
         if self.kind in ("persist", "pipe", "wide"):  # stages is 1 but for persist and pipe
             return self.threads * self.vpt * 16 * self.stages
-        if self.kind == "chunks":
+        if self.kind in ("chunks", "chunks_reg"):
             return self.threads * self.vpt * 16 * self.chunk_sets()
         return 0
 
     def chunk_sets(self) -> int:
         """chunks: slot sets in shared memory - the chunk being reduced, ``lag`` waiting for
-        their rows, ``ahead`` in flight."""
-        return self.lag + 1 + self.ahead
+        their rows, ``ahead`` in flight; chunks_reg: only the ``ahead`` in flight."""
+        return self.ahead if self.kind == "chunks_reg" else self.lag + 1 + self.ahead
 
     def label(self) -> str:
         if self.kind == "warp":
@@ -272,6 +282,8 @@ class FastConfig:
             return f"wide {self.cluster}x{self.threads} keep {self.vpt}"
         if self.kind == "chunks":
             return f"chunks {self.threads}x{self.vpt} lag {self.lag} ahead {self.ahead}"
+        if self.kind == "chunks_reg":
+            return f"chunks_reg {self.threads}x{self.vpt} ahead {self.ahead}"
         return f"{self.kind} {self.threads}x{self.vpt}"
 
 
@@ -310,7 +322,7 @@ def line_windows(n: int, dtype: torch.dtype, aligned: bool = True,
 def config_windows(cfg: "FastConfig", n: int, dtype: torch.dtype, aligned: bool,
                  line: bool) -> int:
     """Windows a row of ``n`` spans in ``cfg``'s kernel (line heads for persist and pipe)."""
-    if cfg.kind in ("persist", "pipe", "chunks"):
+    if cfg.kind in ("persist", "pipe", "chunks", "chunks_reg"):
         return line_windows(n, dtype, line=line)
     return vector_windows(n, dtype, aligned)
 
