@@ -18,11 +18,12 @@ def test_plan_rows_name_the_config_and_its_kernel():
     assert rows[1][2] == "persist 16x256x16 late: fast_softmax_persist_cluster<float, 16, 16>"
     _, rows = planning.plan_rows("log_softmax", torch.float32, [262144])
     assert rows[0][2] == "persist 16x256x16 late: log_softmax_persist_cluster<float, 16, 16>"
-    # 2-byte rows of 2^20: both ops hold them in 16 CTAs' registers (x 16)
+    # rows of 2^20: both ops run them in chunks, the waiting chunk in registers
     for op, prefix in (("softmax", "fast_softmax"), ("log_softmax", "log_softmax")):
-        for dt in (torch.bfloat16, torch.float16):
+        for dt, t in ((torch.bfloat16, "__nv_bfloat16"), (torch.float16, "__half"),
+                      (torch.float32, "float")):
             _, rows = planning.plan_rows(op, dt, [1 << 20])
-            assert rows[0][2].startswith(f"persist 16x512x16: {prefix}_persist_cluster<"), rows
+            assert rows[0][2] == f"chunks_reg 512x8 ahead 1: {prefix}_chunks_reg<{t}, 8>", rows
 
 
 def test_plan_follows_the_launchers_own_rules():

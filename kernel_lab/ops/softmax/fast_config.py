@@ -103,6 +103,9 @@ class PersistShape(NamedTuple):
 #   max; fp16 had preferred this by 1).
 # Fourteenth run: fp32 rows past 16 x 320 x 16 (N > 327680) run in chunks (CHUNK_DEFAULT): 524288
 # 90.2 vs the former rule 8 x <= 1024 in 8 or 16 CTAs (16x1024x8 late) 86.6.
+# Fifteenth run: the 2-byte rule 16 x 512 x 16 in 16 CTAs (rows on lines, 2 MB: N = 2^20) gave way
+# to the chunk kernel with the waiting chunk in registers (CHUNK_REG_DEFAULT): bf16 2^20 80.8 vs
+# 76.1.
 # fp32's one-CTA rule is 8 x <= 1024 rather than 16 x <= 512 (the same 128 KB per CTA): faster
 # with rows that leave threads idle (fourth run: 151936 79 % vs 69 %, 50257 84 vs 81, 65536 88
 # vs 85, 262144 equal).
@@ -111,8 +114,7 @@ PERSIST_SHAPES = {  # by itemsize
     2: (PersistShape(8, 128, (8,), lines_only=True, min_fill=0.9), PersistShape(4, 1024, (1,)),
         PersistShape(4, 1024, (2, 4)),
         PersistShape(8, 160, (16,), lines_only=True, late=False, min_fill=0.9),
-        PersistShape(4, 512, (8, 15)), PersistShape(4, 1024, (8, 16)),
-        PersistShape(16, 512, (16,), lines_only=True, late=False)),
+        PersistShape(4, 512, (8, 15)), PersistShape(4, 1024, (8, 16))),
 }
 # 2-byte CTAs of more than 512 threads issue their copies right after the local (max, sum), not
 # late (tenth run: bf16 262144 8x1024x4 84.2 / 83.8 vs late 81-82; eleventh: 131072 4x1024x4
@@ -375,6 +377,24 @@ def wide_per_thread(nw: int, cluster: int, threads: int) -> int:
 # element: the MUFU, so 2-byte rows that fit x 16 keep it); 262144 fp32 91.1 vs 91.4, bf16 76.4
 # vs 93.8 (the on-chip rules stay).
 CHUNK_DEFAULT = FastConfig("chunks", threads=1024, vpt=4, lag=1, ahead=1)
+# Rows of at most CHUNK_REG_MAX_CHUNKS chunks of 512 x 8 vectors (64 KB) run kernel 7b instead:
+# the waiting chunk in registers, so a 64 KB chunk is in flight beside it (kernel 7 fits one 64 KB
+# set per step in flight, reduced and waiting). H200, M*N = 2^28, % of copy (fifteenth run,
+# bench/tune_long_rows.py): fp32 524288 (32 chunks) 92.7 vs CHUNK_DEFAULT 90.9, 2^20 (64) 90.2 vs
+# 87.3, but 2^21 (128 chunks: a CTA waits on rows that the whole grid is still reducing) 74.6 vs
+# 82.4; bf16 2^20 (32) 80.8 vs x 16 76.1, 2^21 (64) 79.7 vs 75.2 (ahead 2: 79.8); bf16 524288
+# 81.3 vs persist 4 x 1024 x 4 89.5 (that rule stays first). Four vectors per thread lost
+# everywhere (56-70: 32 KB chunks, the step's fixed cost twice as often).
+CHUNK_REG_DEFAULT = FastConfig("chunks_reg", threads=512, vpt=8, ahead=1)
+CHUNK_REG_MAX_CHUNKS = 65  # 64 measured; + 1 for the same rows off 128-byte lines
+
+
+def chunk_config(n: int, dtype: torch.dtype, line: bool) -> FastConfig:
+    """The chunk kernel for a row of ``n`` past every persistent rule: CHUNK_REG_DEFAULT while the
+    row has at most CHUNK_REG_MAX_CHUNKS of its chunks, else CHUNK_DEFAULT."""
+    if row_chunks(CHUNK_REG_DEFAULT, n, dtype, line) <= CHUNK_REG_MAX_CHUNKS:
+        return CHUNK_REG_DEFAULT
+    return CHUNK_DEFAULT
 
 
 def fast_softmax_config(
@@ -394,12 +414,13 @@ def fast_softmax_config(
       CTA of <= 1024 threads x 8 vectors, then <= 320 x 16 in 8 or 16 CTAs; fp16/bf16:
       <= 128 x 8 in 8 CTAs (rows on lines), one CTA of <= 1024 x 4, <= 1024 x 4 in 2 or 4,
       <= 160 x 8 in 16 (rows on lines, copies not late), <= 512 x 4 in 8 or 15, <= 1024 x 4
-      in 8 or 16, rows on lines <= 512 x 16 in 16 (2 MB: N = 2^20) -
-      threads = the multiple of 32 that just covers the row,
+      in 8 or 16 - threads = the multiple of 32 that just covers the row,
       next row's copies issued late (2-byte CTAs: only up to LATE_MAX_THREADS);
-    * longer rows of those dtypes (fp32 > 327680, 2-byte > 2^20 or off lines > 524288):
-      ``chunks``, CHUNK_DEFAULT (1024 threads x 4 vectors a chunk, lag 1, one chunk ahead; the
-      launcher falls back to ``wide`` where a row has more chunks than resident CTAs + 1);
+    * longer rows of those dtypes (fp32 > 327680, 2-byte > 524288): ``chunks_reg``,
+      CHUNK_REG_DEFAULT (512 threads x 8 vectors a chunk, the waiting chunk in registers, one
+      chunk ahead) for rows of <= CHUNK_REG_MAX_CHUNKS chunks (N <= 2^20 fp32, 2^21 2-byte),
+      else ``chunks``, CHUNK_DEFAULT (1024 threads x 4 vectors a chunk, lag 1, one chunk ahead);
+      the launcher falls back to ``wide`` where a row has more chunks than resident CTAs + 1;
     * otherwise (fp64, misaligned phase): a one-row cluster of up to 16 CTAs
       with 16 vectors x <= 512 threads (fp32/fp64) or 4 x <= 1024 (fp16/bf16), else ``wide``
       (persistent clusters of 8 CTAs of 1024 threads, 16 where 8 would keep under 3/4 of each
@@ -437,7 +458,7 @@ def fast_softmax_config(
                 if late is None:
                     late = shape[1] <= LATE_MAX_THREADS.get(es, 1024)
                 return persist_config(nwl, rule.vpt, shape[0], late=late, stages=rule.stages)
-        return CHUNK_DEFAULT
+        return chunk_config(n, dtype, line)
     big = _fast_vpt_cap(dtype)
     shape = cluster_shape(nw, big, 1024 if big <= 8 else 512, FAST_CL)
     if shape:
