@@ -104,10 +104,6 @@ def candidates(n: int, dtype: torch.dtype, aligned: bool) -> dict[str, fc.FastCo
         for t, v, ahead in CHUNK_REG_SHAPES:  # kernel 7b: the waiting chunk in registers
             c = fc.FastConfig("chunks_reg", threads=t, vpt=v, ahead=ahead)
             out.setdefault(c.label(), c)
-        for t, v, ahead in CHUNK_ONE_SHAPES:  # kernel 7c: one chunk in registers
-            c = fc.FastConfig("chunks_one", threads=t, vpt=v, ahead=ahead)
-            if v in fc.CHUNK_ONE_VPT[dtype.itemsize] and c.shared_mem() <= fc.MAX_CTA_SHARED:
-                out.setdefault(c.label(), c)
     return out
 
 
@@ -116,8 +112,6 @@ CHUNK_SHAPES = ((1024, 4, 1, 1), (512, 4, 1, 1), (768, 4, 2, 1), (1024, 2, 1, 2)
                 (1024, 2, 2, 2), (1024, 2, 3, 1), (512, 4, 1, 2), (512, 4, 2, 1), (512, 4, 2, 2),
                 (512, 2, 2, 2), (256, 4, 2, 2))
 CHUNK_REG_SHAPES = ((512, 8, 1), (512, 8, 2), (512, 8, 3), (512, 4, 2), (512, 4, 4), (384, 8, 4))
-CHUNK_ONE_SHAPES = ((512, 8, 1), (512, 8, 2), (512, 8, 3), (256, 16, 2), (256, 16, 3),
-                    (512, 16, 1), (384, 8, 3))
 
 
 def sane(out: torch.Tensor, x: torch.Tensor, log: bool) -> bool:

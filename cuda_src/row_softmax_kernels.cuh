@@ -7,7 +7,7 @@
 //                     y = (x - max) - log(sum)
 //
 // The macro defines thin __global__ templates named <prefix>_warp, _block, _cluster, _persist,
-// _persist_cluster, _persist_pipe, _wide, _chunks, _chunks_reg and _chunks_one (so NVRTC name expressions such as "fast_softmax_block<float, 4>" or "log_softmax_persist_cluster<__nv_bfloat16, 8, 4>" work);
+// _persist_cluster, _persist_pipe, _wide, _chunks and _chunks_reg (so NVRTC name expressions such as "fast_softmax_block<float, 4>" or "log_softmax_persist_cluster<__nv_bfloat16, 8, 4>" work);
 // each forwards to one device body below, templated on the epilogue. The launcher picks a kernel
 // and its shape per (N, dtype): kernel_lab/ops/softmax/fast_config.py, fast_softmax_config.
 //
@@ -141,13 +141,8 @@
 //            steps old and `ahead` chunks are always in flight.
 // 7b. <p>_chunks_reg<T, VPT>: kernel 7 with lag 1 and the waiting chunk in registers (exps for
 //    softmax up to 32 elements a chunk per thread, else the raw values), so shared memory holds
-//    only the `ahead` chunks in flight. CTAs of <= 512 threads. Rows of <= 65 chunks of 512 x 8
-//    (fp32 N <= 2^20, 2-byte 2^21) run it.
-// 7c. <p>_chunks_one<T, VPT>: one chunk in registers - a step stores the chunk held since the
-//    last step (once its row's pairs are in), then reduces the next into the same registers -
-//    so softmax keeps the exps of up to 64 elements a thread (fp16/bf16 x 8: one exp per
-//    element, where 7b computes two). The wait for a row's pairs has no phase 1 beside it;
-//    `ahead` chunks in flight keep the copies going meanwhile. CTAs of <= 512 threads.
+//    only the `ahead` chunks in flight. CTAs of <= 512 threads. Staged for the GPU (branch
+//    next/chunk-registers): not picked by any rule.
 #pragma once
 
 #include "cluster.cuh"
@@ -1074,87 +1069,6 @@ __device__ __forceinline__ void chunk_rows_reg(T* __restrict__ y, const T* __res
   cp_async_wait_all();
 }
 
-// ---- kernel 7c: rows in chunks, one chunk in registers ---------------------------------------
-// Thread t of CTA q owns windows c * span + k * blockDim.x + t (k < VPT) of chunk c of the item
-// q + s * Q of step s, as kernel 7. Step s: (1) the item of step s - 1, held in registers (exps
-// e = exp(x - m_thread) while VPT * W <= 64, else the raw values): wait until its row's pairs
-// are all in (warp 0), scale / apply the epilogue, store - 16 B per window, no shared memory;
-// (2) the item of step s: its slots landed -> registers -> local (max, sum); its slot set takes
-// the item of step s + ahead; block all-reduce -> flagged pair. A CTA at step s waits only on
-// pairs of steps <= s - 1 when a row spans at most Q items (chunks <= Q: the launcher checks):
-// every item of the row is then at a step <= s - 1. Costs per element: one 16 B load (cp.async)
-// and store per window, one exp (softmax, <= 64 elements a thread), two otherwise.
-template <template <typename> class E, typename T, int VPT>
-__device__ __forceinline__ void chunk_rows_one(T* __restrict__ y, const T* __restrict__ x,
-                                               long long rows, int n, long long stride,
-                                               int chunks, unsigned long long* __restrict__ pairs,
-                                               int ahead) {
-  using A = acc_t<T>;
-  static_assert(sizeof(A) == 4, "pairs hold fp32 (max, sum)");
-  constexpr int W = Vec<T>::N;
-  constexpr bool kExp = kKeepsExps<E, T, VPT>;
-  __shared__ MaxSum<A> red[32];
-  __shared__ MaxSum<A> fin[2];  // by step parity: a slow warp may still read the last one
-  extern __shared__ __align__(128) uint4 chunk_slots[];  // ahead * blockDim.x * VPT
-  const long long q = blockIdx.x, Q = gridDim.x, items = rows * chunks;
-  const int set_slots = blockDim.x * VPT, step = blockDim.x, span = blockDim.x * VPT;
-
-  auto request = [&](long long i, int b) {  // as kernel 7
-    if (i < items) {
-      const long long row = i / chunks;
-      const T* xr = x + row * stride;
-      const int c = static_cast<int>(i - row * chunks);
-      prefetch_row<T, VPT>(chunk_slots + b * set_slots + threadIdx.x, xr,
-                           (n + line_head(xr) + W - 1) / W, c * span + threadIdx.x, step);
-    }
-    cp_async_commit();
-  };
-  for (int b = 0; b < ahead; ++b) request(q + b * Q, b);
-
-  Vec<T> r[VPT];  // the held chunk: raw values, or (kExp) its exps in e
-  A e[kExp ? VPT : 1][W];
-  A m_thread = A(0);
-  for (long long t = 0;; ++t) {
-    const long long i1 = q + t * Q, i2 = i1 - Q;
-    if (i2 >= items) break;
-    if (i2 >= 0) {  // (1) the held chunk
-      const long long row = i2 / chunks;
-      const T* xr = x + row * stride;
-      T* yr = y + row * (long long)n;
-      const int h = line_head(xr), nwin = (n + h + W - 1) / W;
-      const int base = static_cast<int>(i2 - row * chunks) * span + threadIdx.x;
-      RowPairs<1> rp;
-      if (threadIdx.x < 32) load_row_pairs(rp, pairs + 2 * row * chunks, chunks);
-      chunk_row_stats(pairs, row, chunks, &fin[t & 1], rp);
-      const bool inside = windows_inside<T, VPT>(base, step, n, h);
-      store_row<E, kExp>(yr, r, e, m_thread, fin[t & 1], inside, opaque(base), step, n, h,
-                         nwin);
-    }
-    if (i1 < items) {  // (2) the next chunk into the same registers
-      const long long row = i1 / chunks;
-      const T* xr = x + row * stride;
-      const int h = line_head(xr), nwin = (n + h + W - 1) / W;
-      const int base = static_cast<int>(i1 - row * chunks) * span + threadIdx.x;
-      const int b = static_cast<int>(t % ahead);
-      cp_async_wait_pending(ahead - 1);  // this thread's copies of item i1 have landed
-      read_prefetched(r, chunk_slots + b * set_slots + threadIdx.x, n, h, nwin, opaque(base),
-                      step);
-      MaxSum<A> st;  // consumes every value read from the slots ...
-      if constexpr (kExp) st = exp_maxsum(r, e); else st = row_maxsum(r);
-      m_thread = st.m;
-      request(i1 + ahead * Q, b);  // ... so they can take the chunk `ahead` steps on
-      st = block_allreduce(st, MergeOp{}, id<T>(), red);
-      if (threadIdx.x == 0) {
-        store_flagged(pairs + 2 * i1, st.m);
-        store_flagged(pairs + 2 * i1 + 1, st.s);
-      }
-    } else {
-      cp_async_commit();  // one group per step, as the waits count them
-    }
-  }
-  cp_async_wait_all();
-}
-
 // 16 vectors per thread need > 64 registers: such blocks are capped at 512 threads.
 template <int VPT> struct MaxThreads {
   static constexpr int value = VPT >= 16 ? 512 : 1024;
@@ -1220,13 +1134,6 @@ template <typename T, int VPT> struct PersistThreads {
                      long long stride, int vec, int chunks, unsigned long long* pairs,           \
                      int ahead) {                                                                \
     klab::rowk::chunk_rows_reg<EPI, T, VPT>(y, x, rows, n, stride, chunks, pairs, ahead);       \
-  }                                                                                              \
-  template <typename T, int VPT>                                                                 \
-  __global__ void __launch_bounds__(512)                                                         \
-      P##_chunks_one(T* __restrict__ y, const T* __restrict__ x, long long rows, int n,          \
-                     long long stride, int vec, int chunks, unsigned long long* pairs,           \
-                     int ahead) {                                                                \
-    klab::rowk::chunk_rows_one<EPI, T, VPT>(y, x, rows, n, stride, chunks, pairs, ahead);       \
   }                                                                                              \
   template <typename T, int CL>                                                                  \
   __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(1024)                             \

@@ -333,8 +333,7 @@ def _chunk_cases():
     """(kind, dtype, vpt, threads, lag, ahead): every chunks instantiation, small CTAs (many
     chunks per row, many steps per CTA) with the least and more lag, no chunk in flight and
     several, and the largest CTA; every chunks_reg instantiation (lag 1, the waiting chunk in
-    registers) and chunks_one instantiation (one chunk in registers) with one to three chunks in
-    flight."""
+    registers) with one to three chunks in flight."""
     for dt in fc.PERSIST_DTYPES:
         for vpt in fc.CHUNK_VPT:
             for threads, lag, ahead in ((64, 1, 1), (64, 2, 0), (96, 1, 3), (1024, 1, 1)):
@@ -344,10 +343,6 @@ def _chunk_cases():
             for threads, ahead in ((64, 1), (96, 3), (512, 2)):
                 yield pytest.param("chunks_reg", dt, vpt, threads, 1, ahead,
                                    id=f"reg-{dt}-v{vpt}-t{threads}-ahead{ahead}")
-        for vpt in fc.CHUNK_ONE_VPT[dt.itemsize]:  # 512 x 16 x 16 B: one set in flight fits
-            for threads, ahead in ((64, 1), (96, 3), (512, 2 if vpt == 8 else 1)):
-                yield pytest.param("chunks_one", dt, vpt, threads, 1, ahead,
-                                   id=f"one-{dt}-v{vpt}-t{threads}-ahead{ahead}")
 
 
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
@@ -369,7 +364,7 @@ def test_chunk_kernel_any_row(kind, dtype, vpt, threads, lag, ahead):
         for x in (buf[:, :n].contiguous(), buf[:, :n]):  # dense rows; rows apart
             x = _edge_rows(x.clone() if x.is_contiguous() else x)
             chunks = fc.row_chunks(cfg, n, dtype, line=False)
-            least = chunks if kind == "chunks_one" else max(1, -(-(chunks - 1) // lag))
+            least = max(1, -(-(chunks - 1) // lag))
             for kernels, ref_fn, tol in BOTH_OPS:
                 ref = ref_fn(x)
                 for groups in (least, None):
@@ -411,22 +406,6 @@ def test_chunk_launch_checks_the_grid(monkeypatch):
     assert expr == "fast_softmax_chunks_reg<float, 8>" and len(extra) == 4  # no lag argument
     with pytest.raises(ValueError, match="chunks_reg needs"):
         fc.FastConfig("chunks_reg", threads=1024, vpt=4)
-    # chunks_one waits before it reduces its step's chunk: a row of 6 chunks needs 6 CTAs
-    one = fc.FastConfig("chunks_one", threads=64, vpt=8, ahead=2)
-    assert one.shared_mem() == 2 * 64 * 8 * 16 and one.label() == "chunks_one 64x8 ahead 2"
-    for n, ok in ((64 * 8 * 4 * 5 - 32, True), (64 * 8 * 4 * 6 - 32, False)):
-        x = torch.randn(3, n)
-        chunks = fc.row_chunks(one, n, x.dtype, line=cv._rows_on_lines(x))
-        assert chunks == (5 if ok else 6)
-        assert fc.chunks_fit(chunks, 1, 5, "chunks_reg")  # <= lag x CTAs + 1
-        if ok:
-            cv.fast_launch(torch.empty_like(x), x, one)
-            expr, grid, block, extra, smem = launched[-1]
-            assert expr == "fast_softmax_chunks_one<float, 8>" and (grid, block) == (5, 64)
-            assert [int(e) for e in extra[:2]] == [1, chunks] and int(extra[-1]) == 2
-        else:
-            with pytest.raises(ValueError, match="more than 5 .*wait on itself"):
-                cv.fast_launch(torch.empty_like(x), x, one)
 
 
 def test_persistent_launches_size_their_grid(monkeypatch):

@@ -102,7 +102,7 @@ def test_sass_without_the_tools_says_what_to_install(tmp_path, monkeypatch):
 
 
 # Kernels whose dynamic shared memory takes cp.async copies of 128-byte-aligned global lines.
-_SLOT_KERNELS = ("_persist", "_wide<", "_chunks<", "_chunks_reg<", "_chunks_one<")
+_SLOT_KERNELS = ("_persist", "_wide<", "_chunks<", "_chunks_reg<")
 
 
 @pytest.mark.parametrize("source", ["fast_softmax.cu", "log_softmax.cu",

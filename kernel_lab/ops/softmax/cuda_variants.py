@@ -40,7 +40,6 @@ from .backward_config import (
     backward_smem,
 )
 from .fast_config import (
-    CHUNK_KINDS,
     LINE_BYTES,
     VPT,
     FastConfig,
@@ -396,18 +395,17 @@ def fast_launch(
                                device_index(out), max_groups)
         launch_rows(src, expr, out, (x2d,), grid=grid, block=cfg.threads,
                     extra=(vec, i32(cfg.vpt)), shared_mem=cfg.shared_mem())
-    elif cfg.kind in CHUNK_KINDS:
+    elif cfg.kind in ("chunks", "chunks_reg"):
         if not vec:
             raise ValueError(f"{expr} needs input and output rows in the same 16-byte phase")
         chunks = row_chunks(cfg, n, x2d.dtype, _rows_on_lines(x2d))
         grid = persistent_grid(src, expr, cfg.threads, 1, cfg.shared_mem(), m * chunks,
                                device_index(out), max_groups)
-        if not chunks_fit(chunks, cfg.lag, grid, cfg.kind):
+        if not chunks_fit(chunks, cfg.lag, grid):
             if own:
-                most = grid if cfg.kind == "chunks_one" else f"lag {cfg.lag} x {grid} + 1"
                 raise ValueError(f"{cfg.label()}: a row of {n} is {chunks} chunks, more than "
-                                 f"{most} ({grid} resident CTAs; the kernel would wait on "
-                                 "itself)")
+                                 f"lag {cfg.lag} x {grid} resident CTAs + 1 (the kernel would "
+                                 "wait on itself)")
             # this GPU holds too few CTAs for the default pick: the wide kernel
             fast_launch(out, x2d, wide_config(vector_windows(n, x2d.dtype)), phase, kernels)
             return

@@ -144,12 +144,6 @@ CHUNK_VPT = (2, 4)
 # ``ahead`` chunks in flight; CTAs of <= CHUNK_REG_MAX_THREADS threads (two chunks' values each).
 CHUNK_REG_VPT = (4, 8)
 CHUNK_REG_MAX_THREADS = 512
-# ``chunks_one`` (kernel 7c): one chunk in registers, stored before the next is reduced (softmax
-# keeps the exps of <= 64 elements a thread: one exp per element for fp16/bf16 x 8); shared memory
-# for the ``ahead`` chunks in flight; <= CHUNK_REG_MAX_THREADS threads; rows of <= CTAs chunks.
-# By itemsize: fp16/bf16 x 16 (128 raw values a thread) spill 296-424 B under NVRTC 13.0.
-CHUNK_ONE_VPT = {4: (8, 16), 2: (8,)}
-CHUNK_KINDS = ("chunks", "chunks_reg", "chunks_one")
 WIDE_MIN_KEPT = 0.75
 MAX_CTA_SHARED = 227 * 1024  # H100/H200: the most dynamic shared memory one CTA may take
 WIDE_KEEP_BYTES = MAX_CTA_SHARED
@@ -197,7 +191,6 @@ def row_kernel_exprs(prefix: str) -> list[str]:
         if dt in PERSIST_DTYPES:
             out += [f"{prefix}_chunks<{t}, {v}>" for v in CHUNK_VPT]
             out += [f"{prefix}_chunks_reg<{t}, {v}>" for v in CHUNK_REG_VPT]
-            out += [f"{prefix}_chunks_one<{t}, {v}>" for v in CHUNK_ONE_VPT[dt.itemsize]]
     return out
 
 
@@ -235,10 +228,9 @@ class FastConfig:
         if self.kind == "chunks" and not (self.lag >= 1 and 0 <= self.ahead <= 7):
             raise ValueError(f"chunks need lag >= 1 and 0 <= ahead <= 7, not {self.lag}, "
                              f"{self.ahead}")
-        if self.kind in ("chunks_reg", "chunks_one") and not (
-                self.lag == 1 and 1 <= self.ahead <= 8
-                and self.threads <= CHUNK_REG_MAX_THREADS):
-            raise ValueError(f"{self.kind} needs lag 1, 1 <= ahead <= 8 and <= "
+        if self.kind == "chunks_reg" and not (self.lag == 1 and 1 <= self.ahead <= 8
+                                              and self.threads <= CHUNK_REG_MAX_THREADS):
+            raise ValueError(f"chunks_reg needs lag 1, 1 <= ahead <= 8 and <= "
                              f"{CHUNK_REG_MAX_THREADS} threads, not {self.lag}, {self.ahead}, "
                              f"{self.threads}")
 
@@ -255,7 +247,7 @@ class FastConfig:
             return f"{prefix}_persist_cluster<{t}, {self.vpt}, {self.cluster}>"
         if self.kind == "pipe":
             return f"{prefix}_persist_pipe<{t}, {self.vpt}, {self.cluster}>"
-        if self.kind in CHUNK_KINDS:
+        if self.kind in ("chunks", "chunks_reg"):
             return f"{prefix}_{self.kind}<{t}, {self.vpt}>"
         return f"{prefix}_wide<{t}, {self.cluster}>"
 
@@ -263,7 +255,7 @@ class FastConfig:
         """Windows (16-byte slots) one row may span (wide: any row)."""
         if self.kind == "warp":
             return self.group * self.vpt
-        if self.kind == "wide" or self.kind in CHUNK_KINDS:
+        if self.kind in ("wide", "chunks", "chunks_reg"):
             return 1 << 31
         return self.threads * self.vpt * self.cluster
 
@@ -272,14 +264,14 @@ class FastConfig:
         kernel's kept windows."""
         if self.kind in ("persist", "pipe", "wide"):  # stages is 1 but for persist and pipe
             return self.threads * self.vpt * 16 * self.stages
-        if self.kind in CHUNK_KINDS:
+        if self.kind in ("chunks", "chunks_reg"):
             return self.threads * self.vpt * 16 * self.chunk_sets()
         return 0
 
     def chunk_sets(self) -> int:
         """chunks: slot sets in shared memory - the chunk being reduced, ``lag`` waiting for
-        their rows, ``ahead`` in flight; chunks_reg, chunks_one: only the ``ahead`` in flight."""
-        return self.lag + 1 + self.ahead if self.kind == "chunks" else self.ahead
+        their rows, ``ahead`` in flight; chunks_reg: only the ``ahead`` in flight."""
+        return self.ahead if self.kind == "chunks_reg" else self.lag + 1 + self.ahead
 
     def label(self) -> str:
         if self.kind == "warp":
@@ -292,8 +284,8 @@ class FastConfig:
             return f"wide {self.cluster}x{self.threads} keep {self.vpt}"
         if self.kind == "chunks":
             return f"chunks {self.threads}x{self.vpt} lag {self.lag} ahead {self.ahead}"
-        if self.kind in ("chunks_reg", "chunks_one"):
-            return f"{self.kind} {self.threads}x{self.vpt} ahead {self.ahead}"
+        if self.kind == "chunks_reg":
+            return f"chunks_reg {self.threads}x{self.vpt} ahead {self.ahead}"
         return f"{self.kind} {self.threads}x{self.vpt}"
 
 
@@ -332,7 +324,7 @@ def line_windows(n: int, dtype: torch.dtype, aligned: bool = True,
 def config_windows(cfg: "FastConfig", n: int, dtype: torch.dtype, aligned: bool,
                  line: bool) -> int:
     """Windows a row of ``n`` spans in ``cfg``'s kernel (line heads for persist and pipe)."""
-    if cfg.kind in ("persist", "pipe") or cfg.kind in CHUNK_KINDS:
+    if cfg.kind in ("persist", "pipe", "chunks", "chunks_reg"):
         return line_windows(n, dtype, line=line)
     return vector_windows(n, dtype, aligned)
 
@@ -343,13 +335,10 @@ def row_chunks(cfg: "FastConfig", n: int, dtype: torch.dtype, line: bool) -> int
     return -(-line_windows(n, dtype, line=line) // (cfg.threads * cfg.vpt))
 
 
-def chunks_fit(chunks: int, lag: int, groups: int, kind: str = "chunks") -> bool:
+def chunks_fit(chunks: int, lag: int, groups: int) -> bool:
     """Whether a row of ``chunks`` chunks can run over ``groups`` resident CTAs waiting ``lag``
     steps: every chunk of a row must be reduced by the step a CTA waits for the row
-    (row_softmax_kernels.cuh, kernels 7 and 7b: chunks <= lag * groups + 1; 7c, which waits
-    before it reduces its step's chunk: chunks <= groups)."""
-    if kind == "chunks_one":
-        return chunks <= groups
+    (row_softmax_kernels.cuh, kernel 7), i.e. chunks <= lag * groups + 1."""
     return chunks <= lag * groups + 1
 
 
