@@ -14,7 +14,7 @@
 //   fast_softmax_wide<T, CL>                  rows beyond all of these: a cluster, two passes
 //   fast_softmax_chunks<T, VPT>               long rows in chunks of one CTA, (max, sum) pairs
 //                                             through global memory (no cluster)
-//   fast_softmax_chunks_reg<T, VPT>           the same, the waiting chunk in registers (staged)
+//   fast_softmax_chunks_reg<T, VPT>           the same, the waiting chunk in registers
 //
 // Epilogue: y = exp(x - max) * (1 / sum); the persistent kernels and every fp16/bf16 kernel
 // compute it as e * (exp(max_thread - max) / sum) from the exps e kept from the sum loop (one exp

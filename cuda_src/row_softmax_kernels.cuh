@@ -141,8 +141,10 @@
 //            steps old and `ahead` chunks are always in flight.
 // 7b. <p>_chunks_reg<T, VPT>: kernel 7 with lag 1 and the waiting chunk in registers (exps for
 //    softmax up to 32 elements a chunk per thread, else the raw values), so shared memory holds
-//    only the `ahead` chunks in flight. CTAs of <= 512 threads. Staged for the GPU (branch
-//    next/chunk-registers): not picked by any rule.
+//    only the `ahead` chunks in flight. CTAs of <= 512 threads. Rows of <= 65 chunks of 512 x 8
+//    (fp32 N <= 2^20, 2-byte <= 2^21) past the persistent rules run it.
+//    Why:    kernel 7's three 64 KB slot sets (reduced, waiting, in flight) fill shared memory,
+//            so only one chunk is ever in flight; here the waiting one sits in registers.
 #pragma once
 
 #include "cluster.cuh"

@@ -142,6 +142,7 @@ WIDE_CL = (8, 16)
 CHUNK_VPT = (2, 4)
 # ``chunks_reg`` (kernel 7b): lag 1 with the waiting chunk in registers, shared memory only for the
 # ``ahead`` chunks in flight; CTAs of <= CHUNK_REG_MAX_THREADS threads (two chunks' values each).
+# (Kernel 7c, one chunk in registers, lost at 61-68 %: branch exp/chunks-one, bench/NOTES.md.)
 CHUNK_REG_VPT = (4, 8)
 CHUNK_REG_MAX_THREADS = 512
 WIDE_MIN_KEPT = 0.75
@@ -374,8 +375,8 @@ def wide_per_thread(nw: int, cluster: int, threads: int) -> int:
 # there). H200, M*N = 2^28, % of copy (fourteenth run, bench/tune_long_rows.py): fp32 2^20 1024 x 4
 # lag 1 ahead 1 87.3 vs wide 72.9 (no other chunk shape over 82: the step's latency, not its
 # bytes, sets the pace, so the largest chunk wins); bf16 2^20 76.5 vs x 16 76.0 (two exps per
-# element: the MUFU, so 2-byte rows that fit x 16 keep it); 262144 fp32 91.1 vs 91.4, bf16 76.4
-# vs 93.8 (the on-chip rules stay).
+# element: the MUFU, so 2-byte rows that fit x 16 kept it, until CHUNK_REG_DEFAULT below); 262144
+# fp32 91.1 vs 91.4, bf16 76.4 vs 93.8 (the on-chip rules stay).
 CHUNK_DEFAULT = FastConfig("chunks", threads=1024, vpt=4, lag=1, ahead=1)
 # Rows of at most CHUNK_REG_MAX_CHUNKS chunks of 512 x 8 vectors (64 KB) run kernel 7b instead:
 # the waiting chunk in registers, so a 64 KB chunk is in flight beside it (kernel 7 fits one 64 KB
@@ -383,8 +384,9 @@ CHUNK_DEFAULT = FastConfig("chunks", threads=1024, vpt=4, lag=1, ahead=1)
 # bench/tune_long_rows.py): fp32 524288 (32 chunks) 92.7 vs CHUNK_DEFAULT 90.9, 2^20 (64) 90.2 vs
 # 87.3, but 2^21 (128 chunks: a CTA waits on rows that the whole grid is still reducing) 74.6 vs
 # 82.4; bf16 2^20 (32) 80.8 vs x 16 76.1, 2^21 (64) 79.7 vs 75.2 (ahead 2: 79.8); bf16 524288
-# 81.3 vs persist 4 x 1024 x 4 89.5 (that rule stays first). Four vectors per thread lost
-# everywhere (56-70: 32 KB chunks, the step's fixed cost twice as often).
+# 81.3 vs persist 4 x 1024 x 4 89.5 (that rule stays first); fp16 2^20 75.9 vs x 16's 76.2-76.4
+# (a tie: one rule for both). Four vectors per thread lost everywhere (56-70: 32 KB chunks, the
+# step's fixed cost twice as often).
 CHUNK_REG_DEFAULT = FastConfig("chunks_reg", threads=512, vpt=8, ahead=1)
 CHUNK_REG_MAX_CHUNKS = 65  # 64 measured; + 1 for the same rows off 128-byte lines
 
