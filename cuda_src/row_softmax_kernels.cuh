@@ -901,6 +901,27 @@ __device__ __forceinline__ void chunk_row_stats(const unsigned long long* pairs,
   __syncthreads();
 }
 
+// request(i, b): item i of rows * chunks into slot set b - this thread's slots of windows
+// c * span + k * step + threadIdx.x (k < VPT) of the item's row, c = i % chunks - as one commit
+// group (an empty one past the last item, so that the waits count one group per step).
+template <typename T, int VPT> struct ChunkRequests {
+  uint4* slots;
+  const T* x;
+  long long stride, items;
+  int n, chunks, set_slots, span, step;
+  __device__ __forceinline__ void operator()(long long i, int b) const {
+    constexpr int W = Vec<T>::N;
+    if (i < items) {
+      const long long row = i / chunks;
+      const T* xr = x + row * stride;
+      const int c = static_cast<int>(i - row * chunks);
+      prefetch_row<T, VPT>(slots + b * set_slots + threadIdx.x, xr,
+                           (n + line_head(xr) + W - 1) / W, c * span + threadIdx.x, step);
+    }
+    cp_async_commit();
+  }
+};
+
 // Item i of rows * chunks is chunk i % chunks of row i / chunks. CTA q of Q owns items q, q + Q,
 // ...; step t of this CTA is item q + t * Q. Per step t:
 //   phase 1 (item of step t): its slots landed (cp.async, requested `ahead` steps earlier or in
@@ -925,17 +946,8 @@ __device__ __forceinline__ void chunk_rows(T* __restrict__ y, const T* __restric
   const int bufs = lag + 1 + ahead, set_slots = blockDim.x * VPT, step = blockDim.x;
   const int span = blockDim.x * VPT;  // windows per chunk
 
-  // This thread's slots of item i (set b): window c * span + k * step + t of its row.
-  auto request = [&](long long i, int b) {
-    if (i < items) {
-      const long long row = i / chunks;
-      const T* xr = x + row * stride;
-      const int c = static_cast<int>(i - row * chunks);
-      prefetch_row<T, VPT>(chunk_slots + b * set_slots + threadIdx.x, xr,
-                           (n + line_head(xr) + W - 1) / W, c * span + threadIdx.x, step);
-    }
-    cp_async_commit();
-  };
+  const ChunkRequests<T, VPT> request{chunk_slots, x, stride, items, n, chunks, set_slots, span,
+                                      step};
   for (int b = 0; b < bufs; ++b) request(q + b * Q, b);
 
   for (long long t = 0;; ++t) {
@@ -1015,16 +1027,8 @@ __device__ __forceinline__ void chunk_rows_reg(T* __restrict__ y, const T* __res
   const long long q = blockIdx.x, Q = gridDim.x, items = rows * chunks;
   const int set_slots = blockDim.x * VPT, step = blockDim.x, span = blockDim.x * VPT;
 
-  auto request = [&](long long i, int b) {  // as kernel 7
-    if (i < items) {
-      const long long row = i / chunks;
-      const T* xr = x + row * stride;
-      const int c = static_cast<int>(i - row * chunks);
-      prefetch_row<T, VPT>(chunk_slots + b * set_slots + threadIdx.x, xr,
-                           (n + line_head(xr) + W - 1) / W, c * span + threadIdx.x, step);
-    }
-    cp_async_commit();
-  };
+  const ChunkRequests<T, VPT> request{chunk_slots, x, stride, items, n, chunks, set_slots, span,
+                                      step};
   for (int b = 0; b < ahead; ++b) request(q + b * Q, b);
 
   HeldChunk<T, VPT, kExp> cur, prev;  // this step's chunk; the one waiting for its row

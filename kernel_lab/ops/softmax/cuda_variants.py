@@ -411,9 +411,9 @@ def fast_launch(
             return
         # per chunk, (max, sum) as two 64-bit words that carry a flag: zeroed = not yet in
         pairs = torch.zeros(m * chunks, 2, dtype=torch.int64, device=out.device)
+        lag = (i32(cfg.lag),) if cfg.kind == "chunks" else ()  # chunks_reg: always 1
         launch_rows(src, expr, out, (x2d,), grid=grid, block=cfg.threads,
-                    extra=(vec, i32(chunks), pairs.data_ptr(),
-                           *((i32(cfg.lag),) if cfg.kind == "chunks" else ()), i32(cfg.ahead)),
+                    extra=(vec, i32(chunks), pairs.data_ptr(), *lag, i32(cfg.ahead)),
                     shared_mem=cfg.shared_mem())
     else:
         raise ValueError(f"unknown FastConfig kind {cfg.kind!r}")
