@@ -293,21 +293,78 @@ __device__ __forceinline__ void apply_epilogue(Vec<T> (&r)[K], MaxSum<acc_t<T>> 
   for (int k = 0; k < K; ++k) apply_epilogue(r[k], epi);
 }
 
-// Write a row's K windows through store(k, vector): the epilogue applied to the raw values r
-// (two-exp path) or, on the one-exp path (KEXP), this thread's kept exps e scaled by
+// What a thread keeps of its elements from the sum loop to the store (write_row / store_row):
+enum Kept : int {
+  kKeptValues = 0,    // the raw values; the epilogue computes exp(x - max) again (two exps)
+  kKeptExps = 1,      // e = exp(x - m_thread) in fp32 registers (exp_maxsum: one exp)
+  kKeptExpsInT = 2,   // e rounded to the 2-byte T, in the values' own registers
+};                    // (exp_maxsum_in_t: one exp, no more registers; <= 1.5 ulp of T)
+
+// Softmax with one exp per element where fp32 exps do not fit: e = exp(x - m_t) rounded to the
+// 2-byte T replaces the packed values (the same registers), summed unrounded. The output
+// y = round(round(e) * exp(m_t - M) / S) rounds twice: relative error <= 2u (2^-7 bf16, 2^-10
+// fp16; the checks allow 1.2e-2 / 2e-3), within 1.5 ulp of T instead of 0.5. T keeps e's
+// range: bf16 in bf16 (fp32's exponents: no probability flushed), fp16 in fp16 (y <= e, so an
+// e that fp16 flushes is a y it flushes too).
+template <typename T, int K>
+__device__ __forceinline__ MaxSum<acc_t<T>> exp_maxsum_in_t(Vec<T> (&r)[K]) {
+  static_assert(sizeof(T) == 2, "fp32 / fp64 exps do not fit in the values' registers");
+  using A = acc_t<T>;
+  opaque_2byte(r);
+  const A m = vec_max(r);
+  opaque_2byte(r);
+  const A ms = safe_max(m);
+  A s = A(0);
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    A e[Vec<T>::N];
+#pragma unroll
+    for (int i = 0; i < Vec<T>::N; ++i) {
+      e[i] = exp_acc(r[k].get(i) - ms);
+      s += e[i];
+    }
+    r[k] = vec_of<T>([&](int i) { return e[i]; });
+  }
+  opaque_2byte(r);
+  return {m, s};
+}
+
+// Write a row's K windows through store(k, vector), from what the thread kept (Kept): the raw
+// values r through the epilogue, or the exps - e (fp32) or r (rounded to T) - scaled by
 // exp_scale(m_thread, st).
-template <template <typename> class E, bool KEXP, typename T, int K, int KE, typename Store>
+template <template <typename> class E, int KEPT, typename T, int K, int KE, typename Store>
 __device__ __forceinline__ void write_row(Vec<T> (&r)[K], const acc_t<T> (&e)[KE][Vec<T>::N],
                                           acc_t<T> m_thread, MaxSum<acc_t<T>> st, Store store) {
-  if constexpr (KEXP) {
+  if constexpr (KEPT == kKeptExps) {
     const acc_t<T> f = exp_scale(m_thread, st);
 #pragma unroll
     for (int k = 0; k < K; ++k) store(k, scaled<T>(e[k], f));
+  } else if constexpr (KEPT == kKeptExpsInT) {
+    const acc_t<T> f = exp_scale(m_thread, st);
+#pragma unroll
+    for (int k = 0; k < K; ++k) store(k, vec_of<T>([&](int i) { return r[k].get(i) * f; }));
   } else {
     apply_epilogue<E>(r, st);
 #pragma unroll
     for (int k = 0; k < K; ++k) store(k, r[k]);
   }
+}
+
+// What a kernel keeps (Kept): fp32 exps where a thread's ELEMS elements fit in MAX_EXPS
+// fp32 registers, else the exps rounded to T for 2-byte softmax, else the raw values.
+template <template <typename> class E, typename T, int ELEMS, int MAX_EXPS>
+constexpr int kKeptFor = !E<acc_t<T>>::kScalesExp ? kKeptValues
+                         : ELEMS <= MAX_EXPS      ? kKeptExps
+                         : sizeof(T) == 2         ? kKeptExpsInT
+                                                  : kKeptValues;
+
+// This thread's local (max, sum) of r, keeping what KEPT says (e: the fp32 exps).
+template <int KEPT, typename T, int K, int KE>
+__device__ __forceinline__ MaxSum<acc_t<T>> kept_maxsum(Vec<T> (&r)[K],
+                                                        acc_t<T> (&e)[KE][Vec<T>::N]) {
+  if constexpr (KEPT == kKeptExps) return exp_maxsum(r, e);
+  else if constexpr (KEPT == kKeptExpsInT) return exp_maxsum_in_t(r);
+  else return row_maxsum(r);
 }
 
 // Merge the CL CTAs' pairs of a cluster: every warp reads slot `p` of each peer over DSMEM.
@@ -436,7 +493,7 @@ __device__ __forceinline__ void read_prefetched(Vec<T> (&r)[VPT], const uint4* m
 // Store a row's VPT windows (k * step + b) from registers (write_row): threads `inside` the row
 // use plain 16-byte stores from one pointer with a fixed stride, skipping windows past the row;
 // the others go through store_window (the row's partial first and last windows).
-template <template <typename> class E, bool KEXP, typename T, int VPT, int KE>
+template <template <typename> class E, int KEPT, typename T, int VPT, int KE>
 __device__ __forceinline__ void store_row(T* yr, Vec<T> (&r)[VPT],
                                           const acc_t<T> (&e)[KE][Vec<T>::N], acc_t<T> m_thread,
                                           MaxSum<acc_t<T>> st, bool inside, int b, int step,
@@ -445,11 +502,11 @@ __device__ __forceinline__ void store_row(T* yr, Vec<T> (&r)[VPT],
   if (inside) {
     T* p = yr + (b * W - h);
     const int jump = step * W;
-    write_row<E, KEXP>(r, e, m_thread, st, [&](int k, const Vec<T>& v) {
+    write_row<E, KEPT>(r, e, m_thread, st, [&](int k, const Vec<T>& v) {
       if (k * step + b < nwin) store_vec(p + k * jump, v);
     });
   } else {
-    write_row<E, KEXP>(r, e, m_thread, st, [&](int k, const Vec<T>& v) {
+    write_row<E, KEPT>(r, e, m_thread, st, [&](int k, const Vec<T>& v) {
       store_window(yr, k * step + b, n, h, 1, v);
     });
   }
@@ -491,9 +548,9 @@ __device__ __forceinline__ void persistent_rows(T* __restrict__ y, const T* __re
     const int h = line_head(xr);
     uint4* mine = prefetch_slots + (stages > 1 ? (it & 1) : 0) * stage_slots + threadIdx.x;
     cp_async_wait_stage(stages);  // this thread's copies of `row` have landed
-    constexpr bool kExp = kKeepsExps<E, T, VPT>;
+    constexpr int kKept = kKeptFor<E, T, VPT * W, 64>;
     Vec<T> r[VPT];
-    A e[kExp ? VPT : 1][W];
+    A e[kKept == kKeptExps ? VPT : 1][W];
     const bool inside = windows_inside<T, VPT>(base, step, n, h);
     const int nwin = (n + h + W - 1) / W;
     if (inside) {
@@ -513,8 +570,7 @@ __device__ __forceinline__ void persistent_rows(T* __restrict__ y, const T* __re
       }
       cp_async_commit();
     };
-    MaxSum<A> st;  // consumes every value read from the slots ...
-    if constexpr (kExp) st = exp_maxsum(r, e); else st = row_maxsum(r);
+    MaxSum<A> st = kept_maxsum<kKept>(r, e);  // consumes every value read from the slots ...
     const A m_thread = st.m;
     if (CL == 1 || !late) prefetch_next();  // ... so the slots can take the next row now
     st = block_allreduce(st, MergeOp{}, id<T>(), red);
@@ -526,7 +582,7 @@ __device__ __forceinline__ void persistent_rows(T* __restrict__ y, const T* __re
       st = warp_allreduce(lane < CL ? MaxSum<A>{inbox.a(it, lane), inbox.b(it, lane)} : id<T>(),
                           MergeOp{});
     }
-    store_row<E, kExp>(yr, r, e, m_thread, st, inside, opaque(base), step, n, h, nwin);
+    store_row<E, kKept>(yr, r, e, m_thread, st, inside, opaque(base), step, n, h, nwin);
   }
   cp_async_wait_all();
 }
@@ -1006,9 +1062,9 @@ __device__ __forceinline__ void chunk_rows(T* __restrict__ y, const T* __restric
 // Shared memory holds only chunks in flight (`ahead` sets), so 64 KB chunks can have 2-3 in
 // flight where kernel 7 fits one. Registers: two chunks' values per thread (this step's and the
 // one waiting, copied over at the end of a step), so CTAs of <= 512 threads.
-template <typename T, int VPT, bool KEXP> struct HeldChunk {
+template <typename T, int VPT, int KEPT> struct HeldChunk {
   Vec<T> r[VPT];
-  acc_t<T> e[KEXP ? VPT : 1][Vec<T>::N];
+  acc_t<T> e[KEPT == kKeptExps ? VPT : 1][Vec<T>::N];
   acc_t<T> m_thread;
 };
 
@@ -1020,7 +1076,7 @@ __device__ __forceinline__ void chunk_rows_reg(T* __restrict__ y, const T* __res
   using A = acc_t<T>;
   static_assert(sizeof(A) == 4, "pairs hold fp32 (max, sum)");
   constexpr int W = Vec<T>::N;
-  constexpr bool kExp = E<A>::kScalesExp && VPT * W <= 32;
+  constexpr int kKept = kKeptFor<E, T, VPT * W, 32>;
   __shared__ MaxSum<A> red[32];
   __shared__ MaxSum<A> fin[2];  // by step parity: a slow warp may still read the last one
   extern __shared__ __align__(128) uint4 chunk_slots[];  // ahead * blockDim.x * VPT
@@ -1031,7 +1087,7 @@ __device__ __forceinline__ void chunk_rows_reg(T* __restrict__ y, const T* __res
                                       step};
   for (int b = 0; b < ahead; ++b) request(q + b * Q, b);
 
-  HeldChunk<T, VPT, kExp> cur, prev;  // this step's chunk; the one waiting for its row
+  HeldChunk<T, VPT, kKept> cur, prev;  // this step's chunk; the one waiting for its row
   for (long long t = 0;; ++t) {
     const long long i1 = q + t * Q, i2 = i1 - Q;
     if (i2 >= items) break;
@@ -1047,10 +1103,9 @@ __device__ __forceinline__ void chunk_rows_reg(T* __restrict__ y, const T* __res
       cp_async_wait_pending(ahead - 1);  // this thread's copies of item i1 have landed
       read_prefetched(cur.r, chunk_slots + b * set_slots + threadIdx.x, n, h, nwin,
                       opaque(base), step);
-      MaxSum<A> st;  // consumes every value read from the slots ...
-      if constexpr (kExp) st = exp_maxsum(cur.r, cur.e); else st = row_maxsum(cur.r);
+      MaxSum<A> st = kept_maxsum<kKept>(cur.r, cur.e);  // consumes every value read from the
       cur.m_thread = st.m;
-      request(i1 + ahead * Q, b);  // ... so they can take the chunk `ahead` steps on
+      request(i1 + ahead * Q, b);  // slots, so they can take the chunk `ahead` steps on
       st = block_allreduce(st, MergeOp{}, id<T>(), red);
       if (threadIdx.x == 0) {
         store_flagged(pairs + 2 * i1, st.m);
@@ -1067,7 +1122,7 @@ __device__ __forceinline__ void chunk_rows_reg(T* __restrict__ y, const T* __res
       const int base = static_cast<int>(i2 - row * chunks) * span + threadIdx.x;
       chunk_row_stats(pairs, row, chunks, &fin[t & 1], rp);
       const bool inside = windows_inside<T, VPT>(base, step, n, h);
-      store_row<E, kExp>(yr, prev.r, prev.e, prev.m_thread, fin[t & 1], inside, opaque(base),
+      store_row<E, kKept>(yr, prev.r, prev.e, prev.m_thread, fin[t & 1], inside, opaque(base),
                          step, n, h, nwin);
     }
     prev = cur;  // register moves

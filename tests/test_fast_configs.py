@@ -470,3 +470,43 @@ def test_resident_clusters_run_at_once_and_one_more_waits(cl):
     extra = pc.cluster_placement(cl, clusters=p.resident + 1, spin_us=50)
     assert extra.late_clusters() >= 1, f"one cluster over the API's count ran at once: " \
         f"the API undercounts ({extra.summary()})"
+
+
+def _ulps_off(out: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
+    """|out - ref| in units in the last place of out's dtype at ref (fp16 below 2^-14: the
+    subnormal step 2^-24), element by element; NaN where out and ref disagree on NaN."""
+    bits = {torch.float16: 10, torch.bfloat16: 7}[out.dtype]
+    _, exp = torch.frexp(ref)  # ref = m * 2^exp, 0.5 <= |m| < 1
+    ulp = torch.ldexp(torch.ones_like(ref), exp - 1 - bits)
+    if out.dtype == torch.float16:
+        ulp = ulp.clamp_min(2.0 ** -24)
+    return (out.double() - ref).abs() / ulp
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("cfg", [fc.FastConfig("chunks_reg", threads=512, vpt=8, ahead=1),
+                                 fc.FastConfig("persist", threads=64, vpt=16, cluster=1),
+                                 fc.FastConfig("persist", threads=64, vpt=16, cluster=16)],
+                         ids=lambda c: c.label())
+def test_exps_kept_in_the_2byte_type_stay_within_one_ulp(dtype, cfg):
+    """Softmax configs that keep e = exp(x - m_thread) rounded to fp16 / bf16 (too many
+    elements a thread for fp32 exps) round twice: every output within 1.5 ulp of the float64
+    softmax (the nearest value of the dtype or the next one; one rounding: 0.5), tiny probabilities included - rows spread over 80 (bf16: probabilities down to
+    1e-35, which bf16 holds and fp16 flushes), a peaked row and an ordinary one."""
+    w = vec_width(dtype)
+    n = cfg.threads * cfg.vpt * w * cfg.cluster * (3 if cfg.kind == "chunks_reg" else 1) - 5
+    gen = torch.Generator(device="cuda").manual_seed(77)
+    rows = [torch.randn(n, device="cuda", generator=gen) * 3,
+            torch.rand(n, device="cuda", generator=gen) * -80,
+            torch.randn(n, device="cuda", generator=gen)]
+    rows[2][n // 3] = 30.0  # one element takes almost all the mass
+    x = torch.stack(rows).to(dtype)
+    ref = torch.softmax(x.double(), -1)
+    out = torch.full_like(x, float("nan"))
+    cv.fast_launch(out, x, cfg)
+    off = _ulps_off(out, ref)
+    worst = off.max().item()
+    assert worst <= 1.5, f"{cfg.label()}: {worst:.2f} ulp at {off.argmax().item()}"
+    if dtype == torch.bfloat16:  # the probabilities of the spread row reach e^-80 and are kept
+        assert (out[1] > 0).all() and ref[1].min() < 1e-30
