@@ -66,7 +66,8 @@ def test_long_rows_take_the_retuned_cluster_shapes():
     pipe: 65536 8x128x16 late 94.4 % of copy vs the pipe's 91.7) and the twelfth (2-byte rows on
     lines: small CTAs x 8 vectors, 151936 16x160x8 late s2 86.4 vs 15x320x4 late 80.7; odd rows
     and 131072-524288 keep 4 vectors) and the thirteenth (max on packed pairs: 151936 16x160x8
-    one stage, not late, 91.0 vs late s2 88.3; fp16 2^20 x 16 76.2 vs wide 72.2)."""
+    one stage, not late, 91.0 vs late s2 88.3; fp16 2^20 x 16 76.2 vs wide 72.2) and the
+    sixteenth (2-byte exps kept in T: 151936 8x160x16 late, the same windows, 91.9 vs 90.1)."""
     f32, bf16, f16 = torch.float32, torch.bfloat16, torch.float16
     picks = [  # (N, dtype, rows on 16 bytes, the launch)
         (50257, f32, False, "persist 8x128x16 late"),
@@ -82,8 +83,8 @@ def test_long_rows_take_the_retuned_cluster_shapes():
         (50176, bf16, True, "persist 2x800x4"),
         (128256, bf16, True, "persist 4x1024x4"),
         (131072, bf16, True, "persist 4x1024x4"),
-        (151936, bf16, True, "persist 16x160x8"),
-        (151936, f16, True, "persist 16x160x8"),
+        (151936, bf16, True, "persist 8x160x16 late"),
+        (151936, f16, True, "persist 8x160x16 late"),
         (262144, bf16, True, "persist 8x1024x4"),
         (524288, f16, True, "persist 16x1024x4"),
         (1048576, bf16, True, "chunks_reg 512x8 ahead 1"),  # 2 MB rows: 32 chunks
@@ -112,10 +113,11 @@ def test_long_rows_take_the_retuned_cluster_shapes():
 def test_odd_rows_skip_the_rules_for_rows_on_lines(dtype):
     """8 vectors per thread lost on rows off 128-byte lines (bf16 50257: 72-76 % of copy vs
     2x800x4's 84, at 77 % fill and before the warp-uniform checks: the two causes are not
-    separated yet): a row that does not start on a line never takes a ``lines_only`` rule."""
+    separated yet), 16 were never timed there: a row that does not start on a line never takes
+    a ``lines_only`` rule (8 or 16 vectors), only 4 vectors."""
     lined = {r.vpt for r in fc.PERSIST_SHAPES[2] if r.lines_only}
     unlined = {r.vpt for r in fc.PERSIST_SHAPES[2] if not r.lines_only}
-    assert lined - unlined == {8}
+    assert lined - unlined == {8, 16}
     for n in range(4097, 1048576, 7001):
         for aligned, line in ((True, False), (False, None)):
             c = fc.fast_softmax_config(n, dtype, aligned, True, line)
@@ -489,16 +491,18 @@ def _ulps_off(out: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
                                  fc.FastConfig("persist", threads=64, vpt=16, cluster=1),
                                  fc.FastConfig("persist", threads=64, vpt=16, cluster=16)],
                          ids=lambda c: c.label())
-def test_exps_kept_in_the_2byte_type_stay_within_one_ulp(dtype, cfg):
+def test_exps_kept_in_the_2byte_type_cost_at_most_one_more_ulp(dtype, cfg):
     """Softmax configs that keep e = exp(x - m_thread) rounded to fp16 / bf16 (too many
     elements a thread for fp32 exps) round twice: every output within 1.5 ulp of the float64
-    softmax (the nearest value of the dtype or the next one; one rounding: 0.5), tiny probabilities included - rows spread over 80 (bf16: probabilities down to
-    1e-35, which bf16 holds and fp16 flushes), a peaked row and an ordinary one."""
+    softmax (the nearest value of the dtype or the next one; one rounding: 0.5), tiny
+    probabilities included - rows spread over 60 (bf16: probabilities down to 1e-29, which bf16
+    holds and fp16 flushes), a peaked row and an ordinary one."""
     w = vec_width(dtype)
-    n = cfg.threads * cfg.vpt * w * cfg.cluster * (3 if cfg.kind == "chunks_reg" else 1) - 5
+    line = fc.LINE_BYTES // dtype.itemsize  # odd rows: budget a head of up to a line
+    n = cfg.threads * cfg.vpt * w * cfg.cluster * (3 if cfg.kind == "chunks_reg" else 1) - line - 3
     gen = torch.Generator(device="cuda").manual_seed(77)
     rows = [torch.randn(n, device="cuda", generator=gen) * 3,
-            torch.rand(n, device="cuda", generator=gen) * -80,
+            torch.rand(n, device="cuda", generator=gen) * -60,
             torch.randn(n, device="cuda", generator=gen)]
     rows[2][n // 3] = 30.0  # one element takes almost all the mass
     x = torch.stack(rows).to(dtype)
@@ -508,5 +512,5 @@ def test_exps_kept_in_the_2byte_type_stay_within_one_ulp(dtype, cfg):
     off = _ulps_off(out, ref)
     worst = off.max().item()
     assert worst <= 1.5, f"{cfg.label()}: {worst:.2f} ulp at {off.argmax().item()}"
-    if dtype == torch.bfloat16:  # the probabilities of the spread row reach e^-80 and are kept
-        assert (out[1] > 0).all() and ref[1].min() < 1e-30
+    if dtype == torch.bfloat16:  # the spread row's probabilities reach e^-60 / S and are kept
+        assert (out[1] > 0).all() and ref[1].min() < 1e-25
