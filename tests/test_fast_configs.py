@@ -67,7 +67,8 @@ def test_long_rows_take_the_retuned_cluster_shapes():
     lines: small CTAs x 8 vectors, 151936 16x160x8 late s2 86.4 vs 15x320x4 late 80.7; odd rows
     and 131072-524288 keep 4 vectors) and the thirteenth (max on packed pairs: 151936 16x160x8
     one stage, not late, 91.0 vs late s2 88.3; fp16 2^20 x 16 76.2 vs wide 72.2) and the
-    sixteenth (2-byte exps kept in T: 151936 8x160x16 late, the same windows, 91.9 vs 90.1)."""
+    sixteenth (2-byte exps kept in T: 151936 8x160x16 late, the same windows, 91.9 vs 90.1;
+    131072 8x128x16 late 94.1 vs 4x1024x4 92.1)."""
     f32, bf16, f16 = torch.float32, torch.bfloat16, torch.float16
     picks = [  # (N, dtype, rows on 16 bytes, the launch)
         (50257, f32, False, "persist 8x128x16 late"),
@@ -81,8 +82,11 @@ def test_long_rows_take_the_retuned_cluster_shapes():
         (65536, bf16, True, "persist 8x128x8 late"),
         # on lines, but 77 % of 8x128x8's windows: min_fill (82.8 % of copy there vs 90.6)
         (50176, bf16, True, "persist 2x800x4"),
-        (128256, bf16, True, "persist 4x1024x4"),
-        (131072, bf16, True, "persist 4x1024x4"),
+        (128256, bf16, True, "persist 8x128x16 late"),
+        (131072, bf16, True, "persist 8x128x16 late"),
+        (131072, f16, True, "persist 8x128x16 late"),
+        (98304, bf16, True, "persist 8x96x16 late"),
+        (110000, bf16, True, "persist 4x864x4"),  # 84 % of 8x128x16: below min_fill
         (151936, bf16, True, "persist 8x160x16 late"),
         (151936, f16, True, "persist 8x160x16 late"),
         (262144, bf16, True, "persist 8x1024x4"),

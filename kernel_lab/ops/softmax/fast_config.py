@@ -108,17 +108,20 @@ class PersistShape(NamedTuple):
 # 76.1.
 # Sixteenth run: fp16 / bf16 softmax keeps its exps rounded to T where fp32 exps do not fit (x 16:
 # one exp per element, no spills), so the 16 x 160 x 8 rule (151936, rows on lines) became the same
-# windows as 8 x 160 x 16, late: bf16 91.9 vs 90.1, fp16 91.2 vs 89.8 (one tune); 262144 / 524288
-# keep 4 x 1024 (x 16 best: 92.1 / 89.5 bf16 vs 93.8 / 89.6).
+# windows as 8 x 160 x 16, late: bf16 91.9 vs 90.1, fp16 91.2 vs 89.8 (one tune), and it moved
+# ahead of 4 x 1024 in 2 or 4 CTAs: 131072 8x128x16 late 94.1 / 94.3 vs 4x1024x4 92.1 / 93.0
+# (another tune; 65536 keeps 8x128x8 late 93.6 vs 8x64x16 late 92.9). With min_fill 0.9 it takes
+# rows on lines of 88.5k-98.3k (96 threads), 118k-131k (128) and 147k-164k (160) 2-byte
+# elements. 262144 / 524288 keep 4 x 1024 (x 16 best: 92.1 / 89.5 bf16 vs 93.8 / 89.6).
 # fp32's one-CTA rule is 8 x <= 1024 rather than 16 x <= 512 (the same 128 KB per CTA): faster
 # with rows that leave threads idle (fourth run: 151936 79 % vs 69 %, 50257 84 vs 81, 65536 88
 # vs 85, 262144 equal).
 PERSIST_SHAPES = {  # by itemsize
     4: (PersistShape(8, 1024, (1,)), PersistShape(16, 320, (8, 16))),
     2: (PersistShape(8, 128, (8,), lines_only=True, min_fill=0.9), PersistShape(4, 1024, (1,)),
-        PersistShape(4, 1024, (2, 4)),
         PersistShape(16, 160, (8,), lines_only=True, late=True, min_fill=0.9),
-        PersistShape(4, 512, (8, 15)), PersistShape(4, 1024, (8, 16))),
+        PersistShape(4, 1024, (2, 4)), PersistShape(4, 512, (8, 15)),
+        PersistShape(4, 1024, (8, 16))),
 }
 # 2-byte CTAs of more than 512 threads issue their copies right after the local (max, sum), not
 # late (tenth run: bf16 262144 8x1024x4 84.2 / 83.8 vs late 81-82; eleventh: 131072 4x1024x4
@@ -418,8 +421,8 @@ def fast_softmax_config(
     * longer, when input and output rows share their 16-byte phase (``vec``) and the dtype is
       fp32/fp16/bf16: ``persist``, the first PERSIST_SHAPES rule that holds the row - fp32: one
       CTA of <= 1024 threads x 8 vectors, then <= 320 x 16 in 8 or 16 CTAs; fp16/bf16:
-      <= 128 x 8 in 8 CTAs (rows on lines), one CTA of <= 1024 x 4, <= 1024 x 4 in 2 or 4,
-      <= 160 x 16 in 8 (rows on lines), <= 512 x 4 in 8 or 15, <= 1024 x 4
+      <= 128 x 8 in 8 CTAs (rows on lines), one CTA of <= 1024 x 4, <= 160 x 16 in 8 (rows
+      on lines), <= 1024 x 4 in 2 or 4, <= 512 x 4 in 8 or 15, <= 1024 x 4
       in 8 or 16 - threads = the multiple of 32 that just covers the row,
       next row's copies issued late (2-byte CTAs: only up to LATE_MAX_THREADS);
     * longer rows of those dtypes (fp32 > 327680, 2-byte > 524288): ``chunks_reg``,
