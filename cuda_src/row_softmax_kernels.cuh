@@ -1062,15 +1062,6 @@ __device__ __forceinline__ void chunk_rows(T* __restrict__ y, const T* __restric
 // Shared memory holds only chunks in flight (`ahead` sets), so 64 KB chunks can have 2-3 in
 // flight where kernel 7 fits one. Registers: two chunks' values per thread (this step's and the
 // one waiting, copied over at the end of a step), so CTAs of <= 512 threads.
-// Kernel 7b's CTA: two chunks' values a thread. 4 vectors: up to 1024 threads (64 registers), the
-// exps kept in fp32 only up to 16 elements (fp32; 2-byte: in T); 8 vectors: 512 threads, fp32
-// exps up to 32 elements (fp32; 2-byte: in T).
-template <int VPT> struct ChunkRegThreads {
-  static constexpr int value = VPT <= 4 ? 1024 : 512;
-  static constexpr int kMaxExps = VPT <= 4 ? 16 : 32;
-  static constexpr int kEarlyPairs = VPT <= 4 ? 1 : 2;  // RowPairs: 4 or 8 registers
-};
-
 template <typename T, int VPT, int KEPT> struct HeldChunk {
   Vec<T> r[VPT];
   acc_t<T> e[KEPT == kKeptExps ? VPT : 1][Vec<T>::N];
@@ -1085,7 +1076,7 @@ __device__ __forceinline__ void chunk_rows_reg(T* __restrict__ y, const T* __res
   using A = acc_t<T>;
   static_assert(sizeof(A) == 4, "pairs hold fp32 (max, sum)");
   constexpr int W = Vec<T>::N;
-  constexpr int kKept = kKeptFor<E, T, VPT * W, ChunkRegThreads<VPT>::kMaxExps>;
+  constexpr int kKept = kKeptFor<E, T, VPT * W, 32>;
   __shared__ MaxSum<A> red[32];
   __shared__ MaxSum<A> fin[2];  // by step parity: a slow warp may still read the last one
   extern __shared__ __align__(128) uint4 chunk_slots[];  // ahead * blockDim.x * VPT
@@ -1100,7 +1091,7 @@ __device__ __forceinline__ void chunk_rows_reg(T* __restrict__ y, const T* __res
   for (long long t = 0;; ++t) {
     const long long i1 = q + t * Q, i2 = i1 - Q;
     if (i2 >= items) break;
-    RowPairs<ChunkRegThreads<VPT>::kEarlyPairs> rp;  // phase 2's pairs, loaded before phase 1
+    RowPairs<2> rp;  // phase 2's pairs, loaded before phase 1 (warp 0)
     if (i2 >= 0 && threadIdx.x < 32)
       load_row_pairs(rp, pairs + 2 * (i2 / chunks) * chunks, chunks);
     if (i1 < items) {  // phase 1
@@ -1199,7 +1190,7 @@ template <typename T, int VPT> struct PersistThreads {
     klab::rowk::chunk_rows<EPI, T, VPT>(y, x, rows, n, stride, chunks, pairs, lag, ahead);      \
   }                                                                                              \
   template <typename T, int VPT>                                                                 \
-  __global__ void __launch_bounds__(klab::rowk::ChunkRegThreads<VPT>::value)                     \
+  __global__ void __launch_bounds__(512)                                                         \
       P##_chunks_reg(T* __restrict__ y, const T* __restrict__ x, long long rows, int n,          \
                      long long stride, int vec, int chunks, unsigned long long* pairs,           \
                      int ahead) {                                                                \

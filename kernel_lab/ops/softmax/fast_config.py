@@ -148,11 +148,10 @@ WIDE_CL = (8, 16)
 # whose chunks number at most lag * resident CTAs + 1.
 CHUNK_VPT = (2, 4)
 # ``chunks_reg`` (kernel 7b): lag 1 with the waiting chunk in registers, shared memory only for the
-# ``ahead`` chunks in flight; CTAs of <= CHUNK_REG_MAX_THREADS threads by vectors per thread
-# (two chunks' values each: ChunkRegThreads in row_softmax_kernels.cuh).
+# ``ahead`` chunks in flight; CTAs of <= CHUNK_REG_MAX_THREADS threads (two chunks' values each).
 # (Kernel 7c, one chunk in registers, lost at 61-68 %: branch exp/chunks-one, bench/NOTES.md.)
 CHUNK_REG_VPT = (4, 8)
-CHUNK_REG_MAX_THREADS = {4: 1024, 8: 512}
+CHUNK_REG_MAX_THREADS = 512
 WIDE_MIN_KEPT = 0.75
 MAX_CTA_SHARED = 227 * 1024  # H100/H200: the most dynamic shared memory one CTA may take
 WIDE_KEEP_BYTES = MAX_CTA_SHARED
@@ -237,14 +236,11 @@ class FastConfig:
         if self.kind == "chunks" and not (self.lag >= 1 and 0 <= self.ahead <= 7):
             raise ValueError(f"chunks need lag >= 1 and 0 <= ahead <= 7, not {self.lag}, "
                              f"{self.ahead}")
-        if self.kind == "chunks_reg":
-            if self.vpt not in CHUNK_REG_MAX_THREADS:
-                raise ValueError(f"chunks_reg is instantiated for {CHUNK_REG_VPT} vectors per "
-                                 f"thread, not {self.vpt}")
-            most = CHUNK_REG_MAX_THREADS[self.vpt]
-            if not (self.lag == 1 and 1 <= self.ahead <= 8 and self.threads <= most):
-                raise ValueError(f"chunks_reg x {self.vpt} needs lag 1, 1 <= ahead <= 8 and <= "
-                                 f"{most} threads, not {self.lag}, {self.ahead}, {self.threads}")
+        if self.kind == "chunks_reg" and not (self.lag == 1 and 1 <= self.ahead <= 8
+                                              and self.threads <= CHUNK_REG_MAX_THREADS):
+            raise ValueError(f"chunks_reg needs lag 1, 1 <= ahead <= 8 and <= "
+                             f"{CHUNK_REG_MAX_THREADS} threads, not {self.lag}, {self.ahead}, "
+                             f"{self.threads}")
 
     def expr(self, t: str, prefix: str = "fast_softmax") -> str:
         if self.kind == "warp":
