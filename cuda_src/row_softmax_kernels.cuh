@@ -19,11 +19,12 @@
 //             layout element by element: slower, never a fault.
 //   Math:     local (max, sum) over registers (1 exp per element), one merge of (max, sum)
 //             pairs across lanes / warps / CTAs, then the epilogue. Softmax in the persistent
-//             kernels and in every fp16/bf16 kernel keeps the exps of the sum loop in fp32
-//             registers and scales them (exp_maxsum / exp_scale: 1 exp per element in all) -
-//             up to 64 per thread (kKeepsExps: fp16/bf16 persistent x 16 keep packed values);
-//             elsewhere it recomputes exp(x - max) (2 per element); log_softmax keeps x and
-//             writes (x - max) - log(sum).
+//             and chunk-in-register kernels and in every fp16/bf16 kernel keeps the exps of the
+//             sum loop and scales them (exp_maxsum / exp_scale: 1 exp per element in all; what
+//             is kept: Kept) - in fp32 registers up to 64 per thread (7b: 32), past that
+//             fp16/bf16 keep them rounded to T in the values' registers (exp_maxsum_in_t:
+//             <= 1.5 ulp, not 0.5); elsewhere it recomputes exp(x - max) (2 per element);
+//             log_softmax keeps x and writes (x - max) - log(sum).
 //   Bytes:    2 * M * N * sizeof(T) for every kernel (the wide kernel: plus the re-read of
 //             whatever its shared memory does not keep).
 //   Precond:  rows < 2^31 blocks' worth; n < 2^31 - 16; fp32 accumulation (fp64 for double).
@@ -139,9 +140,9 @@
 //    Why:    the cluster kernels (5, 6) wait per row for the slowest of up to 16 CTAs and
 //            leave the SM without loads in flight while they do; here every wait is `lag`
 //            steps old and `ahead` chunks are always in flight.
-// 7b. <p>_chunks_reg<T, VPT>: kernel 7 with lag 1 and the waiting chunk in registers (exps for
-//    softmax up to 32 elements a chunk per thread, else the raw values), so shared memory holds
-//    only the `ahead` chunks in flight. CTAs of <= 512 threads. Rows of <= 65 chunks of 512 x 8
+// 7b. <p>_chunks_reg<T, VPT>: kernel 7 with lag 1 and the waiting chunk in registers (softmax:
+//    its exps, fp32 up to 32 elements a thread, else fp16/bf16 rounded to T; log_softmax: the
+//    raw values), so shared memory holds only the `ahead` chunks in flight. CTAs of <= 512 threads. Rows of <= 65 chunks of 512 x 8
 //    (fp32 N <= 2^20, 2-byte <= 2^21) past the persistent rules run it.
 //    Why:    kernel 7's three 64 KB slot sets (reduced, waiting, in flight) fill shared memory,
 //            so only one chunk is ever in flight; here the waiting one sits in registers.
@@ -447,10 +448,11 @@ __device__ __forceinline__ void warp_rows(T* __restrict__ y, const T* __restrict
 }
 
 // ---- kernel 5: persistent, next row prefetched into shared memory ---------------------------
-// The persistent kernels keep the sum loop's exps (one exp per element) for up to 64 elements a
-// thread (fp32 x 16, fp16/bf16 x 8: <= 128 registers at <= 512 threads); fp16/bf16 x 16 keep
-// the packed values instead and compute exp(x - max) again when writing (two exps per element):
-// 64 registers of data where the exps would need 128.
+// The persistent kernels keep the sum loop's exps (one exp per element) in fp32 for up to 64
+// elements a thread (fp32 x 16, fp16/bf16 x 8: <= 128 registers at <= 512 threads); fp16/bf16
+// x 16 keep them rounded to T in the packed values' registers (kKeptFor, exp_maxsum_in_t: 64
+// registers of data where fp32 exps would need 128). kKeepsExps: the pipelined kernel (5b),
+// which keeps the packed values past 64 and computes exp(x - max) again (two exps).
 template <template <typename> class E, typename T, int VPT>
 constexpr bool kKeepsExps = E<acc_t<T>>::kScalesExp && VPT * Vec<T>::N <= 64;
 
@@ -1056,9 +1058,10 @@ __device__ __forceinline__ void chunk_rows(T* __restrict__ y, const T* __restric
 
 // ---- kernel 7b: rows in chunks, the waiting chunk in registers -------------------------------
 // Kernel 7 with lag 1 and the chunk that waits for its row's pairs held in registers instead of
-// shared memory: phase 1 moves the chunk of step t from its slots into registers (softmax with
-// VPT * W <= 32: the exps e = exp(x - m_thread), so phase 2 scales them, one exp per element;
-// otherwise the raw values, two exps) and its slots take the chunk of step t + ahead at once.
+// shared memory: phase 1 moves the chunk of step t from its slots into registers (softmax: the
+// exps e = exp(x - m_thread), fp32 with VPT * W <= 32, else rounded to fp16/bf16, so phase 2
+// scales them, one exp per element; log_softmax: the raw values) and its slots take the chunk
+// of step t + ahead at once.
 // Shared memory holds only chunks in flight (`ahead` sets), so 64 KB chunks can have 2-3 in
 // flight where kernel 7 fits one. Registers: two chunks' values per thread (this step's and the
 // one waiting, copied over at the end of a step), so CTAs of <= 512 threads.
