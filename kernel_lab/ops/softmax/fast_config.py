@@ -393,7 +393,11 @@ CHUNK_DEFAULT = FastConfig("chunks", threads=1024, vpt=4, lag=1, ahead=1)
 # 82.4; bf16 2^20 (32) 80.8 vs x 16 76.1, 2^21 (64) 79.7 vs 75.2 (ahead 2: 79.8); bf16 524288
 # 81.3 vs persist 4 x 1024 x 4 89.5 (that rule stays first); fp16 2^20 75.9 vs x 16's 76.2-76.4
 # (a tie: one rule for both). Four vectors per thread lost everywhere (56-70: 32 KB chunks, the
-# step's fixed cost twice as often).
+# step's fixed cost twice as often). Sixteenth run: fp16 / bf16 keep their exps rounded to T here
+# (one exp per element): bf16 2^20 87.5-87.8 (two tunes), fp16 85.6-86.4; 524288 88.1-88.3 / 86.5-
+# 87.3 against persist 4 x 1024 x 4's 88.6-89.7 (that rule stays). 1024 threads x 4 vectors (the
+# same 64 KB chunks, 32 warps; 64 registers, 16-40 B spills) lost: bf16 2^20 80.8, fp32 75.8
+# (branch exp/chunks-reg-1024).
 CHUNK_REG_DEFAULT = FastConfig("chunks_reg", threads=512, vpt=8, ahead=1)
 CHUNK_REG_MAX_CHUNKS = 65  # 64 measured; + 1 for the same rows off 128-byte lines
 
