@@ -220,13 +220,20 @@ template <typename T, int K> __device__ __forceinline__ acc_t<T> vec_max(const V
   }
 }
 
+// The max of K register vectors with their 2-byte words opaque on both sides of the max loop,
+// so the loop after it unpacks them anew (opaque_2byte).
+template <typename T, int K> __device__ __forceinline__ acc_t<T> opaque_max(Vec<T> (&r)[K]) {
+  opaque_2byte(r);
+  const acc_t<T> m = vec_max(r);
+  opaque_2byte(r);
+  return m;
+}
+
 // Local (max, sum) of K register vectors, 2-byte words re-unpacked per loop (opaque_2byte).
 template <typename T, int K>
 __device__ __forceinline__ MaxSum<acc_t<T>> row_maxsum(Vec<T> (&r)[K]) {
   using A = acc_t<T>;
-  opaque_2byte(r);
-  const A m = vec_max(r);
-  opaque_2byte(r);
+  const A m = opaque_max(r);
   const A ms = safe_max(m);
   A s = A(0);
 #pragma unroll
@@ -311,9 +318,7 @@ template <typename T, int K>
 __device__ __forceinline__ MaxSum<acc_t<T>> exp_maxsum_in_t(Vec<T> (&r)[K]) {
   static_assert(sizeof(T) == 2, "fp32 / fp64 exps do not fit in the values' registers");
   using A = acc_t<T>;
-  opaque_2byte(r);
-  const A m = vec_max(r);
-  opaque_2byte(r);
+  const A m = opaque_max(r);
   const A ms = safe_max(m);
   A s = A(0);
 #pragma unroll
