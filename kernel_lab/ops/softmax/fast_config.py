@@ -51,9 +51,10 @@ FAST_WARP = ((4, 1), (4, 2), (8, 2), (16, 2), (32, 1), (32, 2), (32, 4))  # (gro
 FAST_BLOCK_VPT = (2, 4, 8)
 FAST_CL = (2, 4, 8, 16)
 # 16-byte vectors per thread of the persistent instantiations, by itemsize. A thread keeps at
-# most 64 exps in fp32 registers (kKeepsExps in row_softmax_kernels.cuh): fp16/bf16 x 16 keep the
-# packed values and compute the exp twice (spills with the max on packed pairs: bf16 0 B, fp16
-# 8-16 B; log_softmax bf16 0 B, fp16 216-240 B; NVRTC 13.0).
+# most 64 exps in fp32 registers (kKeptFor in row_softmax_kernels.cuh): fp16/bf16 x 16 softmax
+# keeps them rounded to fp16/bf16 instead (sixteenth run; 104-128 registers, spills: fp16 0 B,
+# bf16 0 B in clusters, 80 B in one CTA), log_softmax the packed values (bf16 0 B, fp16 216-240
+# B; NVRTC 13.0).
 PERSIST_VPT = {4: (4, 8, 16), 2: (4, 8, 16)}
 PERSIST_CL = (1, 2, 4, 8, 15, 16)
 
