@@ -142,8 +142,9 @@
 //            steps old and `ahead` chunks are always in flight.
 // 7b. <p>_chunks_reg<T, VPT>: kernel 7 with lag 1 and the waiting chunk in registers (softmax:
 //    its exps, fp32 up to 32 elements a thread, else fp16/bf16 rounded to T; log_softmax: the
-//    raw values), so shared memory holds only the `ahead` chunks in flight. CTAs of <= 512 threads. Rows of <= 65 chunks of 512 x 8
-//    (fp32 N <= 2^20, 2-byte <= 2^21) past the persistent rules run it.
+//    raw values), so shared memory holds only the `ahead` chunks in flight. CTAs of <= 512
+//    threads. Rows of <= 65 chunks of 512 x 8 (fp32 N <= 2^20, 2-byte <= 2^21) past the
+//    persistent rules run it.
 //    Why:    kernel 7's three 64 KB slot sets (reduced, waiting, in flight) fill shared memory,
 //            so only one chunk is ever in flight; here the waiting one sits in registers.
 #pragma once
@@ -456,10 +457,8 @@ __device__ __forceinline__ void warp_rows(T* __restrict__ y, const T* __restrict
 // The persistent kernels keep the sum loop's exps (one exp per element) in fp32 for up to 64
 // elements a thread (fp32 x 16, fp16/bf16 x 8: <= 128 registers at <= 512 threads); fp16/bf16
 // x 16 keep them rounded to T in the packed values' registers (kKeptFor, exp_maxsum_in_t: 64
-// registers of data where fp32 exps would need 128). kKeepsExps: the pipelined kernel (5b),
-// which keeps the packed values past 64 and computes exp(x - max) again (two exps).
-template <template <typename> class E, typename T, int VPT>
-constexpr bool kKeepsExps = E<acc_t<T>>::kScalesExp && VPT * Vec<T>::N <= 64;
+// registers of data where fp32 exps would need 128). The pipelined kernel (5b) keeps fp32 exps
+// up to 64 too, and the packed values past that (two exps).
 
 // This thread's slots: slot k at mine[k * blockDim.x] (consecutive threads, consecutive 16 B:
 // conflict-free). Window v = k * step + base of the row; slot v covers bytes [16v, 16v + 16) from
@@ -652,7 +651,7 @@ __device__ __forceinline__ void pipelined_rows(T* __restrict__ y, const T* __res
                                                int stages) {
   using A = acc_t<T>;
   constexpr int W = Vec<T>::N;
-  constexpr bool kExp = kKeepsExps<E, T, VPT>;
+  constexpr bool kExp = kKeptFor<E, T, VPT * W, 64> == kKeptExps;  // else the raw values
   __shared__ MaxSum<A> red[32];
   __shared__ ClusterInbox<A, CL, 4> inbox;
   extern __shared__ __align__(128) uint4 prefetch_slots[];  // stages * blockDim.x * VPT
