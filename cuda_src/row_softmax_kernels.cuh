@@ -496,6 +496,23 @@ __device__ __forceinline__ void read_prefetched(Vec<T> (&r)[VPT], const uint4* m
   }
 }
 
+// read_prefetched for a warp whose windows are all whole where `inside` (windows_inside): one
+// 16-byte shared load per window, no per-window mask (the masked path was ~20 instructions a
+// window in kernel 7b: Nsight, seventeenth H200 run).
+template <typename T, int VPT>
+__device__ __forceinline__ void read_slots(Vec<T> (&r)[VPT], const uint4* mine, bool inside,
+                                           int n, int h, int nwin, int base, int step) {
+  if (inside) {
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+      if (k * step + base < nwin) r[k].raw = mine[k * blockDim.x];
+      else r[k].fill(neg_inf_t<T>());
+    }
+  } else {
+    read_prefetched(r, mine, n, h, nwin, opaque(base), step);
+  }
+}
+
 // Store a row's VPT windows (k * step + b) from registers (write_row): threads `inside` the row
 // use plain 16-byte stores from one pointer with a fixed stride, skipping windows past the row;
 // the others go through store_window (the row's partial first and last windows).
@@ -559,15 +576,7 @@ __device__ __forceinline__ void persistent_rows(T* __restrict__ y, const T* __re
     A e[kKept == kKeptExps ? VPT : 1][W];
     const bool inside = windows_inside<T, VPT>(base, step, n, h);
     const int nwin = (n + h + W - 1) / W;
-    if (inside) {
-#pragma unroll
-      for (int k = 0; k < VPT; ++k) {
-        if (k * step + base < nwin) r[k].raw = mine[k * blockDim.x];
-        else r[k].fill(neg_inf_t<T>());
-      }
-    } else {
-      read_prefetched(r, mine, n, h, nwin, opaque(base), step);
-    }
+    read_slots(r, mine, inside, n, h, nwin, base, step);
     auto prefetch_next = [&]() {  // the row `stages` ahead, into the slots just read
       const long long rn = row + stages * Q;
       if (rn < rows) {
@@ -972,15 +981,36 @@ template <typename T, int VPT> struct ChunkRequests {
   long long stride, items;
   int n, chunks, set_slots, span, step;
   __device__ __forceinline__ void operator()(long long i, int b) const {
-    constexpr int W = Vec<T>::N;
     if (i < items) {
       const long long row = i / chunks;
-      const T* xr = x + row * stride;
-      const int c = static_cast<int>(i - row * chunks);
-      prefetch_row<T, VPT>(slots + b * set_slots + threadIdx.x, xr,
-                           (n + line_head(xr) + W - 1) / W, c * span + threadIdx.x, step);
+      fetch(row, static_cast<int>(i - row * chunks), b);
     }
     cp_async_commit();
+  }
+  // Chunk c of row `row` into slot set b, with no commit.
+  __device__ __forceinline__ void fetch(long long row, int c, int b) const {
+    constexpr int W = Vec<T>::N;
+    const T* xr = x + row * stride;
+    prefetch_row<T, VPT>(slots + b * set_slots + threadIdx.x, xr, (n + line_head(xr) + W - 1) / W,
+                         c * span + threadIdx.x, step);
+  }
+};
+
+// Item i of rows * chunks as (row, chunk c), moved on by the grid's Q items a step without a
+// 64-bit division (kernel 7b did five a step, ~20 instructions each; Nsight, seventeenth run).
+struct ChunkCursor {
+  long long row;
+  int c;
+  __device__ __forceinline__ ChunkCursor(long long i, int chunks)
+      : row(i / chunks), c(static_cast<int>(i - row * chunks)) {}
+  // dr * chunks + dc items on (0 <= dc < chunks).
+  __device__ __forceinline__ void advance(long long dr, int dc, int chunks) {
+    row += dr;
+    c += dc;
+    if (c >= chunks) {
+      c -= chunks;
+      ++row;
+    }
   }
 };
 
@@ -1023,10 +1053,11 @@ __device__ __forceinline__ void chunk_rows(T* __restrict__ y, const T* __restric
       const T* xr = x + row * stride;
       const int h = line_head(xr), nwin = (n + h + W - 1) / W;
       const int base = static_cast<int>(i1 - row * chunks) * span + threadIdx.x;
+      const bool inside = windows_inside<T, VPT>(base, step, n, h);
       cp_async_wait_pending(ahead);  // this thread's copies of item i1 have landed
       Vec<T> r[VPT];
-      read_prefetched(r, chunk_slots + (t % bufs) * set_slots + threadIdx.x, n, h, nwin,
-                      opaque(base), step);
+      read_slots(r, chunk_slots + (t % bufs) * set_slots + threadIdx.x, inside, n, h, nwin,
+                 base, step);
       MaxSum<A> st = row_maxsum(r);
       st = block_allreduce(st, MergeOp{}, id<T>(), red);
       if (threadIdx.x == 0) {
@@ -1084,56 +1115,69 @@ __device__ __forceinline__ void chunk_rows_reg(T* __restrict__ y, const T* __res
   static_assert(sizeof(A) == 4, "pairs hold fp32 (max, sum)");
   constexpr int W = Vec<T>::N;
   constexpr int kKept = kKeptFor<E, T, VPT * W, 32>;
+  using Held = HeldChunk<T, VPT, kKept>;
   __shared__ MaxSum<A> red[32];
   __shared__ MaxSum<A> fin[2];  // by step parity: a slow warp may still read the last one
   extern __shared__ __align__(128) uint4 chunk_slots[];  // ahead * blockDim.x * VPT
-  const long long q = blockIdx.x, Q = gridDim.x, items = rows * chunks;
+  const long long q = blockIdx.x, Q = gridDim.x;
   const int set_slots = blockDim.x * VPT, step = blockDim.x, span = blockDim.x * VPT;
+  const long long dr = Q / chunks;  // a step moves every cursor on by Q items
+  const int dc = static_cast<int>(Q - dr * chunks);
 
-  const ChunkRequests<T, VPT> request{chunk_slots, x, stride, items, n, chunks, set_slots, span,
-                                      step};
+  const ChunkRequests<T, VPT> request{chunk_slots, x,         stride, rows * chunks, n,
+                                      chunks,      set_slots, span,   step};
   for (int b = 0; b < ahead; ++b) request(q + b * Q, b);
 
-  HeldChunk<T, VPT, kKept> cur, prev;  // this step's chunk; the one waiting for its row
-  for (long long t = 0;; ++t) {
-    const long long i1 = q + t * Q, i2 = i1 - Q;
-    if (i2 >= items) break;
+  // Step t: phase 1 takes item q + t Q (cursor `now`), phase 2 item q + (t - 1) Q (`held`'s
+  // chunk, cursor `last`), the slots just read take item q + (t + ahead) Q (`next`).
+  ChunkCursor now(q, chunks), last = now, next(q + ahead * Q, chunks);
+  int b = 0;  // slot set of item `now`: t % ahead
+  // One step; false once there is nothing left. `cur` takes this step's chunk, `held` holds
+  // the last one's. (Two sets alternating roles instead of the copy `held = cur`, 32 moves a
+  // step, spilled 48 B in bf16 and lost 0.3 % - seventeenth H200 run.)
+  auto one_step = [&](long long t, Held& cur, Held& held) -> bool {
+    if (t > 0 && last.row >= rows) return false;
     RowPairs<2> rp;  // phase 2's pairs, loaded before phase 1 (warp 0)
-    if (i2 >= 0 && threadIdx.x < 32)
-      load_row_pairs(rp, pairs + 2 * (i2 / chunks) * chunks, chunks);
-    if (i1 < items) {  // phase 1
-      const long long row = i1 / chunks;
-      const T* xr = x + row * stride;
+    if (t > 0 && threadIdx.x < 32) load_row_pairs(rp, pairs + 2 * last.row * chunks, chunks);
+    if (now.row < rows) {  // phase 1
+      const T* xr = x + now.row * stride;
       const int h = line_head(xr), nwin = (n + h + W - 1) / W;
-      const int base = static_cast<int>(i1 - row * chunks) * span + threadIdx.x;
-      const int b = static_cast<int>(t % ahead);
-      cp_async_wait_pending(ahead - 1);  // this thread's copies of item i1 have landed
-      read_prefetched(cur.r, chunk_slots + b * set_slots + threadIdx.x, n, h, nwin,
-                      opaque(base), step);
+      const int base = now.c * span + threadIdx.x;
+      const bool inside = windows_inside<T, VPT>(base, step, n, h);
+      cp_async_wait_pending(ahead - 1);  // this thread's copies of item `now` have landed
+      read_slots(cur.r, chunk_slots + b * set_slots + threadIdx.x, inside, n, h, nwin, base,
+                 step);
       MaxSum<A> st = kept_maxsum<kKept>(cur.r, cur.e);  // consumes every value read from the
       cur.m_thread = st.m;
-      request(i1 + ahead * Q, b);  // slots, so they can take the chunk `ahead` steps on
+      if (next.row < rows) request.fetch(next.row, next.c, b);  // slots, so they can take
+      cp_async_commit();                                          // the chunk `ahead` steps on
       st = block_allreduce(st, MergeOp{}, id<T>(), red);
       if (threadIdx.x == 0) {
-        store_flagged(pairs + 2 * i1, st.m);
-        store_flagged(pairs + 2 * i1 + 1, st.s);
+        const long long i = now.row * chunks + now.c;
+        store_flagged(pairs + 2 * i, st.m);
+        store_flagged(pairs + 2 * i + 1, st.s);
       }
     } else {
       cp_async_commit();  // one group per step, as the waits count them
     }
-    if (i2 >= 0) {  // phase 2
-      const long long row = i2 / chunks;
-      const T* xr = x + row * stride;
-      T* yr = y + row * (long long)n;
+    if (t > 0) {  // phase 2
+      const T* xr = x + last.row * stride;
+      T* yr = y + last.row * (long long)n;
       const int h = line_head(xr), nwin = (n + h + W - 1) / W;
-      const int base = static_cast<int>(i2 - row * chunks) * span + threadIdx.x;
-      chunk_row_stats(pairs, row, chunks, &fin[t & 1], rp);
+      const int base = last.c * span + threadIdx.x;
+      chunk_row_stats(pairs, last.row, chunks, &fin[t & 1], rp);
       const bool inside = windows_inside<T, VPT>(base, step, n, h);
-      store_row<E, kKept>(yr, prev.r, prev.e, prev.m_thread, fin[t & 1], inside, opaque(base),
+      store_row<E, kKept>(yr, held.r, held.e, held.m_thread, fin[t & 1], inside, opaque(base),
                          step, n, h, nwin);
     }
-    prev = cur;  // register moves
-  }
+    last = now;
+    now.advance(dr, dc, chunks);
+    next.advance(dr, dc, chunks);
+    b = b + 1 == ahead ? 0 : b + 1;
+    return true;
+  };
+  Held cur, held;
+  for (long long t = 0; one_step(t, cur, held); ++t) held = cur;  // register moves
   cp_async_wait_all();
 }
 

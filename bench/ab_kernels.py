@@ -1,0 +1,113 @@
+"""A/B: the same fast_softmax launches built from several copies of cuda_src/, timed in turn.
+
+    git archive HEAD cuda_src | tar -x -C /tmp/head          # the code before an edit
+    python bench/ab_kernels.py --variant head=/tmp/head/cuda_src --variant new=cuda_src \\
+        --shape bfloat16:1048576 --shape float32:524288 [--kind chunks_reg --threads 512 ...]
+
+Each variant is a directory with fast_softmax.cu and the headers it includes. Every (shape,
+variant) gets the config fast_softmax picks for the shape (or the one given by --kind and its
+options, as bench/profile_config.py takes them), compiled from that directory alone (NVRTC, only
+the launched instantiation: seconds, not the whole family), checked against torch.softmax on
+three rows, then timed by CUDA events (tune_long_rows.med_ms) in --rounds rounds, the variants
+in turn within each round and the copy in the same round: drift between variants cancels. Prints
+per shape the median GB/s and % of copy of each variant and its ratio to the first; M*N = 2^28.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from pathlib import Path
+
+import torch
+
+from kernel_lab.benchmarking import parse_dtype
+from kernel_lab.cuda_common import CudaSource
+from kernel_lab.ops.softmax import cuda_variants as cv
+from kernel_lab.ops.softmax import fast_config as fc
+
+try:  # run as a script from the repository root
+    from tune_long_rows import med_ms, sane
+except ImportError:  # pragma: no cover - imported as bench.ab_kernels
+    from bench.tune_long_rows import med_ms, sane
+
+
+def variant(spec: str) -> tuple[str, Path]:
+    name, _, path = spec.partition("=")
+    p = Path(path) / "fast_softmax.cu"
+    if not name or not p.is_file():
+        raise argparse.ArgumentTypeError(f"--variant NAME=DIR with DIR/fast_softmax.cu: {spec!r}")
+    return name, p
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--variant", type=variant, action="append", required=True,
+                    help="NAME=DIR (DIR holds fast_softmax.cu and its headers); the first is "
+                    "the baseline")
+    ap.add_argument("--shape", action="append", required=True,
+                    help="DTYPE:N, e.g. bfloat16:1048576")
+    ap.add_argument("--kind", default=None, help="a config instead of fast_softmax's pick")
+    ap.add_argument("--threads", type=int, default=512)
+    ap.add_argument("--vpt", type=int, default=8)
+    ap.add_argument("--cluster", type=int, default=1)
+    ap.add_argument("--late", action="store_true")
+    ap.add_argument("--stages", type=int, default=1)
+    ap.add_argument("--lag", type=int, default=1)
+    ap.add_argument("--ahead", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--total-log2", type=int, default=28)
+    a = ap.parse_args()
+
+    cases = []  # (label, x, y, cfg, {variant: RowKernels})
+    for spec in a.shape:
+        dname, _, ns = spec.partition(":")
+        dtype, n = parse_dtype(dname), int(ns)
+        x = torch.randn(max(1, (1 << a.total_log2) // n), n, device="cuda", dtype=dtype)
+        y = torch.empty_like(x)
+        if a.kind is None:
+            cfg, _ = cv.fast_choice(y, x)
+        else:
+            cfg = fc.FastConfig(a.kind, threads=a.threads, vpt=a.vpt, cluster=a.cluster,
+                                late=a.late, stages=a.stages, lag=a.lag, ahead=a.ahead)
+        expr = cfg.expr(cv.ctype(dtype))
+        kernels = {}
+        for name, path in a.variant:
+            k = cv.RowKernels(CudaSource(path.resolve(), (expr,)), "fast_softmax")
+            y.fill_(float("nan"))
+            cv.fast_launch(y, x, cfg, 1, kernels=k)
+            if not sane(y, x, log=False):
+                raise SystemExit(f"{name}: wrong output for {dname} {n} {cfg.label()}")
+            kernels[name] = k
+        cases.append((f"{dname} {x.shape[0]}x{n} {cfg.label()}", x, y, cfg, kernels))
+
+    names = [name for name, _ in a.variant]
+    for case in cases:
+        print(time_case(*case, names, a.rounds), flush=True)
+
+
+def time_case(label: str, x: torch.Tensor, y: torch.Tensor, cfg: fc.FastConfig,
+              kernels: dict, names: list[str], rounds: int) -> str:
+    """One line: each variant's median GB/s, % of copy (half its spread) and ratio to the first."""
+    mb = 2 * x.numel() * x.element_size() / 1e6
+    pct = {name: [] for name in names}
+    gbs = {name: [] for name in names}
+    copies = []
+    for _ in range(rounds):
+        copy = mb / med_ms(lambda: y.copy_(x))
+        copies.append(copy)
+        for name in names:
+            g = mb / med_ms(lambda k=kernels[name]: cv.fast_launch(y, x, cfg, 1, kernels=k))
+            gbs[name].append(g)
+            pct[name].append(100 * g / copy)
+    base = statistics.median(gbs[names[0]])
+    cells = []
+    for name in names:
+        g, p = statistics.median(gbs[name]), statistics.median(pct[name])
+        half = (max(pct[name]) - min(pct[name])) / 2
+        cells.append(f"{name} {g:,.0f} GB/s {p:.1f} % (+-{half:.1f}) x{g / base:.3f}")
+    return f"{label} | copy {statistics.median(copies):,.0f} | " + " | ".join(cells)
+
+
+if __name__ == "__main__":
+    main()
