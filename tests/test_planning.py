@@ -11,13 +11,13 @@ from kernel_lab.ops.softmax import fast_config as fc
 
 
 def test_plan_rows_name_the_config_and_its_kernel():
-    header, rows = planning.plan_rows("softmax", torch.float32, [65536, 262144])
+    header, rows = planning.plan_rows("softmax", torch.float32, [65536, 151936])
     assert header == ["N", "auto (CUDA)", "fast_softmax"]
     assert rows[0] == ["65536", "fast_softmax",
                        "persist 8x128x16 late: fast_softmax_persist_cluster<float, 16, 8>"]
-    assert rows[1][2] == "persist 16x256x16 late: fast_softmax_persist_cluster<float, 16, 16>"
-    _, rows = planning.plan_rows("log_softmax", torch.float32, [262144])
-    assert rows[0][2] == "persist 16x256x16 late: log_softmax_persist_cluster<float, 16, 16>"
+    assert rows[1][2] == "persist 8x320x16 late: fast_softmax_persist_cluster<float, 16, 8>"
+    _, rows = planning.plan_rows("log_softmax", torch.float32, [151936])
+    assert rows[0][2] == "persist 8x320x16 late: log_softmax_persist_cluster<float, 16, 8>"
     # rows of 2^20: both ops run them in chunks, the waiting chunk in registers
     for op, prefix in (("softmax", "fast_softmax"), ("log_softmax", "log_softmax")):
         for dt, t in ((torch.bfloat16, "__nv_bfloat16"), (torch.float16, "__half"),

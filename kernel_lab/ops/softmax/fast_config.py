@@ -117,12 +117,17 @@ class PersistShape(NamedTuple):
 # fp32's one-CTA rule is 8 x <= 1024 rather than 16 x <= 512 (the same 128 KB per CTA): faster
 # with rows that leave threads idle (fourth run: 151936 79 % vs 69 %, 50257 84 vs 81, 65536 88
 # vs 85, 262144 equal).
+# Seventeenth run: kernel 7b without its per-window read checks and 64-bit divisions (bf16 2^20
+# 87.4 -> 92.0 %) beat the 16-CTA clusters: fp32 262144 chunks_reg 93.6 vs 16x256x16 late 91.0,
+# bf16 / fp16 524288 93.0 / 91.7 vs 16x1024x4 90.2 / 88.8 (one tune), so the 16-CTA rules went
+# and rows past 8 CTAs (fp32 N > 163840, 2-byte > 262144) run in chunks; 8 CTAs stay ahead
+# (fp32 151936 8x320x16 late 93.8 vs 92.9, bf16 262144 8x1024x4 93.6 vs 92.7).
 PERSIST_SHAPES = {  # by itemsize
-    4: (PersistShape(8, 1024, (1,)), PersistShape(16, 320, (8, 16))),
+    4: (PersistShape(8, 1024, (1,)), PersistShape(16, 320, (8,))),
     2: (PersistShape(8, 128, (8,), lines_only=True, min_fill=0.9), PersistShape(4, 1024, (1,)),
         PersistShape(16, 160, (8,), lines_only=True, late=True, min_fill=0.9),
         PersistShape(4, 1024, (2, 4)), PersistShape(4, 512, (8, 15)),
-        PersistShape(4, 1024, (8, 16))),
+        PersistShape(4, 1024, (8,))),
 }
 # 2-byte CTAs of more than 512 threads issue their copies right after the local (max, sum), not
 # late (tenth run: bf16 262144 8x1024x4 84.2 / 83.8 vs late 81-82; eleventh: 131072 4x1024x4
@@ -425,12 +430,12 @@ def fast_softmax_config(
       = the multiple of 32 that just covers the row (no idle pow2 padding);
     * longer, when input and output rows share their 16-byte phase (``vec``) and the dtype is
       fp32/fp16/bf16: ``persist``, the first PERSIST_SHAPES rule that holds the row - fp32: one
-      CTA of <= 1024 threads x 8 vectors, then <= 320 x 16 in 8 or 16 CTAs; fp16/bf16:
+      CTA of <= 1024 threads x 8 vectors, then <= 320 x 16 in 8 CTAs; fp16/bf16:
       <= 128 x 8 in 8 CTAs (rows on lines), one CTA of <= 1024 x 4, <= 160 x 16 in 8 (rows
       on lines), <= 1024 x 4 in 2 or 4, <= 512 x 4 in 8 or 15, <= 1024 x 4
-      in 8 or 16 - threads = the multiple of 32 that just covers the row,
+      in 8 - threads = the multiple of 32 that just covers the row,
       next row's copies issued late (2-byte CTAs: only up to LATE_MAX_THREADS);
-    * longer rows of those dtypes (fp32 > 327680, 2-byte > 524288): ``chunks_reg``,
+    * longer rows of those dtypes (fp32 > 163840, 2-byte > 262144): ``chunks_reg``,
       CHUNK_REG_DEFAULT (512 threads x 8 vectors a chunk, the waiting chunk in registers, one
       chunk ahead) for rows of <= CHUNK_REG_MAX_CHUNKS chunks (N <= 2^20 fp32, 2^21 2-byte),
       else ``chunks``, CHUNK_DEFAULT (1024 threads x 4 vectors a chunk, lag 1, one chunk ahead);
