@@ -89,7 +89,6 @@ def test_long_rows_take_the_retuned_cluster_shapes():
         (110000, bf16, True, "persist 4x864x4"),  # 84 % of 8x128x16: below min_fill
         (151936, bf16, True, "persist 8x160x16 late"),
         (151936, f16, True, "persist 8x160x16 late"),
-        (262144, bf16, True, "persist 8x1024x4"),
         (1048576, bf16, True, "chunks_reg 512x8 ahead 1"),  # 2 MB rows: 32 chunks
         (1048576, f16, True, "chunks_reg 512x8 ahead 1"),
     ]
@@ -100,11 +99,14 @@ def test_long_rows_take_the_retuned_cluster_shapes():
     # 90.2 % of copy vs kernel 7's 87.3, 524288 92.7 vs 90.9; bf16 2^20 80.8 vs x 16 76.1,
     # 2^21 79.7 vs 75.2) keep the waiting chunk in registers, longer ones (fp32 2^21: 74.6 vs
     # 82.4) run kernel 7. Seventeenth run: rows past 8-CTA clusters too (fp32 262144 93.6 vs
-    # 16x256x16 late 91.0; bf16 / fp16 524288 93.0 / 91.7 vs 16x1024x4 90.2 / 88.8)
+    # 16x256x16 late 91.0; bf16 / fp16 524288 93.0 / 91.7 vs 16x1024x4 90.2 / 88.8), and 2-byte
+    # rows past 4 x 1024 x 4 but for the x 16 rule (200000: 86.4 / 86.9 vs 8x800x4 84.2 / 85.2
+    # and 15x448x4 late 77.5 / 78.3; 151937 90.7 / 91.0 vs 15x320x4 83.6 / 84.6)
     for n, dtype in ((1048577, bf16), (1 << 20, f32), (1 << 20, bf16), (1 << 21, f16),
                      (327681, f32), (524288, f32), ((1 << 20) + 1, f32), ((1 << 21) + 1, bf16),
                      (163841, f32), (262144, f32), (327680, f32), (262145, bf16),
-                     (524288, f16), (524288, bf16)):
+                     (524288, f16), (524288, bf16), (262144, bf16), (200000, f16),
+                     (151937, bf16), (131080, f16)):
         assert fc.fast_softmax_config(n, dtype) == fc.CHUNK_REG_DEFAULT, (n, dtype)
     for n, dtype in ((1 << 21, f32), (1200000, f32), (2500000, f16), (1 << 22, bf16)):
         assert fc.fast_softmax_config(n, dtype) == fc.CHUNK_DEFAULT, (n, dtype)

@@ -121,14 +121,16 @@ class PersistShape(NamedTuple):
 # 87.4 -> 92.0 %) beat the 16-CTA clusters: fp32 262144 chunks_reg 93.6 vs 16x256x16 late 91.0,
 # bf16 / fp16 524288 93.0 / 91.7 vs 16x1024x4 90.2 / 88.8 (one tune), so the 16-CTA rules went
 # and rows past 8 CTAs (fp32 N > 163840, 2-byte > 262144) run in chunks; 8 CTAs stay ahead
-# (fp32 151936 8x320x16 late 93.8 vs 92.9, bf16 262144 8x1024x4 93.6 vs 92.7). The 2-byte rule
-# <= 512 x 4 in 8 or 15 CTAs gave way to <= 1024 x 4 in 8: its 15-CTA clusters took rows of
-# 131k-246k (bf16 / fp16 200000: 15x448x4 late 78 %, call 5's benchmark).
+# in fp32 (151936 8x320x16 late 93.8 vs 92.9). In fp16 / bf16 every rule past 4 x 1024 x 4 but
+# the x 16 one went: <= 512 x 4 in 8 or 15 CTAs had taken rows of 131k-246k at 78-84 % (200000:
+# 15x448x4 late 77.5 / 78.3, 8x800x4 84.2 / 85.2, chunks_reg 86.4 / 86.9; odd 151937: 15x320x4
+# 83.6 / 84.6, 8x608x4 79.2 / 80.5, chunks_reg 90.7 / 91.0). 262144 gives up a point (8x1024x4
+# 93.6 / 93.0 vs chunks_reg 92.7 / 91.9).
 PERSIST_SHAPES = {  # by itemsize
     4: (PersistShape(8, 1024, (1,)), PersistShape(16, 320, (8,))),
     2: (PersistShape(8, 128, (8,), lines_only=True, min_fill=0.9), PersistShape(4, 1024, (1,)),
         PersistShape(16, 160, (8,), lines_only=True, late=True, min_fill=0.9),
-        PersistShape(4, 1024, (2, 4)), PersistShape(4, 1024, (8,))),
+        PersistShape(4, 1024, (2, 4))),
 }
 # 2-byte CTAs of more than 512 threads issue their copies right after the local (max, sum), not
 # late (tenth run: bf16 262144 8x1024x4 84.2 / 83.8 vs late 81-82; eleventh: 131072 4x1024x4
@@ -433,9 +435,10 @@ def fast_softmax_config(
       fp32/fp16/bf16: ``persist``, the first PERSIST_SHAPES rule that holds the row - fp32: one
       CTA of <= 1024 threads x 8 vectors, then <= 320 x 16 in 8 CTAs; fp16/bf16:
       <= 128 x 8 in 8 CTAs (rows on lines), one CTA of <= 1024 x 4, <= 160 x 16 in 8 (rows
-      on lines), <= 1024 x 4 in 2, 4 or 8 - threads = the multiple of 32 that just covers the row,
+      on lines), <= 1024 x 4 in 2 or 4 - threads = the multiple of 32 that just covers the row,
       next row's copies issued late (2-byte CTAs: only up to LATE_MAX_THREADS);
-    * longer rows of those dtypes (fp32 > 163840, 2-byte > 262144): ``chunks_reg``,
+    * longer rows of those dtypes (fp32 > 163840, 2-byte > 131072 but for the x 16 rule):
+      ``chunks_reg``,
       CHUNK_REG_DEFAULT (512 threads x 8 vectors a chunk, the waiting chunk in registers, one
       chunk ahead) for rows of <= CHUNK_REG_MAX_CHUNKS chunks (N <= 2^20 fp32, 2^21 2-byte),
       else ``chunks``, CHUNK_DEFAULT (1024 threads x 4 vectors a chunk, lag 1, one chunk ahead);
