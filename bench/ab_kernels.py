@@ -1,6 +1,6 @@
 """A/B: the same fast_softmax launches built from several copies of cuda_src/, timed in turn.
 
-    git archive HEAD cuda_src | tar -x -C /tmp/head          # the code before an edit
+    mkdir -p /tmp/head && git archive HEAD cuda_src | tar -x -C /tmp/head   # before an edit
     python bench/ab_kernels.py --variant head=/tmp/head/cuda_src --variant new=cuda_src \\
         --shape bfloat16:1048576 --shape float32:524288 [--kind chunks_reg --threads 512 ...]
 

@@ -147,6 +147,12 @@
 //    persistent rules run it.
 //    Why:    kernel 7's three 64 KB slot sets (reduced, waiting, in flight) fill shared memory,
 //            so only one chunk is ever in flight; here the waiting one sits in registers.
+//    Step:   warps whose windows are all whole read their slots with no per-window checks
+//            (read_slots: the 8 shared loads issue back to back instead of one per branch) and
+//            items advance as (row, chunk) cursors, not 64-bit divisions (seventeenth H200 run:
+//            bf16 2^20 87.4 -> 92.0 % of copy, fp32 90.0 -> 91.3). Where the step still waits
+//            (Nsight): warp 0 gathering the row's pairs behind a barrier (14 % of stall samples),
+//            the block all-reduce's barriers (6 %), stores holding their registers (5-11 %).
 #pragma once
 
 #include "cluster.cuh"

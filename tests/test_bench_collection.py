@@ -472,3 +472,46 @@ def test_notes_table_shows_what_a_variant_launched(tmp_path):
     assert ("| 4096x65536 | **3,800 (95%)** | 2,000 (50%) | `fast_softmax_persist_pipe<float, "
             "16, 8> <<<264, 128, 65536>>>` |") in r.stdout
     assert "| 2097152x128 | 3,900 (98%) | **3,950 (99%)** |  |" in r.stdout  # none recorded
+
+
+def test_ncu_stalls_reads_the_reports_pages(tmp_path):
+    """bench/ncu_stalls.py on Nsight Compute's raw and source pages (CSV, as `ncu -i --csv`
+    writes them): stall reasons largest first with their share, then the hottest SASS lines."""
+    raw = tmp_path / "raw.csv"
+    stalled = "smsp__pcsamp_warps_issue_stalled_"
+    head = ["ID", "Kernel Name", f"{stalled}barrier", f"{stalled}barrier_not_issued",
+            f"{stalled}wait", f"{stalled}long_scoreboard", "smsp__other"]
+    with raw.open("w", newline="") as f:
+        csv.writer(f, quoting=csv.QUOTE_ALL).writerows(
+            [head, ["", "", "", "", "", "", "cycle"], ["0", "k", "600", "590", "300", "100", "7"]])
+    sass = tmp_path / "sass.csv"
+    cols = ["Address", "Source", "Warp Stall Sampling (All Samples)",
+            "Warp Stall Sampling (Not-issued Samples)", "Instructions Executed",
+            "stall_barrier", "stall_wait", "stall_long_sb"]
+    with sass.open("w", newline="") as f:
+        w = csv.writer(f, quoting=csv.QUOTE_ALL)
+        w.writerow(["Kernel Name", "void k(float *)"])
+        w.writerows([cols,
+                     ["0x7f00", "      BAR.SYNC.DEFER_BLOCKING 0x0", "10", "9", "64", "0", "9", "1"],
+                     ["0x7f10", "      UMOV UR10, 0x400", "600", "590", "64", "590", "10", "0"],
+                     ["0x7f20", "      IMAD R29, R2, UR13, RZ", "390", "300", "64", "0", "290",
+                      "100"]])
+    r = subprocess.run([sys.executable, str(REPO / "bench" / "ncu_stalls.py"), str(raw), str(sass),
+                        "--top", "2"], cwd=REPO, text=True, capture_output=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == "stall samples by reason (1,000 samples):"
+    assert lines[1].split() == ["barrier", "600", "60.0", "%"]  # _not_issued is not a reason
+    assert [ln.split()[0] for ln in lines[2:4]] == ["wait", "long_scoreboard"]
+    hot = [ln for ln in lines if ln.startswith("  0x")]
+    assert len(hot) == 2 and "UMOV UR10" in hot[0] and "60.0 %" in hot[0]
+    assert "stall_barrier 590" in hot[0] and "IMAD R29" in hot[1]
+
+
+def test_ab_kernels_rejects_a_variant_without_sources(tmp_path):
+    """bench/ab_kernels.py checks each --variant NAME=DIR before it touches a GPU."""
+    r = subprocess.run([sys.executable, str(REPO / "bench" / "ab_kernels.py"), "--variant",
+                        f"old={tmp_path}", "--shape", "float32:1024"],
+                       cwd=REPO, text=True, capture_output=True, timeout=120)
+    assert r.returncode == 2
+    assert "--variant NAME=DIR with DIR/fast_softmax.cu" in r.stderr

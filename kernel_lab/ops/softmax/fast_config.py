@@ -406,7 +406,10 @@ CHUNK_DEFAULT = FastConfig("chunks", threads=1024, vpt=4, lag=1, ahead=1)
 # (one exp per element): bf16 2^20 87.5-87.8 (two tunes), fp16 85.6-86.4; 524288 88.1-88.3 / 86.5-
 # 87.3 against persist 4 x 1024 x 4's 88.6-89.7 (that rule stays). 1024 threads x 4 vectors (the
 # same 64 KB chunks, 32 warps; 64 registers, 16-40 B spills) lost: bf16 2^20 80.8, fp32 75.8
-# (branch exp/chunks-reg-1024).
+# (branch exp/chunks-reg-1024). Seventeenth run, the step without per-window read checks and
+# 64-bit divisions: 2^20 fp32 / bf16 / fp16 91.3 / 92.0 / 91.1, 524288 fp32 93.2 (A/B against the
+# kernel before, bench/ab_kernels.py); ahead 2 91.3 / 91.1 (bf16 below ahead 1 again); it now also
+# takes rows past 8-CTA clusters (PERSIST_SHAPES).
 CHUNK_REG_DEFAULT = FastConfig("chunks_reg", threads=512, vpt=8, ahead=1)
 CHUNK_REG_MAX_CHUNKS = 65  # 64 measured; + 1 for the same rows off 128-byte lines
 
