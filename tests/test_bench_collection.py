@@ -492,7 +492,8 @@ def test_ncu_stalls_reads_the_reports_pages(tmp_path):
         w = csv.writer(f, quoting=csv.QUOTE_ALL)
         w.writerow(["Kernel Name", "void k(float *)"])
         w.writerows([cols,
-                     ["0x7f00", "      BAR.SYNC.DEFER_BLOCKING 0x0", "10", "9", "64", "0", "9", "1"],
+                     ["0x7f00", "      BAR.SYNC.DEFER_BLOCKING 0x0", "10", "9", "64", "0", "9",
+                      "1"],
                      ["0x7f10", "      UMOV UR10, 0x400", "600", "590", "64", "590", "10", "0"],
                      ["0x7f20", "      IMAD R29, R2, UR13, RZ", "390", "300", "64", "0", "290",
                       "100"]])
