@@ -438,6 +438,20 @@ def test_tune_long_rows_times_late_copies_with_two_stages():
                                            "persist 8x256x4 late", "persist 8x256x4 late s2"]))
 
 
+def test_tune_long_rows_sizes_kernel_7b_to_fill_its_chunks():
+    """A row that leaves 512 x 8's last chunk mostly empty also times kernel 7b with its CTA
+    sized down to as many chunks, nearly full (bf16 200000: 7 chunks of 448 x 8 vectors); a row
+    that fills them (2^20) gets no such shape."""
+    code = ("import torch, tune_long_rows as t; "
+            "print([sorted(k for k in t.candidates(n, torch.bfloat16, True) "
+            "if k.startswith('chunks_reg') and ' ahead 1' in k) for n in (200000, 1 << 20)])")
+    r = subprocess.run([sys.executable, "-c", code], cwd=REPO / "bench", text=True,
+                       capture_output=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == str([["chunks_reg 448x8 ahead 1", "chunks_reg 512x8 ahead 1"],
+                                    ["chunks_reg 512x8 ahead 1"]])
+
+
 def test_a_recorded_launch_reads_as_name_and_shape():
     """What a saved record's ``kernels`` says per launch (bm.describe_launch), and that a
     Function the JIT did not hand out has no name."""
