@@ -8,6 +8,7 @@ machine, not as under tests/conftest.py.
 from __future__ import annotations
 
 import argparse
+import ast
 import csv
 import json
 import os
@@ -425,31 +426,33 @@ def test_tune_backward_times_the_shape_the_op_launches():
     assert second == "True"
 
 
-def test_tune_long_rows_times_late_copies_with_two_stages():
-    """bench/tune_long_rows.py's candidates for a cluster shape: early / late copies, one and
-    two rows in flight - all four (late with two stages was never timed before 2026-11-30)."""
+def _tune_candidates(n: int, keep: str) -> list[str]:
+    """bench/tune_long_rows.py's candidate labels for a bf16 row of ``n`` (rows on 16 bytes)
+    that ``keep`` (a Python expression in the label ``k``) accepts, sorted; run from bench/."""
     code = ("import torch, tune_long_rows as t; "
-            "print(sorted(k for k in t.candidates(65536, torch.bfloat16, True) "
-            "if k.startswith('persist 8x256x4')))")
+            f"print(sorted(k for k in t.candidates({n}, torch.bfloat16, True) if {keep}))")
     r = subprocess.run([sys.executable, "-c", code], cwd=REPO / "bench", text=True,
                        capture_output=True, timeout=120)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.strip() == str(sorted(["persist 8x256x4", "persist 8x256x4 s2",
-                                           "persist 8x256x4 late", "persist 8x256x4 late s2"]))
+    return ast.literal_eval(r.stdout.strip())
+
+
+def test_tune_long_rows_times_late_copies_with_two_stages():
+    """bench/tune_long_rows.py's candidates for a cluster shape: early / late copies, one and
+    two rows in flight - all four (late with two stages was never timed before 2026-11-30)."""
+    assert _tune_candidates(65536, "k.startswith('persist 8x256x4')") == sorted(
+        ["persist 8x256x4", "persist 8x256x4 s2", "persist 8x256x4 late",
+         "persist 8x256x4 late s2"])
 
 
 def test_tune_long_rows_sizes_kernel_7b_to_fill_its_chunks():
     """A row that leaves 512 x 8's last chunk mostly empty also times kernel 7b with its CTA
     sized down to as many chunks, nearly full (bf16 200000: 7 chunks of 448 x 8 vectors); a row
     that fills them (2^20) gets no such shape."""
-    code = ("import torch, tune_long_rows as t; "
-            "print([sorted(k for k in t.candidates(n, torch.bfloat16, True) "
-            "if k.startswith('chunks_reg') and ' ahead 1' in k) for n in (200000, 1 << 20)])")
-    r = subprocess.run([sys.executable, "-c", code], cwd=REPO / "bench", text=True,
-                       capture_output=True, timeout=120)
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.strip() == str([["chunks_reg 448x8 ahead 1", "chunks_reg 512x8 ahead 1"],
-                                    ["chunks_reg 512x8 ahead 1"]])
+    keep = "k.startswith('chunks_reg') and k.endswith(' ahead 1')"
+    assert _tune_candidates(200000, keep) == ["chunks_reg 448x8 ahead 1",
+                                              "chunks_reg 512x8 ahead 1"]
+    assert _tune_candidates(1 << 20, keep) == ["chunks_reg 512x8 ahead 1"]
 
 
 def test_a_recorded_launch_reads_as_name_and_shape():
