@@ -73,6 +73,7 @@ def main() -> None:
         expr = cfg.expr(cv.ctype(dtype))
         kernels = {}
         for name, path in a.variant:
+            print(f"check {name}: {dname} {n} {cfg.label()}", flush=True)  # names a crash
             k = cv.RowKernels(CudaSource(path.resolve(), (expr,)), "fast_softmax")
             y.fill_(float("nan"))
             cv.fast_launch(y, x, cfg, 1, kernels=k)

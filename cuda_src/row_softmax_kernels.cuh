@@ -520,7 +520,8 @@ __device__ __forceinline__ void read_slots(Vec<T> (&r)[VPT], const uint4* mine, 
 }
 
 // Store a row's VPT windows (k * step + b) from registers (write_row): threads `inside` the row
-// use plain 16-byte stores from one pointer with a fixed stride, skipping windows past the row;
+// use 16-byte stores (store_vec_cg: normal L2 priority, as the rows' cp.async reads) from one
+// pointer with a fixed stride, skipping windows past the row;
 // the others go through store_window (the row's partial first and last windows).
 template <template <typename> class E, int KEPT, typename T, int VPT, int KE>
 __device__ __forceinline__ void store_row(T* yr, Vec<T> (&r)[VPT],
@@ -532,7 +533,7 @@ __device__ __forceinline__ void store_row(T* yr, Vec<T> (&r)[VPT],
     T* p = yr + (b * W - h);
     const int jump = step * W;
     write_row<E, KEPT>(r, e, m_thread, st, [&](int k, const Vec<T>& v) {
-      if (k * step + b < nwin) store_vec(p + k * jump, v);
+      if (k * step + b < nwin) store_vec_cg(p + k * jump, v);
     });
   } else {
     write_row<E, KEPT>(r, e, m_thread, st, [&](int k, const Vec<T>& v) {

@@ -89,7 +89,7 @@ def test_long_rows_take_the_retuned_cluster_shapes():
         (110000, bf16, True, "persist 4x864x4"),  # 84 % of 8x128x16: below min_fill
         (151936, bf16, True, "persist 8x160x16 late"),
         (151936, f16, True, "persist 8x160x16 late"),
-        (1048576, bf16, True, "chunks_reg 512x8 ahead 1"),  # 2 MB rows: 32 chunks
+        (1048576, bf16, True, "chunks_reg 512x8 ahead 1"),  # 2 MB rows: 32 full chunks
         (1048576, f16, True, "chunks_reg 512x8 ahead 1"),
     ]
     for n, dtype, aligned, label in picks:
@@ -107,7 +107,12 @@ def test_long_rows_take_the_retuned_cluster_shapes():
                      (163841, f32), (262144, f32), (327680, f32), (262145, bf16),
                      (524288, f16), (524288, bf16), (262144, bf16), (200000, f16),
                      (151937, bf16), (131080, f16)):
-        assert fc.fast_softmax_config(n, dtype) == fc.CHUNK_REG_DEFAULT, (n, dtype)
+        assert_fitted_chunks(n, dtype)
+    # eighteenth run: the CTA sized down so that the row's chunks come out full (bf16 200000:
+    # 7 chunks of 448 x 8, 89.8 % of copy vs 512 x 8's 87.3; 245760: 480 x 8, 92.5 vs 91.3)
+    for n, dtype, threads in ((200000, bf16, 448), (245760, bf16, 480), (140000, f16, 448),
+                              (1 << 20, f32, 512), (262144, bf16, 512), (163841, f32, 480)):
+        assert fc.fast_softmax_config(n, dtype).threads == threads, (n, dtype)
     for n, dtype in ((1 << 21, f32), (1200000, f32), (2500000, f16), (1 << 22, bf16)):
         assert fc.fast_softmax_config(n, dtype) == fc.CHUNK_DEFAULT, (n, dtype)
     assert fc.fast_softmax_config(1 << 20, f32, aligned=False, vec=False).kind == "wide"
@@ -115,6 +120,19 @@ def test_long_rows_take_the_retuned_cluster_shapes():
     for n in range(32769, 163841, 7919):  # every fp32 cluster row: 8 CTAs, late
         c = fc.fast_softmax_config(n, f32)
         assert (c.kind, c.cluster, c.late) == ("persist", 8, True), (n, c)
+
+
+def assert_fitted_chunks(n: int, dtype: torch.dtype) -> None:
+    """Row n takes kernel 7b: CHUNK_REG_DEFAULT's vectors and chunks in flight, as many chunks
+    as CHUNK_REG_DEFAULT cuts the row into, and the fewest threads (a multiple of 32) that
+    keep that count."""
+    c, d = fc.fast_softmax_config(n, dtype), fc.CHUNK_REG_DEFAULT
+    line = n * dtype.itemsize % 128 == 0
+    assert (c.kind, c.vpt, c.ahead, c.threads % 32) == ("chunks_reg", d.vpt, d.ahead, 0), (n, c)
+    chunks = fc.row_chunks(d, n, dtype, line)
+    assert fc.row_chunks(c, n, dtype, line) == chunks, (n, c)
+    smaller = fc.FastConfig("chunks_reg", threads=c.threads - 32, vpt=d.vpt, ahead=d.ahead)
+    assert c.threads == d.threads or fc.row_chunks(smaller, n, dtype, line) > chunks, (n, c)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
@@ -343,14 +361,14 @@ def _chunk_cases():
     """(kind, dtype, vpt, threads, lag, ahead): every chunks instantiation, small CTAs (many
     chunks per row, many steps per CTA) with the least and more lag, no chunk in flight and
     several, and the largest CTA; every chunks_reg instantiation (lag 1, the waiting chunk in
-    registers) with one to three chunks in flight."""
+    registers) with one to three chunks in flight, and a CTA sized down to fit its row (448)."""
     for dt in fc.PERSIST_DTYPES:
         for vpt in fc.CHUNK_VPT:
             for threads, lag, ahead in ((64, 1, 1), (64, 2, 0), (96, 1, 3), (1024, 1, 1)):
                 yield pytest.param("chunks", dt, vpt, threads, lag, ahead,
                                    id=f"{dt}-v{vpt}-t{threads}-lag{lag}-ahead{ahead}")
         for vpt in fc.CHUNK_REG_VPT:
-            for threads, ahead in ((64, 1), (96, 3), (512, 2)):
+            for threads, ahead in ((64, 1), (96, 3), (448, 1), (512, 2)):
                 yield pytest.param("chunks_reg", dt, vpt, threads, 1, ahead,
                                    id=f"reg-{dt}-v{vpt}-t{threads}-ahead{ahead}")
 
