@@ -144,7 +144,8 @@
 //    its exps, fp32 up to 32 elements a thread, else fp16/bf16 rounded to T; log_softmax: the
 //    raw values), so shared memory holds only the `ahead` chunks in flight. CTAs of <= 512
 //    threads. Rows of <= 65 chunks of 512 x 8 (fp32 N <= 2^20, 2-byte <= 2^21) past the
-//    persistent rules run it.
+//    persistent rules run it, the CTA sized down to the fewest threads that keep the chunk
+//    count, so that every chunk is (nearly) full (200000 bf16: 7 x 448 x 8).
 //    Why:    kernel 7's three 64 KB slot sets (reduced, waiting, in flight) fill shared memory,
 //            so only one chunk is ever in flight; here the waiting one sits in registers.
 //    Step:   warps whose windows are all whole read their slots with no per-window checks
