@@ -79,8 +79,8 @@ def measured_preferences(op: str, x: torch.Tensor, dim: int = -1) -> tuple[str, 
     Softmax forward, fastest per row length N there: Triton's whole-row kernel for N <= 256,
     for 2048 <= N <= 32768 in fp32 and for N <= 8192 in fp16/bf16 (97-100 % of copy against
     fast_softmax's 80-98 %); fast_softmax everywhere else, the longest rows included (N = 2^20,
-    rows in chunks: fp32 91 %, bf16 88 %, fp16 86 % in sweep17 against vec_softmax's 62-64 % in
-    the sixteenth run's tunes; N = 2^19: fp32 92 %, bf16 87 %, fp16 90 % against 63-64 %).
+    rows in chunks: fp32 92 %, bf16 91 %, fp16 92 % in sweep18 against vec_softmax's 62-64 % in
+    the sixteenth run's tunes; N = 2^19: fp32 94 %, bf16 93 %, fp16 93 % against 63-64 %).
     Softmax backward (two sweeps, 2026-11-30, eighth run: bench/backward6_h200.json,
     backward7_h200.json; N = 128-512, ninth run: bench/backward_short_h200.json): Triton's
     whole-row kernel for N <= 16384 (fp32 103-104 % of copy against fused_softmax_backward's
