@@ -303,7 +303,8 @@ template <typename T> __device__ __forceinline__ void store_vec(T* p, const Vec<
 // read through cp.async.cg (normal priority too) - the persistent and chunk kernels' rows
 // (store_row). Stores should match their kernel's loads (H200, eighteenth run, A/B): .cg there
 // ran 0.4-1.2 % faster than .cs (bf16 32768 / 65536 93.4 -> 94.6 %), while the block kernel,
-// whose loads are evict-first (.cs), ran 4 % slower with .cg and 2x slower with plain stores.
+// whose loads are evict-first (.cs), ran 4 % slower with .cg (bench/policy_variants.py makes
+// such variants; Triton's plain weak STG.E.128 is not raced yet).
 template <typename T> __device__ __forceinline__ void store_vec_cg(T* p, const Vec<T>& v) {
   __stcg(reinterpret_cast<uint4*>(p), v.raw);
 }
