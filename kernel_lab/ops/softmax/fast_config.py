@@ -454,7 +454,8 @@ def fast_softmax_config(
     * longer rows of those dtypes (fp32 > 163840, 2-byte > 131072 but for the x 16 rule):
       ``chunks_reg``,
       CHUNK_REG_DEFAULT (512 threads x 8 vectors a chunk, the waiting chunk in registers, one
-      chunk ahead) for rows of <= CHUNK_REG_MAX_CHUNKS chunks (N <= 2^20 fp32, 2^21 2-byte),
+      chunk ahead; the CTA sized down so that the row's chunks come out full, :func:`chunk_config`)
+      for rows of <= CHUNK_REG_MAX_CHUNKS chunks (N <= 2^20 fp32, 2^21 2-byte),
       else ``chunks``, CHUNK_DEFAULT (1024 threads x 4 vectors a chunk, lag 1, one chunk ahead);
       the launcher falls back to ``wide`` where a row has more chunks than resident CTAs + 1;
     * otherwise (fp64, misaligned phase): a one-row cluster of up to 16 CTAs
