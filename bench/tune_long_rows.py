@@ -104,14 +104,10 @@ def candidates(n: int, dtype: torch.dtype, aligned: bool) -> dict[str, fc.FastCo
         for t, v, ahead in CHUNK_REG_SHAPES:  # kernel 7b: the waiting chunk in registers
             c = fc.FastConfig("chunks_reg", threads=t, vpt=v, ahead=ahead)
             out.setdefault(c.label(), c)
-        # kernel 7b with its CTA sized down so that the row's chunks come out (nearly) full, as
-        # many chunks as 512 x 8 needs (200000 bf16: 7 chunks of 448 x 8, not 6.1 of 512 x 8)
-        d = fc.CHUNK_REG_DEFAULT
-        chunks = -(-nwl // (d.threads * d.vpt))
-        t = fc.round32(-(-nwl // (chunks * d.vpt)))
-        if t < d.threads:
-            c = fc.FastConfig("chunks_reg", threads=t, vpt=d.vpt, ahead=d.ahead)
-            out.setdefault(c.label(), c)
+        # the chunk rule's shape (kernel 7b's CTA sized down so that the row's chunks come out
+        # full, 200000 bf16: 448 x 8), also where a persistent rule takes the row
+        c = fc.chunk_config(n, dtype, fc.rows_on_lines(n, dtype, aligned, None))
+        out.setdefault(c.label(), c)
     return out
 
 
