@@ -11,6 +11,8 @@ the launched instantiation: seconds, not the whole family), checked against torc
 three rows, then timed by CUDA events (tune_long_rows.med_ms) in --rounds rounds, the variants
 in turn within each round and the copy in the same round: drift between variants cancels. Prints
 per shape the median GB/s and % of copy of each variant and its ratio to the first; M*N = 2^28.
+--peer NAME adds a registered variant (e.g. triton_fused), called as kernel_lab.run would call
+it (its own output each call), timed in the same rounds: the race the auto pick is made on.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pathlib import Path
 
 import torch
 
+from kernel_lab import registry
 from kernel_lab.benchmarking import parse_dtype
 from kernel_lab.cuda_common import CudaSource
 from kernel_lab.ops.softmax import cuda_variants as cv
@@ -47,6 +50,8 @@ def main() -> None:
                     "the baseline")
     ap.add_argument("--shape", action="append", required=True,
                     help="DTYPE:N, e.g. bfloat16:1048576")
+    ap.add_argument("--peer", action="append", default=[],
+                    help="a registered variant timed beside them (repeatable), e.g. triton_fused")
     ap.add_argument("--kind", default=None, help="a config instead of fast_softmax's pick")
     ap.add_argument("--threads", type=int, default=512)
     ap.add_argument("--vpt", type=int, default=8)
@@ -80,9 +85,14 @@ def main() -> None:
             if not sane(y, x, log=False):
                 raise SystemExit(f"{name}: wrong output for {dname} {n} {cfg.label()}")
             kernels[name] = k
+        for name in a.peer:
+            fn = registry.get(name).fn
+            if not sane(fn(x), x, log=False):
+                raise SystemExit(f"{name}: wrong output for {dname} {n}")
+            kernels[name] = lambda fn=fn, x=x: fn(x)
         cases.append((f"{dname} {x.shape[0]}x{n} {cfg.label()}", x, y, cfg, kernels))
 
-    names = [name for name, _ in a.variant]
+    names = [name for name, _ in a.variant] + a.peer
     for case in cases:
         print(time_case(*case, names, a.rounds), flush=True)
 
@@ -98,7 +108,9 @@ def time_case(label: str, x: torch.Tensor, y: torch.Tensor, cfg: fc.FastConfig,
         copy = mb / med_ms(lambda: y.copy_(x))
         copies.append(copy)
         for name in names:
-            g = mb / med_ms(lambda k=kernels[name]: cv.fast_launch(y, x, cfg, 1, kernels=k))
+            k = kernels[name]
+            g = mb / med_ms(k if callable(k) else lambda k=k: cv.fast_launch(y, x, cfg, 1,
+                                                                             kernels=k))
             gbs[name].append(g)
             pct[name].append(100 * g / copy)
     base = statistics.median(gbs[names[0]])
