@@ -6,41 +6,49 @@ to race with bench/ab_kernels.py.
         --variant allweak=/tmp/pol/cs-weak-weak --shape float32:32768 --shape bfloat16:65536
 
 A variant is LOAD:STORE[:ROWS] and lands in OUT/LOAD-STORE-ROWS/ (a copy of cuda_src/):
-  LOAD   the single-use loads (load_vec_cs: the one-CTA-per-row kernels' rows);
+  LOAD   the loads of bytes read once (load_vec_once: the warp, block and cluster kernels'
+         rows, the backward's);
   STORE  every other 16-byte store (store_vec);
-  ROWS   the persistent and chunk kernels' row stores (store_vec_cg; default cg).
-Policies: ``cs`` evict-first (SASS LDG/STG.E.EF.128, the lab's default for LOAD and STORE),
-``cg`` L2 only at normal priority (STG.E.128.STRONG.GPU; stores only, ROWS' default), ``nc``
-the read-only path (loads only), ``weak`` plain ``ld/st.global.v4.b32`` (LDG/STG.E.128, what
-Triton emits). (A plain C++ ``*(uint4*)p = v`` compiled to four 4-byte stores here: the
-eighteenth run's "plain store" variants were that, not a policy.)
+  ROWS   the persistent and chunk kernels' row stores (store_vec_cg).
+Policies: ``weak`` plain ``ld / st.global.v4.b32`` (SASS LDG / STG.E.128, what Triton emits; the
+lab's LOAD and STORE since the nineteenth H200 run), ``cs`` evict-first (LDG / STG.E.EF.128, the
+lab's LOAD and STORE before it), ``cg`` L2 only at normal priority (STG.E.128.STRONG.GPU; stores
+only, ROWS' own), ``nc`` the read-only path (loads only). (A plain C++ ``*(uint4*)p = v``
+compiled to four 4-byte stores here: the eighteenth run's "plain store" variants were that.)
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import shutil
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 HEADER = "softmax_common.cuh"
 
-# The one line of each function's body that a policy replaces, as it stands in HEADER.
-LOAD_LINE = "  v.raw = __ldcs(reinterpret_cast<const uint4*>(p));"
-STORE_LINE = "  __stcs(reinterpret_cast<uint4*>(p), v.raw);"
-ROWS_LINE = "  __stcg(reinterpret_cast<uint4*>(p), v.raw);"
+# The three functions whose bodies a variant replaces: (slot, signature as in HEADER).
+SLOTS = (
+    ("LOAD", "Vec<T> load_vec_once(const T* p) {"),
+    ("STORE", "void store_vec(T* p, const Vec<T>& v) {"),
+    ("ROWS", "void store_vec_cg(T* p, const Vec<T>& v) {"),
+)
 
+_WEAK_LOAD = (
+    '  Vec<T> v;\n  asm volatile("ld.global.v4.b32 {%0, %1, %2, %3}, [%4];"\n'
+    '               : "=r"(v.raw.x), "=r"(v.raw.y), "=r"(v.raw.z), "=r"(v.raw.w)\n'
+    '               : "l"(p));\n  return v;'
+)
 LOADS = {
-    "cs": LOAD_LINE,
-    "nc": "  v.raw = __ldg(reinterpret_cast<const uint4*>(p));",
-    "weak": '  asm volatile("ld.global.v4.b32 {%0, %1, %2, %3}, [%4];" : "=r"(v.raw.x), '
-    '"=r"(v.raw.y), "=r"(v.raw.z), "=r"(v.raw.w) : "l"(p));',
+    "cs": "  Vec<T> v;\n  v.raw = __ldcs(reinterpret_cast<const uint4*>(p));\n  return v;",
+    "nc": "  Vec<T> v;\n  v.raw = __ldg(reinterpret_cast<const uint4*>(p));\n  return v;",
+    "weak": _WEAK_LOAD,
 }
 STORES = {
-    "cs": STORE_LINE,
-    "cg": ROWS_LINE,
+    "cs": "  __stcs(reinterpret_cast<uint4*>(p), v.raw);",
+    "cg": "  __stcg(reinterpret_cast<uint4*>(p), v.raw);",
     "weak": '  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.raw.x), '
-    '"r"(v.raw.y), "r"(v.raw.z), "r"(v.raw.w) : "memory");',
+    '"r"(v.raw.y),\n               "r"(v.raw.z), "r"(v.raw.w)\n               : "memory");',
 }
 
 
@@ -57,16 +65,17 @@ def parse(spec: str) -> tuple[str, str, str]:
 
 
 def rewrite(text: str, load: str, store: str, rows: str) -> str:
-    """HEADER's text with the three policies swapped in; each line must stand exactly once
-    (checked first, then all three replaced at once: one policy's line may be another's)."""
-    swaps = ((LOAD_LINE, LOADS[load]), (STORE_LINE, STORES[store]), (ROWS_LINE, STORES[rows]))
-    for old, _ in swaps:
-        if text.count(old) != 1:
-            raise SystemExit(f"{HEADER}: expected one line {old.strip()!r}, found "
-                             f"{text.count(old)} (update bench/policy_variants.py)")
-    lines = text.split("\n")
-    by_line = dict(swaps)
-    return "\n".join(by_line.get(line, line) for line in lines)
+    """HEADER's text with the three functions' bodies (from the signature's line to the next
+    line that is a lone ``}``) replaced by the policies'; each signature must stand once."""
+    bodies = (LOADS[load], STORES[store], STORES[rows])
+    for (slot, sig), body in zip(SLOTS, bodies):
+        pattern = re.compile(r"(" + re.escape(sig) + r"\n)(.*?)(\n\}\n)", re.S)
+        found = pattern.findall(text)
+        if len(found) != 1:
+            raise SystemExit(f"{HEADER}: expected one {slot} function {sig!r}, found "
+                             f"{len(found)} (update bench/policy_variants.py)")
+        text = pattern.sub(lambda m, body=body: m.group(1) + body + m.group(3), text)
+    return text
 
 
 def write_variant(src: Path, out: Path, load: str, store: str, rows: str) -> Path:

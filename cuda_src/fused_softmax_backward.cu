@@ -89,8 +89,8 @@ __global__ void __launch_bounds__(512)
       ry[k].fill(T(0.0f));
       rd[k].fill(T(0.0f));
     } else if (vec_ok) {
-      ry[k] = klab::load_vec_cs(yr + e);
-      rd[k] = klab::load_vec_cs(dyr + e);
+      ry[k] = klab::load_vec_once(yr + e);
+      rd[k] = klab::load_vec_once(dyr + e);
     } else {
       ry[k] = klab::load_vec_scalar(yr + e, n - e, T(0.0f));
       rd[k] = klab::load_vec_scalar(dyr + e, n - e, T(0.0f));

@@ -111,7 +111,7 @@
 //            first `kept` of each thread, up to 227 KB per CTA - are reduced from shared
 //            memory batch by batch as their copies land; local (max, sum), block all-reduce,
 //            (max, sum) messages to every peer (as kernel 5: no cluster barrier per row).
-//            (2) batches of 4: kept windows from shared memory, the rest re-read (evict-first),
+//            (2) batches of 4: kept windows from shared memory, the rest re-read (plain loads),
 //            epilogue, store; then the batch's slots take the NEXT row's windows (cp.async, one
 //            commit group per batch), so that row's loads overlap this row's stores.
 //    Launch: grid = min(M, resident clusters) * CL, blockDim.x <= 1024, dynamic shared memory
@@ -790,7 +790,7 @@ __device__ __forceinline__ void wide_request(uint4* mine, const T* xr, const Wid
 //           each as soon as its commit group has landed (requested during the previous row's
 //           pass 2); local (max, sum). Block all-reduce, (max, sum) messages to every peer
 //           (ClusterInbox: no cluster barrier, so no wait for the previous row's stores).
-//   pass 2  batches of U: kept windows from shared memory, the rest re-read (evict-first: last
+//   pass 2  batches of U: kept windows from shared memory, the rest re-read (plain loads: last
 //           use), epilogue, store; then the same batch's slots take the NEXT row's windows
 //           (cp.async, one commit group per batch), so its loads overlap this row's stores.
 // vec == 0 (input and output rows in different 16-byte phases): pass 1 loads every window and

@@ -290,21 +290,29 @@ template <typename T> __device__ __forceinline__ Vec<T> load_vec(const T* p) {
   v.raw = __ldg(reinterpret_cast<const uint4*>(p));
   return v;
 }
-// Streaming (evict-first) 16-byte load/store: for bytes touched exactly once.
-template <typename T> __device__ __forceinline__ Vec<T> load_vec_cs(const T* p) {
+// Plain ("weak") 16-byte load / store: ld / st.global.v4.b32 with no cache hint, SASS LDG.E.128
+// / STG.E.128 - what Triton emits for triton_fused. For bytes touched once: the rows of the
+// warp, block and cluster kernels (load_window / store_window) and the backward's. H200,
+// nineteenth run: against evict-first (__ldcs / __stcs, LDG / STG.E.EF.128) the block kernel ran
+// 3-5 % faster in the benchmark (fp32 2048 - 32768 94 -> 98 % of copy, bf16 4096 / 8192 93 ->
+// 98 %, two processes of each) and 2.6-3.2 % at fp32 32000 / 32768 in a one-process A/B; never
+// more than 0.4 % slower there (bench/policy_variants.py makes the other policies).
+template <typename T> __device__ __forceinline__ Vec<T> load_vec_once(const T* p) {
   Vec<T> v;
-  v.raw = __ldcs(reinterpret_cast<const uint4*>(p));
+  asm volatile("ld.global.v4.b32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.raw.x), "=r"(v.raw.y), "=r"(v.raw.z), "=r"(v.raw.w)
+               : "l"(p));
   return v;
 }
 template <typename T> __device__ __forceinline__ void store_vec(T* p, const Vec<T>& v) {
-  __stcs(reinterpret_cast<uint4*>(p), v.raw);
+  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.raw.x), "r"(v.raw.y),
+               "r"(v.raw.z), "r"(v.raw.w)
+               : "memory");
 }
-// 16-byte store at L2's normal priority (st.global.cg, not evict-first): for the kernels that
-// read through cp.async.cg (normal priority too) - the persistent and chunk kernels' rows
-// (store_row). Stores should match their kernel's loads (H200, eighteenth run, A/B): .cg there
-// ran 0.4-1.2 % faster than .cs (bf16 32768 / 65536 93.4 -> 94.6 %), while the block kernel,
-// whose loads are evict-first (.cs), ran 4 % slower with .cg (bench/policy_variants.py makes
-// such variants; Triton's plain weak STG.E.128 is not raced yet).
+// 16-byte store at L2's normal priority (st.global.cg): the persistent and chunk kernels' rows
+// (store_row), which read through cp.async.cg. H200, eighteenth run: .cg there ran 0.4-1.2 %
+// faster than evict-first .cs (bf16 32768 / 65536 93.4 -> 94.6 %); nineteenth run: the same as
+// a plain store (x0.999-1.001).
 template <typename T> __device__ __forceinline__ void store_vec_cg(T* p, const Vec<T>& v) {
   __stcg(reinterpret_cast<uint4*>(p), v.raw);
 }
@@ -392,11 +400,13 @@ template <typename T> __device__ __forceinline__ int line_head(const T* row) {
   return head_in<kLineBytes>(row);
 }
 
+// STREAM: the row's bytes are read once (plain load_vec_once), else again soon (read-only path).
 template <typename T, bool STREAM = true>
 __device__ __forceinline__ Vec<T> load_window(const T* row, int v, int n, int h, int vec, T fill) {
   constexpr int W = Vec<T>::N;
   const int e0 = v * W - h;
-  if (vec && e0 >= 0 && e0 + W <= n) return STREAM ? load_vec_cs(row + e0) : load_vec(row + e0);
+  if (vec && e0 >= 0 && e0 + W <= n)
+    return STREAM ? load_vec_once(row + e0) : load_vec(row + e0);
   Vec<T> r;
 #pragma unroll
   for (int i = 0; i < W; ++i) {

@@ -40,7 +40,7 @@ __global__ void __launch_bounds__(1024)
   for (int k = 0; k < VPT; ++k) {
     const int e = (k * blockDim.x + threadIdx.x) * W;
     if (e >= n) r[k].fill(fill);
-    else if (vec_ok) r[k] = klab::load_vec_cs(xr + e);
+    else if (vec_ok) r[k] = klab::load_vec_once(xr + e);
     else r[k] = klab::load_vec_scalar(xr + e, n - e, fill);
   }
 
@@ -98,7 +98,7 @@ __global__ void __launch_bounds__(1024)
 
 #pragma unroll 4
   for (int e = threadIdx.x * W; e < n; e += step) {
-    V v = vec_ok ? klab::load_vec_cs(xr + e) : klab::load_vec_scalar(xr + e, n - e, fill);
+    V v = vec_ok ? klab::load_vec_once(xr + e) : klab::load_vec_scalar(xr + e, n - e, fill);
 #pragma unroll
     for (int i = 0; i < W; ++i) v.set(i, klab::exp_acc(v.get(i) - st.m) * inv);
     if (vec_ok) klab::store_vec(yr + e, v);

@@ -74,13 +74,16 @@ def _has_cupy() -> bool:
 
 
 def measured_preferences(op: str, x: torch.Tensor, dim: int = -1) -> tuple[str, ...]:
-    """PREFERENCES, reordered by the H200 sweeps of 2026-11-29 (bench/NOTES.md, M*N = 2^28).
+    """PREFERENCES, reordered by the H200 sweeps (bench/NOTES.md, M*N = 2^28).
 
-    Softmax forward, fastest per row length N there: Triton's whole-row kernel for N <= 256,
-    for 2048 <= N <= 32768 in fp32 and for N <= 8192 in fp16/bf16 (97-100 % of copy against
-    fast_softmax's 80-98 %); fast_softmax everywhere else, the longest rows included (N = 2^20,
-    rows in chunks: fp32 92 %, bf16 91 %, fp16 92 % in sweep18 against vec_softmax's 62-64 % in
-    the sixteenth run's tunes; N = 2^19: fp32 94 %, bf16 93 %, fp16 93 % against 63-64 %).
+    Softmax forward, fastest per row length N there: Triton's whole-row kernel for N <= 256, for
+    N <= 2048 in fp16/bf16 and for 16384 <= N <= 32768 in fp32 (by 0.3-0.7 %: nineteenth run,
+    two benchmark processes, fp32 16384 / 32768 97-98 % of copy both, bf16 1024 / 2048 99-100 %
+    both); fast_softmax everywhere else: from 512 in fp32 (2048 - 8192: 98-99 % against 97 %
+    once its block kernel's loads and stores were plain, nineteenth run), from 4096 in fp16/bf16
+    (4096 / 8192: 98 % against 97 %), the longest rows included (N = 2^20, rows in chunks: fp32
+    92 %, bf16 91 %, fp16 92 % in sweep18 against vec_softmax's 62-64 % in the sixteenth run's
+    tunes).
     Softmax backward (two sweeps, 2026-11-30, eighth run: bench/backward6_h200.json,
     backward7_h200.json; N = 128-512, ninth run: bench/backward_short_h200.json): Triton's
     whole-row kernel for N <= 16384 (fp32 103-104 % of copy against fused_softmax_backward's
@@ -96,7 +99,7 @@ def measured_preferences(op: str, x: torch.Tensor, dim: int = -1) -> tuple[str, 
     n, two_byte = x.shape[dim], x.element_size() == 2
     if op == "softmax_backward":
         return ("triton_backward", *prefs) if n <= 16384 else prefs
-    if n <= 256 or (two_byte and n <= 8192) or (not two_byte and 2048 <= n <= 32768):
+    if n <= 256 or (two_byte and n <= 2048) or (not two_byte and 16384 <= n <= 32768):
         return ("triton_fused", *prefs)
     return prefs
 
