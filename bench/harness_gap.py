@@ -12,7 +12,11 @@ process and the same rounds (CUDA events, tune_long_rows.med_ms), M*N = 2^28:
   call      fast_softmax(x): the variant as the registry calls it (a new output each call)
   harness   the benchmark's own timer (benchmarking.calibrate / time_rounds) around ``call``
   triton    triton_fused(x)
+  NAME      with --variant NAME=DIR: ``call`` with the kernel built from another copy of
+            cuda_src/ (bench/policy_variants.py makes them), a new output each call
 
+--workload takes x from the benchmark's own workload (benchmarking.make_workload, its float64
+reference computed and kept, as a sweep holds them) instead of a bare torch.randn.
 Prints one line per shape: GB/s and % of the copy timed in the same rounds.
 """
 
@@ -20,6 +24,8 @@ from __future__ import annotations
 
 import argparse
 import statistics
+from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -40,21 +46,48 @@ def harness_ms(fn) -> float:
     return 1e3 * statistics.median(bm.time_rounds(fn, bm.cuda_sync_timer, p))
 
 
-def race(spec: str, rounds: int) -> str:
+def variant(spec: str) -> tuple[str, Path]:
+    name, _, path = spec.partition("=")
+    p = Path(path) / "fast_softmax.cu"
+    if not name or not p.is_file():
+        raise argparse.ArgumentTypeError(f"--variant NAME=DIR with DIR/fast_softmax.cu: {spec!r}")
+    return name, p.resolve()
+
+
+def new_output_call(x: torch.Tensor, cfg, phase: int, kernels) -> Callable[[], torch.Tensor]:
+    """fast_softmax's own call (a new output each time) with ``kernels`` built elsewhere."""
+    def call() -> torch.Tensor:
+        out = torch.empty_like(x)
+        cv.fast_launch(out, x, cfg, phase, kernels=kernels)
+        return out
+    return call
+
+
+def race(spec: str, rounds: int, variants: list[tuple[str, Path]], workload: bool) -> str:
     """One shape's line: each way's GB/s and % of the copy (medians over the rounds)."""
     fast, triton = registry.get("fast_softmax").fn, registry.get("triton_fused").fn
     dname, _, ns = spec.partition(":")
     dtype, n = bm.parse_dtype(dname), int(ns)
-    x = torch.randn(max(1, (1 << 28) // n), n, device="cuda", dtype=dtype)
+    shape = (max(1, (1 << 28) // n), n)
+    if workload:  # kept alive (and its reference) until the shape's line is printed
+        work = bm.make_workload(bm.Case("softmax", dtype, shape), "cuda")
+        work.reference()
+        x = work.inputs[0]
+    else:
+        x = torch.randn(*shape, device="cuda", dtype=dtype)
     y = torch.empty_like(x)
     cfg, phase = cv.fast_choice(y, x)
-    alone = cv.RowKernels(CudaSource(cv.FAST.path, (cfg.expr(cv.ctype(dtype)),)), "fast_softmax")
+    expr = (cfg.expr(cv.ctype(dtype)),)
+    alone = cv.RowKernels(CudaSource(cv.FAST.path, expr), "fast_softmax")
     ways = {
         "bare": lambda: cv.fast_launch(y, x, cfg, phase, kernels=alone),
         "module": lambda: cv.fast_launch(y, x, cfg, phase),
         "call": lambda: fast(x),
         "triton": lambda: triton(x),
     }
+    for name, path in variants:
+        ways[name] = new_output_call(x, cfg, phase,
+                                     cv.RowKernels(CudaSource(path, expr), "fast_softmax"))
     for name, fn in ways.items():
         y.fill_(float("nan"))
         out = fn()
@@ -79,9 +112,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--shape", action="append", required=True, help="DTYPE:N")
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--variant", type=variant, action="append", default=[],
+                    help="NAME=DIR: also time fast_softmax's call with DIR's kernels")
+    ap.add_argument("--workload", action="store_true",
+                    help="x from the benchmark's workload (its float64 reference kept)")
     a = ap.parse_args()
     for spec in a.shape:
-        print(race(spec, a.rounds), flush=True)
+        print(race(spec, a.rounds, a.variant, a.workload), flush=True)
 
 
 if __name__ == "__main__":

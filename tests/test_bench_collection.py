@@ -535,6 +535,15 @@ def test_ab_kernels_rejects_a_variant_without_sources(tmp_path):
     assert "--variant NAME=DIR with DIR/fast_softmax.cu" in r.stderr
 
 
+def test_harness_gap_rejects_a_variant_without_sources(tmp_path):
+    """bench/harness_gap.py imports on a CPU machine and checks --variant before any GPU work."""
+    r = subprocess.run([sys.executable, str(REPO / "bench" / "harness_gap.py"), "--variant",
+                        f"cs={tmp_path}", "--shape", "float32:1024", "--workload"],
+                       cwd=REPO, text=True, capture_output=True, timeout=120)
+    assert r.returncode == 2
+    assert "--variant NAME=DIR with DIR/fast_softmax.cu" in r.stderr
+
+
 def test_policy_variants_swap_only_the_cache_policy_lines(tmp_path):
     """bench/policy_variants.py copies cuda_src/ with only the three policy functions' bodies of
     softmax_common.cuh swapped; the lab's own policies (weak:weak:cg) give it back unchanged;
