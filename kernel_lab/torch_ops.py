@@ -90,7 +90,9 @@ def measured_preferences(op: str, x: torch.Tensor, dim: int = -1) -> tuple[str, 
     93-99 %, bf16 from N = 1024 99-104 % against 93-98 %; at 512 in bf16 they tie; N = 128 /
     256: 104 % in both dtypes against 61 / 99 % fp32 and 30 / 60 % bf16, Triton's programs
     taking several short rows each); the fused CUDA kernel elsewhere (from N = 32000: 86-98 %
-    against Triton's 53-91 %). fp16 follows bf16 (not swept).
+    against Triton's 53-91 %). fp16 follows bf16 (not swept). (Nineteenth run: with plain loads
+    and stores the fused kernel read 98-103 % at 1024-16384, one benchmark process each; not yet
+    raced against Triton's in one process, so the order stands.)
     Re-measure and edit this table when kernels change.
     """
     prefs = PREFERENCES[op]
