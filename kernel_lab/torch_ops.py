@@ -76,14 +76,16 @@ def _has_cupy() -> bool:
 def measured_preferences(op: str, x: torch.Tensor, dim: int = -1) -> tuple[str, ...]:
     """PREFERENCES, reordered by the H200 sweeps (bench/NOTES.md, M*N = 2^28).
 
-    Softmax forward, fastest per row length N there: Triton's whole-row kernel for N <= 256, for
-    N <= 2048 in fp16/bf16 and for 16384 <= N <= 32768 in fp32 (by 0.3-0.7 %: nineteenth run,
-    two benchmark processes, fp32 16384 / 32768 97-98 % of copy both, bf16 1024 / 2048 99-100 %
-    both); fast_softmax everywhere else: from 512 in fp32 (2048 - 8192: 98-99 % against 97 %
-    once its block kernel's loads and stores were plain, nineteenth run), from 4096 in fp16/bf16
-    (4096 / 8192: 98 % against 97 %), the longest rows included (N = 2^20, rows in chunks: fp32
-    92 %, bf16 91 %, fp16 92 % in sweep18 against vec_softmax's 62-64 % in the sixteenth run's
-    tunes).
+    Softmax forward, fastest per row length N there (sweep18, sweep19 and the nineteenth run's
+    benchmarks): Triton's whole-row kernel in fp16/bf16 for N <= 256 and 1024 <= N <= 2048 (bf16
+    128 / 256 / 1024 99.9 / 100.2 / 98.2 % of copy against 99.2 / 96.9 / 94.4 % in sweep19; 2048
+    level) and in fp32 for 16384 <= N <= 32768 (level: 97-98 % both, Triton 0.3-0.7 % ahead in
+    two benchmark processes); fast_softmax everywhere else: fp32 128-8192 (99.6 / 100.5 % at
+    128 / 256 against 98.6 / 97.6 in sweep19, level in sweep18; 2048-8192 98-99 % against 97 %
+    once its block kernel's loads and stores were plain), fp16/bf16 512 (bf16 98-100 % against
+    95-96 % in both sweeps, fp16 level) and from 4096 (97-98 % against 97 %), the longest rows
+    included (N = 2^20, rows in chunks: 90-92 % in sweep19 against vec_softmax's 62-64 % in the
+    sixteenth run's tunes).
     Softmax backward (two sweeps, 2026-11-30, eighth run: bench/backward6_h200.json,
     backward7_h200.json; N = 128-512, ninth run: bench/backward_short_h200.json): Triton's
     whole-row kernel for N <= 16384 (fp32 103-104 % of copy against fused_softmax_backward's
@@ -101,7 +103,7 @@ def measured_preferences(op: str, x: torch.Tensor, dim: int = -1) -> tuple[str, 
     n, two_byte = x.shape[dim], x.element_size() == 2
     if op == "softmax_backward":
         return ("triton_backward", *prefs) if n <= 16384 else prefs
-    if n <= 256 or (two_byte and n <= 2048) or (not two_byte and 16384 <= n <= 32768):
+    if (two_byte and (n <= 256 or 1024 <= n <= 2048)) or (not two_byte and 16384 <= n <= 32768):
         return ("triton_fused", *prefs)
     return prefs
 

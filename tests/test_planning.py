@@ -40,10 +40,12 @@ def test_plan_follows_the_launchers_own_rules():
 
 
 def test_auto_choice_is_the_first_measured_preference_that_holds_the_row():
-    assert planning.auto_choice("softmax", 128, torch.float32) == "triton_fused"
+    assert planning.auto_choice("softmax", 128, torch.bfloat16) == "triton_fused"
     assert planning.auto_choice("softmax", 131072, torch.float32) == "fast_softmax"
-    for n, dt, want in ((4096, torch.float32, "fast_softmax"), (2048, torch.bfloat16,
-                        "triton_fused"), (4096, torch.float16, "fast_softmax")):
+    for n, dt, want in ((128, torch.float32, "fast_softmax"), (4096, torch.float32,
+                        "fast_softmax"), (512, torch.bfloat16, "fast_softmax"),
+                        (2048, torch.bfloat16, "triton_fused"), (4096, torch.float16,
+                        "fast_softmax")):
         assert planning.auto_choice("softmax", n, dt) == want, (n, dt)
     assert planning.auto_choice("softmax_backward", 4096, torch.bfloat16) == "triton_backward"
     assert planning.auto_choice("softmax_backward", 65536, torch.bfloat16) == \

@@ -258,12 +258,16 @@ def test_example_losses_match_cuda():
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_measured_preferences_follow_the_last_sweep(dtype):
-    """The auto choice's table (bench/NOTES.md): Triton for short rows, fast_softmax for
-    long ones, 2^20 included since its wide kernel became persistent (meta tensors)."""
+    """The auto choice's table (bench/NOTES.md): Triton for the shortest 2-byte rows and fp32
+    16384-32768, fast_softmax for fp32 short rows and every long row, 2^20 included (meta
+    tensors)."""
     first = {n: torch_ops.measured_preferences("softmax", torch.empty(1, n, dtype=dtype,
                                                                        device="meta"))[0]
-             for n in (128, 65536, 1 << 19, 1 << 20)}
-    assert first[128] == "triton_fused"
+             for n in (128, 32768, 65536, 1 << 19, 1 << 20)}
+    if dtype == torch.float32:
+        assert first[128] == "fast_softmax" and first[32768] == "triton_fused"
+    else:
+        assert first[128] == "triton_fused" and first[32768] == "fast_softmax"
     assert first[65536] == first[1 << 19] == first[1 << 20] == "fast_softmax"
     back = {n: torch_ops.measured_preferences("softmax_backward", torch.empty(
         1, n, dtype=dtype, device="meta"))[0] for n in (1, 128, 512, 16384, 32000, 262144)}
