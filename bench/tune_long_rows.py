@@ -71,6 +71,12 @@ def candidates(n: int, dtype: torch.dtype, aligned: bool) -> dict[str, fc.FastCo
         out[c.label()] = c
     nw = fc.vector_windows(n, dtype, aligned)
     nwl = fc.line_windows(n, dtype, aligned)
+    for vpt in (4, 8):  # one CTA per row, where one holds it: 2-byte rows of 16K-64K went to the
+        # persistent kernels when the block kernel's loads were evict-first (nineteenth run)
+        threads = 32 * -(-nw // (32 * vpt))
+        if threads <= 1024 and nw > fc.WARP_MAX_WINDOWS:
+            c = fc.FastConfig("block", threads=threads, vpt=vpt)
+            out.setdefault(c.label(), c)
     for vpt in fc.PERSIST_VPT[dtype.itemsize]:
         for cl in fc.PERSIST_CL:
             c = fc.persist_config(nwl, vpt, cl)

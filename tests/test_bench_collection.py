@@ -460,6 +460,15 @@ def test_tune_long_rows_sizes_kernel_7b_to_fill_its_chunks():
     assert _tune_candidates(1 << 20, keep) == ["chunks_reg 512x8 ahead 1"]
 
 
+def test_tune_long_rows_times_one_cta_per_row_where_one_holds_it():
+    """2-byte rows of 16K-64K also time the block kernel (one CTA of <= 1024 threads x 4 or 8
+    vectors), which the rule gives them only up to 16384; longer rows get none."""
+    keep = "k.startswith('block')"
+    assert _tune_candidates(32768, keep) == ["block 1024x4", "block 512x8"]
+    assert _tune_candidates(65536, keep) == ["block 1024x8"]
+    assert _tune_candidates(131072, keep) == []
+
+
 def test_a_recorded_launch_reads_as_name_and_shape():
     """What a saved record's ``kernels`` says per launch (bm.describe_launch), and that a
     Function the JIT did not hand out has no name."""
