@@ -35,8 +35,10 @@ from kernel_lab.cuda_common import CudaSource
 from kernel_lab.ops.softmax import cuda_variants as cv
 
 try:  # run as a script from the repository root
+    from ab_kernels import variant
     from tune_long_rows import med_ms, sane
 except ImportError:  # pragma: no cover - imported as bench.harness_gap
+    from bench.ab_kernels import variant
     from bench.tune_long_rows import med_ms, sane
 
 
@@ -46,15 +48,8 @@ def harness_ms(fn) -> float:
     return 1e3 * statistics.median(bm.time_rounds(fn, bm.cuda_sync_timer, p))
 
 
-def variant(spec: str) -> tuple[str, Path]:
-    name, _, path = spec.partition("=")
-    p = Path(path) / "fast_softmax.cu"
-    if not name or not p.is_file():
-        raise argparse.ArgumentTypeError(f"--variant NAME=DIR with DIR/fast_softmax.cu: {spec!r}")
-    return name, p.resolve()
-
-
-def new_output_call(x: torch.Tensor, cfg, phase: int, kernels) -> Callable[[], torch.Tensor]:
+def new_output_call(x: torch.Tensor, cfg, phase: int,
+                    kernels) -> Callable[[], torch.Tensor]:
     """fast_softmax's own call (a new output each time) with ``kernels`` built elsewhere."""
     def call() -> torch.Tensor:
         out = torch.empty_like(x)
@@ -63,7 +58,8 @@ def new_output_call(x: torch.Tensor, cfg, phase: int, kernels) -> Callable[[], t
     return call
 
 
-def race(spec: str, rounds: int, variants: list[tuple[str, Path]], workload: bool) -> str:
+def race(spec: str, rounds: int, variants: list[tuple[str, Path]],
+         workload: bool) -> str:
     """One shape's line: each way's GB/s and % of the copy (medians over the rounds)."""
     fast, triton = registry.get("fast_softmax").fn, registry.get("triton_fused").fn
     dname, _, ns = spec.partition(":")
@@ -86,8 +82,8 @@ def race(spec: str, rounds: int, variants: list[tuple[str, Path]], workload: boo
         "triton": lambda: triton(x),
     }
     for name, path in variants:
-        ways[name] = new_output_call(x, cfg, phase,
-                                     cv.RowKernels(CudaSource(path, expr), "fast_softmax"))
+        ways[name] = new_output_call(
+            x, cfg, phase, cv.RowKernels(CudaSource(path.resolve(), expr), "fast_softmax"))
     for name, fn in ways.items():
         y.fill_(float("nan"))
         out = fn()

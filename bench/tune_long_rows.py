@@ -73,7 +73,7 @@ def candidates(n: int, dtype: torch.dtype, aligned: bool) -> dict[str, fc.FastCo
     nwl = fc.line_windows(n, dtype, aligned)
     for vpt in (4, 8):  # one CTA per row, where one holds it: 2-byte rows of 16K-64K went to the
         # persistent kernels when the block kernel's loads were evict-first (nineteenth run)
-        threads = 32 * -(-nw // (32 * vpt))
+        threads = fc.round32(-(-nw // vpt))  # as fast_softmax_config sizes its block CTAs
         if threads <= 1024 and nw > fc.WARP_MAX_WINDOWS:
             c = fc.FastConfig("block", threads=threads, vpt=vpt)
             out.setdefault(c.label(), c)
