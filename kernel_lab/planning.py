@@ -1,11 +1,13 @@
 """``python -m kernel_lab plan``: what would run for rows of N, without a GPU.
 
-Per op, dtype and row length N (contiguous rows): the variant ``kernel_lab.softmax`` & co. pick
-on CUDA with ``variant=None`` (the first of ``torch_ops.measured_preferences`` that is
-registered, takes the dtype and holds the row), and for every variant whose launcher declares
-a launch plan (``fn.launch_plan(n, dtype) -> str``: the CUDA launchers' configs, pure functions
-of N and dtype), the kernel and shape it launches. Shapes come from the configs' own rules, so
-this is what a sweep runs - the saved sweep's ``kernels`` column records it as launched.
+Per op, dtype and row length N (contiguous rows): the variant ``kernel_lab.softmax`` & co. pick on
+CUDA with ``variant=None`` for a tensor of ``--numel`` elements (the first of
+``torch_ops.measured_preferences`` that is registered, takes the dtype and holds the row; the
+default size is the sweeps' 2^28 elements, small tensors go to PyTorch's own kernel), and for every
+variant whose launcher declares a launch plan (``fn.launch_plan(n, dtype) -> str``: the CUDA
+launchers' configs, pure functions of N and dtype), the kernel and shape it launches. Shapes come
+from the configs' own rules, so this is what a sweep runs - the saved sweep's ``kernels`` column
+records it as launched.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Sequence
 import torch
 
 from . import registry
-from .benchmarking import SWEEP_N, dtype_name, parse_dtype
+from .benchmarking import ELEMENTS, SWEEP_N, dtype_name, parse_dtype
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -27,15 +29,30 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="comma-separated dtypes (default: float32,bfloat16)")
     p.add_argument("--n", default=",".join(map(str, sorted(SWEEP_N))),
                    help="comma-separated row lengths (default: the sweep preset's)")
+    p.add_argument("--numel", default=ELEMENTS, type=_positive_int, metavar="ELEMENTS",
+                   help="tensor size the auto column assumes, in elements: max(1, ELEMENTS // N) "
+                   f"rows of N (default 2^28 = {ELEMENTS}, the sweeps'; tensors of at most "
+                   "torch_ops.SMALL_NUMEL = 2^21 elements go to PyTorch's own kernel)")
 
 
-def auto_choice(op: str, n: int, dtype: torch.dtype) -> str:
-    """The variant the op's ``variant=None`` path takes on CUDA for contiguous (1, n) rows
-    (CuPy assumed present): ``torch_ops.first_preference`` with the variants' size limits
-    (``check``) in place of ``supports``, which a meta tensor cannot pass."""
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, not {value}")
+    return value
+
+
+def auto_choice(op: str, n: int, dtype: torch.dtype, numel: int = ELEMENTS) -> str:
+    """The variant the op's ``variant=None`` path takes on CUDA for contiguous rows of n, in a
+    tensor of ``max(1, numel // n)`` rows (CuPy assumed present): ``torch_ops.first_preference``
+    with the variants' size limits (``check``) in place of ``supports``, which a meta tensor
+    cannot pass."""
     from . import torch_ops
 
-    x = torch.empty(1, n, dtype=dtype, device="meta")
+    x = torch.empty(max(1, numel // n), n, dtype=dtype, device="meta")
     return torch_ops.first_preference(op, x, -1, lambda v: dtype in v.dtypes and (
         v.check is None or v.check(x) is None)).name
 
@@ -44,13 +61,15 @@ def planned_variants(op: str) -> list[registry.Variant]:
     return [v for v in registry.variants(op) if callable(getattr(v.fn, "launch_plan", None))]
 
 
-def plan_rows(op: str, dtype: torch.dtype, ns: Sequence[int]) -> tuple[list[str], list[list[str]]]:
-    """(header, rows): N, the auto choice, then each planned variant's launch."""
+def plan_rows(op: str, dtype: torch.dtype, ns: Sequence[int],
+              numel: int = ELEMENTS) -> tuple[list[str], list[list[str]]]:
+    """(header, rows): N, the auto choice for a tensor of ``numel`` elements, then each planned
+    variant's launch."""
     planned = planned_variants(op)
     header = ["N", "auto (CUDA)", *(v.name for v in planned)]
     rows = []
     for n in ns:
-        cells = [str(n), auto_choice(op, n, dtype)]
+        cells = [str(n), auto_choice(op, n, dtype, numel)]
         for v in planned:
             cells.append(v.fn.launch_plan(n, dtype) if dtype in v.dtypes else "-")
         rows.append(cells)
@@ -88,9 +107,10 @@ def main(args: argparse.Namespace) -> int:
         print(f"kernel_lab plan: {e}", file=sys.stderr)
         return 2
     console = Console()
+    console.print(f"auto (CUDA): the pick for a tensor of {args.numel:,} elements (--numel)")
     for o in ops:
         for dt in dtypes:
-            header, rows = plan_rows(o, dt, ns)
+            header, rows = plan_rows(o, dt, ns, args.numel)
             table = Table(title=f"{o} {dtype_name(dt)}: contiguous rows of N",
                           title_justify="left")
             for h in header:

@@ -12,11 +12,13 @@ Decisions:
   graph records which kernel runs. ``"auto"`` (the default) is resolved *inside* the op, on the
   real tensors: that is where ``supports()`` can look at what only real tensors have (data
   pointers for 16-byte alignment), and where no Python runs under a CUDA-graph replay.
-* ``"auto"`` on CUDA takes the first entry of :data:`PREFERENCES` that is registered and
-  supports the input: the hand-written CUDA kernel (``fast_softmax``, ...), then Triton, then
-  PyTorch. On any other device it is PyTorch's own kernel (:data:`PORTABLE`), so a model using
-  ``kernel_lab.softmax`` runs unchanged on a CPU. An explicit name runs that variant or raises
-  (``UnknownVariantError`` with suggestions, or ``UnsupportedInputError`` with the reason).
+* ``"auto"`` on CUDA takes the first entry of :data:`PREFERENCES` that is registered and supports
+  the input: the hand-written CUDA kernel (``fast_softmax``, ...), then Triton, then PyTorch;
+  :func:`measured_preferences` reorders it by the input's size and row length as measured (PyTorch's
+  own kernel first for tensors of at most ``SMALL_NUMEL`` elements). On any other device it is
+  PyTorch's own kernel (:data:`PORTABLE`), so a model using ``kernel_lab.softmax`` runs unchanged on
+  a CPU. An explicit name runs that variant or raises (``UnknownVariantError`` with suggestions, or
+  ``UnsupportedInputError`` with the reason).
 * Outputs are always contiguous, and the fake kernel says so. A hand-written kernel reducing
   over a non-last dim returns a permuted view; the op copies it (one extra pass, on top of the
   copy that moving ``dim`` last already cost), because compiled graphs rely on the fake kernel's
@@ -73,37 +75,47 @@ def _has_cupy() -> bool:
     return importlib.util.find_spec("cupy") is not None
 
 
-def measured_preferences(op: str, x: torch.Tensor, dim: int = -1) -> tuple[str, ...]:
-    """PREFERENCES, reordered by the H200 sweeps (bench/NOTES.md, M*N = 2^28).
+# variant="auto" on CUDA, by tensor size (elements), from the twentieth H200 run's crossover
+# benchmarks (bench/NOTES.md "Twentieth H200 run"): per call, a small tensor costs mostly the host
+# path and a few waves of CTAs, where PyTorch's own C++-launched kernels win.
+SMALL_NUMEL = 1 << 21  # at most this many elements: PyTorch's own kernel (PORTABLE) first
+TRITON_MIN_NUMEL = 1 << 25  # Triton's whole-row kernels only from here (their host path: ~20 us)
 
-    Softmax forward, fastest per row length N there (sweep18, sweep19 and the nineteenth run's
-    benchmarks): Triton's whole-row kernel in fp16/bf16 for N <= 256 and 1024 <= N <= 2048 (bf16
-    128 / 256 / 1024 99.9 / 100.2 / 98.2 % of copy against 99.2 / 96.9 / 94.4 % in sweep19; 2048
-    level) and in fp32 for 16384 <= N <= 32768 (level: 97-98 % both, Triton 0.3-0.7 % ahead in
-    two benchmark processes); fast_softmax everywhere else: fp32 128-8192 (99.6 / 100.5 % at
-    128 / 256 against 98.6 / 97.6 in sweep19, level in sweep18; 2048-8192 98-99 % against 97 %
-    once its block kernel's loads and stores were plain), fp16/bf16 512 (bf16 98-100 % against
-    95-96 % in both sweeps, fp16 level) and from 4096 (97-98 % against 97 %), the longest rows
-    included (N = 2^20, rows in chunks: 90-92 % in sweep19 against vec_softmax's 62-64 % in the
-    sixteenth run's tunes).
-    Softmax backward (two sweeps, 2026-11-30, eighth run: bench/backward6_h200.json,
-    backward7_h200.json; N = 128-512, ninth run: bench/backward_short_h200.json): Triton's
-    whole-row kernel for N <= 16384 (fp32 103-104 % of copy against fused_softmax_backward's
-    93-99 %, bf16 from N = 1024 99-104 % against 93-98 %; at 512 in bf16 they tie; N = 128 /
-    256: 104 % in both dtypes against 61 / 99 % fp32 and 30 / 60 % bf16, Triton's programs
-    taking several short rows each); the fused CUDA kernel elsewhere (from N = 32000: 86-98 %
-    against Triton's 53-91 %). fp16 follows bf16 (not swept). (Nineteenth run: with plain loads
-    and stores the fused kernel read 98-103 % at 1024-16384, one benchmark process each; not yet
-    raced against Triton's in one process, so the order stands.)
+
+def measured_preferences(op: str, x: torch.Tensor, dim: int = -1) -> tuple[str, ...]:
+    """PREFERENCES, reordered by the H200 benchmarks (bench/NOTES.md).
+
+    By size first (the twentieth run's crossover benchmarks, forward and backward, fp32 and
+    bf16): a tensor of at most SMALL_NUMEL elements goes to PyTorch's own kernel, every op.
+    There a call is launch-bound: PyTorch's launch from C++ and its kernels' few short waves ran
+    1.1-3x faster per call than the lab's Python launch path, up to 64x32000 / 256x4096; from
+    2^22 elements the lab's kernels led.
+
+    Then by row length N, from the sweeps at M*N = 2^28 (sweep18, sweep19, the nineteenth and
+    twentieth runs' benchmarks). Softmax forward: Triton's whole-row kernel in fp16/bf16 for
+    N <= 256 and 1024 <= N <= 2048 (bf16 128 / 256 / 1024 99.9 / 100.2 / 98.2 % of copy
+    against 99.2 / 96.9 / 94.4 % in sweep19; 2048 level) and in fp32 for 16384 <= N <= 32768
+    (level: 97-98 % both, Triton 0.3-0.7 % ahead), but only for tensors of TRITON_MIN_NUMEL
+    elements or more: below, Triton's longer host path cost it up to 2x per call; fast_softmax
+    everywhere else, the longest rows included (N = 2^20: 90-92 % in sweep19).
+    Softmax backward: Triton's whole-row kernel for N < 512 only (N = 128: 104 % of copy against
+    fused_softmax_backward's 60 % fp32 / 30 % bf16, its programs taking several short rows
+    each); the fused CUDA kernel from 512 (twentieth run, one benchmark process: level with
+    Triton at 512-16384 within 0.5 % but bf16 512, 104 against 98 %, and far ahead from 32000:
+    100-101 % against 81-88 %). fp16 follows bf16 (not swept).
     Re-measure and edit this table when kernels change.
     """
     prefs = PREFERENCES[op]
+    if x.numel() <= SMALL_NUMEL and op in PORTABLE:
+        return (PORTABLE[op], *prefs)
     if op not in ("softmax", "softmax_backward") or x.dim() == 0:
         return prefs
     n, two_byte = x.shape[dim], x.element_size() == 2
     if op == "softmax_backward":
-        return ("triton_backward", *prefs) if n <= 16384 else prefs
-    if (two_byte and (n <= 256 or 1024 <= n <= 2048)) or (not two_byte and 16384 <= n <= 32768):
+        return ("triton_backward", *prefs) if n < 512 else prefs
+    triton_rows = (two_byte and (n <= 256 or 1024 <= n <= 2048)) or (
+        not two_byte and 16384 <= n <= 32768)
+    if triton_rows and x.numel() >= TRITON_MIN_NUMEL:
         return ("triton_fused", *prefs)
     return prefs
 

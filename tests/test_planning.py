@@ -47,13 +47,29 @@ def test_auto_choice_is_the_first_measured_preference_that_holds_the_row():
                         (2048, torch.bfloat16, "triton_fused"), (4096, torch.float16,
                         "fast_softmax")):
         assert planning.auto_choice("softmax", n, dt) == want, (n, dt)
-    assert planning.auto_choice("softmax_backward", 4096, torch.bfloat16) == "triton_backward"
-    assert planning.auto_choice("softmax_backward", 65536, torch.bfloat16) == \
-        "fused_softmax_backward"
+    assert planning.auto_choice("softmax_backward", 256, torch.bfloat16) == "triton_backward"
+    for n in (512, 4096, 65536):
+        assert planning.auto_choice("softmax_backward", n, torch.bfloat16) == \
+            "fused_softmax_backward"
     assert planning.auto_choice("softmax", 131072, torch.float16) == "fast_softmax"
     # triton_fused is first in the table at 32768 but holds rows of <= 65536 only: fine there
-    assert torch_ops.measured_preferences("softmax", torch.empty(1, 32768, device="meta"))[0] \
+    assert torch_ops.measured_preferences("softmax", torch.empty(8192, 32768, device="meta"))[0] \
         == planning.auto_choice("softmax", 32768, torch.float32) == "triton_fused"
+
+
+def test_auto_choice_follows_the_tensor_size():
+    """Small tensors: PyTorch's own kernel; Triton's rows only in large tensors."""
+    small, mid = torch_ops.SMALL_NUMEL, torch_ops.TRITON_MIN_NUMEL
+    for op in ("softmax", "softmax_backward", "log_softmax", "log_softmax_backward"):
+        assert planning.auto_choice(op, 4096, torch.float32, small) == torch_ops.PORTABLE[op]
+        assert planning.auto_choice(op, 4096, torch.float32, 2 * small) != torch_ops.PORTABLE[op]
+    # one row longer than the small limit is not small
+    assert planning.auto_choice("softmax", 1 << 22, torch.float32, 1) == "fast_softmax"
+    for n, dt in ((32768, torch.float32), (1024, torch.bfloat16), (128, torch.float16)):
+        assert planning.auto_choice("softmax", n, dt, mid) == "triton_fused", (n, dt)
+        assert planning.auto_choice("softmax", n, dt, mid // 2) == "fast_softmax", (n, dt)
+    assert planning.auto_choice("softmax_backward", 128, torch.float32, 2 * small) == \
+        "triton_backward"
 
 
 def test_plan_cli(capsys, monkeypatch):
@@ -65,3 +81,7 @@ def test_plan_cli(capsys, monkeypatch):
     for bad in (["--n", "abc"], ["--n", "0"], ["--op", "sofmax"], ["--dtype", "fp33"]):
         assert cli.main(["plan", *bad]) == 2, bad
         assert capsys.readouterr().err.startswith("kernel_lab plan: "), bad
+    assert cli.main(["plan", "--op", "softmax", "--dtype", "fp32", "--n", "4096",
+                     "--numel", "65536"]) == 0
+    out = capsys.readouterr().out
+    assert "a tensor of 65,536 elements (--numel)" in out and "torch_eager" in out

@@ -98,11 +98,12 @@ def test_gradcheck_float64_triton():
 class _Block(torch.nn.Module):
     """Attention-like: softmax over keys, log_softmax over classes, both through the lab."""
 
-    def __init__(self) -> None:
+    def __init__(self, softmax: tuple = (None, None), log_softmax: tuple = (None, None)) -> None:
+        """(variant, backward_variant) pairs; None = auto."""
         super().__init__()
         self.q = torch.nn.Linear(8, 8)
-        self.attn = kernel_lab.Softmax(dim=-1)
-        self.out = kernel_lab.LogSoftmax(dim=-1)
+        self.attn = kernel_lab.Softmax(-1, *softmax)
+        self.out = kernel_lab.LogSoftmax(-1, *log_softmax)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         scores = self.q(x) @ x.transpose(-1, -2)
@@ -194,8 +195,12 @@ def test_example_losses_match_triton(one_thread):
 @pytest.mark.parametrize("op", ["softmax", "softmax_backward", "log_softmax",
                                 "log_softmax_backward"])
 def test_auto_prefers_cuda_kernels(op):
-    """"auto" on CUDA is the first registered, supporting name of PREFERENCES (CUDA first)."""
-    x = torch.randn(64, 1000, device="cuda")
+    """"auto" on CUDA is the first registered, supporting name of PREFERENCES (CUDA first) for
+    a tensor past the small-size limit, and PyTorch's own kernel for a small one."""
+    small = torch.randn(64, 1000, device="cuda")
+    small_in = (small,) if not op.endswith("backward") else (torch.softmax(small, -1), small)
+    assert torch_ops.choose_variant(op, *small_in).name == torch_ops.PORTABLE[op]
+    x = torch.randn(4096, 1000, device="cuda")  # 4.1M elements > SMALL_NUMEL
     inputs = (x,) if not op.endswith("backward") else (torch.softmax(x, -1), x)
     registered = {v.name for v in kernel_lab.variants(op)}
     expected = next(n for n in torch_ops.measured_preferences(op, inputs[0]) if n in registered
@@ -211,7 +216,9 @@ def test_auto_prefers_cuda_kernels(op):
 @pytest.mark.parametrize("op", ["softmax", "log_softmax"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_cuda_auto_matches_torch(op, dtype):
-    x = torch.randn(33, 4097, device="cuda", dtype=dtype, requires_grad=True)
+    x = torch.randn(520, 4097, device="cuda", dtype=dtype, requires_grad=True)
+    assert x.numel() > torch_ops.SMALL_NUMEL  # so auto runs the lab's kernels, both ways
+    assert torch_ops.choose_variant(op, x).backend != "torch"
     x_ref = x.detach().clone().requires_grad_()
     out, ref = LAB[op](x), TORCH[op](x_ref, -1)
     dy = torch.randn_like(ref)
@@ -231,11 +238,15 @@ def test_opcheck_cuda(op, fwd, bwd):
 
 
 @needs_cuda
+@pytest.mark.parametrize("kernels", ["auto", "cuda"])
 @pytest.mark.parametrize("mode", [None, "reduce-overhead"])
-def test_compile_cuda(mode):
-    """fullgraph compile on CUDA; "reduce-overhead" captures the custom ops in a CUDA graph."""
+def test_compile_cuda(mode, kernels):
+    """fullgraph compile on CUDA; "reduce-overhead" captures the custom ops in a CUDA graph.
+    These tensors are small, so "auto" runs PyTorch's kernels: "cuda" names the lab's."""
     torch.manual_seed(0)
-    model = _Block().cuda()
+    lab = {"softmax": ("fast_softmax", "fused_softmax_backward"),
+           "log_softmax": ("log_softmax", "log_softmax_backward")} if kernels == "cuda" else {}
+    model = _Block(**lab).cuda()
     compiled = torch.compile(model, fullgraph=True, mode=mode)
     for _ in range(4):  # warm-up, record, then replays
         x = torch.randn(2, 6, 8, device="cuda")
@@ -252,25 +263,41 @@ def test_compile_cuda(mode):
 
 @needs_cuda
 def test_example_losses_match_cuda():
-    ref, lab = example.compare(example.Config(steps=20, device="cuda"))
+    """The lab's CUDA kernels by name: the example's tensors are small, so auto = PyTorch's."""
+    ref, lab = example.compare(example.Config(steps=20, device="cuda"), "fast_softmax",
+                               "log_softmax", backward_variant="fused_softmax_backward",
+                               log_backward_variant="log_softmax_backward")
     assert max(abs(a - b) for a, b in zip(ref, lab)) < 1e-3
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_measured_preferences_follow_the_last_sweep(dtype):
-    """The auto choice's table (bench/NOTES.md): Triton for the shortest 2-byte rows and fp32
-    16384-32768, fast_softmax for fp32 short rows and every long row, 2^20 included (meta
-    tensors)."""
-    first = {n: torch_ops.measured_preferences("softmax", torch.empty(1, n, dtype=dtype,
-                                                                       device="meta"))[0]
-             for n in (128, 32768, 65536, 1 << 19, 1 << 20)}
+    """The auto choice's table (bench/NOTES.md) at the sweeps' size, M*N = 2^28 (meta tensors):
+    Triton for the shortest 2-byte rows and fp32 16384-32768, fast_softmax for fp32 short rows
+    and every long row, 2^20 included; backward: Triton below 512, the fused kernel from 512."""
+    def first(op, n):
+        x = torch.empty(max(1, (1 << 28) // n), n, dtype=dtype, device="meta")
+        return torch_ops.measured_preferences(op, x)[0]
+
+    fwd = {n: first("softmax", n) for n in (128, 32768, 65536, 1 << 19, 1 << 20)}
     if dtype == torch.float32:
-        assert first[128] == "fast_softmax" and first[32768] == "triton_fused"
+        assert fwd[128] == "fast_softmax" and fwd[32768] == "triton_fused"
     else:
-        assert first[128] == "triton_fused" and first[32768] == "fast_softmax"
-    assert first[65536] == first[1 << 19] == first[1 << 20] == "fast_softmax"
-    back = {n: torch_ops.measured_preferences("softmax_backward", torch.empty(
-        1, n, dtype=dtype, device="meta"))[0] for n in (1, 128, 512, 16384, 32000, 262144)}
-    assert back == {1: "triton_backward", 128: "triton_backward", 512: "triton_backward",
-                    16384: "triton_backward", 32000: "fused_softmax_backward",
-                    262144: "fused_softmax_backward"}
+        assert fwd[128] == "triton_fused" and fwd[32768] == "fast_softmax"
+    assert fwd[65536] == fwd[1 << 19] == fwd[1 << 20] == "fast_softmax"
+    back = {n: first("softmax_backward", n) for n in (1, 128, 511, 512, 16384, 32000, 262144)}
+    assert back == {1: "triton_backward", 128: "triton_backward", 511: "triton_backward",
+                    512: "fused_softmax_backward", 16384: "fused_softmax_backward",
+                    32000: "fused_softmax_backward", 262144: "fused_softmax_backward"}
+
+
+@pytest.mark.parametrize("op", sorted(torch_ops.PORTABLE))
+def test_small_tensors_prefer_pytorchs_own_kernel(op):
+    """Launch-bound sizes (<= SMALL_NUMEL elements, any shape): PyTorch's kernel first."""
+    for shape in ((1, 8), (64, 32000), (torch_ops.SMALL_NUMEL,), (2, 1024, 1024)):
+        x = torch.empty(shape, device="meta")
+        assert torch_ops.measured_preferences(op, x)[0] == torch_ops.PORTABLE[op], shape
+    big = torch.empty(2, torch_ops.SMALL_NUMEL, device="meta")
+    assert torch_ops.measured_preferences(op, big)[0] != torch_ops.PORTABLE[op]
+
+

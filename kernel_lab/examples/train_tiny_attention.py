@@ -1,6 +1,8 @@
 """Train a tiny attention classifier twice - with torch's softmax and with the lab's - and compare.
 
     python -m kernel_lab.examples.train_tiny_attention                 # auto variants
+    python -m kernel_lab.examples.train_tiny_attention --variant fast_softmax \
+        --backward-variant fused_softmax_backward --log-variant log_softmax  # the lab's CUDA
     python -m kernel_lab.examples.train_tiny_attention --variant triton_fused --compile
 
 The task: each sequence is noise tokens plus one label token (0..7) somewhere; find it. The
@@ -11,9 +13,12 @@ forward and backward. The losses must agree step by step within ``--tol`` (defau
 absolute, on losses falling from 2.1 to ~0.05): fp32 kernels differ from PyTorch's in the last
 bits, and a few dozen Adam steps carry that forward as ~1e-6.
 
-On a CPU ``variant="auto"`` is PyTorch's own kernel behind the custom op (the comparison then
-checks the op plumbing, autograd and compile); pass ``--variant torch_naive`` for different
-arithmetic, or Triton variant names with ``TRITON_INTERPRET=1`` set (slow: keep ``--steps`` small).
+The tensors are small (a few thousand elements), so ``variant="auto"`` runs PyTorch's own
+kernels behind the custom ops, on a GPU too (``torch_ops.SMALL_NUMEL``: launch-bound sizes,
+where PyTorch's C++ launch wins); the comparison then checks the op plumbing, autograd and
+compile. Name variants to train with the lab's kernels: on a CPU ``--variant torch_naive`` for
+different arithmetic, or Triton variant names with ``TRITON_INTERPRET=1`` set (slow: keep
+``--steps`` small).
 """
 
 from __future__ import annotations
@@ -137,6 +142,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'step':>4}  {'torch':>10}  {'kernel_lab':>10}  {'|diff|':>9}")
     for i, (a, b) in enumerate(zip(ref, lab)):
         print(f"{i:>4}  {a:>10.6f}  {b:>10.6f}  {abs(a - b):>9.2e}")
+    if args.variant is None:
+        print("(auto: these tensors are small, so PyTorch's own kernels ran in both; name "
+              "variants, e.g. --variant fast_softmax, to train with the lab's)")
     worst = max(abs(a - b) for a, b in zip(ref, lab))
     ok = worst <= args.tol
     print(f"max |diff| {worst:.2e} ({'<=' if ok else '>'} tol {args.tol:g}); "
