@@ -31,8 +31,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="comma-separated row lengths (default: the sweep preset's)")
     p.add_argument("--numel", default=ELEMENTS, type=_positive_int, metavar="ELEMENTS",
                    help="tensor size the auto column assumes, in elements: max(1, ELEMENTS // N) "
-                   f"rows of N (default 2^28 = {ELEMENTS}, the sweeps'; tensors of at most "
-                   "torch_ops.SMALL_NUMEL = 2^21 elements go to PyTorch's own kernel)")
+                   f"rows of N (default 2^28 = {ELEMENTS}, the sweeps'; small tensors go to "
+                   "PyTorch's own kernel: torch_ops.prefers_pytorch)")
 
 
 def _positive_int(text: str) -> int:

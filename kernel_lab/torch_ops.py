@@ -15,7 +15,7 @@ Decisions:
 * ``"auto"`` on CUDA takes the first entry of :data:`PREFERENCES` that is registered and supports
   the input: the hand-written CUDA kernel (``fast_softmax``, ...), then Triton, then PyTorch;
   :func:`measured_preferences` reorders it by the input's size and row length as measured (PyTorch's
-  own kernel first for tensors of at most ``SMALL_NUMEL`` elements). On any other device it is
+  own kernel first for tensors of at most ``SMALL_NUMEL[op]`` elements). On any other device it is
   PyTorch's own kernel (:data:`PORTABLE`), so a model using ``kernel_lab.softmax`` runs unchanged on
   a CPU. An explicit name runs that variant or raises (``UnknownVariantError`` with suggestions, or
   ``UnsupportedInputError`` with the reason).
@@ -75,29 +75,55 @@ def _has_cupy() -> bool:
     return importlib.util.find_spec("cupy") is not None
 
 
-# variant="auto" on CUDA, by tensor size (elements), from the twentieth H200 run's crossover
-# benchmarks (bench/NOTES.md "Twentieth H200 run"): per call, a small tensor costs mostly the host
-# path and a few waves of CTAs, where PyTorch's own C++-launched kernels win.
-SMALL_NUMEL = 1 << 21  # at most this many elements: PyTorch's own kernel (PORTABLE) first
-TRITON_MIN_NUMEL = 1 << 25  # Triton's whole-row kernels only from here (their host path: ~20 us)
+# variant="auto" on CUDA, by tensor size (elements): at most this many and the call is
+# launch-bound, where PyTorch's own kernels (launched from C++, in a few short waves) beat the
+# lab's Python launch path (~13 us a call). Twentieth H200 run, bench/NOTES.md.
+SMALL_NUMEL: dict[str, int] = {
+    "softmax": 3 << 20,
+    "softmax_backward": 1 << 21,
+    "log_softmax": 1 << 21,
+    "log_softmax_backward": 1 << 21,
+}
+SMALL_NUMEL_SHORT_ROWS = 1 << 22  # softmax, rows of <= 1024: PyTorch's kernel streams them well
+TRITON_MIN_NUMEL = 1 << 25  # Triton's whole-row kernels only from here (longer host path)
+
+
+def prefers_pytorch(op: str, x: torch.Tensor, n: int) -> bool:
+    """Whether a tensor this small runs faster in PyTorch's own kernel (PORTABLE[op]), and that
+    kernel is within the lab's tolerance for its dtype (not ``known_inexact``: PyTorch's fp16 /
+    bf16 softmax backward is not, on short rows)."""
+    limit = SMALL_NUMEL.get(op, 0)
+    if op == "softmax" and n <= 1024:
+        limit = SMALL_NUMEL_SHORT_ROWS
+    if x.numel() > limit:
+        return False
+    try:
+        portable = registry.get(PORTABLE[op])
+    except UnknownVariantError:
+        return False
+    return x.dtype not in portable.known_inexact
 
 
 def measured_preferences(op: str, x: torch.Tensor, dim: int = -1) -> tuple[str, ...]:
     """PREFERENCES, reordered by the H200 benchmarks (bench/NOTES.md).
 
-    By size first (the twentieth run's crossover benchmarks, forward and backward, fp32 and
-    bf16): a tensor of at most SMALL_NUMEL elements goes to PyTorch's own kernel, every op.
-    There a call is launch-bound: PyTorch's launch from C++ and its kernels' few short waves ran
-    1.1-3x faster per call than the lab's Python launch path, up to 64x32000 / 256x4096; from
-    2^22 elements the lab's kernels led.
+    By size first (twentieth run: crossover benchmarks from 2^16 to 2^25 elements, fp32 / bf16 /
+    fp16; :func:`prefers_pytorch`): PyTorch's own kernel for launch-bound tensors. Softmax
+    forward: up to 3 * 2^20 elements (PyTorch ahead in 10 of 12 shapes of rows 128-32000 there,
+    by up to 2.6x; the lab from 2^22 at rows of 4096 / 32000, 13-25 %), up to 2^22 for rows of
+    <= 1024 (PyTorch 11-32 % ahead at 2^22; the lab level or ahead from 2^23). Backward,
+    log_softmax and its backward: up to 2^21 (fp32 backward: PyTorch 12-16 % ahead at 2^21, the
+    lab 37-82 % ahead from 3 * 2^20; PyTorch's bf16 / fp16 backward misses the lab's tolerance,
+    so it is never picked).
 
     Then by row length N, from the sweeps at M*N = 2^28 (sweep18, sweep19, the nineteenth and
     twentieth runs' benchmarks). Softmax forward: Triton's whole-row kernel in fp16/bf16 for
     N <= 256 and 1024 <= N <= 2048 (bf16 128 / 256 / 1024 99.9 / 100.2 / 98.2 % of copy
     against 99.2 / 96.9 / 94.4 % in sweep19; 2048 level) and in fp32 for 16384 <= N <= 32768
-    (level: 97-98 % both, Triton 0.3-0.7 % ahead), but only for tensors of TRITON_MIN_NUMEL
-    elements or more: below, Triton's longer host path cost it up to 2x per call; fast_softmax
-    everywhere else, the longest rows included (N = 2^20: 90-92 % in sweep19).
+    (level: 97-98 % both, Triton 0.3-0.7 % ahead), but only in tensors of TRITON_MIN_NUMEL
+    elements or more (at 2^25 Triton led 2-byte rows of 128 by 1-2 %, at 2^23 - 2^24 it trailed
+    by up to 50 %, its host path being longer); fast_softmax everywhere else, the longest rows
+    included (N = 2^20: 90-92 % in sweep19).
     Softmax backward: Triton's whole-row kernel for N < 512 only (N = 128: 104 % of copy against
     fused_softmax_backward's 60 % fp32 / 30 % bf16, its programs taking several short rows
     each); the fused CUDA kernel from 512 (twentieth run, one benchmark process: level with
@@ -106,11 +132,12 @@ def measured_preferences(op: str, x: torch.Tensor, dim: int = -1) -> tuple[str, 
     Re-measure and edit this table when kernels change.
     """
     prefs = PREFERENCES[op]
-    if x.numel() <= SMALL_NUMEL and op in PORTABLE:
+    n = x.shape[dim] if x.dim() else 1
+    if op in PORTABLE and prefers_pytorch(op, x, n):
         return (PORTABLE[op], *prefs)
     if op not in ("softmax", "softmax_backward") or x.dim() == 0:
         return prefs
-    n, two_byte = x.shape[dim], x.element_size() == 2
+    two_byte = x.element_size() == 2
     if op == "softmax_backward":
         return ("triton_backward", *prefs) if n < 512 else prefs
     triton_rows = (two_byte and (n <= 256 or 1024 <= n <= 2048)) or (

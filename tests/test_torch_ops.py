@@ -200,7 +200,7 @@ def test_auto_prefers_cuda_kernels(op):
     small = torch.randn(64, 1000, device="cuda")
     small_in = (small,) if not op.endswith("backward") else (torch.softmax(small, -1), small)
     assert torch_ops.choose_variant(op, *small_in).name == torch_ops.PORTABLE[op]
-    x = torch.randn(4096, 1000, device="cuda")  # 4.1M elements > SMALL_NUMEL
+    x = torch.randn(8192, 1000, device="cuda")  # 8.2M elements: past every small-size limit
     inputs = (x,) if not op.endswith("backward") else (torch.softmax(x, -1), x)
     registered = {v.name for v in kernel_lab.variants(op)}
     expected = next(n for n in torch_ops.measured_preferences(op, inputs[0]) if n in registered
@@ -216,8 +216,8 @@ def test_auto_prefers_cuda_kernels(op):
 @pytest.mark.parametrize("op", ["softmax", "log_softmax"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_cuda_auto_matches_torch(op, dtype):
-    x = torch.randn(520, 4097, device="cuda", dtype=dtype, requires_grad=True)
-    assert x.numel() > torch_ops.SMALL_NUMEL  # so auto runs the lab's kernels, both ways
+    x = torch.randn(800, 4097, device="cuda", dtype=dtype, requires_grad=True)
+    assert x.numel() > max(torch_ops.SMALL_NUMEL.values())  # auto runs the lab's, both ways
     assert torch_ops.choose_variant(op, x).backend != "torch"
     x_ref = x.detach().clone().requires_grad_()
     out, ref = LAB[op](x), TORCH[op](x_ref, -1)
@@ -293,11 +293,33 @@ def test_measured_preferences_follow_the_last_sweep(dtype):
 
 @pytest.mark.parametrize("op", sorted(torch_ops.PORTABLE))
 def test_small_tensors_prefer_pytorchs_own_kernel(op):
-    """Launch-bound sizes (<= SMALL_NUMEL elements, any shape): PyTorch's kernel first."""
-    for shape in ((1, 8), (64, 32000), (torch_ops.SMALL_NUMEL,), (2, 1024, 1024)):
+    """Launch-bound sizes (<= SMALL_NUMEL[op] elements, any shape): PyTorch's kernel first."""
+    limit = torch_ops.SMALL_NUMEL[op]
+    for shape in ((1, 8), (64, 32000), (limit // 4096, 4096), (limit,), (2, 1024, 1024)):
         x = torch.empty(shape, device="meta")
         assert torch_ops.measured_preferences(op, x)[0] == torch_ops.PORTABLE[op], shape
-    big = torch.empty(2, torch_ops.SMALL_NUMEL, device="meta")
-    assert torch_ops.measured_preferences(op, big)[0] != torch_ops.PORTABLE[op]
+    for shape in ((limit // 4096 + 1, 4096), (2, limit)):
+        x = torch.empty(shape, device="meta")
+        assert torch_ops.measured_preferences(op, x)[0] != torch_ops.PORTABLE[op], shape
+
+
+def test_small_tensor_rules():
+    """Short forward rows keep PyTorch's kernel up to 2^22 elements; PyTorch's 2-byte softmax
+    backward (inexact on short rows) is never picked; Triton's rows only in large tensors."""
+    def first(op, shape, dtype=torch.float32):
+        return torch_ops.measured_preferences(op, torch.empty(shape, dtype=dtype,
+                                                              device="meta"))[0]
+
+    assert first("softmax", (4096, 1024)) == "torch_eager"
+    assert first("softmax", (4097, 1024)) == "fast_softmax"
+    assert first("softmax", (1024, 4096)) == "fast_softmax"  # 2^22, rows > 1024
+    for dt in (torch.bfloat16, torch.float16):
+        assert first("softmax_backward", (16, 1024), dt) == "fused_softmax_backward"
+        assert first("softmax_backward", (16, 128), dt) == "triton_backward"
+        assert first("log_softmax_backward", (16, 128), dt) == "torch_log_softmax_backward"
+    big = torch_ops.TRITON_MIN_NUMEL
+    for n, dt in ((128, torch.bfloat16), (1024, torch.float16), (32768, torch.float32)):
+        assert first("softmax", (big // n, n), dt) == "triton_fused", (n, dt)
+        assert first("softmax", (big // n // 2, n), dt) == "fast_softmax", (n, dt)
 
 
