@@ -129,17 +129,26 @@ def measured_preferences(op: str, x: torch.Tensor, dim: int = -1) -> tuple[str, 
     each); the fused CUDA kernel from 512 (twentieth run, one benchmark process: level with
     Triton at 512-16384 within 0.5 % but bf16 512, 104 against 98 %, and far ahead from 32000:
     100-101 % against 81-88 %). fp16 follows bf16 (not swept).
+    log_softmax backward (twentieth run, M*N = 2^28): Triton's kernel for N < 512 (N = 128: 103 %
+    of copy against the CUDA kernel's 61 % fp32 / 30 % bf16) and for fp32 16384 < N <= 65536
+    (32000 / 32768: 94-96 % against 78-79 %, where the CUDA kernel streams the row twice;
+    65536 79 against 77 %); the CUDA kernel elsewhere (103-104 % at 512-16384, bf16 32768 103 %).
     Re-measure and edit this table when kernels change.
     """
     prefs = PREFERENCES[op]
     n = x.shape[dim] if x.dim() else 1
     if op in PORTABLE and prefers_pytorch(op, x, n):
         return (PORTABLE[op], *prefs)
-    if op not in ("softmax", "softmax_backward") or x.dim() == 0:
+    if x.dim() == 0:
         return prefs
     two_byte = x.element_size() == 2
+    if op == "log_softmax_backward":
+        triton = n < 512 or (not two_byte and 16384 < n <= 65536)
+        return ("triton_log_softmax_backward", *prefs) if triton else prefs
     if op == "softmax_backward":
         return ("triton_backward", *prefs) if n < 512 else prefs
+    if op != "softmax":
+        return prefs
     triton_rows = (two_byte and (n <= 256 or 1024 <= n <= 2048)) or (
         not two_byte and 16384 <= n <= 32768)
     if triton_rows and x.numel() >= TRITON_MIN_NUMEL:

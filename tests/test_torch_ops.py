@@ -289,6 +289,13 @@ def test_measured_preferences_follow_the_last_sweep(dtype):
     assert back == {1: "triton_backward", 128: "triton_backward", 511: "triton_backward",
                     512: "fused_softmax_backward", 16384: "fused_softmax_backward",
                     32000: "fused_softmax_backward", 262144: "fused_softmax_backward"}
+    log_back = {n: first("log_softmax_backward", n) for n in (128, 512, 16384, 32000, 65536,
+                                                               131072)}
+    triton_mid = "triton_log_softmax_backward" if dtype == torch.float32 else \
+        "log_softmax_backward"
+    assert log_back == {128: "triton_log_softmax_backward", 512: "log_softmax_backward",
+                        16384: "log_softmax_backward", 32000: triton_mid, 65536: triton_mid,
+                        131072: "log_softmax_backward"}
 
 
 @pytest.mark.parametrize("op", sorted(torch_ops.PORTABLE))
