@@ -558,6 +558,25 @@ def test_harness_gap_rejects_a_variant_without_sources(tmp_path):
     assert "--variant NAME=DIR with DIR/fast_softmax.cu" in r.stderr
 
 
+def test_auto_check_races_auto_against_its_candidates():
+    """bench/auto_check.py on a CPU: auto is PyTorch's kernel there, timed with the candidates;
+    bad arguments are refused before any work."""
+    script = str(REPO / "bench" / "auto_check.py")
+    base = [sys.executable, script, "--device", "cpu", "--dtype", "float32", "--shape", "4x64",
+            "--op", "softmax,log_softmax_backward"]
+    env = {**os.environ, "COLUMNS": "200"}
+    r = subprocess.run([*base, "--tolerance", "1000"], cwd=REPO, text=True, capture_output=True,
+                       timeout=300, env=env)
+    assert r.returncode == 0, r.stderr
+    assert "torch_eager" in r.stdout and "torch_log_softmax_backward" in r.stdout
+    assert "0 of 2 cases where auto is more than 1000.00x" in r.stdout
+    for bad, msg in ((["--op", "sofmax"], "unknown op 'sofmax'"), (["--shape", "3xq"],
+                     "bad shape '3xq'"), (["--tolerance", "0.5"], "--tolerance must be >= 1")):
+        r = subprocess.run([sys.executable, script, *bad], cwd=REPO, text=True,
+                           capture_output=True, timeout=120)
+        assert r.returncode == 2 and msg in r.stderr, (bad, r.stderr)
+
+
 def test_policy_variants_swap_only_the_cache_policy_lines(tmp_path):
     """bench/policy_variants.py copies cuda_src/ with only the three policy functions' bodies of
     softmax_common.cuh swapped; the lab's own policies (weak:weak:cg) give it back unchanged;

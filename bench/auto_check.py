@@ -1,0 +1,134 @@
+"""Race ``variant="auto"`` against the variants it picks from, end to end, by tensor size.
+
+    python bench/auto_check.py [--op softmax,softmax_backward] [--dtype float32,bfloat16]
+        [--shape 256x4096,1024x4096] [--tolerance 1.05] [--device cuda]
+
+Per (op, dtype, shape): the time per call of the op's custom op (``torch.ops.kernel_lab.<op>``)
+with variant "auto" - what ``kernel_lab.softmax(x)`` runs inside a model - and with each
+candidate named (``torch_ops.PREFERENCES[op]`` and ``PORTABLE[op]``, those that take the input),
+on the benchmark's rotating inputs and timer (``kernel_lab.benchmarking``: the median of rounds
+of back-to-back calls, the GPU synchronised around each round). Prints the variant auto took
+(``torch_ops.choose_variant``), the fastest candidate, and auto's time over the fastest's; exits
+1 when that ratio passes ``--tolerance`` anywhere: the size / row-length rule in
+``torch_ops.measured_preferences`` is off for that tensor. Timing only: the test suite checks
+every candidate's output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from types import SimpleNamespace
+
+import torch
+from rich.console import Console
+from rich.table import Table
+
+import kernel_lab
+from kernel_lab import benchmarking as bm
+from kernel_lab import registry, torch_ops
+from kernel_lab.errors import UnknownVariantError
+
+CUSTOM_OPS = {
+    "softmax": torch_ops.softmax_op,
+    "softmax_backward": torch_ops.softmax_backward_op,
+    "log_softmax": torch_ops.log_softmax_op,
+    "log_softmax_backward": torch_ops.log_softmax_backward_op,
+}
+# the twentieth run's size edges (bench/NOTES.md): both sides of every small-size limit
+SHAPES = ("16x1024,256x4096,768x4096,1024x4096,4096x1024,8192x1024,64x32000,128x32000,"
+          "65536x128,262144x128,2048x16384")
+
+
+def custom_call(op: str, variant: str):
+    """``fn(*inputs, dim=...)`` running the custom op with ``variant`` (or "auto")."""
+    custom = CUSTOM_OPS[op]
+    if op.endswith("_backward"):
+        return lambda y, dy, dim=-1: custom(y, dy, dim, variant)
+    return lambda x, dim=-1: custom(x, dim, variant, torch_ops.AUTO)
+
+
+def candidates(op: str, inputs: tuple) -> list[str]:
+    """The names auto chooses from that are registered and take these inputs."""
+    names = []
+    for name in dict.fromkeys((*torch_ops.PREFERENCES[op], torch_ops.PORTABLE[op])):
+        try:
+            v = registry.get(name)
+        except UnknownVariantError:
+            continue
+        if v.backend == "cuda" and not torch_ops._has_cupy():
+            continue
+        if v.supports(*inputs) is None:
+            names.append(name)
+    return names
+
+
+def seconds_per_call(work: bm.Workload, fn) -> float:
+    call = work.caller(SimpleNamespace(fn=fn))
+    timer = bm.timer_for(work.device)
+    cuda = work.device.startswith("cuda")
+    plan = bm.plan(call, timer, bm.host_latency(call) if cuda else 0.0)
+    return statistics.median(bm.time_rounds(call, timer, plan))
+
+
+def check_case(case: bm.Case, device: str) -> dict:
+    work = bm.make_workload(case, device)
+    picked = torch_ops.choose_variant(case.op, *work.inputs).name
+    times = {name: seconds_per_call(work, custom_call(case.op, name))
+             for name in candidates(case.op, work.inputs)}
+    auto = seconds_per_call(work, custom_call(case.op, torch_ops.AUTO))
+    best = min(times, key=times.get)
+    return {"case": case, "picked": picked, "auto_s": auto, "best": best,
+            "best_s": times[best], "ratio": auto / times[best], "times": times}
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--op", default="softmax,softmax_backward",
+                   help=f"comma-separated ops (of {', '.join(CUSTOM_OPS)})")
+    p.add_argument("--dtype", default="float32,bfloat16", help="comma-separated dtypes")
+    p.add_argument("--shape", default=SHAPES, help="comma-separated MxN shapes")
+    p.add_argument("--tolerance", type=float, default=1.05,
+                   help="auto's time over the fastest candidate's allowed (default 1.05)")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    args = p.parse_args(argv)
+    bad = [o for o in args.op.split(",") if o not in CUSTOM_OPS]
+    if bad:
+        p.error(f"unknown op {bad[0]!r}; ops: {', '.join(CUSTOM_OPS)}")
+    try:
+        args.cases = [bm.Case(o, bm.parse_dtype(d), bm.parse_shape(s))
+                      for o in args.op.split(",") for d in args.dtype.split(",")
+                      for s in args.shape.split(",")]
+    except (ValueError, kernel_lab.KernelLabError) as e:
+        p.error(str(e))
+    if args.tolerance < 1:
+        p.error(f"--tolerance must be >= 1, not {args.tolerance}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    console = Console(width=None if sys.stdout.isatty() else 160)  # logs: one line a row
+    table = Table(title=f"variant='auto' against its candidates ({bm.device_label(args.device)}; "
+                  "us per call)", title_justify="left")
+    for col in ("op", "dtype", "M x N", "auto took", "auto", "fastest", "its time", "ratio"):
+        table.add_column(col, justify="left" if col in ("op", "dtype", "auto took", "fastest")
+                         else "right")
+    off = 0
+    for i, case in enumerate(args.cases, 1):
+        console.print(f"[{i}/{len(args.cases)}] {case.id}", highlight=False)
+        r = check_case(case, args.device)
+        miss = r["ratio"] > args.tolerance
+        off += miss
+        table.add_row(case.op, bm.dtype_name(case.dtype), case.shape_id, r["picked"],
+                      f"{r['auto_s'] * 1e6:,.1f}", r["best"], f"{r['best_s'] * 1e6:,.1f}",
+                      f"[red]{r['ratio']:.2f}[/red]" if miss else f"{r['ratio']:.2f}")
+    console.print(table)
+    console.print(f"{off} of {len(args.cases)} cases where auto is more than "
+                  f"{args.tolerance:.2f}x the fastest candidate", highlight=False)
+    return 1 if off else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
