@@ -77,7 +77,7 @@ def _has_cupy() -> bool:
 
 # variant="auto" on CUDA, by tensor size (elements): at most this many and the call is
 # launch-bound, where PyTorch's own kernels (launched from C++, in a few short waves) beat the
-# lab's Python launch path (~13 us a call). Twentieth H200 run, bench/NOTES.md.
+# lab's Python launch path (11.7 us a call against 5.1). Twentieth H200 run, bench/NOTES.md.
 SMALL_NUMEL: dict[str, int] = {
     "softmax": 3 << 20,
     "softmax_backward": 1 << 21,
