@@ -107,23 +107,23 @@ def prefers_pytorch(op: str, x: torch.Tensor, n: int) -> bool:
 def measured_preferences(op: str, x: torch.Tensor, dim: int = -1) -> tuple[str, ...]:
     """PREFERENCES, reordered by the H200 benchmarks (bench/NOTES.md).
 
-    By size first (twentieth run: crossover benchmarks from 2^16 to 2^25 elements, fp32 / bf16 /
+    By size first (twentieth run: crossover benchmarks from 2^14 to 2^27 elements, fp32 / bf16 /
     fp16; :func:`prefers_pytorch`): PyTorch's own kernel for launch-bound tensors. Softmax
     forward: up to 3 * 2^20 elements (PyTorch ahead in 10 of 12 shapes of rows 128-32000 there,
-    by up to 2.6x; the lab from 2^22 at rows of 4096 / 32000, 13-25 %), up to 2^22 for rows of
-    <= 1024 (PyTorch 11-32 % ahead at 2^22; the lab level or ahead from 2^23). Backward,
-    log_softmax and its backward: up to 2^21 (fp32 backward: PyTorch 12-16 % ahead at 2^21, the
-    lab 37-82 % ahead from 3 * 2^20; PyTorch's bf16 / fp16 backward misses the lab's tolerance,
-    so it is never picked).
+    by up to 2.4x; the lab from 2^22 at rows of 4096 / 32000, by 13-25 %, bf16 32000 level), up
+    to 2^22 for rows of <= 1024 (PyTorch 11-32 % ahead at 2^22; the lab level or ahead from
+    2^23). Backward, log_softmax and its backward: up to 2^21 (fp32 backward: PyTorch 12-16 %
+    ahead at 2^21, the lab 35-82 % ahead from 3 * 2^20; PyTorch's bf16 / fp16 backward misses
+    the lab's tolerance, so it is never picked).
 
     Then by row length N, from the sweeps at M*N = 2^28 (sweep18, sweep19, the nineteenth and
-    twentieth runs' benchmarks). Softmax forward: Triton's whole-row kernel in fp16/bf16 for
-    N <= 256 and 1024 <= N <= 2048 (bf16 128 / 256 / 1024 99.9 / 100.2 / 98.2 % of copy
-    against 99.2 / 96.9 / 94.4 % in sweep19; 2048 level) and in fp32 for 16384 <= N <= 32768
-    (level: 97-98 % both, Triton 0.3-0.7 % ahead), but only in tensors of TRITON_MIN_NUMEL
-    elements or more (at 2^25 Triton led 2-byte rows of 128 by 1-2 %, at 2^23 - 2^24 it trailed
-    by up to 50 %, its host path being longer); fast_softmax everywhere else, the longest rows
-    included (N = 2^20: 90-92 % in sweep19).
+    twentieth runs' benchmarks). Softmax forward: Triton's whole-row kernel in fp16/bf16 for N
+    <= 256 and 1024 <= N <= 2048 (bf16 128 / 256 / 1024 99.9 / 100.2 / 98.2 % of copy against
+    99.2 / 96.9 / 94.4 % in sweep19; 2048 level) and in fp32 for 16384 <= N <= 32768 (level:
+    97-98 % both, Triton 0.3-0.7 % ahead), but only in tensors of TRITON_MIN_NUMEL elements or
+    more (at 2^25 Triton led 2-byte rows of 128 by 1-2 %; at 2^23 it trailed by up to a third,
+    at 2^24 by -34 to +5 %, its host path being longer); fast_softmax everywhere else, the
+    longest rows included (N = 2^20: 90-92 % in sweep19).
     Softmax backward: Triton's whole-row kernel for N < 512 only (N = 128: 104 % of copy against
     fused_softmax_backward's 60 % fp32 / 30 % bf16, its programs taking several short rows
     each); the fused CUDA kernel from 512 (twentieth run, one benchmark process: level with
