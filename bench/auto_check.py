@@ -57,19 +57,15 @@ def candidates(op: str, inputs: tuple) -> list[str]:
             v = registry.get(name)
         except UnknownVariantError:
             continue
-        if v.backend == "cuda" and not torch_ops._has_cupy():
-            continue
-        if v.supports(*inputs) is None:
+        if torch_ops.can_run(v, *inputs):
             names.append(name)
     return names
 
 
 def seconds_per_call(work: bm.Workload, fn) -> float:
-    call = work.caller(SimpleNamespace(fn=fn))
-    timer = bm.timer_for(work.device)
-    cuda = work.device.startswith("cuda")
-    plan = bm.plan(call, timer, bm.host_latency(call) if cuda else 0.0)
-    return statistics.median(bm.time_rounds(call, timer, plan))
+    """The benchmark's median per-call time of ``fn`` on the workload's rotating inputs."""
+    call, plan, _ = bm.calibrate(SimpleNamespace(fn=fn), work)
+    return statistics.median(bm.time_rounds(call, bm.timer_for(work.device), plan))
 
 
 def check_case(case: bm.Case, device: str) -> dict:

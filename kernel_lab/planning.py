@@ -29,20 +29,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="comma-separated dtypes (default: float32,bfloat16)")
     p.add_argument("--n", default=",".join(map(str, sorted(SWEEP_N))),
                    help="comma-separated row lengths (default: the sweep preset's)")
-    p.add_argument("--numel", default=ELEMENTS, type=_positive_int, metavar="ELEMENTS",
+    p.add_argument("--numel", default=str(ELEMENTS), metavar="ELEMENTS",
                    help="tensor size the auto column assumes, in elements: max(1, ELEMENTS // N) "
                    f"rows of N (default 2^28 = {ELEMENTS}, the sweeps'; small tensors go to "
                    "PyTorch's own kernel: torch_ops.prefers_pytorch)")
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, not {value}")
-    return value
 
 
 def auto_choice(op: str, n: int, dtype: torch.dtype, numel: int = ELEMENTS) -> str:
@@ -76,8 +66,8 @@ def plan_rows(op: str, dtype: torch.dtype, ns: Sequence[int],
     return header, rows
 
 
-def _parse(args: argparse.Namespace) -> tuple[list[str], list[torch.dtype], list[int]]:
-    """(ops, dtypes, row lengths) from the arguments; ValueError / KernelLabError if bad."""
+def _parse(args: argparse.Namespace) -> tuple[list[str], list[torch.dtype], list[int], int]:
+    """(ops, dtypes, row lengths, numel) from the arguments; ValueError / KernelLabError if bad."""
     from . import torch_ops
 
     registry.ops()  # load the ops
@@ -92,7 +82,10 @@ def _parse(args: argparse.Namespace) -> tuple[list[str], list[torch.dtype], list
         raise ValueError(f"--n takes comma-separated row lengths, not {args.n!r}") from None
     if not ns or any(n < 1 for n in ns):
         raise ValueError(f"--n takes row lengths >= 1, not {args.n!r}")
-    return ops, dtypes, ns
+    numel = int(args.numel) if str(args.numel).isdigit() else 0
+    if numel < 1:
+        raise ValueError(f"--numel takes a number of elements >= 1, not {args.numel!r}")
+    return ops, dtypes, ns, numel
 
 
 def main(args: argparse.Namespace) -> int:
@@ -102,15 +95,15 @@ def main(args: argparse.Namespace) -> int:
     from .errors import KernelLabError
 
     try:
-        ops, dtypes, ns = _parse(args)
+        ops, dtypes, ns, numel = _parse(args)
     except (KernelLabError, ValueError) as e:
         print(f"kernel_lab plan: {e}", file=sys.stderr)
         return 2
     console = Console()
-    console.print(f"auto (CUDA): the pick for a tensor of {args.numel:,} elements (--numel)")
+    console.print(f"auto (CUDA): the pick for a tensor of {numel:,} elements (--numel)")
     for o in ops:
         for dt in dtypes:
-            header, rows = plan_rows(o, dt, ns, args.numel)
+            header, rows = plan_rows(o, dt, ns, numel)
             table = Table(title=f"{o} {dtype_name(dt)}: contiguous rows of N",
                           title_justify="left")
             for h in header:

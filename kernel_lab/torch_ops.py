@@ -95,13 +95,7 @@ def prefers_pytorch(op: str, x: torch.Tensor, n: int) -> bool:
     limit = SMALL_NUMEL.get(op, 0)
     if op == "softmax" and n <= 1024:
         limit = SMALL_NUMEL_SHORT_ROWS
-    if x.numel() > limit:
-        return False
-    try:
-        portable = registry.get(PORTABLE[op])
-    except UnknownVariantError:
-        return False
-    return x.dtype not in portable.known_inexact
+    return x.numel() <= limit and x.dtype not in registry.get(PORTABLE[op]).known_inexact
 
 
 def measured_preferences(op: str, x: torch.Tensor, dim: int = -1) -> tuple[str, ...]:
@@ -137,7 +131,7 @@ def measured_preferences(op: str, x: torch.Tensor, dim: int = -1) -> tuple[str, 
     """
     prefs = PREFERENCES[op]
     n = x.shape[dim] if x.dim() else 1
-    if op in PORTABLE and prefers_pytorch(op, x, n):
+    if prefers_pytorch(op, x, n):
         return (PORTABLE[op], *prefs)
     if x.dim() == 0:
         return prefs
@@ -170,15 +164,17 @@ def first_preference(op: str, x: torch.Tensor, dim: int,
     return registry.get(PORTABLE[op])
 
 
-def choose_variant(op: str, *tensors: torch.Tensor, dim: int = -1) -> registry.Variant:
-    """The variant ``variant="auto"`` runs for these (real) tensors. Never launches anything.
+def can_run(v: registry.Variant, *tensors: torch.Tensor, dim: int = -1) -> bool:
+    """Whether ``v`` takes these (real) tensors here: its ``supports()`` accepts them, and CuPy
+    is installed if it is a CUDA C++ variant (those register without it)."""
+    return (v.backend != "cuda" or _has_cupy()) and v.supports(*tensors, dim=dim) is None
 
-    CUDA C++ variants are passed over when CuPy is not installed (they register without it).
-    """
+
+def choose_variant(op: str, *tensors: torch.Tensor, dim: int = -1) -> registry.Variant:
+    """The variant ``variant="auto"`` runs for these (real) tensors. Never launches anything."""
     if tensors[0].device.type != "cuda":
         return registry.get(PORTABLE[op])
-    return first_preference(op, tensors[0], dim, lambda v: (
-        (v.backend != "cuda" or _has_cupy()) and v.supports(*tensors, dim=dim) is None))
+    return first_preference(op, tensors[0], dim, lambda v: can_run(v, *tensors, dim=dim))
 
 
 def _run(op: str, variant: str, tensors: Sequence[torch.Tensor], dim: int) -> torch.Tensor:

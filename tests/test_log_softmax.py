@@ -69,19 +69,18 @@ def test_reference_overflows_like_torch():
 def test_cuda_backward_fits_aligned_rows_exactly():
     """The CUDA backward's CTA covers an aligned row's ceil(N / W) windows with no idle half
     (one spare window only when rows may start mid-vector), and keeps fp32 16384 on chip."""
-    from kernel_lab.cuda_common import vec_width
     from kernel_lab.ops.log_softmax.cuda_variants import row_config
     from kernel_lab.ops.softmax.backward_config import BWD_MAX_THREADS
+    from kernel_lab.ops.softmax.fast_config import vector_windows
 
     assert row_config(4096, torch.bfloat16, BWD_MAX_THREADS, aligned=True) == (128, 4)
     assert row_config(4096, torch.bfloat16, BWD_MAX_THREADS) == (256, 4)
     assert row_config(16384, torch.float32, BWD_MAX_THREADS, aligned=True) == (512, 8)
     assert row_config(16384, torch.float32, BWD_MAX_THREADS)[1] is None  # streamed
     for dt in (torch.float32, torch.bfloat16, torch.float16):
-        w = vec_width(dt)
         for n in (1, 7, 128, 1000, 4096, 8192, 20000, 32000):
             for aligned in (True, False):
                 threads, vpt = row_config(n, dt, BWD_MAX_THREADS, aligned)
-                need = -(-n // w) if aligned else -(-(n + w - 1) // w)
+                need = vector_windows(n, dt, aligned)
                 if vpt is not None:
                     assert need <= threads * vpt < 2 * need + 32 * vpt, (n, dt, aligned)

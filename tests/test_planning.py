@@ -76,7 +76,8 @@ def test_plan_cli(capsys, monkeypatch):
     out = capsys.readouterr().out
     assert "softmax_backward bfloat16" in out
     assert "persist 16x384x4: fused_softmax_backward_persist<__nv_bfloat16, 4, 16>" in out
-    for bad in (["--n", "abc"], ["--n", "0"], ["--op", "sofmax"], ["--dtype", "fp33"]):
+    for bad in (["--n", "abc"], ["--n", "0"], ["--op", "sofmax"], ["--dtype", "fp33"],
+                ["--numel", "0"], ["--numel", "2e6"]):
         assert cli.main(["plan", *bad]) == 2, bad
         assert capsys.readouterr().err.startswith("kernel_lab plan: "), bad
     assert cli.main(["plan", "--op", "softmax", "--dtype", "fp32", "--n", "4096",

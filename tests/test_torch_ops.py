@@ -270,14 +270,18 @@ def test_example_losses_match_cuda():
     assert max(abs(a - b) for a, b in zip(ref, lab)) < 1e-3
 
 
+def _first_choice(op: str, shape: tuple, dtype: torch.dtype = torch.float32) -> str:
+    """measured_preferences' first name for a meta tensor of ``shape``."""
+    return torch_ops.measured_preferences(op, torch.empty(shape, dtype=dtype, device="meta"))[0]
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_measured_preferences_follow_the_last_sweep(dtype):
     """The auto choice's table (bench/NOTES.md) at the sweeps' size, M*N = 2^28 (meta tensors):
     Triton for the shortest 2-byte rows and fp32 16384-32768, fast_softmax for fp32 short rows
     and every long row, 2^20 included; backward: Triton below 512, the fused kernel from 512."""
-    def first(op, n):
-        x = torch.empty(max(1, (1 << 28) // n), n, dtype=dtype, device="meta")
-        return torch_ops.measured_preferences(op, x)[0]
+    def first(op, n):  # at the sweeps' size
+        return _first_choice(op, (max(1, (1 << 28) // n), n), dtype)
 
     fwd = {n: first("softmax", n) for n in (128, 32768, 65536, 1 << 19, 1 << 20)}
     if dtype == torch.float32:
@@ -313,10 +317,7 @@ def test_small_tensors_prefer_pytorchs_own_kernel(op):
 def test_small_tensor_rules():
     """Short forward rows keep PyTorch's kernel up to 2^22 elements; PyTorch's 2-byte softmax
     backward (inexact on short rows) is never picked; Triton's rows only in large tensors."""
-    def first(op, shape, dtype=torch.float32):
-        return torch_ops.measured_preferences(op, torch.empty(shape, dtype=dtype,
-                                                              device="meta"))[0]
-
+    first = _first_choice
     assert first("softmax", (4096, 1024)) == "torch_eager"
     assert first("softmax", (4097, 1024)) == "fast_softmax"
     assert first("softmax", (1024, 4096)) == "fast_softmax"  # 2^22, rows > 1024

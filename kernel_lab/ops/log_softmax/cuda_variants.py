@@ -88,13 +88,14 @@ log_softmax.launch_plan = functools.partial(fast_plan, prefix="log_softmax")
 def log_softmax_backward(y: torch.Tensor, dy: torch.Tensor, dim: int = -1) -> torch.Tensor:
     def launch(dx, y2d, dy2d):
         m, n = dx.shape
-        threads, vpt = row_config(n, y2d.dtype, BWD_MAX_THREADS, vec_aligned(dx, y2d, dy2d))
+        aligned = vec_aligned(dx, y2d, dy2d)
+        threads, vpt = row_config(n, y2d.dtype, BWD_MAX_THREADS, aligned)
         t = ctype(y2d.dtype)
         if vpt:
             expr = f"log_softmax_backward<{t}, {vpt}>"
         else:
             expr, threads = f"log_softmax_backward_stream<{t}>", 1024
         launch_rows(BACKWARD, expr, dx, (y2d, dy2d), grid=m, block=threads,
-                    extra=(i32(same_vector_phase(dx, y2d, dy2d)),))
+                    extra=(i32(1 if aligned else same_vector_phase(dx, y2d, dy2d)),))
 
     return rowwise(launch, y, dy, dim=dim)
