@@ -1,7 +1,7 @@
 """Race ``variant="auto"`` against the variants it picks from, end to end, by tensor size.
 
     python bench/auto_check.py [--op softmax,softmax_backward] [--dtype float32,bfloat16]
-        [--shape 256x4096,1024x4096] [--tolerance 1.05] [--device cuda]
+        [--shape 256x4096,1024x4096] [--tolerance 1.05] [--device cuda] [--json FILE]
 
 Per (op, dtype, shape): the time per call of the op's custom op (``torch.ops.kernel_lab.<op>``)
 with variant "auto" - what ``kernel_lab.softmax(x)`` runs inside a model - and with each
@@ -17,6 +17,7 @@ every candidate's output.
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 from types import SimpleNamespace
@@ -88,6 +89,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--tolerance", type=float, default=1.05,
                    help="auto's time over the fastest candidate's allowed (default 1.05)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--json", default=None, metavar="FILE",
+                   help="also write every case's times (seconds per call) to FILE")
     args = p.parse_args(argv)
     bad = [o for o in args.op.split(",") if o not in CUSTOM_OPS]
     if bad:
@@ -111,16 +114,24 @@ def main(argv: list[str] | None = None) -> int:
     for col in ("op", "dtype", "M x N", "auto took", "auto", "fastest", "its time", "ratio"):
         table.add_column(col, justify="left" if col in ("op", "dtype", "auto took", "fastest")
                          else "right")
-    off = 0
+    off, records = 0, []
     for i, case in enumerate(args.cases, 1):
         console.print(f"[{i}/{len(args.cases)}] {case.id}", highlight=False)
         r = check_case(case, args.device)
         miss = r["ratio"] > args.tolerance
         off += miss
+        records.append({"op": case.op, "dtype": bm.dtype_name(case.dtype),
+                        "shape": case.shape_id, "picked": r["picked"], "auto_s": r["auto_s"],
+                        "best": r["best"], "best_s": r["best_s"],
+                        "ratio": round(r["ratio"], 4), "times": r["times"]})
         table.add_row(case.op, bm.dtype_name(case.dtype), case.shape_id, r["picked"],
                       f"{r['auto_s'] * 1e6:,.1f}", r["best"], f"{r['best_s'] * 1e6:,.1f}",
                       f"[red]{r['ratio']:.2f}[/red]" if miss else f"{r['ratio']:.2f}")
     console.print(table)
+    if args.json:
+        meta = {"device": bm.device_label(args.device), "tolerance": args.tolerance}
+        with open(args.json, "w") as f:
+            json.dump({"meta": meta, "cases": records}, f, indent=1)
     console.print(f"{off} of {len(args.cases)} cases where auto is more than "
                   f"{args.tolerance:.2f}x the fastest candidate", highlight=False)
     return 1 if off else 0

@@ -558,18 +558,27 @@ def test_harness_gap_rejects_a_variant_without_sources(tmp_path):
     assert "--variant NAME=DIR with DIR/fast_softmax.cu" in r.stderr
 
 
-def test_auto_check_races_auto_against_its_candidates():
-    """bench/auto_check.py on a CPU: auto is PyTorch's kernel there, timed with the candidates;
-    bad arguments are refused before any work."""
+def test_auto_check_races_auto_against_its_candidates(tmp_path):
+    """bench/auto_check.py on a CPU: auto is PyTorch's kernel there, timed with the candidates
+    and written to --json; bad arguments are refused before any work."""
     script = str(REPO / "bench" / "auto_check.py")
     base = [sys.executable, script, "--device", "cpu", "--dtype", "float32", "--shape", "4x64",
             "--op", "softmax,log_softmax_backward"]
     env = {**os.environ, "COLUMNS": "200"}
-    r = subprocess.run([*base, "--tolerance", "1000"], cwd=REPO, text=True, capture_output=True,
-                       timeout=300, env=env)
+    out = tmp_path / "auto.json"
+    r = subprocess.run([*base, "--tolerance", "1000", "--json", str(out)], cwd=REPO, text=True,
+                       capture_output=True, timeout=300, env=env)
     assert r.returncode == 0, r.stderr
     assert "torch_eager" in r.stdout and "torch_log_softmax_backward" in r.stdout
     assert "0 of 2 cases where auto is more than 1000.00x" in r.stdout
+    saved = json.loads(out.read_text())
+    assert saved["meta"]["tolerance"] == 1000
+    assert [(c["op"], c["shape"], c["picked"]) for c in saved["cases"]] == [
+        ("softmax", "4x64", "torch_eager"),
+        ("log_softmax_backward", "4x64", "torch_log_softmax_backward")]
+    for c in saved["cases"]:
+        assert c["best"] in c["times"] and c["auto_s"] > 0
+        assert c["ratio"] == pytest.approx(c["auto_s"] / c["times"][c["best"]], rel=1e-3)
     for bad, msg in ((["--op", "sofmax"], "unknown op 'sofmax'"), (["--shape", "3xq"],
                      "bad shape '3xq'"), (["--tolerance", "0.5"], "--tolerance must be >= 1")):
         r = subprocess.run([sys.executable, script, *bad], cwd=REPO, text=True,
