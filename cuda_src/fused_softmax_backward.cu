@@ -27,7 +27,8 @@
 //
 // Kernel 4, fused_softmax_backward_persist<T, VPT, CL> (long rows, aligned tensors): persistent
 // and prefetching, the forward's fast_softmax_persist_cluster (row_softmax_kernels.cuh) for two
-// inputs.
+// inputs. Its body is klab::bwd::persistent_rows (backward_persist.cuh), shared with
+// log_softmax_backward_persist; this file gives it the softmax rule (SoftmaxGrad).
 // Ownership: the grid holds only the clusters of CL CTAs (CL = 1: single CTAs) that are resident
 //            at once; cluster q of Q owns rows q, q + Q, ...; inside a row, CTA rank c, thread t
 //            holds windows k * CL * blockDim.x + c * blockDim.x + t (k < VPT) of y and dy.
@@ -60,6 +61,7 @@
 //            reduction, exchange and stores. Line heads (tenth H200 run): odd rows (50257)
 //            had 2.6x the L2 read requests of rows on lines; with them the 15-CTA shapes run
 //            odd rows at fp32 96 / bf16 94 % of copy (86 / 87 % before, bench/NOTES.md).
+#include "backward_persist.cuh"
 #include "cluster.cuh"
 #include "softmax_common.cuh"
 
@@ -189,132 +191,21 @@ __global__ void __launch_bounds__(1024)
   }
 }
 
-// Rows of y and dy in the same 16-byte phase: h elements of the first aligned 16-byte slot
-// precede each row; slot v of the row is bytes [16v, 16v + 16) from there.
-template <typename T> __device__ __forceinline__ const uint4* slots_of(const T* row, int h) {
-  return reinterpret_cast<const uint4*>(row - h);
-}
-
-// Elements of the row's first slot before the row: within 16 bytes, or (line) 128 bytes.
-template <typename T> __device__ __forceinline__ int head_of(const T* row, int line) {
-  return line ? klab::line_head(row) : klab::row_head(row, 1);
-}
-
-template <typename T, int VPT>
-__device__ __forceinline__ void prefetch_pair(uint4* my_y, uint4* my_dy, const T* yr,
-                                              const T* dyr, int nwin, int base, int step,
-                                              int line) {
-  const int h = head_of(yr, line);
-  const uint4* y4 = slots_of(yr, h) + base;  // stepped per window, as kernel 5's prefetch_row
-  const uint4* dy4 = slots_of(dyr, h) + base;
-  const unsigned sy = klab::shared_addr(my_y), sdy = klab::shared_addr(my_dy);
-  const unsigned jump = blockDim.x * sizeof(uint4);
-#pragma unroll
-  for (int k = 0; k < VPT; ++k) {
-    if (k * step + base < nwin) {
-      klab::cp_async16(sy + k * jump, y4 + k * step);
-      klab::cp_async16(sdy + k * jump, dy4 + k * step);
-    }
+// The softmax rule of the persistent backward (backward_persist.cuh).
+struct SoftmaxGrad {
+  template <typename A> static __device__ __forceinline__ A term(A y, A dy) { return y * dy; }
+  template <typename A> static __device__ __forceinline__ A dx(A y, A dy, A dot) {
+    return y * (dy - dot);
   }
-}
-
-// fp32 x 4 vectors: <= 1024 threads (52-54 registers). fp16/bf16, and fp32 with more than 4
-// vectors: <= 640 threads, which caps them at 90-91 registers with no spills (2-byte types at
-// the 1024-thread cap of 64 spilled 64-72 bytes, at 768's 80 spilled 8-16; the former 512-thread
-// bound let ptxas take 107, so CTAs of >= 320 threads were one per SM; fp32 x 8 at 1024
-// spilled 88-104). NVRTC 13.0, sm_90.
-template <typename T, int VPT> struct BackwardPersistThreads {
-  static constexpr int value = sizeof(T) == 2 || VPT > 4 ? 640 : 1024;
 };
 
 template <typename T, int VPT, int CL>
-__global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(BackwardPersistThreads<T, VPT>::value)
+__global__ void __cluster_dims__(CL, 1, 1)
+    __launch_bounds__(klab::bwd::BackwardPersistThreads<T, VPT>::value)
     fused_softmax_backward_persist(T* __restrict__ dx, const T* __restrict__ y,
                                    const T* __restrict__ dy, long long rows, int n,
                                    long long y_stride, long long dy_stride, int line,
                                    int stages) {
-  using A = klab::acc_t<T>;
-  using V = klab::Vec<T>;
-  constexpr int W = V::N;
-  __shared__ A red[32];
-  __shared__ klab::ClusterInbox<A, CL> inbox;  // CL > 1: every CTA's partial dot of each row
-  // Per stage: VPT * blockDim.x slots for y, then as many for dy; on 128-byte lines, like the
-  // rows they copy (row_softmax_kernels.cuh, "Slots": off a line every sector is read twice).
-  extern __shared__ __align__(128) uint4 slots[];
-  const unsigned rank = CL > 1 ? klab::cluster_rank() : 0u;
-  const long long q = blockIdx.x / CL, Q = gridDim.x / CL;
-  const int base = rank * blockDim.x + threadIdx.x, step = CL * blockDim.x;
-  auto windows = [&](const T* row) { return (n + head_of(row, line) + W - 1) / W; };
-  const int stage_slots = 2 * VPT * blockDim.x;
-  if constexpr (CL > 1) {
-    if (threadIdx.x == 0) inbox.init();
-    klab::cluster_sync();  // every peer's inbox exists before the first message
-  }
-
-  // Prologue: rows q, q + Q, ... (one per stage) in flight, one commit group each.
-  for (int s = 0; s < stages; ++s) {
-    const long long r = q + s * Q;
-    uint4* my_y = slots + s * stage_slots + threadIdx.x;
-    if (r < rows)
-      prefetch_pair<T, VPT>(my_y, my_y + VPT * blockDim.x, y + r * y_stride, dy + r * dy_stride,
-                            windows(y + r * y_stride), base, step, line);
-    klab::cp_async_commit();
-  }
-  for (long long row = q, it = 0; row < rows; row += Q, ++it) {
-    uint4* my_y = slots + (stages > 1 ? (it & 1) : 0) * stage_slots + threadIdx.x;
-    uint4* my_dy = my_y + VPT * blockDim.x;
-    klab::cp_async_wait_stage(stages);  // this thread's copies of `row` have landed
-    const int h = head_of(y + row * y_stride, line), nwin = (n + h + W - 1) / W;
-    V ry[VPT], rd[VPT];
-    // All but the row's first and last threads: every window in the row whole, no masks.
-    const bool inside = klab::windows_inside<T, VPT>(base, step, n, h);
-#pragma unroll
-    for (int k = 0; k < VPT; ++k) {
-      const int v = k * step + base, e0 = v * W - h;
-      if (v < nwin) {
-        ry[k].raw = my_y[k * blockDim.x];
-        rd[k].raw = my_dy[k * blockDim.x];
-        if (!inside) klab::mask_outside_row(e0, n, A(0), ry[k], rd[k]);  // neighbours: 0
-      } else {
-        ry[k].fill(T(0.0f));
-        rd[k].fill(T(0.0f));
-      }
-    }
-    A dot = A(0);
-#pragma unroll
-    for (int k = 0; k < VPT; ++k)
-#pragma unroll
-      for (int i = 0; i < W; ++i) dot += ry[k].get(i) * rd[k].get(i);
-    // Every value read from the slots is consumed: they take the row `stages` ahead now.
-    const long long rn = row + stages * Q;
-    if (rn < rows)
-      prefetch_pair<T, VPT>(my_y, my_dy, y + rn * y_stride, dy + rn * dy_stride,
-                            windows(y + rn * y_stride), base, step, line);
-    klab::cp_async_commit();
-    dot = klab::block_allreduce(dot, klab::SumOp{}, A(0), red);
-    if constexpr (CL > 1) {  // no cluster barrier per row: messages (klab::ClusterInbox)
-      if (threadIdx.x < 32) inbox.send(static_cast<int>(it), rank, dot, A(0));
-      inbox.wait(static_cast<int>(it));
-      const int lane = threadIdx.x & 31;
-      dot = klab::warp_allreduce(lane < CL ? inbox.a(static_cast<int>(it), lane) : A(0),
-                                 klab::SumOp{});
-    }
-    T* dxr = dx + row * (long long)n;
-    auto dx_of = [&](int k) {
-      return klab::vec_of<T>([&](int i) { return ry[k].get(i) * (rd[k].get(i) - dot); });
-    };
-    if (inside) {  // plain 16-byte stores from one pointer, fixed stride
-      T* p = dxr + (base * W - h);
-#pragma unroll
-      for (int k = 0; k < VPT; ++k)
-        if (k * step + base < nwin) klab::store_vec(p + k * (step * W), dx_of(k));
-    } else {
-#pragma unroll
-      for (int k = 0; k < VPT; ++k) {
-        const int v = k * step + base;
-        if (v < nwin) klab::store_window(dxr, v, n, h, 1, dx_of(k));
-      }
-    }
-  }
-  klab::cp_async_wait_all();
+  klab::bwd::persistent_rows<SoftmaxGrad, T, VPT, CL>(dx, y, dy, rows, n, y_stride, dy_stride,
+                                                      line, stages);
 }

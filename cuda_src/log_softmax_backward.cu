@@ -15,9 +15,38 @@
 //            16 bytes (else element-wise accesses, same layout).
 // Changed:   from fused_softmax_backward: aligned windows, and the reduction needs dy only.
 //
-// Kernel 2, log_softmax_backward_stream<T> (longer rows): a sum(dy) pass, then an elementwise
-// pass re-reading y and dy: 4 * M * N * sizeof(T) bytes (dy's second read partly from L2).
+// Kernel 2, log_softmax_backward_persist<T, VPT, CL> (longer rows, y, dy and dx rows in one
+// 16-byte phase): the softmax backward's persistent, prefetching clusters
+// (fused_softmax_backward.cu, "Kernel 4": ownership, pipeline, message exchange, launch) with
+// the log rule below; the body is klab::bwd::persistent_rows (backward_persist.cuh). The launch
+// shapes are the softmax backward's (backward_config.py), by (N, dtype).
+// Bytes:     3 * M * N * sizeof(T), loads always in flight. Changed: rows past one CTA (fp32 N
+//            > 16384, 2-byte aligned rows of >= 4000 windows) were streamed in two passes.
+//
+// Kernel 3, log_softmax_backward_stream<T> (rows kernel 2 cannot take: fp64, rows of y, dy and
+// dx in different 16-byte phases, rows past the largest persistent shape): a sum(dy) pass, then
+// an elementwise pass re-reading y and dy: 4 * M * N * sizeof(T) bytes (dy's second read partly
+// from L2).
+#include "backward_persist.cuh"
 #include "softmax_common.cuh"
+
+// The log_softmax rule of the persistent backward: a row sums dy; dx = dy - exp(y) * sum.
+struct LogSoftmaxGrad {
+  template <typename A> static __device__ __forceinline__ A term(A, A dy) { return dy; }
+  template <typename A> static __device__ __forceinline__ A dx(A y, A dy, A sum) {
+    return dy - klab::exp_acc(y) * sum;
+  }
+};
+
+template <typename T, int VPT, int CL>
+__global__ void __cluster_dims__(CL, 1, 1)
+    __launch_bounds__(klab::bwd::BackwardPersistThreads<T, VPT>::value)
+    log_softmax_backward_persist(T* __restrict__ dx, const T* __restrict__ y,
+                                 const T* __restrict__ dy, long long rows, int n,
+                                 long long y_stride, long long dy_stride, int line, int stages) {
+  klab::bwd::persistent_rows<LogSoftmaxGrad, T, VPT, CL>(dx, y, dy, rows, n, y_stride,
+                                                         dy_stride, line, stages);
+}
 
 template <typename T, int VPT>
 __global__ void __launch_bounds__(512)

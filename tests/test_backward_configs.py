@@ -1,9 +1,11 @@
-"""fused_softmax_backward launch configs (CPU) and its persistent kernels (GPU).
+"""fused_softmax_backward launch configs (CPU) and its persistent kernels (GPU), which
+log_softmax_backward shares (the same body and shapes with the log rule, backward_persist.cuh).
 
-CPU: ``backward_config`` holds every row, names a declared instantiation and takes the
-persistent kernels only for aligned rows. GPU: every persistent instantiation runs with more
-rows than resident clusters, so each cluster loops (prefetch pipeline, partial dots exchanged
-as messages), checked against the float64 reference through the op's own error scale.
+CPU: ``backward_config`` and ``log_backward_config`` hold every row, name a declared
+instantiation and take the persistent kernels only for rows in one 16-byte phase. GPU: every
+persistent instantiation of both ops runs with more rows than resident clusters, so each
+cluster loops (prefetch pipeline, partial sums exchanged as messages), checked against the
+float64 reference through the op's own error scale.
 """
 
 from __future__ import annotations
@@ -14,12 +16,20 @@ from conftest import HAS_CUDA
 
 import kernel_lab
 from kernel_lab.cuda_common import ALL_DTYPES, ctype, vec_width
+from kernel_lab.ops.log_softmax import cuda_variants as lcv
 from kernel_lab.ops.softmax import backward_config as bc
 from kernel_lab.ops.softmax import cuda_variants as cv
 from kernel_lab.ops.softmax import fast_config as fc
 from kernel_lab.ops.softmax import persistent as pc
 
 NS = (1, 127, 4096, 16384, 16385, 20000, 32000, 50257, 65536, 151936, 262144, 524288, 1048576)
+# Both ops on the persistent kernel: (op, variant, kernels for backward_launch, y from logits).
+BACKWARDS = {
+    "softmax_backward": ("fused_softmax_backward", None, lambda x: torch.softmax(x, -1)),
+    "log_softmax_backward": ("log_softmax_backward", lcv.BACKWARD_KERNELS,
+                             lambda x: torch.log_softmax(x, -1)),
+}
+OPS = pytest.mark.parametrize("op_name", list(BACKWARDS))
 
 
 @pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
@@ -97,22 +107,26 @@ def test_long_aligned_rows_take_the_persistent_kernel():
     (torch.bfloat16, 32000, 4), (torch.bfloat16, 131072, 8), (torch.bfloat16, 196608, 16),
     (torch.bfloat16, 262144, 16), (torch.float16, 327680, 16)],
     ids=str)
-def test_persistent_backward_loops_over_rows(dtype, n, cl):
+@OPS
+def test_persistent_backward_loops_over_rows(op_name, dtype, n, cl):
     """Through the registered op: the config's persistent shapes, more rows than clusters."""
-    kind, threads, vpt, got_cl, stages = bc.backward_config(n, dtype)
+    variant, kernels, make_y = BACKWARDS[op_name]
+    kind, threads, vpt, got_cl, stages = cfg = bc.backward_config(n, dtype)
     assert (kind, got_cl) == ("persist", cl)
-    expr = f"fused_softmax_backward_persist<{ctype(dtype)}, {vpt}, {cl}>"
+    if kernels:
+        assert lcv.log_backward_config(n, dtype, True, True) == cfg
+    src = kernels.src if kernels else cv.BACKWARD
+    expr = cfg.expr(ctype(dtype), kernels.prefix if kernels else "fused_softmax_backward")
     smem = stages * 2 * threads * vpt * 16
-    groups = pc.resident_groups(cv.BACKWARD, expr, threads, cl, smem, 0)
+    groups = pc.resident_groups(src, expr, threads, cl, smem, 0)
     m = 2 * groups + 3  # every cluster loops over two or three rows
     gen = torch.Generator(device="cuda").manual_seed(n)
     x = torch.randn(m, n, device="cuda", generator=gen)
-    y = torch.softmax(x, -1).to(dtype)
+    y = make_y(x).to(dtype)
     dy = torch.randn(m, n, device="cuda", generator=gen).to(dtype)
-    dx = kernel_lab.run("fused_softmax_backward", y, dy)
-    op = kernel_lab.get_op("softmax_backward")
-    res = op.check(dx, y, dy)
-    assert res.ok, f"n={n} cl={cl} rows={m} groups={groups}: {res.message}"
+    dx = kernel_lab.run(variant, y, dy)
+    res = kernel_lab.get_op(op_name).check(dx, y, dy)
+    assert res.ok, f"{variant} n={n} cl={cl} rows={m} groups={groups}: {res.message}"
 
 
 def _persist_instantiations():
@@ -122,9 +136,10 @@ def _persist_instantiations():
 
 
 def test_persist_instantiations_are_declared():
-    declared = set(cv.BACKWARD.name_expressions)
+    declared = set(cv.BACKWARD.name_expressions) | set(lcv.BACKWARD.name_expressions)
     for d, vpt, cl in bc.backward_persist_instantiations():
-        assert f"fused_softmax_backward_persist<{ctype(d)}, {vpt}, {cl}>" in declared
+        for prefix in ("fused_softmax_backward", "log_softmax_backward"):
+            assert f"{prefix}_persist<{ctype(d)}, {vpt}, {cl}>" in declared
     assert (torch.float32, 8, 15) in bc.backward_persist_instantiations()
     assert bc.backward_persist_max_threads(torch.float32, 8) == 640
     assert bc.backward_persist_max_threads(torch.float32) == 1024
@@ -133,25 +148,27 @@ def test_persist_instantiations_are_declared():
 
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
 @pytest.mark.parametrize("dtype,vpt,cl", list(_persist_instantiations()))
-def test_every_persistent_backward_kernel_loops_over_rows(dtype, vpt, cl):
+@OPS
+def test_every_persistent_backward_kernel_loops_over_rows(op_name, dtype, vpt, cl):
     """Each instantiation forced (backward_launch), at its largest CTA and a small one, with
     3 clusters for 23 rows: every cluster loops over ~8 rows (prefetch, message exchange), with
     one and two rows in flight (stages)."""
+    _, kernels, make_y = BACKWARDS[op_name]
     w = vec_width(dtype)
-    op = kernel_lab.get_op("softmax_backward")
+    op = kernel_lab.get_op(op_name)
     gen = torch.Generator(device="cuda").manual_seed(cl)
     for threads in (bc.backward_persist_max_threads(dtype, vpt), 64):
         n = threads * vpt * cl * w - 2 * w  # whole windows (the persistent kernel's precondition)
-        y = torch.softmax(torch.randn(23, n, device="cuda", generator=gen), -1).to(dtype)
+        y = make_y(torch.randn(23, n, device="cuda", generator=gen)).to(dtype)
         dy = torch.randn(23, n, device="cuda", generator=gen).to(dtype)
         for groups, stages in ((3, 1), (3, 2), (None, 1), (None, 2)):
             if stages == 2 and threads * vpt * 16 * 4 > fc.MAX_CTA_SHARED:
                 continue  # two stages of y and dy do not fit one SM's shared memory
             dx = torch.full_like(y, float("nan"))
             cfg = bc.BackwardConfig("persist", threads, vpt, cl, stages)
-            cv.backward_launch(dx, y, dy, cfg, True, max_groups=groups)
+            cv.backward_launch(dx, y, dy, cfg, True, max_groups=groups, kernels=kernels)
             res = op.check(dx, y, dy)
-            assert res.ok, f"{dtype} {cfg.label()} groups={groups}: {res.message}"
+            assert res.ok, f"{op_name} {dtype} {cfg.label()} groups={groups}: {res.message}"
 
 
 def test_backward_config_names_its_fields_and_rejects_bad_stages():
@@ -166,43 +183,47 @@ def test_backward_config_names_its_fields_and_rejects_bad_stages():
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("n", [50257, 40001])
-def test_odd_rows_run_persistent_and_exact(dtype, n):
+@OPS
+def test_odd_rows_run_persistent_and_exact(op_name, dtype, n):
     """Odd N (rows start mid-slot): the persistent kernel through the registered op, every
     cluster looping over rows, and forced with 2 groups; also views whose rows start one
     element into their buffer (same phase for y and dy, dx contiguous: phase differs)."""
-    op = kernel_lab.get_op("softmax_backward")
+    variant, kernels, make_y = BACKWARDS[op_name]
+    op = kernel_lab.get_op(op_name)
     gen = torch.Generator(device="cuda").manual_seed(n)
     m = 37
-    y = torch.softmax(torch.randn(m, n, device="cuda", generator=gen), -1).to(dtype)
+    y = make_y(torch.randn(m, n, device="cuda", generator=gen)).to(dtype)
     dy = torch.randn(m, n, device="cuda", generator=gen).to(dtype)
     cfg = bc.backward_config(n, dtype, aligned=False, phase=True)
     assert cfg.kind == "persist"
-    dx = kernel_lab.run("fused_softmax_backward", y, dy)
+    dx = kernel_lab.run(variant, y, dy)
     assert op.check(dx, y, dy).ok
     for groups in (2, 5):
         dx = torch.full_like(y, float("nan"))
-        cv.backward_launch(dx, y, dy, cfg, False, max_groups=groups)
+        cv.backward_launch(dx, y, dy, cfg, False, max_groups=groups, kernels=kernels)
         res = op.check(dx, y, dy)
-        assert res.ok, f"{dtype} n={n} {cfg.label()} groups={groups}: {res.message}"
+        assert res.ok, f"{variant} {dtype} n={n} {cfg.label()} groups={groups}: {res.message}"
     ybuf = torch.empty(m * n + 1, device="cuda", dtype=dtype)
     dybuf = torch.empty(m * n + 1, device="cuda", dtype=dtype)
     ys, dys = ybuf[1:].view(m, n), dybuf[1:].view(m, n)
     ys.copy_(y)
     dys.copy_(dy)
-    dx = kernel_lab.run("fused_softmax_backward", ys, dys)  # dx's phase differs: not persistent
+    dx = kernel_lab.run(variant, ys, dys)  # dx's phase differs: not persistent
     assert op.check(dx, ys, dys).ok
     with pytest.raises(ValueError, match="phase"):
-        cv.backward_launch(torch.empty_like(y), ys, dys, cfg, False)
+        cv.backward_launch(torch.empty_like(y), ys, dys, cfg, False, kernels=kernels)
 
 
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("n", [50257, 50176])
-def test_line_heads_and_vector_heads_agree(dtype, n):
+@OPS
+def test_line_heads_and_vector_heads_agree(op_name, dtype, n):
     """The persistent backward with line heads (y and dy rows in one 128-byte phase: here both
     start 16 bytes into a line, so even rows of 50176 are off lines) and with 16-byte heads (dy
     16 bytes further on: one 16-byte phase, another 128-byte phase), each looping over rows."""
-    op = kernel_lab.get_op("softmax_backward")
+    _, kernels, make_y = BACKWARDS[op_name]
+    op = kernel_lab.get_op(op_name)
     gen = torch.Generator(device="cuda").manual_seed(n + 7)
     m, w = 29, vec_width(dtype)
     cfg = bc.backward_config(n, dtype, aligned=False, phase=True)
@@ -210,12 +231,12 @@ def test_line_heads_and_vector_heads_agree(dtype, n):
         ybuf = torch.empty(m * n + w, device="cuda", dtype=dtype)
         dybuf = torch.empty(m * n + dy_off, device="cuda", dtype=dtype)
         y, dy = ybuf[w:].view(m, n), dybuf[dy_off:].view(m, n)
-        y.copy_(torch.softmax(torch.randn(m, n, device="cuda", generator=gen), -1))
+        y.copy_(make_y(torch.randn(m, n, device="cuda", generator=gen)))
         dy.copy_(torch.randn(m, n, device="cuda", generator=gen))
         assert cv._same_line_phase(y, dy) == (dy_off == w)
         for groups in (3, None):
             dx = torch.full((m, n), float("nan"), device="cuda", dtype=dtype)
-            cv.backward_launch(dx, y, dy, cfg, False, max_groups=groups)
+            cv.backward_launch(dx, y, dy, cfg, False, max_groups=groups, kernels=kernels)
             res = op.check(dx, y, dy)
             assert res.ok, f"{dtype} n={n} dy +{dy_off} {cfg.label()} groups={groups}: " \
                            f"{res.message}"
@@ -253,3 +274,62 @@ def test_persistent_backward_shape_check():
         buf = torch.zeros(3 * n + 1, dtype=dtype)
         with pytest.raises(ValueError, match="phase"):
             cv.check_backward_persist(y, buf[1:].view(3, n), y, cfg)
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
+@pytest.mark.parametrize("aligned,phase", [(True, True), (False, True), (False, False)])
+def test_log_backward_config_holds_the_row(dtype, aligned, phase):
+    """CPU: log_softmax_backward's launch holds every row with a kernel its file declares, is
+    persistent exactly where the softmax backward is (plus rows one CTA cannot hold, in one
+    phase), and streams only what no persistent shape takes."""
+    declared = set(lcv.BACKWARD.name_expressions)
+    t = ctype(dtype)
+    for n in (*NS, 16383, 16387, 40001, 65537, 307200, 327680):
+        cfg = lcv.log_backward_config(n, dtype, aligned, phase)
+        assert cfg.expr(t, "log_softmax_backward") in declared, (n, cfg)
+        need = fc.vector_windows(n, dtype, aligned)
+        softmax_cfg = bc.backward_config(n, dtype, aligned, phase)
+        if softmax_cfg.kind == "persist":
+            assert cfg == softmax_cfg, (n, cfg, softmax_cfg)
+        if cfg.kind == "persist":
+            assert phase and dtype in bc.BACKWARD_PERSIST_DTYPES, (n, cfg)
+            assert cfg.threads * cfg.vpt * cfg.cluster >= need, (n, cfg)
+        elif cfg.kind == "block":
+            assert cfg.threads * cfg.vpt >= need and cfg.threads <= bc.BWD_MAX_THREADS
+        else:
+            assert cfg.kind == "stream", (n, cfg)
+            assert not phase or bc.backward_persist_config(n, dtype, aligned) is None, (n, cfg)
+    f32, bf16 = torch.float32, torch.bfloat16
+    if (dtype, aligned, phase) == (f32, True, True):  # the rows that were streamed before
+        assert lcv.log_backward_config(16384, f32, True, True).kind == "block"
+        for n in (16385, 32768, 65536, 131072, 262144):
+            assert lcv.log_backward_config(n, f32, True, True).kind == "persist", n
+        assert lcv.log_backward_config(524288, f32, True, True).kind == "stream"
+        assert lcv.log_backward_config(32768, bf16, True, True).kind == "persist"
+        assert lcv.log_backward_config(16387, f32, False, True).kind == "persist"  # odd, phase
+        assert lcv.log_backward_config(16387, f32, False, False).kind == "stream"
+        assert lcv.log_backward_config(65536, torch.float64, True, True).kind == "stream"
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_log_backward_persistent_edge_rows(dtype):
+    """log_softmax_backward on persistent rows with -inf in y (dx = dy exactly there), a NaN
+    row (stays NaN, its neighbours do not), huge dy, and every cluster looping over rows."""
+    n, m = 65536, 300
+    cfg = lcv.log_backward_config(n, dtype, True, True)
+    assert cfg.kind == "persist"
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    x = torch.randn(m, n, device="cuda", generator=gen)
+    x[1, ::3] = float("-inf")  # masked logits: y = -inf
+    x[2] = float("nan")
+    y = torch.log_softmax(x, -1).to(dtype)
+    dy = torch.randn(m, n, device="cuda", generator=gen).to(dtype)
+    dy[4] *= 1e3
+    dx = kernel_lab.run("log_softmax_backward", y, dy)
+    assert torch.equal(dx[1, ::3], dy[1, ::3])
+    assert torch.isnan(dx[2]).all() and not torch.isnan(dx[[0, 1, 3, 4]]).any()
+    keep = torch.ones(m, dtype=torch.bool)
+    keep[2] = False
+    res = kernel_lab.get_op("log_softmax_backward").check(dx[keep], y[keep], dy[keep])
+    assert res.ok, res.message

@@ -4,12 +4,13 @@
 The forward runs fast_softmax's kernel family (``cuda_src/row_softmax_kernels.cuh``) with the
 log epilogue, so it is launched exactly like fast_softmax: the same ``fast_softmax_config``
 (and ``FAST_CHOICES`` memo) picks the kernel and shape, the same ``fast_launch`` launches it,
-only the kernel-name prefix (``log_softmax_*``) and source differ. The backward holds a
-rows-on-chip kernel (templated on vectors per thread) and a streaming kernel for rows longer
-than one block holds; its launch shape is softmax's ``vec_config`` applied to the row's
-worst-case count of 16-byte windows. Everything else - declaring the sources so CI compiles
-them, launching on torch's stream, dim/stride handling - is the lab's shared plumbing
-(``cuda_common``, ``rows.rowwise``).
+only the kernel-name prefix (``log_softmax_*``) and source differ. The backward
+(:func:`log_backward_config`) holds a rows-on-chip kernel (templated on vectors per thread,
+sized by softmax's ``vec_config`` for the row's 16-byte windows), the softmax backward's
+persistent clusters with the log rule (same shapes, same launcher: ``backward_config`` and
+``backward_launch``) for longer rows, and a streaming kernel for the rest. Everything else -
+declaring the sources so CI compiles them, launching on torch's stream, dim/stride handling -
+is the lab's shared plumbing (``cuda_common``, ``rows.rowwise``).
 """
 
 from __future__ import annotations
@@ -28,8 +29,20 @@ from kernel_lab.cuda_common import (
     vec_width,
 )
 from kernel_lab.interop import i32
-from kernel_lab.ops.softmax.backward_config import BWD_MAX_THREADS
-from kernel_lab.ops.softmax.cuda_variants import RowKernels, fast_choice, fast_launch, fast_plan
+from kernel_lab.ops.softmax.backward_config import (
+    BWD_MAX_THREADS,
+    BackwardConfig,
+    backward_config,
+    backward_persist_config,
+    backward_persist_instantiations,
+)
+from kernel_lab.ops.softmax.cuda_variants import (
+    RowKernels,
+    backward_launch,
+    fast_choice,
+    fast_launch,
+    fast_plan,
+)
 from kernel_lab.ops.softmax.fast_config import VPT, row_kernel_exprs, vec_config
 from kernel_lab.registry import register
 from kernel_lab.rows import rowwise
@@ -40,8 +53,11 @@ FORWARD_KERNELS = RowKernels(FORWARD, "log_softmax")
 BACKWARD = cuda_source(
     "log_softmax_backward.cu",
     [f"log_softmax_backward<{t}, {v}>" for t in _T for v in VPT]
+    + [f"log_softmax_backward_persist<{ctype(d)}, {v}, {c}>"
+       for d, v, c in backward_persist_instantiations()]
     + [f"log_softmax_backward_stream<{t}>" for t in _T],
 )
+BACKWARD_KERNELS = RowKernels(BACKWARD, "log_softmax_backward")
 
 
 def row_config(n: int, dtype: torch.dtype, max_threads: int,
@@ -55,6 +71,28 @@ def row_config(n: int, dtype: torch.dtype, max_threads: int,
     PyTorch's 101 % on the H200 - and sent fp32 16384 to the streaming kernel.
     """
     return vec_config(n if aligned else n + vec_width(dtype) - 1, dtype, max_threads)
+
+
+@functools.lru_cache(maxsize=None)  # runs on every launch: a pure function of its arguments
+def log_backward_config(n: int, dtype: torch.dtype, aligned: bool,
+                        phase: bool) -> BackwardConfig:
+    """The launch of log_softmax_backward for rows of ``n``: ``persist`` wherever the softmax
+    backward takes its persistent clusters (:func:`backward_config`: fp32 rows past one CTA,
+    2-byte aligned rows of >= 4000 windows), and for rows of y, dy and dx in one 16-byte phase
+    (``phase``) that one CTA cannot hold; else ``block`` (one CTA per row, :func:`row_config`)
+    or ``stream`` (two passes: fp64, rows in different phases, rows past every persistent
+    shape). ``aligned``: every row starts on 16 bytes.
+
+    Until the twenty-first run every row past one CTA was streamed: 75-79 % of copy on the
+    H200 at N >= 32768 (bench/NOTES.md)."""
+    cfg = backward_config(n, dtype, aligned, phase)
+    if cfg.kind == "persist":
+        return cfg
+    threads, vpt = row_config(n, dtype, BWD_MAX_THREADS, aligned)
+    if vpt:
+        return BackwardConfig("block", threads, vpt)
+    return (phase and backward_persist_config(n, dtype, aligned)) or \
+        BackwardConfig("stream", 1024, None)
 
 
 @register(
@@ -82,20 +120,30 @@ log_softmax.launch_plan = functools.partial(fast_plan, prefix="log_softmax")
     op="log_softmax_backward",
     backend="cuda",
     dtypes=ALL_DTYPES,
-    description="y and dy in registers (16-byte aligned windows): read once, dx written once",
+    description="y and dy in registers (16-byte aligned windows), longer rows in "
+    "fused_softmax_backward's persistent clusters: read once, dx written once",
     source="cuda_src/log_softmax_backward.cu",
 )
 def log_softmax_backward(y: torch.Tensor, dy: torch.Tensor, dim: int = -1) -> torch.Tensor:
     def launch(dx, y2d, dy2d):
-        m, n = dx.shape
         aligned = vec_aligned(dx, y2d, dy2d)
-        threads, vpt = row_config(n, y2d.dtype, BWD_MAX_THREADS, aligned)
-        t = ctype(y2d.dtype)
-        if vpt:
-            expr = f"log_softmax_backward<{t}, {vpt}>"
+        phase = aligned or bool(same_vector_phase(dx, y2d, dy2d))
+        cfg = log_backward_config(dx.shape[1], y2d.dtype, aligned, phase)
+        if cfg.kind == "persist":
+            backward_launch(dx, y2d, dy2d, cfg, aligned, phase=phase, kernels=BACKWARD_KERNELS)
         else:
-            expr, threads = f"log_softmax_backward_stream<{t}>", 1024
-        launch_rows(BACKWARD, expr, dx, (y2d, dy2d), grid=m, block=threads,
-                    extra=(i32(1 if aligned else same_vector_phase(dx, y2d, dy2d)),))
+            launch_rows(BACKWARD, cfg.expr(ctype(y2d.dtype), "log_softmax_backward"), dx,
+                        (y2d, dy2d), grid=dx.shape[0], block=cfg.threads,
+                        extra=(i32(int(phase)),))
 
     return rowwise(launch, y, dy, dim=dim)
+
+
+def log_backward_plan(n: int, dtype: torch.dtype) -> str:
+    """What log_softmax_backward launches for contiguous rows of n (``python -m kernel_lab
+    plan``): y, dy and dx share their 16-byte phase there."""
+    cfg = log_backward_config(n, dtype, n * dtype.itemsize % 16 == 0, True)
+    return f"{cfg.label()}: {cfg.expr(ctype(dtype), 'log_softmax_backward')}"
+
+
+log_softmax_backward.launch_plan = log_backward_plan

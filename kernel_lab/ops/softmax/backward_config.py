@@ -147,15 +147,17 @@ class BackwardConfig(NamedTuple):
         stages = f" s{self.stages}" if self.stages > 1 else ""
         return f"{self.kind} {self.cluster}x{self.threads}x{self.vpt}{stages}"
 
-    def expr(self, t: str) -> str:
-        """The fused_softmax_backward.cu name expression this shape launches for C type t."""
+    def expr(self, t: str, prefix: str = "fused_softmax_backward") -> str:
+        """The name expression this shape launches for C type t: fused_softmax_backward.cu's,
+        or (``prefix`` "log_softmax_backward") log_softmax_backward.cu's, which has the
+        ``block``, ``persist`` and ``stream`` kinds."""
         if self.kind == "block":
-            return f"fused_softmax_backward<{t}, {self.vpt}>"
+            return f"{prefix}<{t}, {self.vpt}>"
         if self.kind == "cluster":
-            return f"fused_softmax_backward_cluster<{t}, {self.vpt}, {self.cluster}>"
+            return f"{prefix}_cluster<{t}, {self.vpt}, {self.cluster}>"
         if self.kind == "persist":
-            return f"fused_softmax_backward_persist<{t}, {self.vpt}, {self.cluster}>"
-        return f"fused_softmax_backward_stream<{t}>"
+            return f"{prefix}_persist<{t}, {self.vpt}, {self.cluster}>"
+        return f"{prefix}_stream<{t}>"
 
 
 def backward_smem(threads: int, vpt: int = BACKWARD_PERSIST_VPT) -> int:
@@ -187,17 +189,31 @@ def backward_config(n: int, dtype: torch.dtype, aligned: bool = True,
                     and nw >= BACKWARD_PERSIST_BEFORE_BLOCK.get(dtype.itemsize, 1 << 31)):
         return BackwardConfig("block", threads, vpt)
     if persist_ok:
-        nwl = line_windows(n, dtype, aligned)  # room for line heads (up to 7 windows more)
-        for sh in BACKWARD_PERSIST_SHAPES[dtype.itemsize]:
-            shape = cluster_shape(nwl, sh.vpt, sh.most_threads, (sh.ctas,))
-            if shape:
-                cl, threads = shape
-                two = sh.two_stage_threads is not None \
-                    and sh.two_stage_threads <= threads <= sh.two_stage_max \
-                    and 2 * backward_smem(threads, sh.vpt) <= MAX_CTA_SHARED
-                return BackwardConfig("persist", threads, sh.vpt, cl, 2 if two else 1)
+        cfg = backward_persist_config(n, dtype, aligned)
+        if cfg:
+            return cfg
     vpt = 4 if vec_width(dtype) == 8 else 8  # fp16/bf16: 2 x 32 elements per thread, no spills
     shape = cluster_shape(nw, vpt, BWD_MAX_THREADS, BACKWARD_CL)
     if shape:
         return BackwardConfig("cluster", shape[1], vpt, shape[0])
     return BackwardConfig("stream", 1024, None)
+
+
+def backward_persist_config(n: int, dtype: torch.dtype, aligned: bool) -> BackwardConfig | None:
+    """The persistent shape for rows of n whose y, dy and dx share their 16-byte phase: the
+    first of BACKWARD_PERSIST_SHAPES that holds the row with room for the kernel's line head (up
+    to 7 windows before the row), its stages (see :func:`backward_config`); None for dtypes
+    without the persistent kernel or rows longer than every shape. ``aligned``: rows start on 16
+    bytes (else one more window is budgeted)."""
+    if dtype not in BACKWARD_PERSIST_DTYPES:
+        return None
+    nwl = line_windows(n, dtype, aligned)
+    for sh in BACKWARD_PERSIST_SHAPES[dtype.itemsize]:
+        shape = cluster_shape(nwl, sh.vpt, sh.most_threads, (sh.ctas,))
+        if shape:
+            cl, threads = shape
+            two = sh.two_stage_threads is not None \
+                and sh.two_stage_threads <= threads <= sh.two_stage_max \
+                and 2 * backward_smem(threads, sh.vpt) <= MAX_CTA_SHARED
+            return BackwardConfig("persist", threads, sh.vpt, cl, 2 if two else 1)
+    return None

@@ -217,28 +217,32 @@ def fused_softmax_backward(y: torch.Tensor, dy: torch.Tensor, dim: int = -1) -> 
 
 
 def backward_launch(dx, y2d, dy2d, cfg: BackwardConfig | tuple, aligned: bool,
-                    max_groups: int | None = None, phase: bool | None = None) -> None:
+                    max_groups: int | None = None, phase: bool | None = None,
+                    kernels: "RowKernels | None" = None) -> None:
     """Launch one :func:`backward_config` shape ``cfg`` (a BackwardConfig or the tuple of its
     fields) on (M, N) rows (tests and tuning force shapes through it). ``aligned``: y, dy, dx
     16-byte aligned (vector loads in ``block`` and ``cluster``); ``persist`` needs only rows of
     y, dy and dx in the same 16-byte phase (any N). ``phase``: the registered op passes the
     phase it sized ``cfg`` for (no re-check on the per-call path); None (tests, tuning: a
     caller's own shape) checks phase and capacity first. ``max_groups`` caps the persistent
-    grid, so each cluster loops."""
+    grid, so each cluster loops. ``kernels``: whose kernels (default fused_softmax_backward's;
+    log_softmax_backward's ``persist`` shares this launch)."""
     m, n = dx.shape
     t = ctype(y2d.dtype)
+    src, prefix = (kernels.src, kernels.prefix) if kernels else (BACKWARD,
+                                                                 "fused_softmax_backward")
     cfg = BackwardConfig(*cfg)
     kind, threads, vpt, cl, stages = cfg
     if stages not in (1, 2):
         raise ValueError(f"stages must be 1 or 2, not {stages}")
     smem, extra = 0, (i32(int(aligned)),)
-    expr = cfg.expr(t)
+    expr = cfg.expr(t, prefix)
     if kind == "block":
         grid = m
     elif kind == "cluster":
         grid = m * cl
         if cl > 8:
-            allow_non_portable_cluster(BACKWARD, expr, device_index(dx))
+            allow_non_portable_cluster(src, expr, device_index(dx))
     elif kind == "persist":
         if phase is None:
             check_backward_persist(dx, y2d, dy2d, cfg)
@@ -246,11 +250,10 @@ def backward_launch(dx, y2d, dy2d, cfg: BackwardConfig | tuple, aligned: bool,
         line = threads * vpt * cl >= line_windows(n, y2d.dtype, line=False) \
             and _same_line_phase(y2d, dy2d)
         smem, extra = stages * backward_smem(threads, vpt), (i32(int(line)), i32(stages))
-        grid = persistent_grid(BACKWARD, expr, threads, cl, smem, m, device_index(dx),
-                               max_groups)
+        grid = persistent_grid(src, expr, threads, cl, smem, m, device_index(dx), max_groups)
     else:
         grid = m
-    launch_rows(BACKWARD, expr, dx, (y2d, dy2d), grid=grid, block=threads, extra=extra,
+    launch_rows(src, expr, dx, (y2d, dy2d), grid=grid, block=threads, extra=extra,
                 shared_mem=smem)
 
 
