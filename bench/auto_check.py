@@ -2,14 +2,18 @@
 
     python bench/auto_check.py [--op softmax,softmax_backward] [--dtype float32,bfloat16]
         [--shape 256x4096,1024x4096] [--tolerance 1.05] [--device cuda] [--json FILE]
+        [--path eager|custom]
 
-Per (op, dtype, shape): the time per call of the op's custom op (``torch.ops.kernel_lab.<op>``)
-with variant "auto" - what ``kernel_lab.softmax(x)`` runs inside a model - and with each
-candidate named (``torch_ops.PREFERENCES[op]`` and ``PORTABLE[op]``, those that take the input),
-on the benchmark's rotating inputs and timer (``kernel_lab.benchmarking``: the median of rounds
-of back-to-back calls, the GPU synchronised around each round). Prints the variant auto took
-(``torch_ops.choose_variant``), the fastest candidate, and auto's time over the fastest's; exits
-1 when that ratio passes ``--tolerance`` anywhere: the size / row-length rule in
+Per (op, dtype, shape): the time per call of what a model runs with variant "auto" and with
+each candidate named (``torch_ops.PREFERENCES[op]`` and ``PORTABLE[op]``, those that take the
+input). ``--path eager`` (default): ``kernel_lab.softmax(x, variant=...)`` /
+``kernel_lab.log_softmax`` for the forward ops, and for the backward ops what their eager
+autograd runs (``torch_ops._run``); ``--path custom``: the custom ops
+(``torch.ops.kernel_lab.<op>``), what ``torch.compile``d graphs and dispatch modes call. Each
+is timed on the benchmark's rotating inputs and timer (``kernel_lab.benchmarking``: the median
+of rounds of back-to-back calls, the GPU synchronised around each round). Prints the variant
+auto took (``torch_ops.choose_variant``), the fastest candidate, and auto's time over the
+fastest's; exits 1 when that ratio passes ``--tolerance`` anywhere: the size / row-length rule in
 ``torch_ops.measured_preferences`` is off for that tensor. Timing only: the test suite checks
 every candidate's output.
 """
@@ -42,8 +46,18 @@ SHAPES = ("16x1024,256x4096,768x4096,1024x4096,4096x1024,8192x1024,64x32000,128x
           "65536x128,262144x128,2048x16384")
 
 
-def custom_call(op: str, variant: str):
-    """``fn(*inputs, dim=...)`` running the custom op with ``variant`` (or "auto")."""
+PUBLIC = {"softmax": kernel_lab.softmax, "log_softmax": kernel_lab.log_softmax}
+PATHS = ("eager", "custom")
+
+
+def custom_call(op: str, variant: str, path: str = "eager"):
+    """``fn(*inputs, dim=...)`` running ``op`` with ``variant`` (or "auto") the way a model
+    does: eagerly (the public function, or the backward's eager autograd step) or through the
+    custom op."""
+    if path == "eager":
+        if op in PUBLIC:
+            return lambda x, dim=-1: PUBLIC[op](x, dim, variant)
+        return lambda *t, dim=-1: torch_ops._run(op, variant, t, dim)
     custom = CUSTOM_OPS[op]
     if op.endswith("_backward"):
         return lambda y, dy, dim=-1: custom(y, dy, dim, variant)
@@ -69,12 +83,12 @@ def seconds_per_call(work: bm.Workload, fn) -> float:
     return statistics.median(bm.time_rounds(call, bm.timer_for(work.device), plan))
 
 
-def check_case(case: bm.Case, device: str) -> dict:
+def check_case(case: bm.Case, device: str, path: str = "eager") -> dict:
     work = bm.make_workload(case, device)
     picked = torch_ops.choose_variant(case.op, *work.inputs).name
-    times = {name: seconds_per_call(work, custom_call(case.op, name))
+    times = {name: seconds_per_call(work, custom_call(case.op, name, path))
              for name in candidates(case.op, work.inputs)}
-    auto = seconds_per_call(work, custom_call(case.op, torch_ops.AUTO))
+    auto = seconds_per_call(work, custom_call(case.op, torch_ops.AUTO, path))
     best = min(times, key=times.get)
     return {"case": case, "picked": picked, "auto_s": auto, "best": best,
             "best_s": times[best], "ratio": auto / times[best], "times": times}
@@ -89,6 +103,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--tolerance", type=float, default=1.05,
                    help="auto's time over the fastest candidate's allowed (default 1.05)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--path", default="eager", choices=PATHS,
+                   help="eager: the public functions / eager autograd (default); custom: the "
+                   "custom ops, as compiled graphs call them")
     p.add_argument("--json", default=None, metavar="FILE",
                    help="also write every case's times (seconds per call) to FILE")
     args = p.parse_args(argv)
@@ -110,14 +127,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     console = Console(width=None if sys.stdout.isatty() else 160)  # logs: one line a row
     table = Table(title=f"variant='auto' against its candidates ({bm.device_label(args.device)}; "
-                  "us per call)", title_justify="left")
+                  f"{args.path} path; us per call)", title_justify="left")
     for col in ("op", "dtype", "M x N", "auto took", "auto", "fastest", "its time", "ratio"):
         table.add_column(col, justify="left" if col in ("op", "dtype", "auto took", "fastest")
                          else "right")
     off, records = 0, []
     for i, case in enumerate(args.cases, 1):
         console.print(f"[{i}/{len(args.cases)}] {case.id}", highlight=False)
-        r = check_case(case, args.device)
+        r = check_case(case, args.device, args.path)
         miss = r["ratio"] > args.tolerance
         off += miss
         records.append({"op": case.op, "dtype": bm.dtype_name(case.dtype),
@@ -129,7 +146,8 @@ def main(argv: list[str] | None = None) -> int:
                       f"[red]{r['ratio']:.2f}[/red]" if miss else f"{r['ratio']:.2f}")
     console.print(table)
     if args.json:
-        meta = {"device": bm.device_label(args.device), "tolerance": args.tolerance}
+        meta = {"device": bm.device_label(args.device), "tolerance": args.tolerance,
+                "path": args.path}
         with open(args.json, "w") as f:
             json.dump({"meta": meta, "cases": records}, f, indent=1)
     console.print(f"{off} of {len(args.cases)} cases where auto is more than "

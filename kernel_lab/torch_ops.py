@@ -28,6 +28,14 @@ Decisions:
   PyTorch formulas: second derivatives are rare enough that a kernel for them is not worth it.
 * Names are checked eagerly in :func:`softmax` (not while dynamo traces) and again in the fake
   kernel, so ``torch.compile`` reports a misspelt variant at compile time, not at first run.
+* Plain eager calls skip the dispatcher: the custom op's Python layers (schema binding, the
+  autograd wrapper) cost ~15 us a call, ~38 us with autograd on the CI's CPU - more than the
+  kernels of tensors up to tens of MB take on an H200 (twenty-first run: 35-45 us a call
+  through the op against 22 for PyTorch's softmax, bench/NOTES.md). Where nothing needs to see
+  the op - not compiling, no dispatch mode (FakeTensorMode, FlopCounterMode), no functorch
+  transform, a plain tensor - the call runs ``_run`` directly, or, when autograd records it,
+  :class:`_EagerRowOp` with the op's formula; double backward goes through the backward op as
+  before.
 """
 
 import functools
@@ -35,6 +43,7 @@ import importlib.util
 from collections.abc import Callable, Sequence
 
 import torch
+from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from . import registry
 from .errors import UnknownVariantError
@@ -265,12 +274,54 @@ log_softmax_op, log_softmax_backward_op = _define(
 )
 
 
+BACKWARD_OPS = {"softmax": softmax_backward_op, "log_softmax": log_softmax_backward_op}
+
+
+def _functorch_active() -> bool:
+    active = getattr(torch._C, "_are_functorch_transforms_active", None)
+    return bool(active and active())
+
+
+class _EagerRowOp(torch.autograd.Function):
+    """``kernel_lab::softmax`` / ``log_softmax`` for plain eager calls: the op's forward
+    (``_run``) and autograd formula without the dispatcher (module docstring, "Plain eager
+    calls"). ``backward`` runs the backward variant directly, or, when the backward is itself
+    differentiated (``create_graph``), through the backward custom op and its formula."""
+
+    @staticmethod
+    def forward(ctx, x, name, dim, variant, backward_variant):
+        y = _run(name, variant, (x,), dim)
+        ctx.save_for_backward(y)
+        ctx.name, ctx.dim, ctx.backward_variant = name, dim, backward_variant
+        return y
+
+    @staticmethod
+    def backward(ctx, grad):
+        (y,) = ctx.saved_tensors
+        if torch.is_grad_enabled():  # create_graph=True: keep dx differentiable
+            dx = BACKWARD_OPS[ctx.name](y, grad, ctx.dim, ctx.backward_variant)
+        else:
+            dx = _run(f"{ctx.name}_backward", ctx.backward_variant, (y, grad), ctx.dim)
+        return dx, None, None, None, None
+
+
+def eager_fast_path(x: torch.Tensor) -> bool:
+    """Whether a call on ``x`` may skip the custom op (:class:`_EagerRowOp`): eager, a plain
+    tensor, no dispatch mode or functorch transform that needs to see ``kernel_lab::<op>``."""
+    return (type(x) is torch.Tensor and not torch.compiler.is_compiling()
+            and _get_current_dispatch_mode() is None and not _functorch_active())
+
+
 def _call(op, name: str, x, dim, variant, backward_variant) -> torch.Tensor:
     variant, backward_variant = variant or AUTO, backward_variant or AUTO
     if not torch.compiler.is_compiling():  # eager: fail before anything runs
         for op_name, v in ((name, variant), (f"{name}_backward", backward_variant)):
             if v != AUTO:
                 named_variant(op_name, v)
+    if eager_fast_path(x):
+        if x.requires_grad and torch.is_grad_enabled():
+            return _EagerRowOp.apply(x, name, dim, variant, backward_variant)
+        return _run(name, variant, (x,), dim)  # no graph to record
     return op(x, dim, variant, backward_variant)
 
 

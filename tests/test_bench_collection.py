@@ -579,8 +579,13 @@ def test_auto_check_races_auto_against_its_candidates(tmp_path):
     for c in saved["cases"]:
         assert c["best"] in c["times"] and c["auto_s"] > 0
         assert c["ratio"] == pytest.approx(c["auto_s"] / c["times"][c["best"]], rel=1e-3)
+    assert saved["meta"]["path"] == "eager"
+    r = subprocess.run([*base, "--tolerance", "1000", "--path", "custom"], cwd=REPO, text=True,
+                       capture_output=True, timeout=300, env=env)
+    assert r.returncode == 0 and "custom path" in r.stdout, r.stderr
     for bad, msg in ((["--op", "sofmax"], "unknown op 'sofmax'"), (["--shape", "3xq"],
-                     "bad shape '3xq'"), (["--tolerance", "0.5"], "--tolerance must be >= 1")):
+                     "bad shape '3xq'"), (["--tolerance", "0.5"], "--tolerance must be >= 1"),
+                     (["--path", "graph"], "invalid choice: 'graph'")):
         r = subprocess.run([sys.executable, script, *bad], cwd=REPO, text=True,
                            capture_output=True, timeout=120)
         assert r.returncode == 2 and msg in r.stderr, (bad, r.stderr)

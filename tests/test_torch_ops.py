@@ -129,6 +129,61 @@ def test_compile_fullgraph_no_graph_break():
     torch.testing.assert_close(model.q.weight.grad, grad)
 
 
+class _Recorder(torch.utils._python_dispatch.TorchDispatchMode):
+    """Records every op that reaches the dispatcher."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.seen.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("op", ["softmax", "log_softmax"])
+def test_eager_calls_skip_the_custom_op_only_when_nothing_watches(op):
+    """Plain eager calls run the variant directly (nothing to record) or through _EagerRowOp
+    (autograd records it); a dispatch mode or FakeTensorMode gets the custom op, so they see
+    ``kernel_lab::<op>`` as before."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    x = torch.randn(3, 5, device=DEVICE, requires_grad=True)
+    assert torch_ops.eager_fast_path(x)
+    assert type(LAB[op](x).grad_fn).__name__ == "_EagerRowOpBackward"
+    assert LAB[op](x.detach()).grad_fn is None
+    with torch.no_grad():
+        assert LAB[op](x).grad_fn is None
+    with _Recorder() as rec:
+        assert not torch_ops.eager_fast_path(x)
+        out = LAB[op](x.detach())
+    assert f"kernel_lab.{op}.default" in rec.seen
+    torch.testing.assert_close(out, TORCH[op](x.detach(), -1))
+    with FakeTensorMode() as mode:
+        fake = mode.from_tensor(torch.randn(2, 3, device=DEVICE))
+        assert not torch_ops.eager_fast_path(fake)
+        assert LAB[op](fake, 0).shape == (2, 3)
+
+
+@pytest.mark.parametrize("op", ["softmax", "log_softmax"])
+def test_eager_path_and_custom_op_agree_to_second_order(op):
+    """The eager path's gradients - first order, and second order through the backward op
+    (create_graph) - equal the custom op's, which torch.compile and modes still use."""
+    x = torch.randn(4, 6, dtype=torch.float64, device=DEVICE)
+    dy, g = torch.randn_like(x), torch.randn_like(x)
+
+    def grads(fn):
+        a = x.clone().requires_grad_()
+        (da,) = torch.autograd.grad((fn(a) * dy).sum(), a, create_graph=True)
+        (dda,) = torch.autograd.grad((da * g).sum(), a)
+        return fn(a).detach(), da.detach(), dda
+
+    eager = grads(lambda a: LAB[op](a, 0))
+    custom = grads(lambda a: OPS[op](a, 0, "auto", "auto"))
+    for e, c in zip(eager, custom):
+        torch.testing.assert_close(e, c)
+
+
 def test_auto_on_cpu_is_pytorch():
     x = torch.randn(2, 3)
     assert torch_ops.choose_variant("softmax", x).name == "torch_eager"
