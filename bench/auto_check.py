@@ -41,9 +41,10 @@ CUSTOM_OPS = {
     "log_softmax": torch_ops.log_softmax_op,
     "log_softmax_backward": torch_ops.log_softmax_backward_op,
 }
-# the twentieth run's size edges (bench/NOTES.md): both sides of every small-size limit
-SHAPES = ("16x1024,256x4096,768x4096,1024x4096,4096x1024,8192x1024,64x32000,128x32000,"
-          "65536x128,262144x128,2048x16384")
+# both sides of every small-size limit (torch_ops.SMALL_NUMEL: 2^21, 2^23) and of Triton's
+# (2^25), rows of 128-32000 (bench/NOTES.md, twenty-first run)
+SHAPES = ("16x1024,512x4096,1024x4096,2048x4096,4096x4096,8192x1024,16384x1024,128x32000,"
+          "512x32000,65536x128,262144x128,2048x16384")
 
 
 PUBLIC = {"softmax": kernel_lab.softmax, "log_softmax": kernel_lab.log_softmax}

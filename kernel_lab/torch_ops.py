@@ -85,15 +85,18 @@ def _has_cupy() -> bool:
 
 
 # variant="auto" on CUDA, by tensor size (elements): at most this many and the call is
-# launch-bound, where PyTorch's own kernels (launched from C++, in a few short waves) beat the
-# lab's Python launch path (11.7 us a call against 5.1). Twentieth H200 run, bench/NOTES.md.
+# host-bound, where PyTorch's own kernels (launched from C++) beat the lab's Python launch path:
+# through kernel_lab.softmax / log_softmax with fresh tensors each call, 13-23 us a call for
+# PyTorch's kernel against 22-50 for the lab's up to 2^23 elements, level from 2^25 (twenty-first
+# H200 run, bench/auto_check.py; bench/NOTES.md). The softmax backward keeps the twentieth run's
+# 2^21: there the lab's fused kernel was level or ahead from 2^20 (PyTorch's fp32 backward is
+# slow; its fp16 / bf16 one is never picked, see prefers_pytorch).
 SMALL_NUMEL: dict[str, int] = {
-    "softmax": 3 << 20,
+    "softmax": 1 << 23,
     "softmax_backward": 1 << 21,
-    "log_softmax": 1 << 21,
-    "log_softmax_backward": 1 << 21,
+    "log_softmax": 1 << 23,
+    "log_softmax_backward": 1 << 23,
 }
-SMALL_NUMEL_SHORT_ROWS = 1 << 22  # softmax, rows of <= 1024: PyTorch's kernel streams them well
 TRITON_MIN_NUMEL = 1 << 25  # Triton's whole-row kernels only from here (longer host path)
 
 
@@ -101,23 +104,21 @@ def prefers_pytorch(op: str, x: torch.Tensor, n: int) -> bool:
     """Whether a tensor this small runs faster in PyTorch's own kernel (PORTABLE[op]), and that
     kernel is within the lab's tolerance for its dtype (not ``known_inexact``: PyTorch's fp16 /
     bf16 softmax backward is not, on short rows)."""
-    limit = SMALL_NUMEL.get(op, 0)
-    if op == "softmax" and n <= 1024:
-        limit = SMALL_NUMEL_SHORT_ROWS
-    return x.numel() <= limit and x.dtype not in registry.get(PORTABLE[op]).known_inexact
+    return x.numel() <= SMALL_NUMEL.get(op, 0) and \
+        x.dtype not in registry.get(PORTABLE[op]).known_inexact
 
 
 def measured_preferences(op: str, x: torch.Tensor, dim: int = -1) -> tuple[str, ...]:
     """PREFERENCES, reordered by the H200 benchmarks (bench/NOTES.md).
 
-    By size first (twentieth run: crossover benchmarks from 2^14 to 2^27 elements, fp32 / bf16 /
-    fp16; :func:`prefers_pytorch`): PyTorch's own kernel for launch-bound tensors. Softmax
-    forward: up to 3 * 2^20 elements (PyTorch ahead in 10 of 12 shapes of rows 128-32000 there,
-    by up to 2.4x; the lab from 2^22 at rows of 4096 / 32000, by 13-25 %, bf16 32000 level), up
-    to 2^22 for rows of <= 1024 (PyTorch 11-32 % ahead at 2^22; the lab level or ahead from
-    2^23). Backward, log_softmax and its backward: up to 2^21 (fp32 backward: PyTorch 12-16 %
-    ahead at 2^21, the lab 35-82 % ahead from 3 * 2^20; PyTorch's bf16 / fp16 backward misses
-    the lab's tolerance, so it is never picked).
+    By size first (:func:`prefers_pytorch`): PyTorch's own kernel for host-bound tensors.
+    Softmax, log_softmax and the log backward: up to 2^23 elements (twenty-first run,
+    ``bench/auto_check.py`` through the public functions, fresh tensors each call: PyTorch ahead
+    by 1.2-2.5x at every shape of 2^22-2^23 elements, rows 1024-32000, fp32 and bf16; level or
+    behind at 2^25; per-call times that host-bound vary by up to 2x between runs). The softmax
+    backward: up to 2^21 (twentieth run: PyTorch's fp32 backward 12-16 % ahead at 2^21, the lab
+    35-82 % ahead from 3 * 2^20; the twenty-first run had the lab level from 2^20; PyTorch's
+    bf16 / fp16 backward misses the lab's tolerance, so it is never picked).
 
     Then by row length N, from the sweeps at M*N = 2^28 (sweep18, sweep19, the nineteenth and
     twentieth runs' benchmarks). Softmax forward: Triton's whole-row kernel in fp16/bf16 for N
@@ -132,10 +133,11 @@ def measured_preferences(op: str, x: torch.Tensor, dim: int = -1) -> tuple[str, 
     each); the fused CUDA kernel from 512 (twentieth run, one benchmark process: level with
     Triton at 512-16384 within 0.5 % but bf16 512, 104 against 98 %, and far ahead from 32000:
     100-101 % against 81-88 %). fp16 follows bf16 (not swept).
-    log_softmax backward (twentieth run, M*N = 2^28): Triton's kernel for N < 512 (N = 128: 103 %
-    of copy against the CUDA kernel's 61 % fp32 / 30 % bf16) and for fp32 16384 < N <= 65536
-    (32000 / 32768: 94-96 % against 78-79 %, where the CUDA kernel streams the row twice;
-    65536 79 against 77 %); the CUDA kernel elsewhere (103-104 % at 512-16384, bf16 32768 103 %).
+    log_softmax backward (M*N = 2^28): Triton's kernel for N < 512 (N = 128: 103 % of copy
+    against the CUDA kernel's 60 % fp32 / 30 % bf16); the CUDA kernel from 512: 102-104 % at
+    512-16384 (bf16 16384 98 against Triton's 103), and since the twenty-first run, on the
+    softmax backward's persistent clusters, 93-101 % from 32000 to 262144 where Triton reads
+    48-95 % and PyTorch 66-77 %.
     Re-measure and edit this table when kernels change.
     """
     prefs = PREFERENCES[op]
@@ -146,8 +148,7 @@ def measured_preferences(op: str, x: torch.Tensor, dim: int = -1) -> tuple[str, 
         return prefs
     two_byte = x.element_size() == 2
     if op == "log_softmax_backward":
-        triton = n < 512 or (not two_byte and 16384 < n <= 65536)
-        return ("triton_log_softmax_backward", *prefs) if triton else prefs
+        return ("triton_log_softmax_backward", *prefs) if n < 512 else prefs
     if op == "softmax_backward":
         return ("triton_backward", *prefs) if n < 512 else prefs
     if op != "softmax":

@@ -64,7 +64,8 @@ def test_auto_choice_follows_the_tensor_size():
         assert planning.auto_choice(op, 4096, torch.float32, small) == torch_ops.PORTABLE[op]
         assert planning.auto_choice(op, 4096, torch.float32, 2 * small) != torch_ops.PORTABLE[op]
     # one row longer than the small limit is not small
-    assert planning.auto_choice("softmax", 1 << 22, torch.float32, 1) == "fast_softmax"
+    one_row = 2 * torch_ops.SMALL_NUMEL["softmax"]
+    assert planning.auto_choice("softmax", one_row, torch.float32, 1) == "fast_softmax"
     big = torch_ops.TRITON_MIN_NUMEL
     assert planning.auto_choice("softmax", 1024, torch.bfloat16, big) == "triton_fused"
     assert planning.auto_choice("softmax", 1024, torch.bfloat16, big // 2) == "fast_softmax"
