@@ -85,18 +85,21 @@ def _has_cupy() -> bool:
 
 
 # variant="auto" on CUDA, by tensor size (elements): at most this many and the call is
-# host-bound, where PyTorch's own kernels (launched from C++) beat the lab's Python launch path:
-# through kernel_lab.softmax / log_softmax with fresh tensors each call, 13-23 us a call for
-# PyTorch's kernel against 22-50 for the lab's up to 2^23 elements, level from 2^25 (twenty-first
-# H200 run, bench/auto_check.py; bench/NOTES.md). The softmax backward keeps the twentieth run's
-# 2^21: there the lab's fused kernel was level or ahead from 2^20 (PyTorch's fp32 backward is
-# slow; its fp16 / bf16 one is never picked, see prefers_pytorch).
+# host-bound, where PyTorch's own kernels (launched from C++) beat the lab's Python launch path
+# (~20 us a call through kernel_lab.softmax on the H200's host, more when it is busy). Twenty-
+# first H200 run, bench/auto_check.py through the public functions (bench/NOTES.md): at 2^22
+# PyTorch ahead at every row length (13-20 us against 22-50), at 2^23 the lab ahead for rows of
+# 4096 (20 against 25-31 us: PyTorch's kernel reads rows of 4096 at ~62 % of copy) but PyTorch
+# for rows of 1024, which it streams at copy speed (SMALL_NUMEL_SHORT_ROWS), level at 2^24. The
+# softmax backward keeps the twentieth run's 2^21: the lab's fused kernel was level or ahead
+# from 2^20 (PyTorch's fp32 backward is slow; its fp16 / bf16 one is never picked).
 SMALL_NUMEL: dict[str, int] = {
-    "softmax": 1 << 23,
+    "softmax": 1 << 22,
     "softmax_backward": 1 << 21,
-    "log_softmax": 1 << 23,
-    "log_softmax_backward": 1 << 23,
+    "log_softmax": 1 << 22,
+    "log_softmax_backward": 1 << 22,
 }
+SMALL_NUMEL_SHORT_ROWS = 1 << 23  # rows of <= 1024, but for the softmax backward
 TRITON_MIN_NUMEL = 1 << 25  # Triton's whole-row kernels only from here (longer host path)
 
 
@@ -104,18 +107,21 @@ def prefers_pytorch(op: str, x: torch.Tensor, n: int) -> bool:
     """Whether a tensor this small runs faster in PyTorch's own kernel (PORTABLE[op]), and that
     kernel is within the lab's tolerance for its dtype (not ``known_inexact``: PyTorch's fp16 /
     bf16 softmax backward is not, on short rows)."""
-    return x.numel() <= SMALL_NUMEL.get(op, 0) and \
-        x.dtype not in registry.get(PORTABLE[op]).known_inexact
+    limit = SMALL_NUMEL.get(op, 0)
+    if n <= 1024 and op != "softmax_backward":
+        limit = max(limit, SMALL_NUMEL_SHORT_ROWS)
+    return x.numel() <= limit and x.dtype not in registry.get(PORTABLE[op]).known_inexact
 
 
 def measured_preferences(op: str, x: torch.Tensor, dim: int = -1) -> tuple[str, ...]:
     """PREFERENCES, reordered by the H200 benchmarks (bench/NOTES.md).
 
     By size first (:func:`prefers_pytorch`): PyTorch's own kernel for host-bound tensors.
-    Softmax, log_softmax and the log backward: up to 2^23 elements (twenty-first run,
-    ``bench/auto_check.py`` through the public functions, fresh tensors each call: PyTorch ahead
-    by 1.2-2.5x at every shape of 2^22-2^23 elements, rows 1024-32000, fp32 and bf16; level or
-    behind at 2^25; per-call times that host-bound vary by up to 2x between runs). The softmax
+    Softmax, log_softmax and the log backward: up to 2^22 elements, 2^23 for rows of <= 1024
+    (twenty-first run, ``bench/auto_check.py`` through the public functions, fresh tensors each
+    call: PyTorch ahead by 1.2-2.5x at every shape of 2^22 elements, rows 1024-32000, fp32 and
+    bf16, and at 2^23 for rows of 1024; the lab ahead by 1.3-1.5x at 2^23 for rows of 4096, level
+    or ahead at 2^24; per-call times this host-bound vary by up to 2x between calls). The softmax
     backward: up to 2^21 (twentieth run: PyTorch's fp32 backward 12-16 % ahead at 2^21, the lab
     35-82 % ahead from 3 * 2^20; the twenty-first run had the lab level from 2^20; PyTorch's
     bf16 / fp16 backward misses the lab's tolerance, so it is never picked).

@@ -378,15 +378,19 @@ def test_small_tensors_prefer_pytorchs_own_kernel(op):
 
 
 def test_small_tensor_rules():
-    """The forward keeps PyTorch's kernel up to 2^23 elements at any row length; PyTorch's
-    2-byte softmax backward (inexact on short rows) is never picked; Triton's rows only in
-    large tensors."""
+    """PyTorch's kernel up to 2^22 elements, 2^23 for rows of <= 1024 (not the softmax
+    backward: 2^21 at any row); PyTorch's 2-byte softmax backward (inexact on short rows) is
+    never picked; Triton's rows only in large tensors."""
     first = _first_choice
-    assert first("softmax", (8192, 1024)) == "torch_eager"
-    assert first("softmax", (8193, 1024)) == "fast_softmax"
-    assert first("softmax", (2048, 4096)) == "torch_eager"  # 2^23, rows > 1024
-    assert first("log_softmax", (2049, 4096)) == "log_softmax"
-    assert first("softmax_backward", (2049, 1024)) == "fused_softmax_backward"  # past 2^21
+    for op, lab in (("softmax", "fast_softmax"), ("log_softmax", "log_softmax"),
+                    ("log_softmax_backward", "log_softmax_backward")):
+        torch_name = torch_ops.PORTABLE[op]
+        assert first(op, (8192, 1024)) == torch_name, op  # 2^23, rows of 1024
+        assert first(op, (8193, 1024)) == lab, op
+        assert first(op, (1024, 4096)) == torch_name, op  # 2^22, longer rows
+        assert first(op, (1025, 4096)) == lab, op
+    assert first("softmax_backward", (2048, 1024)) == "torch_eager_backward"  # 2^21
+    assert first("softmax_backward", (2049, 1024)) == "fused_softmax_backward"
     for dt in (torch.bfloat16, torch.float16):
         assert first("softmax_backward", (16, 1024), dt) == "fused_softmax_backward"
         assert first("softmax_backward", (16, 128), dt) == "triton_backward"
