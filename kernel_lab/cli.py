@@ -1,7 +1,7 @@
-"""``python -m kernel_lab``: list, check, bench, watch, resources, plan.
+"""``python -m kernel_lab``: list, check, bench, watch, resources, plan, compile.
 
 Each subcommand's work lives in its own module (``checking``, ``sweep``, ``watch``,
-``resources``, ``planning``); this file
+``resources``, ``planning``, ``precompile``); this file
 only parses arguments and dispatches.
 """
 
@@ -49,6 +49,11 @@ def _parser() -> argparse.ArgumentParser:
 
     planning.add_arguments(sub.add_parser(
         "plan", help="per row length: the auto choice and each CUDA launcher's kernel (no GPU)"))
+
+    from . import precompile
+
+    precompile.add_arguments(sub.add_parser(
+        "compile", help="compile every declared .cu into the cubin cache (NVRTC, no GPU)"))
     return p
 
 
@@ -89,6 +94,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         from .planning import main as plan_main
 
         return plan_main(args)
+    if args.command == "compile":
+        from .precompile import main as compile_main
+
+        return compile_main(args)
     return 2
 
 

@@ -343,3 +343,23 @@ def test_benchmark_records_name_the_kernels_a_call_launched():
     want = f"fused_softmax_backward_persist<__nv_bfloat16, {cfg.vpt}, {cfg.cluster}>"
     assert attrs["launches"].startswith(f"{want} <<<"), attrs
     assert f", {cfg.threads}, " in attrs["launches"], attrs
+
+
+def test_compile_cli_fills_a_cache_to_ship(tmp_path):
+    """``python -m kernel_lab compile FILE`` compiles into $KERNEL_LAB_CACHE_DIR, a second run
+    finds it cached, and the cubin's key names no path: a copy of the cache elsewhere hits."""
+    cache = tmp_path / "cache"
+    env = {**os.environ, "KERNEL_LAB_CACHE_DIR": str(cache)}
+    cmd = [sys.executable, "-m", "kernel_lab", "compile", "naive_softmax.cu"]
+    first = subprocess.run(cmd, env=env, text=True, capture_output=True, timeout=600)
+    assert first.returncode == 0, first.stderr
+    assert "[1/1] naive_softmax.cu: 4 kernels, compiled" in first.stdout
+    assert len(list(cache.glob("*.cubin"))) == 1
+    moved = tmp_path / "shipped"
+    cache.rename(moved)
+    again = subprocess.run(cmd, env={**env, "KERNEL_LAB_CACHE_DIR": str(moved)}, text=True,
+                           capture_output=True, timeout=600)
+    assert again.returncode == 0 and "naive_softmax.cu: 4 kernels, cached" in again.stdout
+    bad = subprocess.run([*cmd[:-1], "nope.cu"], env=env, text=True, capture_output=True,
+                         timeout=600)
+    assert bad.returncode == 2 and "no declared source 'nope.cu'" in bad.stderr
