@@ -30,12 +30,12 @@ Decisions:
   kernel, so ``torch.compile`` reports a misspelt variant at compile time, not at first run.
 * Plain eager calls skip the dispatcher: the custom op's Python layers (schema binding, the
   autograd wrapper) cost ~15 us a call, ~38 us with autograd on the CI's CPU - more than the
-  kernels of tensors up to tens of MB take on an H200 (twenty-first run: 35-45 us a call
-  through the op against 22 for PyTorch's softmax, bench/NOTES.md). Where nothing needs to see
-  the op - not compiling, no dispatch mode (FakeTensorMode, FlopCounterMode), no functorch
-  transform, a plain tensor - the call runs ``_run`` directly, or, when autograd records it,
-  :class:`_EagerRowOp` with the op's formula; double backward goes through the backward op as
-  before.
+  kernels of tensors up to tens of MB take on an H200 (twenty-first run: 34-80 us a call
+  through the op for the lab's kernels, 21-43 for PyTorch's, bench/NOTES.md). Where nothing
+  needs to see the op - not compiling, no dispatch mode (FakeTensorMode, FlopCounterMode), no
+  functorch transform, a plain tensor - the call runs ``_run`` directly, or, when autograd
+  records it, :class:`_EagerRowOp` with the op's formula; double backward goes through the
+  backward op as before.
 """
 
 import functools
