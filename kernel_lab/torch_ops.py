@@ -35,7 +35,8 @@ Decisions:
   needs to see the op - not compiling, no dispatch mode (FakeTensorMode, FlopCounterMode), no
   functorch transform, a plain tensor - the call runs ``_run`` directly, or, when autograd
   records it, :class:`_EagerRowOp` with the op's formula; double backward goes through the
-  backward op as before.
+  backward op as before. Under the profiler the call is a ``kernel_lab::<op>`` range, so
+  traces still name it.
 """
 
 import functools
@@ -326,10 +327,17 @@ def _call(op, name: str, x, dim, variant, backward_variant) -> torch.Tensor:
             if v != AUTO:
                 named_variant(op_name, v)
     if eager_fast_path(x):
-        if x.requires_grad and torch.is_grad_enabled():
-            return _EagerRowOp.apply(x, name, dim, variant, backward_variant)
-        return _run(name, variant, (x,), dim)  # no graph to record
+        if torch.autograd.profiler._is_profiler_enabled:  # traces still name the op
+            with torch.profiler.record_function(f"kernel_lab::{name}"):
+                return _eager(x, name, dim, variant, backward_variant)
+        return _eager(x, name, dim, variant, backward_variant)
     return op(x, dim, variant, backward_variant)
+
+
+def _eager(x, name: str, dim: int, variant: str, backward_variant: str) -> torch.Tensor:
+    if x.requires_grad and torch.is_grad_enabled():
+        return _EagerRowOp.apply(x, name, dim, variant, backward_variant)
+    return _run(name, variant, (x,), dim)  # no graph to record
 
 
 def softmax(

@@ -163,6 +163,9 @@ def test_eager_calls_skip_the_custom_op_only_when_nothing_watches(op):
         fake = mode.from_tensor(torch.randn(2, 3, device=DEVICE))
         assert not torch_ops.eager_fast_path(fake)
         assert LAB[op](fake, 0).shape == (2, 3)
+    with torch.profiler.profile() as prof:  # profiles still name the op
+        LAB[op](x).sum().backward()
+    assert f"kernel_lab::{op}" in {e.name for e in prof.events()}
 
 
 @pytest.mark.parametrize("op", ["softmax", "log_softmax"])
