@@ -51,7 +51,7 @@ PUBLIC = {"softmax": kernel_lab.softmax, "log_softmax": kernel_lab.log_softmax}
 PATHS = ("eager", "custom")
 
 
-def custom_call(op: str, variant: str, path: str = "eager"):
+def op_call(op: str, variant: str, path: str = "eager"):
     """``fn(*inputs, dim=...)`` running ``op`` with ``variant`` (or "auto") the way a model
     does: eagerly (the public function, or the backward's eager autograd step) or through the
     custom op."""
@@ -87,9 +87,9 @@ def seconds_per_call(work: bm.Workload, fn) -> float:
 def check_case(case: bm.Case, device: str, path: str = "eager") -> dict:
     work = bm.make_workload(case, device)
     picked = torch_ops.choose_variant(case.op, *work.inputs).name
-    times = {name: seconds_per_call(work, custom_call(case.op, name, path))
+    times = {name: seconds_per_call(work, op_call(case.op, name, path))
              for name in candidates(case.op, work.inputs)}
-    auto = seconds_per_call(work, custom_call(case.op, torch_ops.AUTO, path))
+    auto = seconds_per_call(work, op_call(case.op, torch_ops.AUTO, path))
     best = min(times, key=times.get)
     return {"case": case, "picked": picked, "auto_s": auto, "best": best,
             "best_s": times[best], "ratio": auto / times[best], "times": times}

@@ -100,7 +100,12 @@ SMALL_NUMEL: dict[str, int] = {
     "log_softmax": 1 << 22,
     "log_softmax_backward": 1 << 22,
 }
-SMALL_NUMEL_SHORT_ROWS = 1 << 23  # rows of <= 1024, but for the softmax backward
+# ... and for rows of <= 1024 (not the softmax backward: its rule is 2^21 at any row length)
+SMALL_NUMEL_SHORT_ROWS: dict[str, int] = {
+    "softmax": 1 << 23,
+    "log_softmax": 1 << 23,
+    "log_softmax_backward": 1 << 23,
+}
 TRITON_MIN_NUMEL = 1 << 25  # Triton's whole-row kernels only from here (longer host path)
 
 
@@ -108,10 +113,9 @@ def prefers_pytorch(op: str, x: torch.Tensor, n: int) -> bool:
     """Whether a tensor this small runs faster in PyTorch's own kernel (PORTABLE[op]), and that
     kernel is within the lab's tolerance for its dtype (not ``known_inexact``: PyTorch's fp16 /
     bf16 softmax backward is not, on short rows)."""
-    limit = SMALL_NUMEL.get(op, 0)
-    if n <= 1024 and op != "softmax_backward":
-        limit = max(limit, SMALL_NUMEL_SHORT_ROWS)
-    return x.numel() <= limit and x.dtype not in registry.get(PORTABLE[op]).known_inexact
+    limit = SMALL_NUMEL_SHORT_ROWS.get(op, 0) if n <= 1024 else 0
+    return x.numel() <= max(limit, SMALL_NUMEL.get(op, 0)) and \
+        x.dtype not in registry.get(PORTABLE[op]).known_inexact
 
 
 def measured_preferences(op: str, x: torch.Tensor, dim: int = -1) -> tuple[str, ...]:
@@ -313,20 +317,27 @@ class _EagerRowOp(torch.autograd.Function):
         return dx, None, None, None, None
 
 
+def _nothing_watches(x: torch.Tensor) -> bool:
+    """A plain tensor, and no dispatch mode or functorch transform that needs to see
+    ``kernel_lab::<op>`` (the caller knows it is not compiling)."""
+    return (type(x) is torch.Tensor and _get_current_dispatch_mode() is None
+            and not _functorch_active())
+
+
 def eager_fast_path(x: torch.Tensor) -> bool:
     """Whether a call on ``x`` may skip the custom op (:class:`_EagerRowOp`): eager, a plain
     tensor, no dispatch mode or functorch transform that needs to see ``kernel_lab::<op>``."""
-    return (type(x) is torch.Tensor and not torch.compiler.is_compiling()
-            and _get_current_dispatch_mode() is None and not _functorch_active())
+    return not torch.compiler.is_compiling() and _nothing_watches(x)
 
 
 def _call(op, name: str, x, dim, variant, backward_variant) -> torch.Tensor:
     variant, backward_variant = variant or AUTO, backward_variant or AUTO
-    if not torch.compiler.is_compiling():  # eager: fail before anything runs
-        for op_name, v in ((name, variant), (f"{name}_backward", backward_variant)):
-            if v != AUTO:
-                named_variant(op_name, v)
-    if eager_fast_path(x):
+    if torch.compiler.is_compiling():
+        return op(x, dim, variant, backward_variant)
+    for op_name, v in ((name, variant), (f"{name}_backward", backward_variant)):
+        if v != AUTO:  # eager: fail before anything runs
+            named_variant(op_name, v)
+    if _nothing_watches(x):
         if torch.autograd.profiler._is_profiler_enabled:  # traces still name the op
             with torch.profiler.record_function(f"kernel_lab::{name}"):
                 return _eager(x, name, dim, variant, backward_variant)

@@ -132,7 +132,7 @@ def log_softmax_backward(y: torch.Tensor, dy: torch.Tensor, dim: int = -1) -> to
         if cfg.kind == "persist":
             backward_launch(dx, y2d, dy2d, cfg, aligned, phase=phase, kernels=BACKWARD_KERNELS)
         else:
-            launch_rows(BACKWARD, cfg.expr(ctype(y2d.dtype), "log_softmax_backward"), dx,
+            launch_rows(BACKWARD, cfg.expr(ctype(y2d.dtype), BACKWARD_KERNELS.prefix), dx,
                         (y2d, dy2d), grid=dx.shape[0], block=cfg.threads,
                         extra=(i32(int(phase)),))
 
@@ -143,7 +143,7 @@ def log_backward_plan(n: int, dtype: torch.dtype) -> str:
     """What log_softmax_backward launches for contiguous rows of n (``python -m kernel_lab
     plan``): y, dy and dx share their 16-byte phase there."""
     cfg = log_backward_config(n, dtype, n * dtype.itemsize % 16 == 0, True)
-    return f"{cfg.label()}: {cfg.expr(ctype(dtype), 'log_softmax_backward')}"
+    return f"{cfg.label()}: {cfg.expr(ctype(dtype), BACKWARD_KERNELS.prefix)}"
 
 
 log_softmax_backward.launch_plan = log_backward_plan

@@ -225,12 +225,12 @@ def backward_launch(dx, y2d, dy2d, cfg: BackwardConfig | tuple, aligned: bool,
     y, dy and dx in the same 16-byte phase (any N). ``phase``: the registered op passes the
     phase it sized ``cfg`` for (no re-check on the per-call path); None (tests, tuning: a
     caller's own shape) checks phase and capacity first. ``max_groups`` caps the persistent
-    grid, so each cluster loops. ``kernels``: whose kernels (default fused_softmax_backward's;
-    log_softmax_backward's ``persist`` shares this launch)."""
+    grid, so each cluster loops. ``kernels``: whose kernels (default BACKWARD_KERNELS,
+    fused_softmax_backward's; log_softmax_backward's ``persist`` shares this launch)."""
     m, n = dx.shape
     t = ctype(y2d.dtype)
-    src, prefix = (kernels.src, kernels.prefix) if kernels else (BACKWARD,
-                                                                 "fused_softmax_backward")
+    kernels = kernels or BACKWARD_KERNELS
+    src, prefix = kernels.src, kernels.prefix
     cfg = BackwardConfig(*cfg)
     kind, threads, vpt, cl, stages = cfg
     if stages not in (1, 2):
@@ -303,8 +303,9 @@ def check_backward_persist(dx, y2d, dy2d, cfg: BackwardConfig) -> None:
 
 @dataclass(frozen=True)
 class RowKernels:
-    """One op's instantiation of the row-softmax family: its CudaSource and kernel-name prefix
-    (fast_softmax.cu -> ``fast_softmax_*``, log_softmax.cu -> ``log_softmax_*``)."""
+    """One op's instantiation of a shared kernel family: its CudaSource and kernel-name prefix
+    (fast_softmax.cu -> ``fast_softmax_*``, log_softmax.cu -> ``log_softmax_*``; the backwards'
+    persistent kernels: fused_softmax_backward.cu / log_softmax_backward.cu)."""
 
     src: object  # CudaSource
     prefix: str
@@ -312,6 +313,7 @@ class RowKernels:
 
 FAST = cuda_source("fast_softmax.cu", row_kernel_exprs("fast_softmax"))
 FAST_KERNELS = RowKernels(FAST, "fast_softmax")
+BACKWARD_KERNELS = RowKernels(BACKWARD, "fused_softmax_backward")
 
 
 # Every (N, dtype, rows aligned, same vector phase, rows on 128-byte lines) launched so far and
