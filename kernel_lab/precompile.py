@@ -8,8 +8,9 @@ NVRTC needs no GPU, and the cache key (``jit.CudaModule.cubin``: the sources' an
 contents, the name expressions, the options, the NVRTC version and the arch) names no path or
 machine, so a cache filled here is a warm cache on any GPU machine with the same NVRTC version
 and arch: its first calls load cubins instead of compiling for minutes (the twenty-first H200
-run carried a 12 MB cache this way; the suite's GPU tests of the ops it touched then ran in
-59 s instead of timing out). Sources already cached are only checked.
+run carried a 12 MB cache this way: 622 GPU tests ran in 59 s with no compile on the GPU
+machine, where a cold single-process run of a smaller subset had timed out at 100 s compiling).
+Sources already cached are only checked.
 """
 
 from __future__ import annotations
