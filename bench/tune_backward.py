@@ -1,16 +1,19 @@
 """Time fused_softmax_backward launch shapes per (N, dtype) at M*N = 2^28 against copy speed.
 
-    python bench/tune_backward.py [--ns 65536,151936,262144] [--dtypes float32,bfloat16]
+    python bench/tune_backward.py [--ns 65536,151936,262144] [--dtypes float32,bfloat16] [--log]
 
 For every (N, dtype): the device-to-device copy on the same tensors, the shape
 ``backward_config`` picks, and every persistent cluster shape that holds the row (every
 declared instantiation, ``backward_persist_instantiations``: clusters of
 ``BACKWARD_PERSIST_SIZES`` CTAs x 4 vectors and the wider ``BACKWARD_PERSIST_WIDE`` ones;
 threads = the multiple of 32 that covers it, up to the kernel's bound; one and two rows
-in flight, ``stages``, where they fit shared memory), each forced
+in flight, ``stages``, where they fit shared memory), for rows of >= CHUNK_MIN_WINDOWS
+windows the chunk kernel (CHUNK_THREADS, each fitted to the row as the config fits its CTA, with
+1-4 chunks in flight) and the streaming kernel, each forced
 through ``backward_launch`` and timed by CUDA events around back-to-back launches (method B of
-tune_long_rows.py). Bytes: y and dy read, dx written (3 tensors). One JSON line per (N, dtype)
-on stdout, a summary table last.
+tune_long_rows.py). Bytes: y and dy read, dx written (3 tensors). ``--log``: the same shapes
+on log_softmax_backward's kernels (the log rule; y from log_softmax). One JSON line per (N,
+dtype) on stdout, a summary table last.
 """
 
 from __future__ import annotations
@@ -53,17 +56,42 @@ def candidates(n: int, dtype: torch.dtype, extra_threads: tuple[int, ...] = (),
                 if stages * bc.backward_smem(threads, vpt) <= fc.MAX_CTA_SHARED:
                     cfg = bc.BackwardConfig("persist", threads, vpt, cl, stages)
                     out[cfg.label()] = cfg
+    if nw >= CHUNK_MIN_WINDOWS:
+        vpt = bc.BACKWARD_CHUNK_VPT
+        for most in CHUNK_THREADS:
+            chunks = -(-nw // (most * vpt))
+            threads = fc.round32(-(-nw // (chunks * vpt)))
+            for ahead in (1, 2, 3, 4):
+                cfg = bc.BackwardConfig("chunks", threads, vpt, 1, ahead)
+                if cfg.shared_mem() <= fc.MAX_CTA_SHARED:
+                    out.setdefault(cfg.label(), cfg)
+        out["stream"] = bc.BackwardConfig("stream", 1024, None)
     return out
 
 
+# the chunk kernel's CTA sizes timed (each fitted down to the row: as few threads as keep the
+# chunk count), for rows of at least this many windows
+CHUNK_THREADS = (128, 256, 384, 512)
+CHUNK_MIN_WINDOWS = 49152
+
+
 def measure(n: int, dtype: torch.dtype, total_log2: int, extra_threads: tuple[int, ...] = (),
-            only: str | None = None, groups: tuple[int, ...] = ()) -> tuple[int, float, list]:
+            only: str | None = None, groups: tuple[int, ...] = (),
+            log: bool = False) -> tuple[int, float, list]:
     """(rows M, copy GB/s, [(shape, GB/s, % of copy) or (shape, error)]). ``only``: time the
     shapes whose label matches this regular expression; ``groups``: each persistent shape also
     with its grid capped at that many clusters (label " g<count>"), below what the occupancy
-    API calls resident - do all of them really run at once?"""
+    API calls resident - do all of them really run at once? ``log``: log_softmax_backward's
+    kernels."""
     m = max(1, (1 << total_log2) // n)
-    y = torch.softmax(torch.randn(m, n, device="cuda"), -1).to(dtype)
+    kernels = None
+    if log:
+        from kernel_lab.ops.log_softmax import cuda_variants as lcv
+
+        kernels = lcv.BACKWARD_KERNELS
+    x = torch.randn(m, n, device="cuda")
+    y = (torch.log_softmax(x, -1) if log else torch.softmax(x, -1)).to(dtype)
+    del x
     dy = torch.randn(m, n, device="cuda").to(dtype)
     dx = torch.empty_like(y)
     es = y.element_size()
@@ -80,7 +108,7 @@ def measure(n: int, dtype: torch.dtype, total_log2: int, extra_threads: tuple[in
     for label, cfg, g in runs:
         try:
             ms = med_ms(lambda cfg=cfg, g=g: cv.backward_launch(dx, y, dy, cfg, aligned,
-                                                               max_groups=g))
+                                                               max_groups=g, kernels=kernels))
         except Exception as ex:  # noqa: BLE001 - record and keep going
             rows.append((label, str(ex)[:80]))
             continue
@@ -101,6 +129,7 @@ def main() -> None:
                     "this regular expression, e.g. '^persist 1[56]x640x4'")
     ap.add_argument("--groups", default="", help="also run each persistent shape on this many "
                     "clusters (comma-separated), e.g. 5,6,7")
+    ap.add_argument("--log", action="store_true", help="log_softmax_backward's kernels")
     args = ap.parse_args()
     extra = tuple(int(t) for t in args.threads.split(",") if t)
     groups = tuple(int(g) for g in args.groups.split(",") if g)
@@ -108,9 +137,11 @@ def main() -> None:
     for dname in args.dtypes.split(","):
         dtype = getattr(torch, dname)
         for n in map(int, args.ns.split(",")):
-            m, copy, rows = measure(n, dtype, args.total_log2, extra, args.only, groups)
-            print(json.dumps({"dtype": dname, "N": n, "M": m, "copy": round(copy), "rows": rows}),
-                  flush=True)
+            m, copy, rows = measure(n, dtype, args.total_log2, extra, args.only, groups,
+                                    args.log)
+            print(json.dumps({"op": "log_softmax_backward" if args.log else "softmax_backward",
+                              "dtype": dname, "N": n, "M": m, "copy": round(copy),
+                              "rows": rows}), flush=True)
             summary.append((dname, n, rows))
             torch.cuda.empty_cache()
     print("\nSUMMARY dtype N | shapes, % of copy (3 tensors), best first")

@@ -61,6 +61,14 @@
 //            reduction, exchange and stores. Line heads (tenth H200 run): odd rows (50257)
 //            had 2.6x the L2 read requests of rows on lines; with them the 15-CTA shapes run
 //            odd rows at fp32 96 / bf16 94 % of copy (86 / 87 % before, bench/NOTES.md).
+//
+// Kernel 5, fused_softmax_backward_chunks<T, VPT> (rows past every persistent shape: fp32 N >
+// 307200, 2-byte N > 327680; y, dy and dx rows in one 16-byte phase): rows cut into chunks of
+// one CTA, each chunk's partial dot through a flagged word in global memory, the chunk held in
+// registers until its row's last word is in. Ownership, steps, launch and preconditions:
+// backward_chunks.cuh (klab::bwd::chunk_rows, shared with log_softmax_backward_chunks).
+// Bytes:     3 * M * N * sizeof(T) + 8 B per chunk. Changed from kernel 3: read once, not twice.
+#include "backward_chunks.cuh"
 #include "backward_persist.cuh"
 #include "cluster.cuh"
 #include "softmax_common.cuh"
@@ -208,4 +216,14 @@ __global__ void __cluster_dims__(CL, 1, 1)
                                    int stages) {
   klab::bwd::persistent_rows<SoftmaxGrad, T, VPT, CL>(dx, y, dy, rows, n, y_stride, dy_stride,
                                                       line, stages);
+}
+
+template <typename T, int VPT>
+__global__ void __launch_bounds__(512)
+    fused_softmax_backward_chunks(T* __restrict__ dx, const T* __restrict__ y,
+                                  const T* __restrict__ dy, long long rows, int n,
+                                  long long y_stride, long long dy_stride, int line, int chunks,
+                                  unsigned long long* __restrict__ sums, int ahead) {
+  klab::bwd::chunk_rows<SoftmaxGrad, T, VPT>(dx, y, dy, rows, n, y_stride, dy_stride, line,
+                                             chunks, sums, ahead);
 }

@@ -23,10 +23,16 @@
 // Bytes:     3 * M * N * sizeof(T), loads always in flight. Changed: rows past one CTA (fp32 N
 //            > 16384, 2-byte aligned rows of >= 4000 windows) were streamed in two passes.
 //
-// Kernel 3, log_softmax_backward_stream<T> (rows kernel 2 cannot take: fp64, rows of y, dy and
-// dx in different 16-byte phases, rows past the largest persistent shape): a sum(dy) pass, then
+// Kernel 3, log_softmax_backward_stream<T> (rows kernels 2 and 4 cannot take: fp64, rows of y,
+// dy and dx in different 16-byte phases, rows too long for the resident grid's chunks): a sum(dy) pass, then
 // an elementwise pass re-reading y and dy: 4 * M * N * sizeof(T) bytes (dy's second read partly
 // from L2).
+//
+// Kernel 4, log_softmax_backward_chunks<T, VPT> (rows past every persistent shape, y, dy and dx
+// rows in one 16-byte phase): the softmax backward's rows in chunks (fused_softmax_backward.cu,
+// "Kernel 5"; body klab::bwd::chunk_rows in backward_chunks.cuh) with the log rule below.
+// Bytes:     3 * M * N * sizeof(T) + 8 B per chunk. Changed from kernel 3: read once.
+#include "backward_chunks.cuh"
 #include "backward_persist.cuh"
 #include "softmax_common.cuh"
 
@@ -46,6 +52,16 @@ __global__ void __cluster_dims__(CL, 1, 1)
                                  long long y_stride, long long dy_stride, int line, int stages) {
   klab::bwd::persistent_rows<LogSoftmaxGrad, T, VPT, CL>(dx, y, dy, rows, n, y_stride,
                                                          dy_stride, line, stages);
+}
+
+template <typename T, int VPT>
+__global__ void __launch_bounds__(512)
+    log_softmax_backward_chunks(T* __restrict__ dx, const T* __restrict__ y,
+                                const T* __restrict__ dy, long long rows, int n,
+                                long long y_stride, long long dy_stride, int line, int chunks,
+                                unsigned long long* __restrict__ sums, int ahead) {
+  klab::bwd::chunk_rows<LogSoftmaxGrad, T, VPT>(dx, y, dy, rows, n, y_stride, dy_stride, line,
+                                                chunks, sums, ahead);
 }
 
 template <typename T, int VPT>

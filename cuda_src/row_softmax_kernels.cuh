@@ -156,6 +156,7 @@
 //            the block all-reduce's barriers (6 %), stores holding their registers (5-11 %).
 #pragma once
 
+#include "chunk_sync.cuh"
 #include "cluster.cuh"
 #include "softmax_common.cuh"
 
@@ -898,28 +899,7 @@ __device__ __forceinline__ void wide_rows(T* __restrict__ y, const T* __restrict
 }
 
 // ---- kernel 7: rows in chunks, (max, sum) through global memory ------------------------------
-// A chunk's pair is two 64-bit words, each a value (its fp32 bits) with a flag of 1 in its high
-// half, stored relaxed at gpu scope into a zeroed buffer: a reader that sees both flags has both
-// values (64-bit accesses are single-copy atomic), so neither side needs a fence. (A release
-// add to an arrival count compiled to a fence that waited for the thread's earlier stores to
-// be acknowledged: ~2 us a chunk, H200.)
-__device__ __forceinline__ void store_flagged(unsigned long long* p, float v) {
-  const unsigned long long w = (1ull << 32) | __float_as_uint(v);
-  asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(p), "l"(w) : "memory");
-}
-__device__ __forceinline__ unsigned long long load_flagged(const unsigned long long* p) {
-  unsigned long long w;
-  asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];" : "=l"(w) : "l"(p) : "memory");
-  return w;
-}
-__device__ __forceinline__ unsigned long long global_ns() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-// A row's pairs are awaited this long before the kernel traps: a grid larger than what is
-// resident at once (the launcher sizes it by the occupancy API) would otherwise hang.
-constexpr unsigned long long kChunkWaitNs = 10ull * 1000 * 1000 * 1000;
+// A chunk's pair is two flagged 64-bit words (chunk_sync.cuh: store_flagged / load_flagged).
 
 // A lane's first pairs of a row, loaded at the start of a step so that their L2 round trip
 // (behind this SM's copies in flight) overlaps phase 1: chunks lane + 32 e, e < K (kernel 7:
@@ -1001,24 +981,6 @@ template <typename T, int VPT> struct ChunkRequests {
     const T* xr = x + row * stride;
     prefetch_row<T, VPT>(slots + b * set_slots + threadIdx.x, xr, (n + line_head(xr) + W - 1) / W,
                          c * span + threadIdx.x, step);
-  }
-};
-
-// Item i of rows * chunks as (row, chunk c), moved on by the grid's Q items a step without a
-// 64-bit division (kernel 7b did five a step, ~20 instructions each; Nsight, seventeenth run).
-struct ChunkCursor {
-  long long row;
-  int c;
-  __device__ __forceinline__ ChunkCursor(long long i, int chunks)
-      : row(i / chunks), c(static_cast<int>(i - row * chunks)) {}
-  // dr * chunks + dc items on (0 <= dc < chunks).
-  __device__ __forceinline__ void advance(long long dr, int dc, int chunks) {
-    row += dr;
-    c += dc;
-    if (c >= chunks) {
-      c -= chunks;
-      ++row;
-    }
   }
 };
 

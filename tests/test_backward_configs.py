@@ -40,7 +40,10 @@ def test_backward_config_holds_the_row(dtype, aligned):
     for n in NS:
         kind, threads, vpt, cl, stages = cfg = bc.backward_config(n, dtype, aligned)
         assert cfg.expr(t) in declared, (n, cfg)  # what backward_launch launches
-        assert stages in (1, 2) and (stages == 1 or kind == "persist"), (n, kind, stages)
+        if kind == "chunks":
+            assert 1 <= stages <= 4 and cfg.shared_mem() <= fc.MAX_CTA_SHARED, (n, cfg)
+        else:
+            assert stages in (1, 2) and (stages == 1 or kind == "persist"), (n, kind, stages)
         assert threads % 32 == 0 and 32 <= threads <= 1024, (n, kind, threads)
         nw = -(-n // vec_width(dtype))
         if kind == "persist":
@@ -54,6 +57,29 @@ def test_backward_config_holds_the_row(dtype, aligned):
         elif kind == "block":
             assert f"fused_softmax_backward<{t}, {vpt}>" in declared
             assert threads * vpt >= nw
+        elif kind == "chunks":  # rows past every persistent shape, in one phase
+            assert aligned and dtype in bc.BACKWARD_PERSIST_DTYPES, (n, dtype)
+            assert bc.backward_persist_config(n, dtype, aligned) is None, n
+            assert threads <= bc.BACKWARD_CHUNK_MAX_THREADS and cl == 1
+
+
+def test_chunk_config_keeps_the_chunk_count_with_full_chunks():
+    """CPU: the chunk shape cuts a row into as many chunks as 512-thread chunks would, its CTA
+    sized down so the chunks come out (nearly) full."""
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        for n in (307201, 327681, 400000, 524288, 1 << 20, 1000003, 1 << 21):
+            cfg = bc.backward_chunk_config(n, dtype)
+            nw = fc.line_windows(n, dtype)
+            full = -(-nw // (bc.BACKWARD_CHUNK_MAX_THREADS * bc.BACKWARD_CHUNK_VPT))
+            chunks = -(-nw // (cfg.threads * cfg.vpt))
+            assert chunks == full and cfg.threads % 32 == 0, (n, dtype, cfg)
+            assert (chunks - 1) * cfg.threads * cfg.vpt < nw <= chunks * cfg.threads * cfg.vpt
+            assert (cfg.threads - 32) * cfg.vpt * chunks < nw, (n, dtype, cfg)  # no smaller CTA
+            assert cfg.label() == f"chunks {cfg.threads}x4 ahead {bc.BACKWARD_CHUNK_AHEAD}"
+            assert cfg.expr("float", "log_softmax_backward") == \
+                "log_softmax_backward_chunks<float, 4>"
+    assert bc.backward_chunk_config(1 << 20, torch.float32) == \
+        bc.BackwardConfig("chunks", 512, 4, 1, 2)  # 128 chunks of 512 x 4 windows
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
@@ -96,8 +122,10 @@ def test_long_aligned_rows_take_the_persistent_kernel():
     assert kind_and_cluster(65536, f32, aligned=False)[0] == "cluster"  # phases differ
     assert kind_and_cluster(24000, bf16)[0] == "block"
     assert kind_and_cluster(32768, bf16, aligned=False)[0] == "block"
-    assert bc.backward_config(327688, bf16).kind == "stream"  # past 16 x 640 x 4
-    assert bc.backward_config(307201, f32).kind == "stream"
+    assert bc.backward_config(327688, bf16).kind == "chunks"  # past 16 x 640 x 4
+    assert bc.backward_config(307201, f32).kind == "chunks"
+    assert bc.backward_config(307201, f32, aligned=False).kind == "stream"  # phases differ
+    assert bc.backward_config(1 << 20, torch.float64).kind == "stream"  # no fp64 chunks
 
 
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
@@ -291,20 +319,25 @@ def test_log_backward_config_holds_the_row(dtype, aligned, phase):
         softmax_cfg = bc.backward_config(n, dtype, aligned, phase)
         if softmax_cfg.kind == "persist":
             assert cfg == softmax_cfg, (n, cfg, softmax_cfg)
+        if softmax_cfg.kind == "chunks":
+            assert cfg == softmax_cfg, (n, cfg, softmax_cfg)
         if cfg.kind == "persist":
             assert phase and dtype in bc.BACKWARD_PERSIST_DTYPES, (n, cfg)
             assert cfg.threads * cfg.vpt * cfg.cluster >= need, (n, cfg)
+        elif cfg.kind == "chunks":
+            assert phase and dtype in bc.BACKWARD_PERSIST_DTYPES, (n, cfg)
+            assert bc.backward_persist_config(n, dtype, aligned) is None, (n, cfg)
         elif cfg.kind == "block":
             assert cfg.threads * cfg.vpt >= need and cfg.threads <= bc.BWD_MAX_THREADS
         else:
             assert cfg.kind == "stream", (n, cfg)
-            assert not phase or bc.backward_persist_config(n, dtype, aligned) is None, (n, cfg)
+            assert not phase or dtype not in bc.BACKWARD_PERSIST_DTYPES, (n, cfg)
     f32, bf16 = torch.float32, torch.bfloat16
     if (dtype, aligned, phase) == (f32, True, True):  # the rows that were streamed before
         assert lcv.log_backward_config(16384, f32, True, True).kind == "block"
         for n in (16385, 32768, 65536, 131072, 262144):
             assert lcv.log_backward_config(n, f32, True, True).kind == "persist", n
-        assert lcv.log_backward_config(524288, f32, True, True).kind == "stream"
+        assert lcv.log_backward_config(524288, f32, True, True).kind == "chunks"
         assert lcv.log_backward_config(32768, bf16, True, True).kind == "persist"
         assert lcv.log_backward_config(16387, f32, False, True).kind == "persist"  # odd, phase
         assert lcv.log_backward_config(16387, f32, False, False).kind == "stream"
@@ -333,3 +366,95 @@ def test_log_backward_persistent_edge_rows(dtype):
     keep[2] = False
     res = kernel_lab.get_op("log_softmax_backward").check(dx[keep], y[keep], dy[keep])
     assert res.ok, res.message
+
+
+def _chunk_inputs(make_y, m, n, dtype, gen, y_off=0, dy_off=0):
+    """y (from logits) and dy of (m, n), their rows starting y_off / dy_off elements into their
+    buffers (0: PyTorch's own alignment)."""
+    ybuf = torch.empty(m * n + y_off, device="cuda", dtype=dtype)
+    dybuf = torch.empty(m * n + dy_off, device="cuda", dtype=dtype)
+    y, dy = ybuf[y_off:].view(m, n), dybuf[dy_off:].view(m, n)
+    y.copy_(make_y(torch.randn(m, n, device="cuda", generator=gen)))
+    dy.copy_(torch.randn(m, n, device="cuda", generator=gen))
+    return y, dy
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+@OPS
+def test_chunk_backward_forced_shapes(op_name, dtype):
+    """The chunk kernel forced (backward_launch) on rows of several chunks: small CTAs, 1-4
+    chunks in flight, grids of a few CTAs (each loops over many chunks; chunks <= CTAs + 1 is
+    the kernel's limit, met exactly at 6 chunks on 5 CTAs) and the full resident grid; aligned
+    rows, odd rows (rows start mid-slot), rows off their 128-byte lines with y and dy in one
+    line phase (line heads) and in two (16-byte heads). dx is poisoned first."""
+    _, kernels, make_y = BACKWARDS[op_name]
+    op = kernel_lab.get_op(op_name)
+    w = vec_width(dtype)
+    gen = torch.Generator(device="cuda").manual_seed(11)
+    cases = [  # (n, y offset, dy offset) in elements
+        (64 * 4 * w * 6, 0, 0),  # 6 whole chunks of 64 x 4 windows
+        (64 * 4 * w * 6 - 3, 0, 0),  # odd: rows start mid-slot, last chunk partial
+        (64 * 4 * w * 5 + 1, w, w),  # off lines, one line phase: line heads
+        (64 * 4 * w * 5 + 1, w, 2 * w),  # one 16-byte phase, two line phases
+    ]
+    for n, y_off, dy_off in cases:
+        y, dy = _chunk_inputs(make_y, 13, n, dtype, gen, y_off, dy_off)
+        for ahead, groups in ((1, 5), (2, 5), (3, 7), (4, None), (2, None)):
+            cfg = bc.BackwardConfig("chunks", 64, 4, 1, ahead)
+            dx = torch.full(y.shape, float("nan"), device="cuda", dtype=dtype)
+            cv.backward_launch(dx, y, dy, cfg, y_off == 0 and n % w == 0, max_groups=groups,
+                               kernels=kernels)
+            res = op.check(dx, y, dy)
+            assert res.ok, f"{op_name} {dtype} n={n} +{y_off}/+{dy_off} {cfg.label()} " \
+                           f"groups={groups}: {res.message}"
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype,n", [(torch.float32, 307201), (torch.float32, 1 << 20),
+                                     (torch.bfloat16, 327688), (torch.bfloat16, 1 << 20),
+                                     (torch.float16, 1000003)], ids=str)
+@OPS
+def test_chunk_backward_through_the_op(op_name, dtype, n):
+    """Rows past every persistent shape through the registered op: the config's chunk shape,
+    more chunks than resident CTAs, every CTA looping; edge rows: -inf in y (softmax: y = 0 /
+    log: y = -inf) and a NaN row that stays NaN without touching its neighbours."""
+    variant, kernels, make_y = BACKWARDS[op_name]
+    cfg = bc.backward_config(n, dtype, n * dtype.itemsize % 16 == 0, phase=True)
+    assert cfg.kind == "chunks", cfg
+    m = 7
+    gen = torch.Generator(device="cuda").manual_seed(n % 1000)
+    x = torch.randn(m, n, device="cuda", generator=gen)
+    x[1, ::5] = float("-inf")
+    x[3] = float("nan")
+    y = make_y(x).to(dtype)
+    dy = torch.randn(m, n, device="cuda", generator=gen).to(dtype)
+    dx = kernel_lab.run(variant, y, dy)
+    assert torch.isnan(dx[3]).all() and not torch.isnan(dx[[0, 1, 2, 4, 5, 6]]).any()
+    keep = torch.ones(m, dtype=torch.bool)
+    keep[3] = False
+    res = kernel_lab.get_op(op_name).check(dx[keep], y[keep], dy[keep])
+    assert res.ok, f"{variant} {dtype} n={n} {cfg.label()}: {res.message}"
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
+@OPS
+def test_chunk_backward_too_few_ctas(op_name):
+    """A row of more chunks than the grid's CTAs + 1 would wait on itself: a caller's own shape
+    is refused; the registered op's launch (phase known) streams it instead, still exact."""
+    _, kernels, make_y = BACKWARDS[op_name]
+    op = kernel_lab.get_op(op_name)
+    gen = torch.Generator(device="cuda").manual_seed(3)
+    y, dy = _chunk_inputs(make_y, 4, 64 * 4 * 4 * 8, torch.float32, gen)  # 8 chunks
+    cfg = bc.BackwardConfig("chunks", 64, 4, 1, 2)
+    dx = torch.full_like(y, float("nan"))
+    with pytest.raises(ValueError, match="wait on itself"):
+        cv.backward_launch(dx, y, dy, cfg, True, max_groups=6, kernels=kernels)
+    cv.backward_launch(dx, y, dy, cfg, True, max_groups=6, phase=True, kernels=kernels)
+    res = op.check(dx, y, dy)
+    assert res.ok, res.message
+    cv.backward_launch(dx, y, dy, cfg, True, max_groups=7, kernels=kernels)  # 8 <= 7 + 1
+    assert op.check(dx, y, dy).ok
+    buf = torch.empty(y.numel() + 1, device="cuda")
+    with pytest.raises(ValueError, match="phase"):
+        cv.backward_launch(dx, buf[1:].view(y.shape), dy, cfg, False, kernels=kernels)

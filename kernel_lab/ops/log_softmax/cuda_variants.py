@@ -32,6 +32,7 @@ from kernel_lab.interop import i32
 from kernel_lab.ops.softmax.backward_config import (
     BWD_MAX_THREADS,
     BackwardConfig,
+    backward_chunk_instantiations,
     backward_config,
     backward_persist_config,
     backward_persist_instantiations,
@@ -55,6 +56,7 @@ BACKWARD = cuda_source(
     [f"log_softmax_backward<{t}, {v}>" for t in _T for v in VPT]
     + [f"log_softmax_backward_persist<{ctype(d)}, {v}, {c}>"
        for d, v, c in backward_persist_instantiations()]
+    + [f"log_softmax_backward_chunks<{ctype(d)}, {v}>" for d, v in backward_chunk_instantiations()]
     + [f"log_softmax_backward_stream<{t}>" for t in _T],
 )
 BACKWARD_KERNELS = RowKernels(BACKWARD, "log_softmax_backward")
@@ -86,7 +88,7 @@ def log_backward_config(n: int, dtype: torch.dtype, aligned: bool,
     Until the twenty-first run every row past one CTA was streamed: 75-79 % of copy on the
     H200 at N >= 32768 (bench/NOTES.md)."""
     cfg = backward_config(n, dtype, aligned, phase)
-    if cfg.kind == "persist":
+    if cfg.kind in ("persist", "chunks"):
         return cfg
     threads, vpt = row_config(n, dtype, BWD_MAX_THREADS, aligned)
     if vpt:
@@ -129,7 +131,7 @@ def log_softmax_backward(y: torch.Tensor, dy: torch.Tensor, dim: int = -1) -> to
         aligned = vec_aligned(dx, y2d, dy2d)
         phase = aligned or bool(same_vector_phase(dx, y2d, dy2d))
         cfg = log_backward_config(dx.shape[1], y2d.dtype, aligned, phase)
-        if cfg.kind == "persist":
+        if cfg.kind in ("persist", "chunks"):
             backward_launch(dx, y2d, dy2d, cfg, aligned, phase=phase, kernels=BACKWARD_KERNELS)
         else:
             launch_rows(BACKWARD, cfg.expr(ctype(y2d.dtype), BACKWARD_KERNELS.prefix), dx,

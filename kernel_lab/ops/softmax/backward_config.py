@@ -13,7 +13,7 @@ import torch
 
 from kernel_lab.cuda_common import vec_width
 
-from .fast_config import MAX_CTA_SHARED, cluster_shape, line_windows, vec_config
+from .fast_config import MAX_CTA_SHARED, cluster_shape, line_windows, round32, vec_config
 
 BWD_MAX_THREADS = 512  # the one-CTA and one-row cluster kernels' CTA size limit
 BACKWARD_CL = (2, 4, 8, 16)
@@ -94,6 +94,19 @@ BACKWARD_PERSIST_WIDE = ((torch.float32, 8, 15),)
 # keep 15 x <= 640 x 8; 2-byte rows past 16 x 640 x 4 (N > 327680) the one-row cluster.
 
 
+# Rows past every persistent shape (fp32 N > 307200, 2-byte N > 327680; y, dy and dx rows in one
+# 16-byte phase): rows in chunks of one CTA (backward_chunks.cuh, the forward's kernel 7b for
+# the backward), each chunk BACKWARD_CHUNK_VPT windows of y and of dy per thread, its CTA sized
+# down to the fewest threads (<= BACKWARD_CHUNK_MAX_THREADS) that keep the row's chunk count,
+# BACKWARD_CHUNK_AHEAD chunks in flight. They were streamed in two passes (5 tensors' traffic,
+# 73-74 % of copy on the H200, twenty-first run). Shape not tuned yet: 512 x 4 (two chunks of y
+# and dy in registers, ~100 registers: one CTA per SM) with two chunks in flight (128 KB of
+# slots), the forward's kernel 7b default with the bytes of two inputs.
+BACKWARD_CHUNK_VPT = 4
+BACKWARD_CHUNK_MAX_THREADS = 512  # the kernels' launch bound
+BACKWARD_CHUNK_AHEAD = 2
+
+
 class BackwardShape(NamedTuple):
     """A persistent backward cluster shape the config may pick (BACKWARD_PERSIST_SHAPES)."""
 
@@ -134,8 +147,9 @@ def backward_persist_instantiations() -> list[tuple[torch.dtype, int, int]]:
 
 class BackwardConfig(NamedTuple):
     """One fused_softmax_backward launch shape: kernel kind, CTA size, vectors of y and of dy
-    per thread (None: streaming), CTAs per cluster, and for ``persist`` the rows in flight into
-    shared memory (1: the next row; 2: the next two)."""
+    per thread (None: streaming), CTAs per cluster, and the prefetch sets in flight into shared
+    memory: for ``persist`` rows (1: the next row; 2: the next two), for ``chunks`` chunks
+    (``ahead``, 1 to 4 as shared memory allows)."""
 
     kind: str
     threads: int
@@ -144,20 +158,30 @@ class BackwardConfig(NamedTuple):
     stages: int = 1
 
     def label(self) -> str:
+        if self.kind == "chunks":
+            return f"chunks {self.threads}x{self.vpt} ahead {self.stages}"
         stages = f" s{self.stages}" if self.stages > 1 else ""
         return f"{self.kind} {self.cluster}x{self.threads}x{self.vpt}{stages}"
 
     def expr(self, t: str, prefix: str = "fused_softmax_backward") -> str:
         """The name expression this shape launches for C type t: fused_softmax_backward.cu's,
         or (``prefix`` "log_softmax_backward") log_softmax_backward.cu's, which has the
-        ``block``, ``persist`` and ``stream`` kinds."""
+        ``block``, ``persist``, ``chunks`` and ``stream`` kinds."""
         if self.kind == "block":
             return f"{prefix}<{t}, {self.vpt}>"
         if self.kind == "cluster":
             return f"{prefix}_cluster<{t}, {self.vpt}, {self.cluster}>"
         if self.kind == "persist":
             return f"{prefix}_persist<{t}, {self.vpt}, {self.cluster}>"
+        if self.kind == "chunks":
+            return f"{prefix}_chunks<{t}, {self.vpt}>"
         return f"{prefix}_stream<{t}>"
+
+    def shared_mem(self) -> int:
+        """Dynamic shared memory per CTA: ``stages`` sets of y and dy slots (persist, chunks)."""
+        if self.kind in ("persist", "chunks"):
+            return self.stages * backward_smem(self.threads, self.vpt)
+        return 0
 
 
 def backward_smem(threads: int, vpt: int = BACKWARD_PERSIST_VPT) -> int:
@@ -180,8 +204,10 @@ def backward_config(n: int, dtype: torch.dtype, aligned: bool = True,
     307200); 2-byte: 4 CTAs of <= 512 x 4, then 8 of <= 640 x 4, then 16 (N <= 327680); the
     next row is prefetched (the next two rows for each shape's ``two_stage_threads`` to
     ``two_stage_max``, where shared memory holds them: fp32 448-640 threads, 2-byte 4-CTA
-    shapes of 384-448). Otherwise a one-row cluster of up to 16 CTAs of 512 x 8 (fp32) or x 4
-    (2-byte) vectors; longer rows stream (two passes)."""
+    shapes of 384-448). Rows past every persistent shape: ``chunks`` (:func:`backward_chunk_config`;
+    the launcher streams them when the GPU holds too few CTAs for a row's chunks). Rows in
+    different phases: a one-row cluster of up to 16 CTAs of 512 x 8 (fp32) or x 4 (2-byte)
+    vectors; longer rows stream (two passes)."""
     nw = -(-n // vec_width(dtype))
     persist_ok = (aligned if phase is None else phase) and dtype in BACKWARD_PERSIST_DTYPES
     threads, vpt = vec_config(n, dtype, BWD_MAX_THREADS)
@@ -189,9 +215,8 @@ def backward_config(n: int, dtype: torch.dtype, aligned: bool = True,
                     and nw >= BACKWARD_PERSIST_BEFORE_BLOCK.get(dtype.itemsize, 1 << 31)):
         return BackwardConfig("block", threads, vpt)
     if persist_ok:
-        cfg = backward_persist_config(n, dtype, aligned)
-        if cfg:
-            return cfg
+        return backward_persist_config(n, dtype, aligned) or backward_chunk_config(n, dtype,
+                                                                                   aligned)
     vpt = 4 if vec_width(dtype) == 8 else 8  # fp16/bf16: 2 x 32 elements per thread, no spills
     shape = cluster_shape(nw, vpt, BWD_MAX_THREADS, BACKWARD_CL)
     if shape:
@@ -217,3 +242,22 @@ def backward_persist_config(n: int, dtype: torch.dtype, aligned: bool) -> Backwa
                 and 2 * backward_smem(threads, sh.vpt) <= MAX_CTA_SHARED
             return BackwardConfig("persist", threads, sh.vpt, cl, 2 if two else 1)
     return None
+
+
+def backward_chunk_instantiations() -> list[tuple[torch.dtype, int]]:
+    """Every declared chunk backward kernel: (dtype, vectors per thread)."""
+    return [(d, BACKWARD_CHUNK_VPT) for d in BACKWARD_PERSIST_DTYPES]
+
+
+def backward_chunk_config(n: int, dtype: torch.dtype, aligned: bool = True,
+                          ahead: int = BACKWARD_CHUNK_AHEAD) -> BackwardConfig:
+    """The chunk kernel for rows of n (any length; the launcher checks that the GPU's resident
+    CTAs can hold a row's chunks): chunks of BACKWARD_CHUNK_MAX_THREADS x BACKWARD_CHUNK_VPT
+    windows, the CTA then sized down to the multiple of 32 threads that keeps the chunk count,
+    so that every chunk is (nearly) full - a step's cost is nearly fixed, so a mostly empty last
+    chunk would cost a whole one (the forward's kernel 7b, eighteenth H200 run)."""
+    vpt = BACKWARD_CHUNK_VPT
+    nwl = line_windows(n, dtype, aligned)
+    chunks = -(-nwl // (BACKWARD_CHUNK_MAX_THREADS * vpt))
+    threads = round32(-(-nwl // (chunks * vpt)))
+    return BackwardConfig("chunks", threads, vpt, 1, ahead)

@@ -35,6 +35,7 @@ from kernel_lab.rows import normalize_dim, rowwise
 from .backward_config import (
     BACKWARD_CL,
     BackwardConfig,
+    backward_chunk_instantiations,
     backward_config,
     backward_persist_instantiations,
     backward_smem,
@@ -74,6 +75,8 @@ BACKWARD = cuda_source(
        for d in ALL_DTYPES for c in BACKWARD_CL]
     + [f"fused_softmax_backward_persist<{ctype(d)}, {v}, {c}>"
        for d, v, c in backward_persist_instantiations()]
+    + [f"fused_softmax_backward_chunks<{ctype(d)}, {v}>"
+       for d, v in backward_chunk_instantiations()]
     + [f"fused_softmax_backward_stream<{t}>" for t in _T],
 )
 
@@ -233,8 +236,9 @@ def backward_launch(dx, y2d, dy2d, cfg: BackwardConfig | tuple, aligned: bool,
     src, prefix = kernels.src, kernels.prefix
     cfg = BackwardConfig(*cfg)
     kind, threads, vpt, cl, stages = cfg
-    if stages not in (1, 2):
-        raise ValueError(f"stages must be 1 or 2, not {stages}")
+    if stages not in ((1, 2, 3, 4) if kind == "chunks" else (1, 2)):
+        raise ValueError(f"stages (prefetch sets in flight) must be 1 or 2 (chunks: 1 to 4), "
+                         f"not {stages}")
     smem, extra = 0, (i32(int(aligned)),)
     expr = cfg.expr(t, prefix)
     if kind == "block":
@@ -251,10 +255,41 @@ def backward_launch(dx, y2d, dy2d, cfg: BackwardConfig | tuple, aligned: bool,
             and _same_line_phase(y2d, dy2d)
         smem, extra = stages * backward_smem(threads, vpt), (i32(int(line)), i32(stages))
         grid = persistent_grid(src, expr, threads, cl, smem, m, device_index(dx), max_groups)
+    elif kind == "chunks":
+        if phase is None and not same_vector_phase(dx, y2d, dy2d):
+            raise ValueError(f"{cfg.label()} needs the rows of y, dy and dx in the same 16-byte "
+                             "phase")
+        line = _same_line_phase(y2d, dy2d)
+        chunks = backward_row_chunks(cfg, n, y2d, line)
+        smem = cfg.shared_mem()
+        grid = persistent_grid(src, expr, threads, 1, smem, m * chunks, device_index(dx),
+                               max_groups)
+        if not chunks_fit(chunks, 1, grid):
+            if phase is None:  # a caller's own shape
+                raise ValueError(f"{cfg.label()}: a row of {n} is {chunks} chunks, more than "
+                                 f"{grid} resident CTAs + 1 (the kernel would wait on itself)")
+            # this GPU holds too few CTAs for the row's chunks: two passes
+            backward_launch(dx, y2d, dy2d, BackwardConfig("stream", 1024, None), aligned,
+                            kernels=kernels)
+            return
+        # per chunk, its partial sum as a 64-bit word that carries a flag: zeroed = not yet in
+        sums = torch.zeros(m * chunks, dtype=torch.int64, device=dx.device)
+        extra = (i32(int(line)), i32(chunks), sums.data_ptr(), i32(stages))
     else:
         grid = m
     launch_rows(src, expr, dx, (y2d, dy2d), grid=grid, block=threads, extra=extra,
                 shared_mem=smem)
+
+
+def backward_row_chunks(cfg: BackwardConfig, n: int, y2d: torch.Tensor, line: bool) -> int:
+    """Chunks of ``cfg.threads * cfg.vpt`` windows that cover every row of ``y2d`` (N = ``n``):
+    heads measured from the row's 128-byte line (``line``: y and dy share their line phase; 0
+    when the rows start on lines) or its 16 bytes (backward_chunks.cuh)."""
+    if line:
+        nw = line_windows(n, y2d.dtype, line=_rows_on_lines(y2d))
+    else:
+        nw = vector_windows(n, y2d.dtype, aligned=_rows_aligned(y2d))
+    return -(-nw // (cfg.threads * cfg.vpt))
 
 
 def _same_line_phase(a: torch.Tensor, b: torch.Tensor) -> bool:
