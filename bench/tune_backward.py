@@ -72,7 +72,7 @@ def candidates(n: int, dtype: torch.dtype, extra_threads: tuple[int, ...] = (),
 # the chunk kernel's CTA sizes timed (each fitted down to the row: as few threads as keep the
 # chunk count), for rows of at least this many windows
 CHUNK_THREADS = (128, 256, 384, 512)
-CHUNK_MIN_WINDOWS = 49152
+CHUNK_MIN_WINDOWS = 16384
 
 
 def measure(n: int, dtype: torch.dtype, total_log2: int, extra_threads: tuple[int, ...] = (),

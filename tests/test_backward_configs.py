@@ -64,13 +64,14 @@ def test_backward_config_holds_the_row(dtype, aligned):
 
 
 def test_chunk_config_keeps_the_chunk_count_with_full_chunks():
-    """CPU: the chunk shape cuts a row into as many chunks as 512-thread chunks would, its CTA
-    sized down so the chunks come out (nearly) full."""
+    """CPU: the chunk shape cuts a row into as many chunks as 512-thread chunks would (256 past
+    64 of them), its CTA sized down so the chunks come out (nearly) full."""
     for dtype in (torch.float32, torch.bfloat16, torch.float16):
         for n in (307201, 327681, 400000, 524288, 1 << 20, 1000003, 1 << 21):
             cfg = bc.backward_chunk_config(n, dtype)
             nw = fc.line_windows(n, dtype)
-            full = -(-nw // (bc.BACKWARD_CHUNK_MAX_THREADS * bc.BACKWARD_CHUNK_VPT))
+            most = 512 if -(-nw // 2048) <= bc.BACKWARD_CHUNK_MAX_WIDE else 256
+            full = -(-nw // (most * bc.BACKWARD_CHUNK_VPT))
             chunks = -(-nw // (cfg.threads * cfg.vpt))
             assert chunks == full and cfg.threads % 32 == 0, (n, dtype, cfg)
             assert (chunks - 1) * cfg.threads * cfg.vpt < nw <= chunks * cfg.threads * cfg.vpt
@@ -78,8 +79,10 @@ def test_chunk_config_keeps_the_chunk_count_with_full_chunks():
             assert cfg.label() == f"chunks {cfg.threads}x4 ahead {bc.BACKWARD_CHUNK_AHEAD}"
             assert cfg.expr("float", "log_softmax_backward") == \
                 "log_softmax_backward_chunks<float, 4>"
-    assert bc.backward_chunk_config(1 << 20, torch.float32) == \
-        bc.BackwardConfig("chunks", 512, 4, 1, 2)  # 128 chunks of 512 x 4 windows
+    f32, bf16 = torch.float32, torch.bfloat16
+    assert bc.backward_chunk_config(524288, f32) == bc.BackwardConfig("chunks", 512, 4, 1, 1)
+    assert bc.backward_chunk_config(1 << 20, bf16) == bc.BackwardConfig("chunks", 512, 4, 1, 1)
+    assert bc.backward_chunk_config(1 << 20, f32) == bc.BackwardConfig("chunks", 256, 4, 1, 1)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
@@ -385,7 +388,7 @@ def _chunk_inputs(make_y, m, n, dtype, gen, y_off=0, dy_off=0):
 def test_chunk_backward_forced_shapes(op_name, dtype):
     """The chunk kernel forced (backward_launch) on rows of several chunks: small CTAs, 1-4
     chunks in flight, grids of a few CTAs (each loops over many chunks; chunks <= CTAs + 1 is
-    the kernel's limit, met exactly at 6 chunks on 5 CTAs) and the full resident grid; aligned
+    the kernel's limit, met exactly on chunks - 1 CTAs) and the full resident grid; aligned
     rows, odd rows (rows start mid-slot), rows off their 128-byte lines with y and dy in one
     line phase (line heads) and in two (16-byte heads). dx is poisoned first."""
     _, kernels, make_y = BACKWARDS[op_name]
@@ -400,7 +403,11 @@ def test_chunk_backward_forced_shapes(op_name, dtype):
     ]
     for n, y_off, dy_off in cases:
         y, dy = _chunk_inputs(make_y, 13, n, dtype, gen, y_off, dy_off)
-        for ahead, groups in ((1, 5), (2, 5), (3, 7), (4, None), (2, None)):
+        chunks = cv.backward_row_chunks(bc.BackwardConfig("chunks", 64, 4), n, y,
+                                        cv._same_line_phase(y, dy))
+        assert chunks >= 6
+        for ahead, groups in ((1, chunks - 1), (2, chunks - 1), (3, chunks + 1), (4, None),
+                              (1, None)):
             cfg = bc.BackwardConfig("chunks", 64, 4, 1, ahead)
             dx = torch.full(y.shape, float("nan"), device="cuda", dtype=dtype)
             cv.backward_launch(dx, y, dy, cfg, y_off == 0 and n % w == 0, max_groups=groups,

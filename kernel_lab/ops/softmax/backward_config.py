@@ -96,15 +96,22 @@ BACKWARD_PERSIST_WIDE = ((torch.float32, 8, 15),)
 
 # Rows past every persistent shape (fp32 N > 307200, 2-byte N > 327680; y, dy and dx rows in one
 # 16-byte phase): rows in chunks of one CTA (backward_chunks.cuh, the forward's kernel 7b for
-# the backward), each chunk BACKWARD_CHUNK_VPT windows of y and of dy per thread, its CTA sized
-# down to the fewest threads (<= BACKWARD_CHUNK_MAX_THREADS) that keep the row's chunk count,
-# BACKWARD_CHUNK_AHEAD chunks in flight. They were streamed in two passes (5 tensors' traffic,
-# 73-74 % of copy on the H200, twenty-first run). Shape not tuned yet: 512 x 4 (two chunks of y
-# and dy in registers, ~100 registers: one CTA per SM) with two chunks in flight (128 KB of
-# slots), the forward's kernel 7b default with the bytes of two inputs.
+# the backward), each chunk BACKWARD_CHUNK_VPT windows of y and of dy per thread (two chunks in
+# registers: 110 registers, no spills, NVRTC 13.0), BACKWARD_CHUNK_AHEAD chunks in flight. CTAs
+# of up to 512 threads (one per SM) while a row has at most BACKWARD_CHUNK_MAX_WIDE of their
+# chunks, else up to 256 (two per SM), sized down to the fewest threads that keep the chunk
+# count. They were streamed in two passes (5 tensors' traffic). H200, M*N = 2^28, % of copy
+# (twenty-second run, bench/tune_backward.py, softmax / log backward): fp32 327680 512x4 90.5 /
+# 90.1 vs stream 71.5; 524288 90.3 / 90.3 vs 73.6; bf16 524288 96.5-96.9 / 97.3 vs 74.1; bf16
+# 2^20 90.6 / 91.5 vs 74.5. Where a row is ~128 chunks of 512 (nearly every CTA of the grid:
+# each step waits on all of them) 256-thread CTAs win: fp32 2^20 256x4 79.4 / 79.0 vs 512x4
+# 76.5 / 76.3 vs stream 59.6-73.0; bf16 2^21 78.2 / 78.0 vs 75.6 / 74.7 vs 59-70. One chunk in
+# flight ran level with two or three (+-0.6) and takes half the slots.
 BACKWARD_CHUNK_VPT = 4
 BACKWARD_CHUNK_MAX_THREADS = 512  # the kernels' launch bound
-BACKWARD_CHUNK_AHEAD = 2
+BACKWARD_CHUNK_SMALL_THREADS = 256
+BACKWARD_CHUNK_MAX_WIDE = 64
+BACKWARD_CHUNK_AHEAD = 1
 
 
 class BackwardShape(NamedTuple):
@@ -252,12 +259,17 @@ def backward_chunk_instantiations() -> list[tuple[torch.dtype, int]]:
 def backward_chunk_config(n: int, dtype: torch.dtype, aligned: bool = True,
                           ahead: int = BACKWARD_CHUNK_AHEAD) -> BackwardConfig:
     """The chunk kernel for rows of n (any length; the launcher checks that the GPU's resident
-    CTAs can hold a row's chunks): chunks of BACKWARD_CHUNK_MAX_THREADS x BACKWARD_CHUNK_VPT
-    windows, the CTA then sized down to the multiple of 32 threads that keeps the chunk count,
-    so that every chunk is (nearly) full - a step's cost is nearly fixed, so a mostly empty last
-    chunk would cost a whole one (the forward's kernel 7b, eighteenth H200 run)."""
+    CTAs can hold a row's chunks, else streams): chunks of BACKWARD_CHUNK_MAX_THREADS x
+    BACKWARD_CHUNK_VPT windows while a row has at most BACKWARD_CHUNK_MAX_WIDE of them, else of
+    BACKWARD_CHUNK_SMALL_THREADS x BACKWARD_CHUNK_VPT; the CTA then sized down to the multiple of
+    32 threads that keeps the chunk count, so that every chunk is (nearly) full - a step's cost
+    is nearly fixed, so a mostly empty last chunk would cost a whole one (the forward's kernel
+    7b, eighteenth H200 run)."""
     vpt = BACKWARD_CHUNK_VPT
     nwl = line_windows(n, dtype, aligned)
-    chunks = -(-nwl // (BACKWARD_CHUNK_MAX_THREADS * vpt))
+    most = BACKWARD_CHUNK_MAX_THREADS
+    if -(-nwl // (most * vpt)) > BACKWARD_CHUNK_MAX_WIDE:
+        most = BACKWARD_CHUNK_SMALL_THREADS
+    chunks = -(-nwl // (most * vpt))
     threads = round32(-(-nwl // (chunks * vpt)))
     return BackwardConfig("chunks", threads, vpt, 1, ahead)
