@@ -1,5 +1,5 @@
 // Rows in chunks for the softmax-family backwards: rows longer than the persistent clusters hold
-// (fp32 N > 307200, 2-byte N > 327680), read once instead of streamed in two passes. Templated
+// (fp32 N > 163840, 2-byte N > 262144), read once instead of streamed in two passes. Templated
 // on the gradient rule G as backward_persist.cuh (SoftmaxGrad in fused_softmax_backward.cu,
 // LogSoftmaxGrad in log_softmax_backward.cu; the .cu files hold the __global__ wrappers).
 //

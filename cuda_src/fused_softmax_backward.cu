@@ -63,7 +63,7 @@
 //            odd rows at fp32 96 / bf16 94 % of copy (86 / 87 % before, bench/NOTES.md).
 //
 // Kernel 5, fused_softmax_backward_chunks<T, VPT> (rows past every persistent shape: fp32 N >
-// 307200, 2-byte N > 327680; y, dy and dx rows in one 16-byte phase): rows cut into chunks of
+// 163840, 2-byte N > 262144; y, dy and dx rows in one 16-byte phase): rows cut into chunks of
 // one CTA, each chunk's partial dot through a flagged word in global memory, the chunk held in
 // registers until its row's last word is in. Ownership, steps, launch and preconditions:
 // backward_chunks.cuh (klab::bwd::chunk_rows, shared with log_softmax_backward_chunks).

@@ -109,15 +109,13 @@ def test_long_aligned_rows_take_the_persistent_kernel():
         (65536, f32, True, (512, 4, 8, 2)),  # 97.9, one stage 96.6
         (131072, f32, True, (1024, 4, 8, 1)),  # two stages need 256 KB
         (151936, f32, True, (608, 4, 16, 2)),
-        (262144, f32, True, (1024, 4, 16, 1)),  # 95.9 vs 15x576x8 93.2
-        (307200, f32, True, (640, 8, 15, 1)),  # past 16 x 1024 x 4
+        (163840, f32, True, (640, 4, 16, 2)),  # the last fp32 persistent row
         (32000, bf16, True, (256, 4, 4, 1)),  # persistent, not block
         (50257, bf16, False, (416, 4, 4, 2)),  # 100.1, one stage 91.4
         (65536, bf16, True, (512, 4, 4, 1)),  # 100.1, two stages 96.6
         (131072, bf16, True, (512, 4, 8, 1)),
         (151936, f16, True, (608, 4, 8, 1)),
         (262144, bf16, True, (512, 4, 16, 1)),  # 100.4, two stages 96.4
-        (327680, f16, True, (640, 4, 16, 1)),  # 16 x 640 x 4: the most
     ]
     for n, dtype, aligned, shape in picks:
         cfg = bc.backward_config(n, dtype, aligned, phase=True)
@@ -125,8 +123,9 @@ def test_long_aligned_rows_take_the_persistent_kernel():
     assert kind_and_cluster(65536, f32, aligned=False)[0] == "cluster"  # phases differ
     assert kind_and_cluster(24000, bf16)[0] == "block"
     assert kind_and_cluster(32768, bf16, aligned=False)[0] == "block"
-    assert bc.backward_config(327688, bf16).kind == "chunks"  # past 16 x 640 x 4
-    assert bc.backward_config(307201, f32).kind == "chunks"
+    for n, dtype in ((163841, f32), (196608, f32), (262144, f32), (307201, f32), (262152, bf16),
+                     (327680, f16), (327688, bf16)):  # past 16 x 640 x 4 / 16 x 512 x 4
+        assert bc.backward_config(n, dtype).kind == "chunks", (n, dtype)
     assert bc.backward_config(307201, f32, aligned=False).kind == "stream"  # phases differ
     assert bc.backward_config(1 << 20, torch.float64).kind == "stream"  # no fp64 chunks
 
@@ -134,9 +133,8 @@ def test_long_aligned_rows_take_the_persistent_kernel():
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
 @pytest.mark.parametrize("dtype,n,cl", [
     (torch.float32, 20000, 2), (torch.float32, 65536, 8), (torch.float32, 151936, 16),
-    (torch.float32, 196608, 16), (torch.float32, 262144, 16), (torch.float32, 307200, 15),
-    (torch.bfloat16, 32000, 4), (torch.bfloat16, 131072, 8), (torch.bfloat16, 196608, 16),
-    (torch.bfloat16, 262144, 16), (torch.float16, 327680, 16)],
+    (torch.float32, 163840, 16), (torch.bfloat16, 32000, 4), (torch.bfloat16, 131072, 8),
+    (torch.bfloat16, 196608, 16), (torch.bfloat16, 262144, 16)],
     ids=str)
 @OPS
 def test_persistent_backward_loops_over_rows(op_name, dtype, n, cl):
@@ -338,9 +336,10 @@ def test_log_backward_config_holds_the_row(dtype, aligned, phase):
     f32, bf16 = torch.float32, torch.bfloat16
     if (dtype, aligned, phase) == (f32, True, True):  # the rows that were streamed before
         assert lcv.log_backward_config(16384, f32, True, True).kind == "block"
-        for n in (16385, 32768, 65536, 131072, 262144):
+        for n in (16385, 32768, 65536, 131072, 163840):
             assert lcv.log_backward_config(n, f32, True, True).kind == "persist", n
-        assert lcv.log_backward_config(524288, f32, True, True).kind == "chunks"
+        for n in (196608, 262144, 524288):
+            assert lcv.log_backward_config(n, f32, True, True).kind == "chunks", n
         assert lcv.log_backward_config(32768, bf16, True, True).kind == "persist"
         assert lcv.log_backward_config(16387, f32, False, True).kind == "persist"  # odd, phase
         assert lcv.log_backward_config(16387, f32, False, False).kind == "stream"
@@ -418,8 +417,9 @@ def test_chunk_backward_forced_shapes(op_name, dtype):
 
 
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
-@pytest.mark.parametrize("dtype,n", [(torch.float32, 307201), (torch.float32, 1 << 20),
-                                     (torch.bfloat16, 327688), (torch.bfloat16, 1 << 20),
+@pytest.mark.parametrize("dtype,n", [(torch.float32, 196608), (torch.float32, 307201),
+                                     (torch.float32, 1 << 20), (torch.bfloat16, 327688),
+                                     (torch.bfloat16, 1 << 20), (torch.float16, 327680),
                                      (torch.float16, 1000003)], ids=str)
 @OPS
 def test_chunk_backward_through_the_op(op_name, dtype, n):

@@ -91,10 +91,12 @@ BACKWARD_PERSIST_WIDE = ((torch.float32, 8, 15),)
 # 96.8; 262144 16x512x4 100.4 (s2 96.4) vs 15x576x4 98.5. Two stages only where they won:
 # fp32 CTAs of 448-640 threads (512: 97.9 vs 96.6, 608: 96.8 vs 94.7; 416: 95.2 vs 96.8), 2-byte
 # CTAs of 384-448 threads in 4-CTA clusters (416). fp32 rows past 16 x 1024 x 4 (N > 262144)
-# keep 15 x <= 640 x 8; 2-byte rows past 16 x 640 x 4 (N > 327680) the one-row cluster.
+# keep 15 x <= 640 x 8; 2-byte rows past 16 x 640 x 4 (N > 327680) the one-row cluster. (Until
+# the twenty-second run, which gave the rows from 16 x 640 x 4 (fp32) / 16 x 512 x 4 (2-byte) on
+# to the chunk kernel, below.)
 
 
-# Rows past every persistent shape (fp32 N > 307200, 2-byte N > 327680; y, dy and dx rows in one
+# Rows past every persistent shape (fp32 N > 163840, 2-byte N > 262144; y, dy and dx rows in one
 # 16-byte phase): rows in chunks of one CTA (backward_chunks.cuh, the forward's kernel 7b for
 # the backward), each chunk BACKWARD_CHUNK_VPT windows of y and of dy per thread (two chunks in
 # registers: 110 registers, no spills, NVRTC 13.0), BACKWARD_CHUNK_AHEAD chunks in flight. CTAs
@@ -106,7 +108,13 @@ BACKWARD_PERSIST_WIDE = ((torch.float32, 8, 15),)
 # 2^20 90.6 / 91.5 vs 74.5. Where a row is ~128 chunks of 512 (nearly every CTA of the grid:
 # each step waits on all of them) 256-thread CTAs win: fp32 2^20 256x4 79.4 / 79.0 vs 512x4
 # 76.5 / 76.3 vs stream 59.6-73.0; bf16 2^21 78.2 / 78.0 vs 75.6 / 74.7 vs 59-70. One chunk in
-# flight ran level with two or three (+-0.6) and takes half the slots.
+# flight ran level with two or three (+-0.6 in one tune, -0.3 to -1.0 in another) and takes half
+# the slots. The same run's second tune moved the persistent shapes' end down to where the chunks
+# won (softmax backward): fp32 196608 chunks 512x4 96.0 vs 16x768x4 94.5, 262144 97.6 vs 16x1024x4
+# 95.8 (so 16-CTA fp32 clusters stop at 640 threads and 15 x 640 x 8 went: N 163840-307200 take
+# chunks); bf16 327680 96.5 vs 16x640x4 94.4 (2-byte 16-CTA clusters stop at 512 threads). Where
+# the clusters stay: fp32 151936 16x608x4 s2 97.9 vs chunks 96.3; bf16 131072 / 262144 8x512x4 /
+# 16x512x4 101.4 / 100.6 vs 98.5; level at fp32 65536 / 131072 (98.1 / 99.1 vs 98.2 / 99.4).
 BACKWARD_CHUNK_VPT = 4
 BACKWARD_CHUNK_MAX_THREADS = 512  # the kernels' launch bound
 BACKWARD_CHUNK_SMALL_THREADS = 256
@@ -127,11 +135,10 @@ class BackwardShape(NamedTuple):
 BACKWARD_PERSIST_SHAPES = {  # by itemsize
     4: (BackwardShape(2, 1024),
         BackwardShape(8, 1024, two_stage_threads=448, two_stage_max=640),
-        BackwardShape(16, 1024, two_stage_threads=448, two_stage_max=640),
-        BackwardShape(15, 640, vpt=8)),
+        BackwardShape(16, 640, two_stage_threads=448, two_stage_max=640)),
     2: (BackwardShape(4, 512, two_stage_threads=384, two_stage_max=448),
         BackwardShape(8, 640),
-        BackwardShape(16, 640)),
+        BackwardShape(16, 512)),
 }
 # Aligned rows of at least this many windows take the persistent shapes even where the one-CTA
 # kernel would hold them (2-byte rows of 4000-4096 windows: N = 32000-32768), by itemsize.
@@ -207,8 +214,8 @@ def backward_config(n: int, dtype: torch.dtype, aligned: bool = True,
     phase (``phase``; default ``aligned``: 16-byte aligned rows, which vectorize every kernel):
     ``persist``, persistent clusters, the first of BACKWARD_PERSIST_SHAPES that holds the row
     (with room for the kernel's line head: up to 7 windows before the row) - fp32: 2 CTAs of
-    <= 1024 threads x 4 vectors, then 8, then 16 (N <= 262144), then 15 x <= 640 x 8 (N <=
-    307200); 2-byte: 4 CTAs of <= 512 x 4, then 8 of <= 640 x 4, then 16 (N <= 327680); the
+    <= 1024 threads x 4 vectors, then 8, then 16 of <= 640 (N <= 163840); 2-byte: 4 CTAs of <=
+    512 x 4, then 8 of <= 640 x 4, then 16 of <= 512 (N <= 262144); the
     next row is prefetched (the next two rows for each shape's ``two_stage_threads`` to
     ``two_stage_max``, where shared memory holds them: fp32 448-640 threads, 2-byte 4-CTA
     shapes of 384-448). Rows past every persistent shape: ``chunks`` (:func:`backward_chunk_config`;
