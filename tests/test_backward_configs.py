@@ -80,9 +80,9 @@ def test_chunk_config_keeps_the_chunk_count_with_full_chunks():
             assert cfg.expr("float", "log_softmax_backward") == \
                 "log_softmax_backward_chunks<float, 4>"
     f32, bf16 = torch.float32, torch.bfloat16
-    assert bc.backward_chunk_config(524288, f32) == bc.BackwardConfig("chunks", 512, 4, 1, 1)
-    assert bc.backward_chunk_config(1 << 20, bf16) == bc.BackwardConfig("chunks", 512, 4, 1, 1)
-    assert bc.backward_chunk_config(1 << 20, f32) == bc.BackwardConfig("chunks", 256, 4, 1, 1)
+    assert bc.backward_chunk_config(524288, f32) == bc.BackwardConfig("chunks", 512, 4, 1, 2)
+    assert bc.backward_chunk_config(1 << 20, bf16) == bc.BackwardConfig("chunks", 512, 4, 1, 2)
+    assert bc.backward_chunk_config(1 << 20, f32) == bc.BackwardConfig("chunks", 256, 4, 1, 2)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
@@ -126,6 +126,9 @@ def test_long_aligned_rows_take_the_persistent_kernel():
     for n, dtype in ((163841, f32), (196608, f32), (262144, f32), (307201, f32), (262152, bf16),
                      (327680, f16), (327688, bf16)):  # past 16 x 640 x 4 / 16 x 512 x 4
         assert bc.backward_config(n, dtype).kind == "chunks", (n, dtype)
+    for n in (163848, 180000, 196608):  # 2-byte 16-CTA clusters of < 416 threads: chunks
+        assert bc.backward_config(n, bf16).kind == "chunks", n
+    assert bc.backward_config(196616, bf16)[:4] == ("persist", 416, 4, 16)
     assert bc.backward_config(307201, f32, aligned=False).kind == "stream"  # phases differ
     assert bc.backward_config(1 << 20, torch.float64).kind == "stream"  # no fp64 chunks
 

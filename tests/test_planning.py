@@ -73,10 +73,10 @@ def test_auto_choice_follows_the_tensor_size():
 
 def test_plan_cli(capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "200")  # one line per row in rich's table
-    assert cli.main(["plan", "--op", "softmax_backward", "--dtype", "bf16", "--n", "196608"]) == 0
+    assert cli.main(["plan", "--op", "softmax_backward", "--dtype", "bf16", "--n", "229376"]) == 0
     out = capsys.readouterr().out
     assert "softmax_backward bfloat16" in out
-    assert "persist 16x384x4: fused_softmax_backward_persist<__nv_bfloat16, 4, 16>" in out
+    assert "persist 16x448x4: fused_softmax_backward_persist<__nv_bfloat16, 4, 16>" in out
     for bad in (["--n", "abc"], ["--n", "0"], ["--op", "sofmax"], ["--dtype", "fp33"],
                 ["--numel", "0"], ["--numel", "2e6"]):
         assert cli.main(["plan", *bad]) == 2, bad

@@ -96,30 +96,38 @@ BACKWARD_PERSIST_WIDE = ((torch.float32, 8, 15),)
 # to the chunk kernel, below.)
 
 
-# Rows past every persistent shape (fp32 N > 163840, 2-byte N > 262144; y, dy and dx rows in one
-# 16-byte phase): rows in chunks of one CTA (backward_chunks.cuh, the forward's kernel 7b for
-# the backward), each chunk BACKWARD_CHUNK_VPT windows of y and of dy per thread (two chunks in
-# registers: 110 registers, no spills, NVRTC 13.0), BACKWARD_CHUNK_AHEAD chunks in flight. CTAs
-# of up to 512 threads (one per SM) while a row has at most BACKWARD_CHUNK_MAX_WIDE of their
-# chunks, else up to 256 (two per SM), sized down to the fewest threads that keep the chunk
-# count. They were streamed in two passes (5 tensors' traffic). H200, M*N = 2^28, % of copy
-# (twenty-second run, bench/tune_backward.py, softmax / log backward): fp32 327680 512x4 90.5 /
-# 90.1 vs stream 71.5; 524288 90.3 / 90.3 vs 73.6; bf16 524288 96.5-96.9 / 97.3 vs 74.1; bf16
-# 2^20 90.6 / 91.5 vs 74.5. Where a row is ~128 chunks of 512 (nearly every CTA of the grid:
-# each step waits on all of them) 256-thread CTAs win: fp32 2^20 256x4 79.4 / 79.0 vs 512x4
-# 76.5 / 76.3 vs stream 59.6-73.0; bf16 2^21 78.2 / 78.0 vs 75.6 / 74.7 vs 59-70. One chunk in
-# flight ran level with two or three (+-0.6 in one tune, -0.3 to -1.0 in another) and takes half
-# the slots. The same run's second tune moved the persistent shapes' end down to where the chunks
-# won (softmax backward): fp32 196608 chunks 512x4 96.0 vs 16x768x4 94.5, 262144 97.6 vs 16x1024x4
-# 95.8 (so 16-CTA fp32 clusters stop at 640 threads and 15 x 640 x 8 went: N 163840-307200 take
-# chunks); bf16 327680 96.5 vs 16x640x4 94.4 (2-byte 16-CTA clusters stop at 512 threads). Where
-# the clusters stay: fp32 151936 16x608x4 s2 97.9 vs chunks 96.3; bf16 131072 / 262144 8x512x4 /
-# 16x512x4 101.4 / 100.6 vs 98.5; level at fp32 65536 / 131072 (98.1 / 99.1 vs 98.2 / 99.4).
+# Rows past every persistent shape (fp32 N > 163840, 2-byte N > 262144 and bf16 163841-196608;
+# y, dy and dx rows in one 16-byte phase): rows in chunks of one CTA (backward_chunks.cuh, the
+# forward's kernel 7b for the backward), each chunk BACKWARD_CHUNK_VPT windows of y and of dy per
+# thread (two chunks in registers: 110 registers, no spills, NVRTC 13.0), BACKWARD_CHUNK_AHEAD
+# chunks in flight. CTAs of up to 512 threads (one per SM) while a row has at most
+# BACKWARD_CHUNK_MAX_WIDE of their chunks, else up to 256 (two per SM), sized down to the fewest
+# threads that keep the chunk count. Such rows were streamed in two passes (5 tensors' traffic)
+# or, from 163840 / 196608, ran 16-CTA clusters. H200, M*N = 2^28, % of copy, twenty-second run
+# (bench/tune_backward.py; three tunes in three calls):
+#   first (softmax / log backward): fp32 327680 512x4 90.5 / 90.1 vs stream 71.5; 524288 90.3 /
+#   90.3 vs 73.6; bf16 524288 96.5-96.9 / 97.3 vs 74.1; bf16 2^20 90.6 / 91.5 vs 74.5. Where a
+#   row is ~128 chunks of 512 (nearly every CTA of the grid: each step waits on all of them)
+#   256-thread CTAs win: fp32 2^20 256x4 79.4 / 79.0 vs 512x4 76.5 / 76.3 vs stream 59.6-73.0;
+#   bf16 2^21 78.2 / 78.0 vs 75.6 / 74.7 vs 59-70.
+#   second (softmax backward): chunks beat the 16-CTA clusters' longest rows - fp32 196608
+#   512x4 96.0 vs 16x768x4 94.5, 262144 97.6 vs 16x1024x4 95.8 (so fp32 16-CTA clusters stop at
+#   640 threads and 15 x 640 x 8 went); bf16 327680 96.5 vs 16x640x4 94.4 (2-byte 16-CTA
+#   clusters stop at 512). The clusters stay ahead at fp32 151936 16x608x4 s2 97.9 vs 96.3 and
+#   bf16 131072 / 262144 8x512x4 / 16x512x4 101.4 / 100.6 vs 98.5; level at fp32 65536 / 131072
+#   (98.1 / 99.1 vs 98.2 / 99.4).
+#   third: fp32 163840 16x640x4 s2 99.0 vs chunks 96.5; bf16 163840 8x640x4 99.3 vs 97.0,
+#   229376 16x448x4 97.4 vs 96.8, but 196608 16x384x4 91.5 vs chunks 94.9 (91 % in the same
+#   run's benchmark too), so 2-byte 16-CTA clusters start at 416 threads (rows of 20481-24576
+#   windows, bf16 N 163841-196608, take chunks).
+#   Chunks in flight: one ran level with two or three in the first tune (+-0.6), behind two in
+#   the second and third (-0.3 to -1.3: fp32 131072 99.2 vs 100.0, 163840 95.3 vs 96.5; bf16
+#   163840 95.7 vs 97.0), so two are in flight (2 x 64 KB of slots).
 BACKWARD_CHUNK_VPT = 4
 BACKWARD_CHUNK_MAX_THREADS = 512  # the kernels' launch bound
 BACKWARD_CHUNK_SMALL_THREADS = 256
 BACKWARD_CHUNK_MAX_WIDE = 64
-BACKWARD_CHUNK_AHEAD = 1
+BACKWARD_CHUNK_AHEAD = 2
 
 
 class BackwardShape(NamedTuple):
@@ -130,6 +138,7 @@ class BackwardShape(NamedTuple):
     two_stage_threads: int | None = None  # CTAs this large prefetch two rows (None: never) ...
     two_stage_max: int = 1024  # ... up to this size
     vpt: int = 4  # 16-byte vectors of y and of dy per thread (BACKWARD_PERSIST_VPT)
+    least_threads: int = 0  # rows that need smaller CTAs skip the shape
 
 
 BACKWARD_PERSIST_SHAPES = {  # by itemsize
@@ -138,7 +147,7 @@ BACKWARD_PERSIST_SHAPES = {  # by itemsize
         BackwardShape(16, 640, two_stage_threads=448, two_stage_max=640)),
     2: (BackwardShape(4, 512, two_stage_threads=384, two_stage_max=448),
         BackwardShape(8, 640),
-        BackwardShape(16, 512)),
+        BackwardShape(16, 512, least_threads=416)),
 }
 # Aligned rows of at least this many windows take the persistent shapes even where the one-CTA
 # kernel would hold them (2-byte rows of 4000-4096 windows: N = 32000-32768), by itemsize.
@@ -215,7 +224,7 @@ def backward_config(n: int, dtype: torch.dtype, aligned: bool = True,
     ``persist``, persistent clusters, the first of BACKWARD_PERSIST_SHAPES that holds the row
     (with room for the kernel's line head: up to 7 windows before the row) - fp32: 2 CTAs of
     <= 1024 threads x 4 vectors, then 8, then 16 of <= 640 (N <= 163840); 2-byte: 4 CTAs of <=
-    512 x 4, then 8 of <= 640 x 4, then 16 of <= 512 (N <= 262144); the
+    512 x 4, then 8 of <= 640 x 4, then 16 of 416-512 (N 196609-262144); the
     next row is prefetched (the next two rows for each shape's ``two_stage_threads`` to
     ``two_stage_max``, where shared memory holds them: fp32 448-640 threads, 2-byte 4-CTA
     shapes of 384-448). Rows past every persistent shape: ``chunks`` (:func:`backward_chunk_config`;
@@ -249,7 +258,7 @@ def backward_persist_config(n: int, dtype: torch.dtype, aligned: bool) -> Backwa
     nwl = line_windows(n, dtype, aligned)
     for sh in BACKWARD_PERSIST_SHAPES[dtype.itemsize]:
         shape = cluster_shape(nwl, sh.vpt, sh.most_threads, (sh.ctas,))
-        if shape:
+        if shape and shape[1] >= sh.least_threads:
             cl, threads = shape
             two = sh.two_stage_threads is not None \
                 and sh.two_stage_threads <= threads <= sh.two_stage_max \

@@ -65,7 +65,7 @@ class PersistShape(NamedTuple):
     ``lines_only``: only rows that start on 128-byte lines (odd rows skip the rule); ``late``:
     the next row's copies issued while the messages fly (None: CTAs of <= LATE_MAX_THREADS);
     ``min_fill``: only where the row fills at least this share of the shape's windows (threads
-    come in warps)."""
+    come in warps); ``least``: only where the row needs CTAs of at least this many threads."""
 
     vpt: int
     most: int
@@ -74,6 +74,7 @@ class PersistShape(NamedTuple):
     lines_only: bool = False
     late: bool | None = None
     min_fill: float = 0.0
+    least: int = 0  # rows whose CTAs would have fewer threads skip the rule
 
 
 # Rows longer than the one-CTA kernel holds: the first PERSIST_SHAPES rule that holds the row,
@@ -126,8 +127,14 @@ class PersistShape(NamedTuple):
 # 15x448x4 late 77.5 / 78.3, 8x800x4 84.2 / 85.2, chunks_reg 86.4 / 86.9; odd 151937: 15x320x4
 # 83.6 / 84.6, 8x608x4 79.2 / 80.5, chunks_reg 90.7 / 91.0). 262144 gives up a point (8x1024x4
 # 93.6 / 93.0 vs chunks_reg 92.7 / 91.9).
+# Twenty-second run (two tunes in one call, % of copy): fp32 rows that 8 CTAs of 1024 threads x 4
+# vectors fill take them, late - 131072 8x1024x4 late 94.1 / 94.6 vs 8x256x16 late 93.2 / 93.4
+# (the eleventh run: 93.5 vs 92.1) - but x 4 loses wherever its CTAs are smaller (65536 8x512x4
+# late 90.1 / 89.9 vs 94.6 / 94.7; 50257 8x416x4 late 91.2 / 91.1 vs 92.9 / 93.0), so only rows
+# that need CTAs of >= 992 threads (N 122881-131072 on lines; 128256 not measured).
 PERSIST_SHAPES = {  # by itemsize
-    4: (PersistShape(8, 1024, (1,)), PersistShape(16, 320, (8,))),
+    4: (PersistShape(8, 1024, (1,)), PersistShape(4, 1024, (8,), least=992),
+        PersistShape(16, 320, (8,))),
     2: (PersistShape(8, 128, (8,), lines_only=True, min_fill=0.9), PersistShape(4, 1024, (1,)),
         PersistShape(16, 160, (8,), lines_only=True, late=True, min_fill=0.9),
         PersistShape(4, 1024, (2, 4))),
@@ -447,7 +454,8 @@ def fast_softmax_config(
       = the multiple of 32 that just covers the row (no idle pow2 padding);
     * longer, when input and output rows share their 16-byte phase (``vec``) and the dtype is
       fp32/fp16/bf16: ``persist``, the first PERSIST_SHAPES rule that holds the row - fp32: one
-      CTA of <= 1024 threads x 8 vectors, then <= 320 x 16 in 8 CTAs; fp16/bf16:
+      CTA of <= 1024 threads x 8 vectors, 992-1024 x 4 in 8 CTAs (N 122881-131072), then <= 320
+      x 16 in 8 CTAs; fp16/bf16:
       <= 128 x 8 in 8 CTAs (rows on lines), one CTA of <= 1024 x 4, <= 160 x 16 in 8 (rows
       on lines), <= 1024 x 4 in 2 or 4 - threads = the multiple of 32 that just covers the row,
       next row's copies issued late (2-byte CTAs: only up to LATE_MAX_THREADS);
@@ -490,7 +498,8 @@ def fast_softmax_config(
                 continue
             most = min(rule.most, persist_max_threads(rule.vpt, dtype))
             shape = cluster_shape(nwl, rule.vpt, most, rule.clusters)
-            if shape and nwl >= rule.min_fill * shape[0] * shape[1] * rule.vpt:
+            if shape and nwl >= rule.min_fill * shape[0] * shape[1] * rule.vpt \
+                    and shape[1] >= rule.least:
                 late = rule.late
                 if late is None:
                     late = shape[1] <= LATE_MAX_THREADS.get(es, 1024)
