@@ -7,8 +7,9 @@ log epilogue, so it is launched exactly like fast_softmax: the same ``fast_softm
 only the kernel-name prefix (``log_softmax_*``) and source differ. The backward
 (:func:`log_backward_config`) holds a rows-on-chip kernel (templated on vectors per thread,
 sized by softmax's ``vec_config`` for the row's 16-byte windows), the softmax backward's
-persistent clusters with the log rule (same shapes, same launcher: ``backward_config`` and
-``backward_launch``) for longer rows, and a streaming kernel for the rest. Everything else -
+persistent clusters and, past them, its rows in chunks, both with the log rule (same shapes,
+same launcher: ``backward_config`` and ``backward_launch``), and a streaming kernel for the
+rest. Everything else -
 declaring the sources so CI compiles them, launching on torch's stream, dim/stride handling -
 is the lab's shared plumbing (``cuda_common``, ``rows.rowwise``).
 """
@@ -78,12 +79,12 @@ def row_config(n: int, dtype: torch.dtype, max_threads: int,
 @functools.lru_cache(maxsize=None)  # runs on every launch: a pure function of its arguments
 def log_backward_config(n: int, dtype: torch.dtype, aligned: bool,
                         phase: bool) -> BackwardConfig:
-    """The launch of log_softmax_backward for rows of ``n``: ``persist`` wherever the softmax
-    backward takes its persistent clusters (:func:`backward_config`: fp32 rows past one CTA,
-    2-byte aligned rows of >= 4000 windows), and for rows of y, dy and dx in one 16-byte phase
-    (``phase``) that one CTA cannot hold; else ``block`` (one CTA per row, :func:`row_config`)
-    or ``stream`` (two passes: fp64, rows in different phases, rows past every persistent
-    shape). ``aligned``: every row starts on 16 bytes.
+    """The launch of log_softmax_backward for rows of ``n``: ``persist`` or ``chunks`` wherever
+    the softmax backward takes them (:func:`backward_config`: fp32 rows past one CTA, 2-byte
+    aligned rows of >= 4000 windows; chunks past the persistent shapes), and ``persist`` for
+    rows of y, dy and dx in one 16-byte phase (``phase``) that one CTA cannot hold; else
+    ``block`` (one CTA per row, :func:`row_config`) or ``stream`` (two passes: fp64, rows in
+    different phases). ``aligned``: every row starts on 16 bytes.
 
     Until the twenty-first run every row past one CTA was streamed: 75-79 % of copy on the
     H200 at N >= 32768 (bench/NOTES.md)."""
