@@ -77,6 +77,11 @@ def test_plan_cli(capsys, monkeypatch):
     out = capsys.readouterr().out
     assert "softmax_backward bfloat16" in out
     assert "persist 16x448x4: fused_softmax_backward_persist<__nv_bfloat16, 4, 16>" in out
+    assert cli.main(["plan", "--op", "log_softmax_backward", "--dtype", "float32", "--n",
+                     "2097152"]) == 0
+    out = capsys.readouterr().out
+    assert "chunks 256x4 ahead 2: log_softmax_backward_chunks<float, 4> (512 chunks a row; " \
+           "streamed on a GPU of fewer than 511 resident CTAs)" in out
     for bad in (["--n", "abc"], ["--n", "0"], ["--op", "sofmax"], ["--dtype", "fp33"],
                 ["--numel", "0"], ["--numel", "2e6"]):
         assert cli.main(["plan", *bad]) == 2, bad

@@ -41,6 +41,7 @@ from kernel_lab.ops.softmax.backward_config import (
 from kernel_lab.ops.softmax.cuda_variants import (
     RowKernels,
     backward_launch,
+    backward_plan_note,
     fast_choice,
     fast_launch,
     fast_plan,
@@ -146,7 +147,8 @@ def log_backward_plan(n: int, dtype: torch.dtype) -> str:
     """What log_softmax_backward launches for contiguous rows of n (``python -m kernel_lab
     plan``): y, dy and dx share their 16-byte phase there."""
     cfg = log_backward_config(n, dtype, n * dtype.itemsize % 16 == 0, True)
-    return f"{cfg.label()}: {cfg.expr(ctype(dtype), BACKWARD_KERNELS.prefix)}"
+    return (f"{cfg.label()}: {cfg.expr(ctype(dtype), BACKWARD_KERNELS.prefix)}"
+            f"{backward_plan_note(cfg, n, dtype)}")
 
 
 log_softmax_backward.launch_plan = log_backward_plan

@@ -309,7 +309,17 @@ def fused_backward_plan(n: int, dtype: torch.dtype) -> str:
     """What fused_softmax_backward launches for contiguous rows of n (``python -m kernel_lab
     plan``): y, dy and dx share their 16-byte phase there."""
     cfg = backward_config(n, dtype, _contiguous_rows(n, dtype), phase=True)
-    return f"{cfg.label()}: {cfg.expr(ctype(dtype))}"
+    return f"{cfg.label()}: {cfg.expr(ctype(dtype))}{backward_plan_note(cfg, n, dtype)}"
+
+
+def backward_plan_note(cfg: BackwardConfig, n: int, dtype: torch.dtype) -> str:
+    """For a ``chunks`` plan: how many chunks a contiguous row is cut into, and that the launch
+    streams the rows on a GPU holding fewer resident CTAs + 1 (only the launcher knows; an H200
+    holds 132 of 512 threads, 264 of 256: twenty-second run)."""
+    if cfg.kind != "chunks":
+        return ""
+    chunks = -(-line_windows(n, dtype, _contiguous_rows(n, dtype)) // (cfg.threads * cfg.vpt))
+    return f" ({chunks} chunks a row; streamed on a GPU of fewer than {chunks - 1} resident CTAs)"
 
 
 fused_softmax_backward.launch_plan = fused_backward_plan
