@@ -22,8 +22,10 @@
 // Launch:    blockDim.x <= 512 (a multiple of 32), VPT = 8: up to CL * 64 KB of each tensor.
 // Bytes:     3 * M * N * sizeof(T), like kernel 1. Changed: the row spans CL SMs' registers.
 //
-// Kernel 3, fused_softmax_backward_stream<T> (rows longer than a cluster holds): a dot pass and
-// an elementwise pass, both with vector loads: 5 * M * N * sizeof(T) bytes (L2 catches part).
+// Kernel 3, fused_softmax_backward_stream<T> (rows no other kernel takes: longer than a cluster
+// holds with y, dy and dx in different 16-byte phases, fp64, or more chunks of kernel 5 than
+// the GPU's resident CTAs + 1): a dot pass and an elementwise pass, both with vector loads:
+// 5 * M * N * sizeof(T) bytes (L2 catches part).
 //
 // Kernel 4, fused_softmax_backward_persist<T, VPT, CL> (long rows, aligned tensors): persistent
 // and prefetching, the forward's fast_softmax_persist_cluster (row_softmax_kernels.cuh) for two
