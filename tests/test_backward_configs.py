@@ -469,3 +469,25 @@ def test_chunk_backward_too_few_ctas(op_name):
     buf = torch.empty(y.numel() + 1, device="cuda")
     with pytest.raises(ValueError, match="phase"):
         cv.backward_launch(dx, buf[1:].view(y.shape), dy, cfg, False, kernels=kernels)
+
+
+def test_backward_row_chunks_cover_every_row():
+    """CPU: the chunk count the launcher passes covers each row's windows from its own head (line
+    heads when y and dy share their line phase, 16-byte heads otherwise), for rows on lines, off
+    lines and starting mid-slot: chunks * span >= the most windows any row spans."""
+    cfg = bc.BackwardConfig("chunks", 64, 4, 1, 2)
+    span = 64 * 4
+    for dtype in (torch.float32, torch.bfloat16):
+        w, es = vec_width(dtype), dtype.itemsize
+        for n in (span * w * 3, span * w * 3 + 1, span * w * 3 - w + 1):
+            for off in (0, 1, w, 3 * w):  # elements into the buffer
+                buf = torch.empty(5 * n + 128, dtype=dtype)
+                lead = (-buf.data_ptr() % 128) // es  # first element on a 128-byte line
+                y = buf[lead + off:lead + off + 5 * n].view(5, n)
+                for line in (True, False):
+                    chunks = cv.backward_row_chunks(cfg, n, y, line)
+                    unit = 128 if line else 16
+                    most = max((r.data_ptr() % unit // es + n + w - 1) // w for r in y)
+                    assert most <= chunks * span, (dtype, n, off, line, chunks)
+                    assert (chunks - 1) * span < most + (128 // es if line else w), \
+                        (dtype, n, off, line, chunks)  # no more than one chunk to spare
