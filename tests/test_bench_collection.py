@@ -431,6 +431,28 @@ def test_tune_backward_times_the_shape_the_op_launches():
     assert second == "True"
 
 
+def test_tune_backward_times_chunks_and_the_stream_on_long_rows():
+    """bench/tune_backward.py on a row past the persistent shapes (fp32 2^20): the op's own chunk
+    shape is the default, each chunk CTA size comes fitted to the row (no emptier last chunk
+    than one CTA size smaller would leave) with 1-4 chunks in flight where shared memory holds
+    them, and the two-pass stream is timed beside them."""
+    code = ("import torch, tune_backward as t; from kernel_lab.ops.softmax import fast_config "
+            "as fc; c = t.candidates(1 << 20, torch.float32); nw = 1 << 18; "
+            "ch = [v for v in c.values() if v.kind == 'chunks']; "
+            "print(next(k for k in c if k.startswith('default'))); "
+            "print(sorted({v.threads for v in ch}), sorted({v.stages for v in ch})); "
+            "print(all(v.shared_mem() <= fc.MAX_CTA_SHARED for v in ch), "
+            "all((v.threads - 32) * 4 * -(-nw // (v.threads * 4)) < nw for v in ch), "
+            "'stream' in c)")
+    r = subprocess.run([sys.executable, "-c", code], cwd=REPO / "bench", text=True,
+                       capture_output=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    default, shapes, checks = r.stdout.splitlines()
+    assert default == "default chunks 256x4 ahead 2", default
+    assert shapes == "[128, 256, 384, 512] [1, 2, 3, 4]", shapes
+    assert checks == "True True True", checks
+
+
 def _tune_candidates(n: int, keep: str) -> list[str]:
     """bench/tune_long_rows.py's candidate labels for a bf16 row of ``n`` (rows on 16 bytes)
     that ``keep`` (a Python expression in the label ``k``) accepts, sorted; run from bench/."""
