@@ -57,12 +57,9 @@ def candidates(n: int, dtype: torch.dtype, extra_threads: tuple[int, ...] = (),
                     cfg = bc.BackwardConfig("persist", threads, vpt, cl, stages)
                     out[cfg.label()] = cfg
     if nw >= CHUNK_MIN_WINDOWS:
-        vpt = bc.BACKWARD_CHUNK_VPT
-        for most in CHUNK_THREADS:
-            chunks = -(-nw // (most * vpt))
-            threads = fc.round32(-(-nw // (chunks * vpt)))
+        for most in CHUNK_THREADS:  # each fitted to the row as the op fits its own
             for ahead in (1, 2, 3, 4):
-                cfg = bc.BackwardConfig("chunks", threads, vpt, 1, ahead)
+                cfg = bc.backward_chunk_config(n, dtype, aligned, ahead, most)
                 if cfg.shared_mem() <= fc.MAX_CTA_SHARED:
                     out.setdefault(cfg.label(), cfg)
         out["stream"] = bc.BackwardConfig("stream", 1024, None)

@@ -413,6 +413,15 @@ def test_goal_check_backward_goals(tmp_path):
     assert "(where it is exact): missed at 32000 (1.360)" in text
 
 
+def _bench_script(code: str) -> list[str]:
+    """Run ``code`` with bench/ as the working directory (its scripts import each other by
+    name); the lines it prints."""
+    r = subprocess.run([sys.executable, "-c", code], cwd=REPO / "bench", text=True,
+                       capture_output=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.splitlines()
+
+
 def test_tune_backward_times_the_shape_the_op_launches():
     """bench/tune_backward.py's "default" row is the registered op's own shape: odd rows
     (50257 fp32: not 16-byte aligned, one phase) are sized with room for a line head (up to 7
@@ -423,10 +432,7 @@ def test_tune_backward_times_the_shape_the_op_launches():
             "d = [k for k in c if k.startswith('default')]; "
             "print(d[0], bc.backward_config(50257, torch.float32, False, True).label()); "
             "print(all(v.threads * v.vpt * v.cluster >= 12572 for v in c.values()))")
-    r = subprocess.run([sys.executable, "-c", code], cwd=REPO / "bench", text=True,
-                       capture_output=True, timeout=120)
-    assert r.returncode == 0, r.stderr
-    first, second = r.stdout.splitlines()
+    first, second = _bench_script(code)
     assert first == "default persist 8x416x4 persist 8x416x4", first
     assert second == "True"
 
@@ -444,10 +450,7 @@ def test_tune_backward_times_chunks_and_the_stream_on_long_rows():
             "print(all(v.shared_mem() <= fc.MAX_CTA_SHARED for v in ch), "
             "all((v.threads - 32) * 4 * -(-nw // (v.threads * 4)) < nw for v in ch), "
             "'stream' in c)")
-    r = subprocess.run([sys.executable, "-c", code], cwd=REPO / "bench", text=True,
-                       capture_output=True, timeout=120)
-    assert r.returncode == 0, r.stderr
-    default, shapes, checks = r.stdout.splitlines()
+    default, shapes, checks = _bench_script(code)
     assert default == "default chunks 256x4 ahead 2", default
     assert shapes == "[128, 256, 384, 512] [1, 2, 3, 4]", shapes
     assert checks == "True True True", checks
@@ -458,10 +461,7 @@ def _tune_candidates(n: int, keep: str) -> list[str]:
     that ``keep`` (a Python expression in the label ``k``) accepts, sorted; run from bench/."""
     code = ("import torch, tune_long_rows as t; "
             f"print(sorted(k for k in t.candidates({n}, torch.bfloat16, True) if {keep}))")
-    r = subprocess.run([sys.executable, "-c", code], cwd=REPO / "bench", text=True,
-                       capture_output=True, timeout=120)
-    assert r.returncode == 0, r.stderr
-    return ast.literal_eval(r.stdout.strip())
+    return ast.literal_eval(_bench_script(code)[0])
 
 
 def test_tune_long_rows_times_late_copies_with_two_stages():

@@ -200,6 +200,10 @@ class BackwardConfig(NamedTuple):
             return f"{prefix}_chunks<{t}, {self.vpt}>"
         return f"{prefix}_stream<{t}>"
 
+    def chunks_of(self, windows: int) -> int:
+        """``chunks``: the chunks of ``threads * vpt`` windows a row of ``windows`` is cut into."""
+        return -(-windows // (self.threads * self.vpt))
+
     def shared_mem(self) -> int:
         """Dynamic shared memory per CTA: ``stages`` sets of y and dy slots (persist, chunks)."""
         if self.kind in ("persist", "chunks"):
@@ -273,19 +277,21 @@ def backward_chunk_instantiations() -> list[tuple[torch.dtype, int]]:
 
 
 def backward_chunk_config(n: int, dtype: torch.dtype, aligned: bool = True,
-                          ahead: int = BACKWARD_CHUNK_AHEAD) -> BackwardConfig:
+                          ahead: int = BACKWARD_CHUNK_AHEAD,
+                          most: int | None = None) -> BackwardConfig:
     """The chunk kernel for rows of n (any length; the launcher checks that the GPU's resident
-    CTAs can hold a row's chunks, else streams): chunks of BACKWARD_CHUNK_MAX_THREADS x
-    BACKWARD_CHUNK_VPT windows while a row has at most BACKWARD_CHUNK_MAX_WIDE of them, else of
-    BACKWARD_CHUNK_SMALL_THREADS x BACKWARD_CHUNK_VPT; the CTA then sized down to the multiple of
-    32 threads that keeps the chunk count, so that every chunk is (nearly) full - a step's cost
-    is nearly fixed, so a mostly empty last chunk would cost a whole one (the forward's kernel
-    7b, eighteenth H200 run)."""
+    CTAs can hold a row's chunks, else streams): chunks of ``most`` x BACKWARD_CHUNK_VPT windows
+    - by default BACKWARD_CHUNK_MAX_THREADS while a row has at most BACKWARD_CHUNK_MAX_WIDE of
+    them, else BACKWARD_CHUNK_SMALL_THREADS - the CTA then sized down to the multiple of 32
+    threads that keeps the chunk count, so that every chunk is (nearly) full - a step's cost is
+    nearly fixed, so a mostly empty last chunk would cost a whole one (the forward's kernel 7b,
+    eighteenth H200 run). ``most``: another CTA size to fit (bench/tune_backward.py)."""
     vpt = BACKWARD_CHUNK_VPT
     nwl = line_windows(n, dtype, aligned)
-    most = BACKWARD_CHUNK_MAX_THREADS
-    if -(-nwl // (most * vpt)) > BACKWARD_CHUNK_MAX_WIDE:
-        most = BACKWARD_CHUNK_SMALL_THREADS
+    if most is None:
+        most = BACKWARD_CHUNK_MAX_THREADS
+        if -(-nwl // (most * vpt)) > BACKWARD_CHUNK_MAX_WIDE:
+            most = BACKWARD_CHUNK_SMALL_THREADS
     chunks = -(-nwl // (most * vpt))
     threads = round32(-(-nwl // (chunks * vpt)))
     return BackwardConfig("chunks", threads, vpt, 1, ahead)

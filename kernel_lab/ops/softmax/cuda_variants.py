@@ -289,7 +289,7 @@ def backward_row_chunks(cfg: BackwardConfig, n: int, y2d: torch.Tensor, line: bo
         nw = line_windows(n, y2d.dtype, line=_rows_on_lines(y2d))
     else:
         nw = vector_windows(n, y2d.dtype, aligned=_rows_aligned(y2d))
-    return -(-nw // (cfg.threads * cfg.vpt))
+    return cfg.chunks_of(nw)
 
 
 def _same_line_phase(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -318,7 +318,7 @@ def backward_plan_note(cfg: BackwardConfig, n: int, dtype: torch.dtype) -> str:
     holds 132 of 512 threads, 264 of 256: twenty-second run)."""
     if cfg.kind != "chunks":
         return ""
-    chunks = -(-line_windows(n, dtype, _contiguous_rows(n, dtype)) // (cfg.threads * cfg.vpt))
+    chunks = cfg.chunks_of(line_windows(n, dtype, _contiguous_rows(n, dtype)))
     return f" ({chunks} chunks a row; streamed on a GPU of fewer than {chunks - 1} resident CTAs)"
 
 
