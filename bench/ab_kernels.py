@@ -13,17 +13,24 @@ in turn within each round and the copy in the same round: drift between variants
 per shape the median GB/s and % of copy of each variant and its ratio to the first; M*N = 2^28.
 --peer NAME adds a registered variant (e.g. triton_fused), called as kernel_lab.run would call
 it (its own output each call), timed in the same rounds: the race the auto pick is made on.
+--unchecked NAME times a variant whose output is wrong by design (a diagnostic: the kernel with
+its cluster exchange or its math cut out, to see what each costs); its output is not checked and
+its line says so. --compile-only fills the cubin cache on a machine without a GPU (the config is
+the one fast_softmax picks for a fresh contiguous (M, N) tensor, or --kind's):
+
+    KERNEL_LAB_CACHE_DIR=.klc python bench/ab_kernels.py --compile-only --variant ... --shape ...
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import time
 from pathlib import Path
 
 import torch
 
-from kernel_lab import registry
+from kernel_lab import jit, registry
 from kernel_lab.benchmarking import parse_dtype
 from kernel_lab.cuda_common import CudaSource
 from kernel_lab.ops.softmax import cuda_variants as cv
@@ -50,6 +57,12 @@ def main() -> None:
                     "the baseline")
     ap.add_argument("--shape", action="append", required=True,
                     help="DTYPE:N, e.g. bfloat16:1048576")
+    ap.add_argument("--unchecked", action="append", default=[], metavar="NAME",
+                    help="a --variant whose output is not checked (a diagnostic, wrong by "
+                    "design); repeatable")
+    ap.add_argument("--compile-only", action="store_true",
+                    help="compile every (shape, variant) into the cubin cache and exit (no GPU)")
+    ap.add_argument("--arch", default="sm_90", help="--compile-only's target (default sm_90)")
     ap.add_argument("--peer", action="append", default=[],
                     help="a registered variant timed beside them (repeatable), e.g. triton_fused")
     ap.add_argument("--kind", default=None, help="a config instead of fast_softmax's pick")
@@ -63,6 +76,14 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--total-log2", type=int, default=28)
     a = ap.parse_args()
+    unknown = set(a.unchecked) - {name for name, _ in a.variant}
+    if unknown:
+        ap.error(f"--unchecked names no --variant: {sorted(unknown)}")
+    if a.unchecked and a.unchecked[0] == a.variant[0][0]:
+        ap.error("the baseline (first --variant) must be checked")
+    if a.compile_only:
+        compile_only(a)
+        return
 
     cases = []  # (label, x, y, cfg, {variant: RowKernels})
     for spec in a.shape:
@@ -70,11 +91,7 @@ def main() -> None:
         dtype, n = parse_dtype(dname), int(ns)
         x = torch.randn(max(1, (1 << a.total_log2) // n), n, device="cuda", dtype=dtype)
         y = torch.empty_like(x)
-        if a.kind is None:
-            cfg, _ = cv.fast_choice(y, x)
-        else:
-            cfg = fc.FastConfig(a.kind, threads=a.threads, vpt=a.vpt, cluster=a.cluster,
-                                late=a.late, stages=a.stages, lag=a.lag, ahead=a.ahead)
+        cfg = cv.fast_choice(y, x)[0] if a.kind is None else given_config(a)
         expr = cfg.expr(cv.ctype(dtype))
         kernels = {}
         for name, path in a.variant:
@@ -82,7 +99,12 @@ def main() -> None:
             k = cv.RowKernels(CudaSource(path.resolve(), (expr,)), "fast_softmax")
             y.fill_(float("nan"))
             cv.fast_launch(y, x, cfg, 1, kernels=k)
-            if not sane(y, x, log=False):
+            at = jit.function_attributes(k.src.function(expr, x.device.index))
+            print(f"  {expr}: {at['num_regs']} registers, {at['local_size_bytes']} B local",
+                  flush=True)
+            if name in a.unchecked:
+                print(f"  {name}: output not checked (--unchecked)", flush=True)
+            elif not sane(y, x, log=False):
                 raise SystemExit(f"{name}: wrong output for {dname} {n} {cfg.label()}")
             kernels[name] = k
         for name in a.peer:
@@ -93,8 +115,40 @@ def main() -> None:
         cases.append((f"{dname} {x.shape[0]}x{n} {cfg.label()}", x, y, cfg, kernels))
 
     names = [name for name, _ in a.variant] + a.peer
+    if a.unchecked:
+        print(f"unchecked (diagnostics, wrong output by design): {', '.join(a.unchecked)}")
     for case in cases:
         print(time_case(*case, names, a.rounds), flush=True)
+
+
+def given_config(a: argparse.Namespace) -> fc.FastConfig:
+    return fc.FastConfig(a.kind, threads=a.threads, vpt=a.vpt, cluster=a.cluster, late=a.late,
+                         stages=a.stages, lag=a.lag, ahead=a.ahead)
+
+
+def fresh_tensor_config(n: int, dtype: torch.dtype, rows: int) -> fc.FastConfig:
+    """fast_softmax's pick for a fresh contiguous (rows, n) tensor: allocations start on 256 B,
+    so its rows are 16-byte aligned (and on 128-byte lines) when a row's bytes are."""
+    row_bytes = n * torch.empty((), dtype=dtype).element_size()
+    aligned = rows == 1 or row_bytes % 16 == 0
+    on_lines = aligned and (rows == 1 or row_bytes % 128 == 0)
+    return fc.fast_softmax_config(n, dtype, aligned, True, on_lines)
+
+
+def compile_only(a: argparse.Namespace) -> None:
+    """Every (shape, variant) instantiation into the cubin cache, for --arch; no GPU needed."""
+    for spec in a.shape:
+        dname, _, ns = spec.partition(":")
+        dtype, n = parse_dtype(dname), int(ns)
+        rows = max(1, (1 << a.total_log2) // n)
+        cfg = fresh_tensor_config(n, dtype, rows) if a.kind is None else given_config(a)
+        expr = cfg.expr(cv.ctype(dtype))
+        for name, path in a.variant:
+            before, t0 = jit.CudaModule.compile_count, time.perf_counter()
+            CudaSource(path.resolve(), (expr,)).module.cubin(a.arch)
+            how = "compiled" if jit.CudaModule.compile_count > before else "cached"
+            print(f"{name} {dname} {n} {cfg.label()}: {expr} {how} in "
+                  f"{time.perf_counter() - t0:.1f} s", flush=True)
 
 
 def time_case(label: str, x: torch.Tensor, y: torch.Tensor, cfg: fc.FastConfig,

@@ -59,8 +59,7 @@ __device__ __forceinline__ void chunk_row_sum(const unsigned long long* p, int c
                                               float* fin, const RowSums& rs) {
   if (threadIdx.x < 32) {
     const int lane = threadIdx.x & 31;
-    unsigned long long t0 = 0;
-    for (int attempt = 0;; ++attempt) {
+    retry_until_in([&](int attempt) {
       float s = 0.0f;
       bool in = true;
       auto take = [&](unsigned long long w) {
@@ -74,16 +73,11 @@ __device__ __forceinline__ void chunk_row_sum(const unsigned long long* p, int c
         take(attempt == 0 ? rs.w[e] : load_flagged(p + c));
       }
       for (int c = lane + 32 * kEarlySums; c < chunks; c += 32) take(load_flagged(p + c));
-      if (__all_sync(0xffffffffu, in)) {
-        s = warp_allreduce(s, SumOp{});
-        if (lane == 0) *fin = s;
-        break;
-      }
-      if (attempt == 0) continue;  // the early words were stale: load them now
-      if (t0 == 0) t0 = global_ns();
-      else if (global_ns() - t0 > kChunkWaitNs) __trap();
-      __nanosleep(100);
-    }
+      if (!__all_sync(0xffffffffu, in)) return false;
+      s = warp_allreduce(s, SumOp{});
+      if (lane == 0) *fin = s;
+      return true;
+    });
   }
   __syncthreads();
 }

@@ -1,6 +1,6 @@
 // What the chunk kernels (rows cut into chunks of one CTA each, a row's partial results meeting
-// in global memory) share: flagged 64-bit words, the wait limit, and a cursor over the grid's
-// items. Users: row_softmax_kernels.cuh (kernels 7 and 7b: a (max, sum) pair per chunk) and
+// in global memory) share: flagged 64-bit words, the wait for a row's words (retry_until_in)
+// and a cursor over the grid's items. Users: row_softmax_kernels.cuh (kernels 7 and 7b: a (max, sum) pair per chunk) and
 // backward_chunks.cuh (a sum per chunk).
 //
 // A chunk's value is a 64-bit word: its fp32 bits with a flag of 1 in the high half, stored
@@ -33,6 +33,21 @@ __device__ __forceinline__ unsigned long long global_ns() {
 // A row's words are awaited this long before the kernel traps: a grid larger than what is
 // resident at once (the launchers size it by the occupancy API) would otherwise hang.
 constexpr unsigned long long kChunkWaitNs = 10ull * 1000 * 1000 * 1000;
+
+// Warp 0's wait for a row's words: `gather(attempt)` reads them all and returns true (after
+// publishing the result) once every word was in. Attempt 0 may use words loaded a step early;
+// a miss there retries at once (they were stale), later misses 100 ns apart, and a row still
+// not in after kChunkWaitNs traps.
+template <typename Gather> __device__ __forceinline__ void retry_until_in(Gather&& gather) {
+  unsigned long long t0 = 0;
+  for (int attempt = 0;; ++attempt) {
+    if (gather(attempt)) return;
+    if (attempt == 0) continue;  // the early words were stale: load them now
+    if (t0 == 0) t0 = global_ns();
+    else if (global_ns() - t0 > kChunkWaitNs) __trap();
+    __nanosleep(100);
+  }
+}
 
 // Item i of rows * chunks as (row, chunk c), moved on by the grid's Q items a step without a
 // 64-bit division (kernel 7b did five a step, ~20 instructions each; Nsight, seventeenth run).

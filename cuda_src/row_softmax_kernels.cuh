@@ -928,15 +928,14 @@ __device__ __forceinline__ void chunk_row_stats(const unsigned long long* pairs,
                                                 const RowPairs<K>& rp) {
   if (threadIdx.x < 32) {
     const unsigned long long* p = pairs + 2 * row * chunks;
-    unsigned long long t0 = 0;
-    for (int attempt = 0;; ++attempt) {
+    const int lane = threadIdx.x & 31;
+    retry_until_in([&](int attempt) {
       MaxSum<float> st = maxsum_identity<float>();
       bool in = true;
       auto take = [&](unsigned long long a, unsigned long long b) {
-        in = in && (a >> 32) != 0 && (b >> 32) != 0;
-        st = merge(st, MaxSum<float>{__uint_as_float(unsigned(a)), __uint_as_float(unsigned(b))});
+        in = in && flagged(a) && flagged(b);
+        st = merge(st, MaxSum<float>{flagged_value(a), flagged_value(b)});
       };
-      const int lane = threadIdx.x & 31;
 #pragma unroll
       for (int e = 0; e < K; ++e) {  // registers, not local memory: unrolled
         const int c = lane + 32 * e;
@@ -946,16 +945,11 @@ __device__ __forceinline__ void chunk_row_stats(const unsigned long long* pairs,
       }
       for (int c = lane + 32 * K; c < chunks; c += 32)
         take(load_flagged(p + 2 * c), load_flagged(p + 2 * c + 1));
-      if (__all_sync(0xffffffffu, in)) {
-        st = warp_allreduce(st, MergeOp{});
-        if (threadIdx.x == 0) *fin = st;
-        break;
-      }
-      if (attempt == 0) continue;  // the early pairs were stale: load them now
-      if (t0 == 0) t0 = global_ns();
-      else if (global_ns() - t0 > kChunkWaitNs) __trap();
-      __nanosleep(100);
-    }
+      if (!__all_sync(0xffffffffu, in)) return false;
+      st = warp_allreduce(st, MergeOp{});
+      if (threadIdx.x == 0) *fin = st;
+      return true;
+    });
   }
   __syncthreads();
 }

@@ -571,6 +571,37 @@ def test_ab_kernels_rejects_a_variant_without_sources(tmp_path):
     assert "--variant NAME=DIR with DIR/fast_softmax.cu" in r.stderr
 
 
+def test_kernel_variant_patches_apply_and_compile(tmp_path):
+    """Every experiment in bench/variants/ still applies to cuda_src/ and compiles (NVRTC, no
+    GPU) through bench/ab_kernels.py --compile-only, for the kernel the patches change (kernel
+    5 at bf16 32768: persist 8x64x8 late); --unchecked refuses the baseline and unknown names."""
+    out = tmp_path / "v"
+    r = subprocess.run(["bash", str(REPO / "bench" / "variants" / "apply.sh"), str(out)],
+                       cwd=REPO, text=True, capture_output=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    names = sorted(p.stem for p in (REPO / "bench" / "variants").glob("*.patch"))
+    assert len(names) >= 5 and sorted(d.name for d in out.iterdir()) == sorted(names + ["head"])
+    for name in names:  # each patch changed the kernel it names
+        assert (out / name / "row_softmax_kernels.cuh").read_text() != (
+            REPO / "cuda_src" / "row_softmax_kernels.cuh").read_text(), name
+    script = [sys.executable, str(REPO / "bench" / "ab_kernels.py")]
+    variants = [a for n in ["head", *names] for a in ("--variant", f"{n}={out / n}")]
+    env = {**os.environ, "KERNEL_LAB_CACHE_DIR": str(tmp_path / "cache")}
+    r = subprocess.run([*script, *variants, "--shape", "bfloat16:32768", "--compile-only"],
+                       cwd=REPO, text=True, capture_output=True, timeout=600, env=env)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert len(lines) == len(names) + 1
+    for name, line in zip(["head", *names], lines):
+        assert line.startswith(f"{name} bfloat16 32768 persist 8x64x8 late: "
+                               "fast_softmax_persist_cluster<__nv_bfloat16, 8, 8> compiled"), line
+    for bad, msg in ((["--unchecked", "head"], "the baseline (first --variant) must be checked"),
+                     (["--unchecked", "nope"], "--unchecked names no --variant: ['nope']")):
+        r = subprocess.run([*script, *variants, "--shape", "bfloat16:32768", *bad], cwd=REPO,
+                           text=True, capture_output=True, timeout=120, env=env)
+        assert r.returncode == 2 and msg in r.stderr, r.stderr
+
+
 def test_harness_gap_rejects_a_variant_without_sources(tmp_path):
     """bench/harness_gap.py imports on a CPU machine and checks --variant before any GPU work."""
     r = subprocess.run([sys.executable, str(REPO / "bench" / "harness_gap.py"), "--variant",

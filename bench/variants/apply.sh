@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Copies of cuda_src/ with one experiment's patch each, for bench/ab_kernels.py:
+#
+#   bash bench/variants/apply.sh bench/ab_variants            # every patch here, plus head
+#   bash bench/variants/apply.sh bench/ab_variants slab copy  # only these
+#   python bench/ab_kernels.py --variant head=bench/ab_variants/head \
+#       --variant slab=bench/ab_variants/slab --variant copy=bench/ab_variants/copy \
+#       --unchecked copy --shape bfloat16:32768
+#
+# OUT/head is cuda_src/ as it is; OUT/NAME is cuda_src/ with NAME.patch applied. The patches
+# (kernel 5, persistent_rows in row_softmax_kernels.cuh; bench/NOTES.md, twenty-third run):
+#   slab     each CTA of a cluster owns one contiguous slab of the row, not every CL-th piece
+#   noxchg   no (max, sum) exchange between the cluster's CTAs (wrong output: a diagnostic)
+#   copy     the pipeline alone: x copied to y through the prefetch slots (wrong output)
+#   tma      the next row prefetched by cp.async.bulk (one thread, an mbarrier per stage)
+#   tmacopy  copy, over the tma pipeline (wrong output)
+# A patch that no longer applies fails loudly; bench/ab_variants/ is git-ignored (carry it to
+# the GPU machine).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+out=${1:?usage: apply.sh OUT_DIR [NAME...]}; shift
+names=("$@")
+if [ ${#names[@]} -eq 0 ]; then
+  for p in bench/variants/*.patch; do names+=("$(basename "$p" .patch)"); done
+fi
+mkdir -p "$out"
+fresh() { rm -rf "${out:?}/$1"; cp -r cuda_src "$out/$1"; rm -rf "$out/$1/__pycache__" "$out/$1/__init__.py"; }
+fresh head
+for name in "${names[@]}"; do
+  fresh "$name"
+  patch -s -d "$out/$name" -p1 < "bench/variants/$name.patch"
+  echo "$out/$name: cuda_src + $name.patch"
+done
