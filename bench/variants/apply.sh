@@ -12,6 +12,7 @@
 #   slab     each CTA of a cluster owns one contiguous slab of the row, not every CL-th piece
 #   noxchg   no (max, sum) exchange between the cluster's CTAs (wrong output: a diagnostic)
 #   copy     the pipeline alone: x copied to y through the prefetch slots (wrong output)
+#   nostore  the pipeline's reads alone: nothing stored (GB/s counts 2x the bytes it moves)
 #   tma      the next row prefetched by cp.async.bulk (one thread, an mbarrier per stage)
 #   tmacopy  copy, over the tma pipeline (wrong output)
 # A patch that no longer applies fails loudly; bench/ab_variants/ is git-ignored (carry it to
