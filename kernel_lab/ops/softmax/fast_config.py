@@ -132,19 +132,22 @@ class PersistShape(NamedTuple):
 # (the eleventh run: 93.5 vs 92.1) - but x 4 loses wherever its CTAs are smaller (65536 8x512x4
 # late 90.1 / 89.9 vs 94.6 / 94.7; 50257 8x416x4 late 91.2 / 91.1 vs 92.9 / 93.0), so only rows
 # that need CTAs of >= 992 threads (N 122881-131072 on lines; 128256 not measured).
-# Twenty-third run (two tunes, fp16 / bf16): 2-CTA rows that need 640-800 threads x 4 take their
+# Twenty-third run (two tunes, fp16 / bf16): 2-CTA rows that need 608-800 threads x 4 take their
 # next row's copies late with two rows in flight - 40000 2x640x4 late s2 94.0 / 94.0 vs 90.9 /
 # 90.6, 44000 2x704x4 93.3-94.0 / 93.3-93.5 vs 91.1-91.7 / 91.0-91.2, 46000 94.1 / 94.9 vs 92.9 /
 # 93.9, 50257 2x800x4 94.3 / 93.5-94.6 vs 92.7-93.3 / 92.5-93.7 (the eleventh and twenty-second
 # runs: +1.2-1.6 and +0.7-0.8 in bf16), 50304 +0.2-0.6, 51200 -0.3 / -0.4 - but not 896-960
-# threads (56000 2x896x4 late 92.3 vs 93.1, 60000 92.3 vs 92.6) nor 576 (36000 late s2 88.9 vs
-# 89.3, late s1 91.6, 4x288x4 late 92.8: not adopted, one tune).
+# threads (56000 2x896x4 late 92.3 vs 93.1, 60000 92.3 vs 92.6). Third tune: 38000 (608
+# threads) late s2 92.8 / 92.3 vs 89.6 / 88.8, so from 608; rows that need 544-576 threads in 2
+# CTAs run 4 CTAs of 288, late - 34000 4x288x4 late 92.5 / 92.2 vs 2x544x4 88.6 / 88.6, 36000
+# 92.2-92.8 / 93.0-93.3 vs 88.9-89.3 / 89.0-89.8 (two tunes; late s2 there: 87.3-88.9).
 PERSIST_SHAPES = {  # by itemsize
     4: (PersistShape(8, 1024, (1,)), PersistShape(4, 1024, (8,), least=992),
         PersistShape(16, 320, (8,))),
     2: (PersistShape(8, 128, (8,), lines_only=True, min_fill=0.9), PersistShape(4, 1024, (1,)),
         PersistShape(16, 160, (8,), lines_only=True, late=True, min_fill=0.9),
-        PersistShape(4, 800, (2,), stages=2, late=True, least=640),
+        PersistShape(4, 288, (4,), least=288),
+        PersistShape(4, 800, (2,), stages=2, late=True, least=608),
         PersistShape(4, 1024, (2, 4))),
 }
 # 2-byte CTAs of more than 512 threads issue their copies right after the local (max, sum), not
@@ -465,7 +468,8 @@ def fast_softmax_config(
       CTA of <= 1024 threads x 8 vectors, 992-1024 x 4 in 8 CTAs (N 122881-131072), then <= 320
       x 16 in 8 CTAs; fp16/bf16:
       <= 128 x 8 in 8 CTAs (rows on lines), one CTA of <= 1024 x 4, <= 160 x 16 in 8 (rows
-      on lines), 640-800 x 4 in 2 (late, two rows in flight), <= 1024 x 4 in 2 or 4 - threads =
+      on lines), 288 x 4 in 4 (rows past one CTA of 1024 x 4 by at most an eighth), 608-800
+      x 4 in 2 (late, two rows in flight), <= 1024 x 4 in 2 or 4 - threads =
       the multiple of 32 that just covers the row, next row's copies issued late (2-byte CTAs:
       only up to LATE_MAX_THREADS);
     * longer rows of those dtypes (fp32 > 163840, 2-byte > 131072 but for the x 16 rule):
