@@ -79,7 +79,7 @@ def main() -> None:
     unknown = set(a.unchecked) - {name for name, _ in a.variant}
     if unknown:
         ap.error(f"--unchecked names no --variant: {sorted(unknown)}")
-    if a.unchecked and a.unchecked[0] == a.variant[0][0]:
+    if a.variant[0][0] in a.unchecked:
         ap.error("the baseline (first --variant) must be checked")
     if a.compile_only:
         compile_only(a)

@@ -595,7 +595,8 @@ def test_kernel_variant_patches_apply_and_compile(tmp_path):
     for name, line in zip(["head", *names], lines):
         assert line.startswith(f"{name} bfloat16 32768 persist 8x64x8 late: "
                                "fast_softmax_persist_cluster<__nv_bfloat16, 8, 8> compiled"), line
-    for bad, msg in ((["--unchecked", "head"], "the baseline (first --variant) must be checked"),
+    for bad, msg in ((["--unchecked", names[0], "--unchecked", "head"],
+                      "the baseline (first --variant) must be checked"),
                      (["--unchecked", "nope"], "--unchecked names no --variant: ['nope']")):
         r = subprocess.run([*script, *variants, "--shape", "bfloat16:32768", *bad], cwd=REPO,
                            text=True, capture_output=True, timeout=120, env=env)
