@@ -196,3 +196,26 @@ __device__ __forceinline__ void chunk_rows(T* __restrict__ dx, const T* __restri
 
 }  // namespace bwd
 }  // namespace klab
+
+// The two row-kernel entry points of a backward under one prefix and one gradient rule G (each
+// .cu needs its own __global__ templates for NVRTC's name expressions, as the forward family's
+// KLAB_ROW_SOFTMAX_KERNELS): P##_persist<T, VPT, CL> (backward_persist.cuh) and
+// P##_chunks<T, VPT> (above).
+#define KLAB_BACKWARD_ROW_KERNELS(P, G)                                                         \
+  template <typename T, int VPT, int CL>                                                        \
+  __global__ void __cluster_dims__(CL, 1, 1)                                                    \
+      __launch_bounds__(klab::bwd::BackwardPersistThreads<T, VPT>::value)                       \
+      P##_persist(T* __restrict__ dx, const T* __restrict__ y, const T* __restrict__ dy,        \
+                  long long rows, int n, long long y_stride, long long dy_stride, int line,     \
+                  int stages) {                                                                 \
+    klab::bwd::persistent_rows<G, T, VPT, CL>(dx, y, dy, rows, n, y_stride, dy_stride, line,    \
+                                              stages);                                          \
+  }                                                                                             \
+  template <typename T, int VPT>                                                                \
+  __global__ void __launch_bounds__(512)                                                        \
+      P##_chunks(T* __restrict__ dx, const T* __restrict__ y, const T* __restrict__ dy,         \
+                 long long rows, int n, long long y_stride, long long dy_stride, int line,      \
+                 int chunks, unsigned long long* __restrict__ sums, int ahead) {                \
+    klab::bwd::chunk_rows<G, T, VPT>(dx, y, dy, rows, n, y_stride, dy_stride, line, chunks,     \
+                                     sums, ahead);                                              \
+  }

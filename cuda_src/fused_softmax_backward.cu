@@ -209,23 +209,6 @@ struct SoftmaxGrad {
   }
 };
 
-template <typename T, int VPT, int CL>
-__global__ void __cluster_dims__(CL, 1, 1)
-    __launch_bounds__(klab::bwd::BackwardPersistThreads<T, VPT>::value)
-    fused_softmax_backward_persist(T* __restrict__ dx, const T* __restrict__ y,
-                                   const T* __restrict__ dy, long long rows, int n,
-                                   long long y_stride, long long dy_stride, int line,
-                                   int stages) {
-  klab::bwd::persistent_rows<SoftmaxGrad, T, VPT, CL>(dx, y, dy, rows, n, y_stride, dy_stride,
-                                                      line, stages);
-}
-
-template <typename T, int VPT>
-__global__ void __launch_bounds__(512)
-    fused_softmax_backward_chunks(T* __restrict__ dx, const T* __restrict__ y,
-                                  const T* __restrict__ dy, long long rows, int n,
-                                  long long y_stride, long long dy_stride, int line, int chunks,
-                                  unsigned long long* __restrict__ sums, int ahead) {
-  klab::bwd::chunk_rows<SoftmaxGrad, T, VPT>(dx, y, dy, rows, n, y_stride, dy_stride, line,
-                                             chunks, sums, ahead);
-}
+// fused_softmax_backward_persist<T, VPT, CL> and fused_softmax_backward_chunks<T, VPT>
+// (kernels 4 and 5 above): backward_chunks.cuh's macro, with the rule above.
+KLAB_BACKWARD_ROW_KERNELS(fused_softmax_backward, SoftmaxGrad)
