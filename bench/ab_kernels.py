@@ -13,6 +13,7 @@ in turn within each round and the copy in the same round: drift between variants
 per shape the median GB/s and % of copy of each variant and its ratio to the first; M*N = 2^28.
 --peer NAME adds a registered variant (e.g. triton_fused), called as kernel_lab.run would call
 it (its own output each call), timed in the same rounds: the race the auto pick is made on.
+--op log_softmax times log_softmax.cu's kernels instead, on the same configs.
 --unchecked NAME times a variant whose output is wrong by design (a diagnostic: the kernel with
 its cluster exchange or its math cut out, to see what each costs); its output is not checked and
 its line says so. --compile-only fills the cubin cache on a machine without a GPU (the config is
@@ -42,12 +43,16 @@ except ImportError:  # pragma: no cover - imported as bench.ab_kernels
     from bench.tune_long_rows import med_ms, sane
 
 
+# --op: the source file each variant directory gives, its kernels' prefix, and its output's check
+OPS = {"softmax": ("fast_softmax.cu", "fast_softmax", False),
+       "log_softmax": ("log_softmax.cu", "log_softmax", True)}
+
+
 def variant(spec: str) -> tuple[str, Path]:
     name, _, path = spec.partition("=")
-    p = Path(path) / "fast_softmax.cu"
-    if not name or not p.is_file():
+    if not name or not (Path(path) / "fast_softmax.cu").is_file():
         raise argparse.ArgumentTypeError(f"--variant NAME=DIR with DIR/fast_softmax.cu: {spec!r}")
-    return name, p
+    return name, Path(path)
 
 
 def main() -> None:
@@ -65,6 +70,9 @@ def main() -> None:
     ap.add_argument("--arch", default="sm_90", help="--compile-only's target (default sm_90)")
     ap.add_argument("--peer", action="append", default=[],
                     help="a registered variant timed beside them (repeatable), e.g. triton_fused")
+    ap.add_argument("--op", choices=sorted(OPS), default="softmax",
+                    help="whose kernels: fast_softmax.cu's (default) or log_softmax.cu's, on "
+                    "the same config (fast_softmax_config serves both)")
     ap.add_argument("--kind", default=None, help="a config instead of fast_softmax's pick")
     ap.add_argument("--threads", type=int, default=512)
     ap.add_argument("--vpt", type=int, default=8)
@@ -81,6 +89,7 @@ def main() -> None:
         ap.error(f"--unchecked names no --variant: {sorted(unknown)}")
     if a.variant[0][0] in a.unchecked:
         ap.error("the baseline (first --variant) must be checked")
+    src_file, prefix, log = OPS[a.op]
     if a.compile_only:
         compile_only(a)
         return
@@ -92,11 +101,11 @@ def main() -> None:
         x = torch.randn(max(1, (1 << a.total_log2) // n), n, device="cuda", dtype=dtype)
         y = torch.empty_like(x)
         cfg = cv.fast_choice(y, x)[0] if a.kind is None else given_config(a)
-        expr = cfg.expr(cv.ctype(dtype))
+        expr = cfg.expr(cv.ctype(dtype), prefix)
         kernels = {}
         for name, path in a.variant:
             print(f"check {name}: {dname} {n} {cfg.label()}", flush=True)  # names a crash
-            k = cv.RowKernels(CudaSource(path.resolve(), (expr,)), "fast_softmax")
+            k = cv.RowKernels(CudaSource((path / src_file).resolve(), (expr,)), prefix)
             y.fill_(float("nan"))
             cv.fast_launch(y, x, cfg, 1, kernels=k)
             at = jit.function_attributes(k.src.function(expr, x.device.index))
@@ -104,15 +113,15 @@ def main() -> None:
                   flush=True)
             if name in a.unchecked:
                 print(f"  {name}: output not checked (--unchecked)", flush=True)
-            elif not sane(y, x, log=False):
+            elif not sane(y, x, log=log):
                 raise SystemExit(f"{name}: wrong output for {dname} {n} {cfg.label()}")
             kernels[name] = k
         for name in a.peer:
             fn = registry.get(name).fn
-            if not sane(fn(x), x, log=False):
+            if not sane(fn(x), x, log=log):
                 raise SystemExit(f"{name}: wrong output for {dname} {n}")
             kernels[name] = lambda fn=fn, x=x: fn(x)
-        cases.append((f"{dname} {x.shape[0]}x{n} {cfg.label()}", x, y, cfg, kernels))
+        cases.append((f"{a.op} {dname} {x.shape[0]}x{n} {cfg.label()}", x, y, cfg, kernels))
 
     names = [name for name, _ in a.variant] + a.peer
     if a.unchecked:
@@ -142,10 +151,10 @@ def compile_only(a: argparse.Namespace) -> None:
         dtype, n = parse_dtype(dname), int(ns)
         rows = max(1, (1 << a.total_log2) // n)
         cfg = fresh_tensor_config(n, dtype, rows) if a.kind is None else given_config(a)
-        expr = cfg.expr(cv.ctype(dtype))
+        expr = cfg.expr(cv.ctype(dtype), OPS[a.op][1])
         for name, path in a.variant:
             before, t0 = jit.CudaModule.compile_count, time.perf_counter()
-            CudaSource(path.resolve(), (expr,)).module.cubin(a.arch)
+            CudaSource((path / OPS[a.op][0]).resolve(), (expr,)).module.cubin(a.arch)
             how = "compiled" if jit.CudaModule.compile_count > before else "cached"
             print(f"{name} {dname} {n} {cfg.label()}: {expr} {how} in "
                   f"{time.perf_counter() - t0:.1f} s", flush=True)

@@ -124,6 +124,10 @@ CHUNK_SHAPES = ((1024, 4, 1, 1), (512, 4, 1, 1), (768, 4, 2, 1), (1024, 2, 1, 2)
 CHUNK_REG_SHAPES = ((512, 8, 1), (512, 8, 2), (512, 8, 3), (512, 4, 2), (512, 4, 4), (384, 8, 4))
 
 
+# --ops: the kernel family instantiation each shape is timed with, and whether its output is a log
+OPS = {"softmax": (cv.FAST_KERNELS, False), "log_softmax": (lcv.FORWARD_KERNELS, True)}
+
+
 def sane(out: torch.Tensor, x: torch.Tensor, log: bool) -> bool:
     rows = [0, 1, out.shape[0] - 1]
     a = x[rows].double()
@@ -174,20 +178,23 @@ def measure(n: int, dtype: torch.dtype, args, resident: dict) -> tuple[dict, lis
         runs += [(f"{label} g{g}", c, g) for label, c in cands.items()
                  if c.kind in ("persist", "pipe", "wide") and c.cluster > 1]
     rows = []
-    for label, c, g in runs:
+    ops = [(op, OPS[op]) for op in args.ops.split(",")]
+    for (label, c, g), (op, (kernels, log)) in [(r, o) for r in runs for o in ops]:
         try:
-            t = med_ms(lambda c=c, g=g: cv.fast_launch(y, x, c, 1, max_groups=g))
-            ok = sane(y, x, False)
+            t = med_ms(lambda c=c, g=g, k=kernels: cv.fast_launch(y, x, c, 1, k, max_groups=g))
+            ok = sane(y, x, log)
         except Exception as ex:  # noqa: BLE001
-            print(f"ERR {dname} {n} {label}: {ex}", flush=True)
+            print(f"ERR {dname} {n} {op} {label}: {ex}", flush=True)
             continue
+        if op != "softmax":  # the log_softmax kernels of the same shape: their own label
+            label = f"{op}: {label}"
         if c.kind in ("persist", "pipe"):
             e = c.expr(cv.ctype(dtype))
             resident[f"{e} t{c.threads}"] = pc.resident_groups(cv.FAST, e, c.threads, c.cluster,
                                                                 c.shared_mem(), 0)
-        rows.append({"dtype": dname, "M": m, "N": n, "cfg": label, "gbs": round(gbs(t)),
+        rows.append({"dtype": dname, "op": op, "M": m, "N": n, "cfg": label, "gbs": round(gbs(t)),
                      "pct": round(100 * gbs(t) / copy, 1), "copy": round(copy), "ok": ok,
-                     "default": c == default and g is None})
+                     "default": c == default and g is None and op == "softmax"})
     tf = med_ms(lambda: fast_v(x))
     ok_f = sane(fast_v(x), x, False)
     tl = med_ms(lambda: log_v(x))
@@ -215,6 +222,9 @@ def main() -> None:
     ap.add_argument("--groups", default="", type=lambda v: [int(g) for g in v.split(",") if g],
                     help="also run each persistent cluster shape on this many clusters "
                     "(comma-separated, e.g. 5,6,7: do all the resident clusters run at once?)")
+    ap.add_argument("--ops", default="softmax",
+                    help="whose kernels each shape is timed with: softmax, log_softmax or both "
+                    "(comma-separated; log_softmax rows are labelled 'log_softmax: SHAPE')")
     ap.add_argument("--no-sweep", action="store_true",
                     help="only default / legacy / the default's pipelined twins / variants")
     args = ap.parse_args()
@@ -231,7 +241,8 @@ def main() -> None:
                 log.write(json.dumps(r) + "\n")
             log.write(json.dumps(var) + "\n")
             log.flush()
-            best = max(rows, key=lambda r: r["gbs"]) if rows else None
+            soft = [r for r in rows if r["op"] == "softmax"]
+            best = max(soft, key=lambda r: r["gbs"]) if soft else None
             summary.append((var, best, next((r for r in rows if r["default"]), None)))
             print(json.dumps({"N": n, "dtype": dname, "copy": var["copy"],
                               "rows": [(r["cfg"], r["gbs"], r["pct"], r["ok"]) for r in rows],

@@ -346,8 +346,10 @@ __device__ __forceinline__ MaxSum<acc_t<T>> exp_maxsum_in_t(Vec<T> (&r)[K]) {
 
 // Write a row's K windows through store(k, vector), from what the thread kept (Kept): the raw
 // values r through the epilogue, or the exps - e (fp32) or r (rounded to T) - scaled by
-// exp_scale(m_thread, st).
-template <template <typename> class E, int KEPT, typename T, int K, int KE, typename Store>
+// exp_scale(m_thread, st). EACH_VECTOR: the raw values' epilogue vector by vector, each stored
+// at once (fewer values live; ptxas otherwise unpacks far ahead: kernels 2 / 3's 2-byte x 8).
+template <template <typename> class E, int KEPT, bool EACH_VECTOR = false, typename T, int K,
+          int KE, typename Store>
 __device__ __forceinline__ void write_row(Vec<T> (&r)[K], const acc_t<T> (&e)[KE][Vec<T>::N],
                                           acc_t<T> m_thread, MaxSum<acc_t<T>> st, Store store) {
   if constexpr (KEPT == kKeptExps) {
@@ -358,6 +360,13 @@ __device__ __forceinline__ void write_row(Vec<T> (&r)[K], const acc_t<T> (&e)[KE
     const acc_t<T> f = exp_scale(m_thread, st);
 #pragma unroll
     for (int k = 0; k < K; ++k) store(k, vec_of<T>([&](int i) { return r[k].get(i) * f; }));
+  } else if constexpr (EACH_VECTOR) {
+    const E<acc_t<T>> epi(st);
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      apply_epilogue(r[k], epi);
+      store(k, r[k]);
+    }
   } else {
     apply_epilogue<E>(r, st);
 #pragma unroll
@@ -394,6 +403,18 @@ __device__ __forceinline__ MaxSum<A> cluster_merge(const A* slot) {
   return warp_allreduce(st, MergeOp{});
 }
 
+// What kernels 2 and 3 keep (Kept): fp32 / fp64 their raw values (two exps: see exp_scale);
+// 2-byte softmax its fp32 exps up to 32 elements a thread (x 4). At 64 elements (2-byte x 8, 64
+// registers at 1024 threads) the fp32 exps spilled 288-296 B and the exps rounded to T 24 B
+// (bf16); the raw values with the epilogue applied vector by vector just before each store
+// (kEachVector) spill nothing: 96-97 % of copy in softmax and log_softmax (bench/NOTES.md).
+template <typename T, int VPT>
+constexpr bool kRowOnChipEachVector = sizeof(T) == 2 && VPT * Vec<T>::N >= 64;
+template <template <typename> class E, typename T, int VPT>
+constexpr int kRowOnChipKept = sizeof(T) == 2 && !kRowOnChipEachVector<T, VPT>
+                                   ? kKeptFor<E, T, VPT * Vec<T>::N, 32>
+                                   : kKeptValues;
+
 // Kernels 2 and 3: a row held by one CTA (CL == 1) or one cluster (CL > 1).
 template <template <typename> class E, typename T, int VPT, int CL>
 __device__ __forceinline__ void row_on_chip(T* __restrict__ y, const T* __restrict__ x, int n,
@@ -408,13 +429,12 @@ __device__ __forceinline__ void row_on_chip(T* __restrict__ y, const T* __restri
   const int base = rank * blockDim.x + threadIdx.x, step = CL * blockDim.x;
   const T fill = neg_inf_t<T>();
 
-  constexpr bool kExp = E<A>::kScalesExp && sizeof(T) == 2;  // see exp_scale
+  constexpr int kKept = kRowOnChipKept<E, T, VPT>;
   Vec<T> r[VPT];
-  A e[kExp ? VPT : 1][Vec<T>::N];
+  A e[kKept == kKeptExps ? VPT : 1][Vec<T>::N];
 #pragma unroll
   for (int k = 0; k < VPT; ++k) r[k] = load_window(xr, k * step + base, n, h, vec, fill);
-  MaxSum<A> st;
-  if constexpr (kExp) st = exp_maxsum(r, e); else st = row_maxsum(r);
+  MaxSum<A> st = kept_maxsum<kKept>(r, e);
   const A m_thread = st.m;
   st = block_allreduce(st, MergeOp{}, id<T>(), red);
   if constexpr (CL > 1) {
@@ -426,7 +446,8 @@ __device__ __forceinline__ void row_on_chip(T* __restrict__ y, const T* __restri
     st = cluster_merge<A, CL>(part);
     cluster_arrive();  // done reading peers
   }
-  write_row<E, kExp>(r, e, m_thread, st, [&](int k, const Vec<T>& v) {
+  write_row<E, kKept, kRowOnChipEachVector<T, VPT>>(r, e, m_thread, st,
+                                                     [&](int k, const Vec<T>& v) {
     store_window(yr, k * step + base, n, h, vec, v);
   });
   if constexpr (CL > 1) cluster_wait();  // peers are done with our `part`

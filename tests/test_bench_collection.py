@@ -574,7 +574,8 @@ def test_ab_kernels_rejects_a_variant_without_sources(tmp_path):
 def test_kernel_variant_patches_apply_and_compile(tmp_path):
     """Every experiment in bench/variants/ still applies to cuda_src/ and compiles (NVRTC, no
     GPU) through bench/ab_kernels.py --compile-only, for the kernel the patches change (kernel
-    5 at bf16 32768: persist 8x64x8 late); --unchecked refuses the baseline and unknown names."""
+    5 at bf16 32768, persist 8x64x8 late, given: the pick there is one CTA now; with --op
+    log_softmax, log_softmax.cu's); --unchecked refuses the baseline and unknown names."""
     out = tmp_path / "v"
     r = subprocess.run(["bash", str(REPO / "bench" / "variants" / "apply.sh"), str(out)],
                        cwd=REPO, text=True, capture_output=True, timeout=120)
@@ -587,7 +588,9 @@ def test_kernel_variant_patches_apply_and_compile(tmp_path):
     script = [sys.executable, str(REPO / "bench" / "ab_kernels.py")]
     variants = [a for n in ["head", *names] for a in ("--variant", f"{n}={out / n}")]
     env = {**os.environ, "KERNEL_LAB_CACHE_DIR": str(tmp_path / "cache")}
-    r = subprocess.run([*script, *variants, "--shape", "bfloat16:32768", "--compile-only"],
+    kernel5 = ["--shape", "bfloat16:32768", "--kind", "persist", "--threads", "64", "--vpt", "8",
+               "--cluster", "8", "--late", "--compile-only"]
+    r = subprocess.run([*script, *variants, *kernel5],
                        cwd=REPO, text=True, capture_output=True, timeout=600, env=env)
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
@@ -595,6 +598,11 @@ def test_kernel_variant_patches_apply_and_compile(tmp_path):
     for name, line in zip(["head", *names], lines):
         assert line.startswith(f"{name} bfloat16 32768 persist 8x64x8 late: "
                                "fast_softmax_persist_cluster<__nv_bfloat16, 8, 8> compiled"), line
+    r = subprocess.run([*script, *variants[:2], *kernel5, "--op", "log_softmax"],
+                       cwd=REPO, text=True, capture_output=True, timeout=600, env=env)
+    assert r.returncode == 0, r.stderr  # --op: log_softmax.cu's kernel of the same shape
+    assert r.stdout.startswith("head bfloat16 32768 persist 8x64x8 late: log_softmax_persist_"
+                               "cluster<__nv_bfloat16, 8, 8> compiled"), r.stdout
     for bad, msg in ((["--unchecked", names[0], "--unchecked", "head"],
                       "the baseline (first --variant) must be checked"),
                      (["--unchecked", "nope"], "--unchecked names no --variant: ['nope']")):
