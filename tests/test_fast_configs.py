@@ -147,19 +147,23 @@ def assert_fitted_chunks(n: int, dtype: torch.dtype) -> None:
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("aligned,vec", [(True, True), (False, True), (False, False)])
 def test_2byte_rows_of_16k_to_64k_take_one_cta_of_8_vectors(dtype, aligned, vec):
-    """block x 8 (twenty-fourth run: 96-97 % of copy) from 2049 windows where its CTA has <= 512
-    threads (two or more an SM) or 896-1024 (>= 112 KB in flight); 513-895 threads (one CTA an
-    SM, 72-100 KB in flight: 84-94 %) stay persistent (or, off phase, a cluster)."""
+    """block x 8 (twenty-fourth run: 94-99 % of copy) from 2049 windows where its CTA size is
+    one that beat the persistent shapes (rows on 16 bytes: <= 512 threads, 896-1024; odd rows:
+    <= 320, 448-512, 960-1024); the others stay persistent (or, off phase, a cluster)."""
+    sizes = {True: [*range(32, 513, 32), *range(896, 1025, 32)],
+             False: [*range(32, 321, 32), 448, 480, 512, 960, 992, 1024]}[aligned]
     for n in range(16385, 65537 + 4096, 331):
         nw = fc.vector_windows(n, dtype, aligned)
         threads = fc.round32(-(-nw // 8))
         c = fc.fast_softmax_config(n, dtype, aligned, vec)
-        x8 = threads <= 512 or 896 <= threads <= 1024
+        x8 = threads in sizes
         assert (c.kind == "block" and c.vpt == 8) == x8, (n, nw, c)
         if x8:
             assert c.threads == threads and c.capacity() >= nw, (n, c)
     assert fc.fast_softmax_config(16384, dtype).label() == "block 512x4"  # 99 % of copy
     assert fc.fast_softmax_config(16385, dtype).label() == "block 288x8"
+    assert fc.fast_softmax_config(24001, dtype, False).kind == "persist"  # odd: 90 vs 92 %
+    assert fc.fast_softmax_config(24576, dtype).label() == "block 384x8"  # 96-97 vs 89-90
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)

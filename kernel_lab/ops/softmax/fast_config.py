@@ -463,9 +463,9 @@ def fast_softmax_config(
     * nw <= PERSIST_MIN_NW (8192 fp32, 2048 fp16/bf16): one CTA per row (``block``), 2 (fp32,
       nw <= 256), 4 (nw <= 2048, and always for 2-byte types) or 8 vectors per thread, threads
       = the multiple of 32 that just covers the row (no idle pow2 padding);
-    * fp16/bf16 rows of 2049-8192 windows whose CTA of 8 vectors a thread has <= 512 threads or
-      >= BLOCK_X8_FULL_THREADS (:func:`block_x8_holds`; N 16385-32768 and ~55.3k-65536):
-      ``block`` x 8, any phase;
+    * fp16/bf16 rows of 2049-8192 windows whose CTA of 8 vectors a thread has a size in
+      BLOCK_X8_THREADS (:func:`block_x8_holds`; rows on 16 bytes: N 16385-32768 and ~55.3k-65536,
+      odd rows fewer): ``block`` x 8, any phase;
     * longer, when input and output rows share their 16-byte phase (``vec``) and the dtype is
       fp32/fp16/bf16: ``persist``, the first PERSIST_SHAPES rule that holds the row - fp32: one
       CTA of <= 1024 threads x 8 vectors, 992-1024 x 4 in 8 CTAs (N 122881-131072), then <= 320
@@ -502,7 +502,7 @@ def fast_softmax_config(
             g, vpt = 32, next_pow2(-(-nw // 32))
         return FastConfig("warp", threads=128, vpt=vpt, group=g)
     persist_ok = vec and dtype in PERSIST_DTYPES
-    if es == 2 and nw > PERSIST_MIN_NW[2] and block_x8_holds(nw):
+    if es == 2 and nw > PERSIST_MIN_NW[2] and block_x8_holds(nw, aligned):
         return FastConfig("block", threads=round32(-(-nw // 8)), vpt=8)
     block_max = PERSIST_MIN_NW[es] if persist_ok else 1024 * (4 if es == 2 else 8)
     if nw <= block_max:
@@ -543,18 +543,20 @@ WARP_MAX_WINDOWS = 64
 PERSIST_MIN_NW = {8: 1 << 30, 4: 8192, 2: 2048}
 
 # fp16 / bf16 rows of 2049-8192 windows: one CTA a row of 8 vectors a thread (64 registers, none
-# spilled since the twenty-fourth run) where two or more CTAs share an SM (<= 512 threads: N <=
-# 32768) or one CTA keeps >= 112 KB in flight (>= 896 threads). H200, M*N = 2^28, % of copy,
-# softmax / log_softmax, bf16 and fp16: 384 threads 97.0 / 96.9 and 96.3 / 96.2, 512 96.6 / 96.5
-# and 96.4 / 96.2, 896 96.0 / 97.5 and 96.9 / 96.9, 1024 96.5 / 96.7 and 96.3 / 96.3, against
-# the persistent picks' 89-96. CTAs of 576-800 threads (one an SM, 72-100 KB in flight) read
-# 84-94 %, no more than the persistent picks: those rows stay persistent.
-BLOCK_X8_PAIRED_THREADS = 512
-BLOCK_X8_FULL_THREADS = 896
+# spilled since the twenty-fourth run), for the CTA sizes (threads, ranges inclusive) where it
+# beat every persistent shape. H200, M*N = 2^28, % of copy, fp16 / bf16 softmax (bench/NOTES.md,
+# twenty-fourth run): rows on 16 bytes 320-512 threads 96-99 against the persistent picks' 89-95,
+# 896-1024 95.5-97 against 93-95; odd rows 288-320 and 448-512 96-98, 960-1024 94-95 against
+# 92-94, but 352-416 threads 86-93 and 896-928 90-94 against 92-95 there: those stay persistent.
+# CTAs of 544-864 threads (one an SM, < 112 KB in flight) read 84-94 %: persistent too.
+BLOCK_X8_THREADS = {  # by rows on 16 bytes
+    True: ((32, 512), (896, 1024)),
+    False: ((32, 320), (448, 512), (960, 1024)),
+}
 
 
-def block_x8_holds(nw: int) -> bool:
+def block_x8_holds(nw: int, aligned: bool = True) -> bool:
     """A row of ``nw`` 16-byte windows runs fast as one CTA of 8 vectors a thread (fp16/bf16:
-    see BLOCK_X8_FULL_THREADS): at most 512 threads, or 896-1024."""
+    BLOCK_X8_THREADS; ``aligned``: rows start on 16 bytes)."""
     threads = round32(-(-nw // 8))
-    return threads <= BLOCK_X8_PAIRED_THREADS or BLOCK_X8_FULL_THREADS <= threads <= 1024
+    return any(lo <= threads <= hi for lo, hi in BLOCK_X8_THREADS[aligned])
