@@ -41,6 +41,9 @@
 // 2. <p>_block<T, VPT>: mid rows. Block b owns row b; thread t holds windows t + k * blockDim.x.
 //    One block all-reduce (2 barriers, 32 (max, sum) pairs of static shared memory). Launch:
 //    M blocks of 64..1024. Changed from vec_softmax: aligned windows, split max/sum merge.
+//    fp16/bf16 x 8 (64 elements a thread in 64 registers at 1024 threads, rows of 16K-64K): the
+//    raw packed values stay, the epilogue runs vector by vector just before each store (two
+//    exps for softmax), spill-free: 94-99 % of copy where its CTAs share an SM or hold >= 112 KB.
 // 3. <p>_cluster<T, VPT, CL>: long rows. A cluster of CL CTAs (compile-time __cluster_dims__,
 //    grid = M * CL blocks) owns one row; CTA rank c, thread t holds windows
 //    k * CL * blockDim.x + c * blockDim.x + t. Each CTA reduces its (max, sum) to shared memory,
@@ -280,9 +283,10 @@ __device__ __forceinline__ float quiet_nan(float) { return CUDART_NAN_F; }
 __device__ __forceinline__ double quiet_nan(double) { return CUDART_NAN; }
 
 // Where the one-exp path runs (measured on an H200, bench/NOTES.md): every persistent kernel,
-// and the warp / block / cluster kernels for fp16/bf16 only. In fp32 the MUFU is half-loaded
-// at copy speed, and the kept exps made block<float, 8> spill 24 bytes at 1024 threads
-// (N = 16384: 91 % of copy vs 97 % with two exps).
+// and the warp / block / cluster kernels for fp16/bf16 only, up to 4 vectors a thread (block x 8
+// keeps its raw values: kRowOnChipKept). In fp32 the MUFU is half-loaded at copy speed, and the
+// kept exps made block<float, 8> spill 24 bytes at 1024 threads (N = 16384: 91 % of copy vs 97 %
+// with two exps).
 template <typename A> __device__ __forceinline__ A exp_scale(A m_thread, MaxSum<A> row) {
   if (!(row.s > A(0))) return quiet_nan(A());  // S = 0 or NaN
   if (m_thread == neg_inf<A>()) return A(0);
