@@ -411,7 +411,7 @@ __device__ __forceinline__ MaxSum<A> cluster_merge(const A* slot) {
 // 2-byte softmax its fp32 exps up to 32 elements a thread (x 4). At 64 elements (2-byte x 8, 64
 // registers at 1024 threads) the fp32 exps spilled 288-296 B and the exps rounded to T 24 B
 // (bf16); the raw values with the epilogue applied vector by vector just before each store
-// (kEachVector) spill nothing: 96-97 % of copy in softmax and log_softmax (bench/NOTES.md).
+// (kRowOnChipEachVector) spill nothing: 94-99 % of copy in softmax and log_softmax (NOTES).
 template <typename T, int VPT>
 constexpr bool kRowOnChipEachVector = sizeof(T) == 2 && VPT * Vec<T>::N >= 64;
 template <template <typename> class E, typename T, int VPT>

@@ -484,11 +484,24 @@ def test_tune_long_rows_sizes_kernel_7b_to_fill_its_chunks():
 
 def test_tune_long_rows_times_one_cta_per_row_where_one_holds_it():
     """2-byte rows of 16K-64K also time the block kernel (one CTA of <= 1024 threads x 4 or 8
-    vectors), which the rule gives them only up to 16384; longer rows get none."""
+    vectors), which the rule gives them x 4 up to 16384, then x 8 at the CTA sizes that won
+    (fast_config.block_x8_holds); longer rows get none."""
     keep = "k.startswith('block')"
     assert _tune_candidates(32768, keep) == ["block 1024x4", "block 512x8"]
     assert _tune_candidates(65536, keep) == ["block 1024x8"]
     assert _tune_candidates(131072, keep) == []
+
+
+def test_tune_long_rows_times_log_softmax_kernels_on_request():
+    """--ops softmax,log_softmax times every shape with both ops' instantiations (log rows
+    labelled 'log_softmax: SHAPE', checked as logs); the default is softmax's alone."""
+    code = ("import tune_long_rows as t; "
+            "print({op: (k.prefix, log) for op, (k, log) in t.OPS.items()})")
+    assert ast.literal_eval(_bench_script(code)[0]) == {
+        "softmax": ("fast_softmax", False), "log_softmax": ("log_softmax", True)}
+    r = subprocess.run([sys.executable, str(REPO / "bench" / "tune_long_rows.py"), "--help"],
+                       cwd=REPO / "bench", text=True, capture_output=True, timeout=120)
+    assert r.returncode == 0 and "--ops OPS" in r.stdout, r.stderr
 
 
 def test_a_recorded_launch_reads_as_name_and_shape():
