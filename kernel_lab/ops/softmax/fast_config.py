@@ -539,7 +539,7 @@ WARP_MAX_WINDOWS = 64
 # Rows of more windows than this take the persistent kernels (by itemsize). fp32: one CTA per
 # row up to 8192 windows (block 1024x8: 93 % at N = 32768 vs 92 % for persist 1x512x16, and
 # 97 % vs 90 % at 16384); 2-byte types: up to 2048 (N = 16384: block 512x4 87 %, persist 83 %;
-# N = 32768: persist 1x1024x4 83 % vs block 1024x4 65 %).
+# N = 32768: persist 1x1024x4 83 % vs block 1024x4 65 %), then block x 8 at BLOCK_X8_THREADS.
 PERSIST_MIN_NW = {8: 1 << 30, 4: 8192, 2: 2048}
 
 # fp16 / bf16 rows of 2049-8192 windows: one CTA a row of 8 vectors a thread (64 registers, none
