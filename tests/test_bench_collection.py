@@ -588,7 +588,8 @@ def test_kernel_variant_patches_apply_and_compile(tmp_path):
     """Every experiment in bench/variants/ still applies to cuda_src/ and compiles (NVRTC, no
     GPU) through bench/ab_kernels.py --compile-only, for the kernel the patches change (kernel
     5 at bf16 32768, persist 8x64x8 late, given: the pick there is one CTA now; with --op
-    log_softmax, log_softmax.cu's); --unchecked refuses the baseline and unknown names."""
+    log_softmax, log_softmax.cu's; kernel 2's block 384x8, which blocklines changes); --unchecked
+    refuses the baseline and unknown names."""
     out = tmp_path / "v"
     r = subprocess.run(["bash", str(REPO / "bench" / "variants" / "apply.sh"), str(out)],
                        cwd=REPO, text=True, capture_output=True, timeout=120)
@@ -611,6 +612,13 @@ def test_kernel_variant_patches_apply_and_compile(tmp_path):
     for name, line in zip(["head", *names], lines):
         assert line.startswith(f"{name} bfloat16 32768 persist 8x64x8 late: "
                                "fast_softmax_persist_cluster<__nv_bfloat16, 8, 8> compiled"), line
+    block_x8 = ["--shape", "bfloat16:24001", "--kind", "block", "--threads", "384", "--vpt", "8",
+                "--compile-only"]  # kernel 2, which blocklines.patch changes
+    r = subprocess.run([*script, *variants, *block_x8],
+                       cwd=REPO, text=True, capture_output=True, timeout=600, env=env)
+    assert r.returncode == 0, r.stderr
+    assert [line.split(":")[0] for line in r.stdout.splitlines()] == [
+        f"{name} bfloat16 24001 block 384x8" for name in ["head", *names]], r.stdout
     r = subprocess.run([*script, *variants[:2], *kernel5, "--op", "log_softmax"],
                        cwd=REPO, text=True, capture_output=True, timeout=600, env=env)
     assert r.returncode == 0, r.stderr  # --op: log_softmax.cu's kernel of the same shape

@@ -8,13 +8,18 @@
 #       --unchecked copy --shape bfloat16:32768
 #
 # OUT/head is cuda_src/ as it is; OUT/NAME is cuda_src/ with NAME.patch applied. The patches
-# (kernel 5, persistent_rows in row_softmax_kernels.cuh; bench/NOTES.md, twenty-third run):
+# (kernel 5, persistent_rows in row_softmax_kernels.cuh, bench/NOTES.md, twenty-third run; but
+# blocklines: kernels 2 / 3):
 #   slab     each CTA of a cluster owns one contiguous slab of the row, not every CL-th piece
 #   noxchg   no (max, sum) exchange between the cluster's CTAs (wrong output: a diagnostic)
 #   copy     the pipeline alone: x copied to y through the prefetch slots (wrong output)
 #   nostore  the pipeline's reads alone: nothing stored (GB/s counts 2x the bytes it moves)
 #   tma      the next row prefetched by cp.async.bulk (one thread, an mbarrier per stage)
 #   tmacopy  copy, over the tma pipeline (wrong output)
+#   blocklines  kernels 2 / 3 (row_on_chip) count windows from the row's 128-byte line, as
+#            kernel 5 does, not from its 16-byte block (twenty-fourth run, "Left": odd 2-byte rows
+#            at 352-416 and 896-928 threads; A/B with --kind block, shapes with >= 7 windows of
+#            slack: bash .ci/gpu-bench blockx8)
 # A patch that no longer applies fails loudly; bench/ab_variants/ is git-ignored (carry it to
 # the GPU machine).
 set -euo pipefail
