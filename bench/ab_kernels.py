@@ -38,14 +38,16 @@ from kernel_lab.ops.softmax import cuda_variants as cv
 from kernel_lab.ops.softmax import fast_config as fc
 
 try:  # run as a script from the repository root
+    from tune_long_rows import OPS as TUNE_OPS
     from tune_long_rows import med_ms, sane
 except ImportError:  # pragma: no cover - imported as bench.ab_kernels
+    from bench.tune_long_rows import OPS as TUNE_OPS
     from bench.tune_long_rows import med_ms, sane
 
 
-# --op: the source file each variant directory gives, its kernels' prefix, and its output's check
-OPS = {"softmax": ("fast_softmax.cu", "fast_softmax", False),
-       "log_softmax": ("log_softmax.cu", "log_softmax", True)}
+# --op: the source file each variant directory gives (the registered kernels' file name), its
+# kernels' prefix, and whether its output is checked as a log
+OPS = {op: (k.src.path.name, k.prefix, log) for op, (k, log) in TUNE_OPS.items()}
 
 
 def variant(spec: str) -> tuple[str, Path]:

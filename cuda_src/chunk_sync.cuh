@@ -1,7 +1,7 @@
 // What the chunk kernels (rows cut into chunks of one CTA each, a row's partial results meeting
 // in global memory) share: flagged 64-bit words, the wait for a row's words (retry_until_in)
-// and a cursor over the grid's items. Users: row_softmax_kernels.cuh (kernels 7 and 7b: a (max, sum) pair per chunk) and
-// backward_chunks.cuh (a sum per chunk).
+// and a cursor over the grid's items. Users: row_softmax_kernels.cuh (kernels 7 and 7b: a (max,
+// sum) pair per chunk) and backward_chunks.cuh (a sum per chunk).
 //
 // A chunk's value is a 64-bit word: its fp32 bits with a flag of 1 in the high half, stored
 // relaxed at gpu scope into a zeroed buffer. A reader that sees the flag has the value (64-bit

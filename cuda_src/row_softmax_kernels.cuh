@@ -307,13 +307,6 @@ __device__ __forceinline__ void apply_epilogue(Vec<T>& r, const Epi& epi) {
   else r = vec_of<T>([&](int i) { return epi(r.get_again(i)); });
 }
 
-template <template <typename> class E, typename T, int K>
-__device__ __forceinline__ void apply_epilogue(Vec<T> (&r)[K], MaxSum<acc_t<T>> st) {
-  const E<acc_t<T>> epi(st);
-#pragma unroll
-  for (int k = 0; k < K; ++k) apply_epilogue(r[k], epi);
-}
-
 // What a thread keeps of its elements from the sum loop to the store (write_row / store_row):
 enum Kept : int {
   kKeptValues = 0,    // the raw values; the epilogue computes exp(x - max) again (two exps)
@@ -364,17 +357,17 @@ __device__ __forceinline__ void write_row(Vec<T> (&r)[K], const acc_t<T> (&e)[KE
     const acc_t<T> f = exp_scale(m_thread, st);
 #pragma unroll
     for (int k = 0; k < K; ++k) store(k, vec_of<T>([&](int i) { return r[k].get(i) * f; }));
-  } else if constexpr (EACH_VECTOR) {
+  } else {
     const E<acc_t<T>> epi(st);
 #pragma unroll
     for (int k = 0; k < K; ++k) {
       apply_epilogue(r[k], epi);
-      store(k, r[k]);
+      if constexpr (EACH_VECTOR) store(k, r[k]);
     }
-  } else {
-    apply_epilogue<E>(r, st);
+    if constexpr (!EACH_VECTOR) {
 #pragma unroll
-    for (int k = 0; k < K; ++k) store(k, r[k]);
+      for (int k = 0; k < K; ++k) store(k, r[k]);
+    }
   }
 }
 

@@ -485,7 +485,7 @@ def test_tune_long_rows_sizes_kernel_7b_to_fill_its_chunks():
 def test_tune_long_rows_times_one_cta_per_row_where_one_holds_it():
     """2-byte rows of 16K-64K also time the block kernel (one CTA of <= 1024 threads x 4 or 8
     vectors), which the rule gives them x 4 up to 16384, then x 8 at the CTA sizes that won
-    (fast_config.block_x8_holds); longer rows get none."""
+    (fast_config.block_x8_threads); longer rows get none."""
     keep = "k.startswith('block')"
     assert _tune_candidates(32768, keep) == ["block 1024x4", "block 512x8"]
     assert _tune_candidates(65536, keep) == ["block 1024x8"]

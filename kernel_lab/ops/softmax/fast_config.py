@@ -464,7 +464,7 @@ def fast_softmax_config(
       nw <= 256), 4 (nw <= 2048, and always for 2-byte types) or 8 vectors per thread, threads
       = the multiple of 32 that just covers the row (no idle pow2 padding);
     * fp16/bf16 rows of 2049-8192 windows whose CTA of 8 vectors a thread has a size in
-      BLOCK_X8_THREADS (:func:`block_x8_holds`; rows on 16 bytes: N 16385-32768 and ~55.3k-65536,
+      BLOCK_X8_THREADS (:func:`block_x8_threads`; rows on 16 bytes: N 16385-32768 and ~55.3k-65536,
       odd rows fewer): ``block`` x 8, any phase;
     * longer, when input and output rows share their 16-byte phase (``vec``) and the dtype is
       fp32/fp16/bf16: ``persist``, the first PERSIST_SHAPES rule that holds the row - fp32: one
@@ -502,8 +502,8 @@ def fast_softmax_config(
             g, vpt = 32, next_pow2(-(-nw // 32))
         return FastConfig("warp", threads=128, vpt=vpt, group=g)
     persist_ok = vec and dtype in PERSIST_DTYPES
-    if es == 2 and nw > PERSIST_MIN_NW[2] and block_x8_holds(nw, aligned):
-        return FastConfig("block", threads=round32(-(-nw // 8)), vpt=8)
+    if es == 2 and nw > PERSIST_MIN_NW[2] and (x8 := block_x8_threads(nw, aligned)):
+        return FastConfig("block", threads=x8, vpt=8)
     block_max = PERSIST_MIN_NW[es] if persist_ok else 1024 * (4 if es == 2 else 8)
     if nw <= block_max:
         vpt = 2 if (nw <= 256 and es >= 4) else 4 if (nw <= 2048 or es == 2) else 8
@@ -555,8 +555,8 @@ BLOCK_X8_THREADS = {  # by rows on 16 bytes
 }
 
 
-def block_x8_holds(nw: int, aligned: bool = True) -> bool:
-    """A row of ``nw`` 16-byte windows runs fast as one CTA of 8 vectors a thread (fp16/bf16:
-    BLOCK_X8_THREADS; ``aligned``: rows start on 16 bytes)."""
+def block_x8_threads(nw: int, aligned: bool = True) -> int:
+    """The CTA size of 8 vectors a thread that holds a row of ``nw`` 16-byte windows, where that
+    CTA runs fast (fp16/bf16: BLOCK_X8_THREADS; ``aligned``: rows start on 16 bytes), else 0."""
     threads = round32(-(-nw // 8))
-    return any(lo <= threads <= hi for lo, hi in BLOCK_X8_THREADS[aligned])
+    return threads if any(lo <= threads <= hi for lo, hi in BLOCK_X8_THREADS[aligned]) else 0
