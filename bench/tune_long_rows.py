@@ -77,6 +77,11 @@ def candidates(n: int, dtype: torch.dtype, aligned: bool) -> dict[str, fc.FastCo
         if threads <= 1024 and nw > fc.WARP_MAX_WINDOWS:
             c = fc.FastConfig("block", threads=threads, vpt=vpt)
             out.setdefault(c.label(), c)
+    if dtype in fc.PERSIST_DTYPES:  # kernel 2b: one CTA a row, 8 vectors a thread + slots
+        for threads in BLOCK_SLOTS_THREADS:
+            c = fc.block_slots_config(nwl, threads)
+            if 0 < c.slots and c.shared_mem() <= fc.MAX_CTA_SHARED:
+                out.setdefault(c.label(), c)
     for vpt in fc.PERSIST_VPT[dtype.itemsize]:
         for cl in fc.PERSIST_CL:
             c = fc.persist_config(nwl, vpt, cl)
@@ -117,6 +122,8 @@ def candidates(n: int, dtype: torch.dtype, aligned: bool) -> dict[str, fc.FastCo
     return out
 
 
+# kernel 2b's CTA sizes timed (block_slots: <= 512 threads, two or more CTAs an SM)
+BLOCK_SLOTS_THREADS = (256, 384, 512, 640, 768, 1024)
 # the chunk kernel's shapes timed (one to four CTAs per SM by shared memory and threads)
 CHUNK_SHAPES = ((1024, 4, 1, 1), (512, 4, 1, 1), (768, 4, 2, 1), (1024, 2, 1, 2), (1024, 2, 2, 1),
                 (1024, 2, 2, 2), (1024, 2, 3, 1), (512, 4, 1, 2), (512, 4, 2, 1), (512, 4, 2, 2),

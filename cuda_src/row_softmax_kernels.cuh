@@ -6,7 +6,7 @@
 //   log_softmax.cu:   KLAB_ROW_SOFTMAX_KERNELS(log_softmax, klab::LogSoftmaxEpilogue)
 //                     y = (x - max) - log(sum)
 //
-// The macro defines thin __global__ templates named <prefix>_warp, _block, _cluster, _persist,
+// The macro defines thin __global__ templates named <prefix>_warp, _block, _block_slots, _cluster, _persist,
 // _persist_cluster, _persist_pipe, _wide, _chunks and _chunks_reg (so NVRTC name expressions such as "fast_softmax_block<float, 4>" or "log_softmax_persist_cluster<__nv_bfloat16, 8, 4>" work);
 // each forwards to one device body below, templated on the epilogue. The launcher picks a kernel
 // and its shape per (N, dtype): kernel_lab/ops/softmax/fast_config.py, fast_softmax_config.
@@ -44,6 +44,23 @@
 //    fp16/bf16 x 8 (64 elements a thread in 64 registers at 1024 threads, rows of 16K-64K): the
 //    raw packed values stay, the epilogue runs vector by vector just before each store (two
 //    exps for softmax), spill-free: 94-99 % of copy where its CTAs share an SM or hold >= 112 KB.
+// 2b. <p>_block_slots<T, VPT>: kernel 2 for rows longer than its registers hold, no cluster.
+//    Ownership: block b owns row b; windows counted from the row's 128-byte line (line heads, as
+//            kernel 5); thread t holds windows t + k * blockDim.x (k < VPT) in registers and
+//            windows (VPT + j) * blockDim.x + t (j < `slots`) in its own shared-memory slots
+//            (slot j at j * blockDim.x + t: consecutive threads, consecutive 16 B).
+//    Steps:  the slots' cp.async copies go out first (no registers held), then the register
+//            windows' plain loads: the whole row is in flight at once. Local max (registers,
+//            then the slots once landed, no barrier: each thread reads only what it copied),
+//            local sum, one block all-reduce, epilogue on the registers (vector by vector for
+//            2-byte x 8) and on each slot read again. Raw values kept: two exps per element,
+//            three shared-memory reads per slot window.
+//    Why:    a fp16 / bf16 row of 36K-64K columns (72-128 KB) in registers alone needs 544-1024
+//            threads x 8 vectors: one CTA an SM. With part of the row in shared memory, CTAs
+//            of <= 512 threads x 8 hold it and two share an SM (2 x 64 registers x 512).
+//    Launch: M blocks of blockDim.x, dynamic shared memory slots * blockDim.x * 16 B (> 48 KB
+//            needs the attribute; the launcher sets it). Precond: vec != 0 (input and output
+//            rows in the same 16-byte phase; any phase), as kernel 5.
 // 3. <p>_cluster<T, VPT, CL>: long rows. A cluster of CL CTAs (compile-time __cluster_dims__,
 //    grid = M * CL blocks) owns one row; CTA rank c, thread t holds windows
 //    k * CL * blockDim.x + c * blockDim.x + t. Each CTA reduces its (max, sum) to shared memory,
@@ -448,6 +465,85 @@ __device__ __forceinline__ void row_on_chip(T* __restrict__ y, const T* __restri
     store_window(yr, k * step + base, n, h, vec, v);
   });
   if constexpr (CL > 1) cluster_wait();  // peers are done with our `part`
+}
+
+// Kernel 2b: kernel 2's row with its last windows in shared memory (see the header comment).
+// Window v of the row (line heads): registers for v = k * blockDim.x + t, k < VPT; slot j of this
+// thread (mine[j * blockDim.x]) for v = (VPT + j) * blockDim.x + t, j < slots.
+template <template <typename> class E, typename T, int VPT>
+__device__ __forceinline__ void row_on_chip_slots(T* __restrict__ y, const T* __restrict__ x,
+                                                  int n, long long stride, long long row,
+                                                  int slots) {
+  using A = acc_t<T>;
+  constexpr int W = Vec<T>::N;
+  __shared__ MaxSum<A> red[32];
+  extern __shared__ __align__(128) uint4 row_slots[];  // slots * blockDim.x, on 128-byte lines
+  const T* xr = x + row * stride;
+  T* yr = y + row * (long long)n;
+  const int h = line_head(xr), nwin = (n + h + W - 1) / W;
+  const int t = threadIdx.x, step = blockDim.x, first = VPT * step + t;
+  uint4* mine = row_slots + t;
+
+  // 1. The slot windows' copies in flight (whole aligned slots; masked on every read).
+  const uint4* src =
+      reinterpret_cast<const uint4*>(reinterpret_cast<size_t>(xr) & ~size_t(kLineBytes - 1));
+  const unsigned dst = shared_addr(mine), dst_step = step * sizeof(uint4);
+  for (int j = 0, v = first; j < slots && v < nwin; ++j, v += step)
+    cp_async16(dst + j * dst_step, src + v);
+  cp_async_commit();
+  auto slot = [&](int j) {  // slot j back from shared memory, -inf outside the row
+    const int v = first + j * step;
+    Vec<T> w;
+    if (v < nwin) {
+      w.raw = mine[j * step];
+      mask_outside_row(v * W - h, n, neg_inf<A>(), w);
+    } else {
+      w.fill(neg_inf_t<T>());
+    }
+    return w;
+  };
+  // 2. The register windows, plain 16-byte loads.
+  Vec<T> r[VPT];
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) r[k] = load_window(xr, k * step + t, n, h, 1, neg_inf_t<T>());
+
+  // 3. This thread's (max, sum): registers, then its slots once they have landed.
+  A m = opaque_max(r);
+  cp_async_wait_all();
+#pragma unroll 4
+  for (int j = 0; j < slots; ++j) {
+    const Vec<T> w = slot(j);
+#pragma unroll
+    for (int i = 0; i < W; ++i) m = amax(m, w.get(i));
+  }
+  const A ms = safe_max(m);
+  A s = A(0);
+#pragma unroll
+  for (int k = 0; k < VPT; ++k)
+#pragma unroll
+    for (int i = 0; i < W; ++i) s += exp_acc(r[k].get(i) - ms);
+  opaque_2byte(r);
+#pragma unroll 4
+  for (int j = 0; j < slots; ++j) {
+    const Vec<T> w = slot(j);
+#pragma unroll
+    for (int i = 0; i < W; ++i) s += exp_acc(w.get(i) - ms);
+  }
+  const MaxSum<A> st = block_allreduce(MaxSum<A>{m, s}, MergeOp{}, id<T>(), red);
+
+  // 4. The epilogue (raw values: two exps per element), registers then slots.
+  const A unused[1][W] = {};
+  write_row<E, kKeptValues, kRowOnChipEachVector<T, VPT>>(r, unused, m, st,
+                                                          [&](int k, const Vec<T>& v) {
+    store_window(yr, k * step + t, n, h, 1, v);
+  });
+  const E<A> epi(st);
+#pragma unroll 4
+  for (int j = 0; j < slots; ++j) {
+    Vec<T> w = slot(j);
+    apply_epilogue(w, epi);
+    store_window(yr, first + j * step, n, h, 1, w);
+  }
 }
 
 // Kernel 1.
@@ -1190,6 +1286,12 @@ template <typename T, int VPT> struct PersistThreads {
       P##_block(T* __restrict__ y, const T* __restrict__ x, long long rows, int n,               \
                 long long stride, int vec) {                                                     \
     klab::rowk::row_on_chip<EPI, T, VPT, 1>(y, x, n, stride, vec, blockIdx.x, 0);                \
+  }                                                                                              \
+  template <typename T, int VPT>                                                                 \
+  __global__ void __launch_bounds__(klab::rowk::MaxThreads<VPT>::value)                          \
+      P##_block_slots(T* __restrict__ y, const T* __restrict__ x, long long rows, int n,         \
+                      long long stride, int vec, int slots) {                                    \
+    klab::rowk::row_on_chip_slots<EPI, T, VPT>(y, x, n, stride, blockIdx.x, slots);              \
   }                                                                                              \
   template <typename T, int VPT, int CL>                                                         \
   __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(klab::rowk::MaxThreads<VPT>::value) \

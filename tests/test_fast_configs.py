@@ -283,6 +283,61 @@ def test_block_kernels_hold_rows_that_fill_them(dtype, vpt, threads):
             assert res.ok, f"{kernels.prefix} {cfg.label()} n={n}: {res.message}"
 
 
+def _block_slots_cases():
+    """(dtype, threads, slots) for kernel 2b (block_slots): a small CTA with one and with many
+    slots, the 512-thread CTA two of which share an SM, the largest CTA with > 200 KB of slots."""
+    for dt in fc.PERSIST_DTYPES:
+        for threads, slots in ((96, 1), (96, 9), (512, 5), (1024, 13)):
+            yield pytest.param(dt, threads, slots, id=f"{dt}-t{threads}-s{slots}")
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype,threads,slots", list(_block_slots_cases()))
+def test_block_slots_kernels_hold_rows_that_fill_them(dtype, threads, slots):
+    """softmax and log_softmax through one CTA a row with part of the row in shared memory
+    (``block_slots``): a row that fills registers and slots, odd rows at every line head, a row
+    the registers alone hold (slots past the row), rows of a wider tensor (stride > N), with -inf
+    / NaN / +1e4 rows; outputs poisoned with NaN first."""
+    cfg = fc.FastConfig("block_slots", threads=threads, vpt=fc.BLOCK_SLOTS_VPT, slots=slots)
+    w = vec_width(dtype)
+    cap, regs = cfg.capacity() * w, threads * cfg.vpt * w
+    line = fc.LINE_BYTES // dtype.itemsize
+    gen = torch.Generator(device="cuda").manual_seed(2468 + threads + slots)
+    for n in (cap, cap - line - 3, cap - threads * w - 1, regs - 5, regs + w + 1):
+        for wide in (0, 2 * line + 1):  # rows of a wider tensor: every row on another head
+            base = torch.randn(7, n + wide, device="cuda", generator=gen).to(dtype)
+            x = _edge_rows(base[:, wide:] if wide else base)
+            for kernels, ref_fn, tol in BOTH_OPS:
+                out = torch.full((7, n), float("nan"), device="cuda", dtype=dtype)
+                cv.fast_launch(out, x, cfg, kernels=kernels)
+                res = check(out, ref_fn(x), dtype, tol)
+                assert res.ok, f"{kernels.prefix} {cfg.label()} n={n} wide={wide}: {res.message}"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_block_slots_sizes_and_refusals(dtype):
+    """block_slots_config covers the row with the fewest slots; the launcher refuses rows in
+    another 16-byte phase than the output (the slots copy whole aligned 16-byte windows) and
+    more slots than a CTA's shared memory (CPU tensors: refused before any launch)."""
+    w = vec_width(dtype)
+    for threads in (256, 512, 1024):
+        for n in (threads * 8 * w + 1, 3 * threads * 8 * w - 7):
+            nwl = fc.line_windows(n, dtype, line=False)
+            cfg = fc.block_slots_config(nwl, threads)
+            assert cfg.capacity() >= nwl > cfg.capacity() - threads
+            assert cfg.shared_mem() == cfg.slots * threads * 16
+            assert cfg.expr("T") == f"fast_softmax_block_slots<T, {fc.BLOCK_SLOTS_VPT}>"
+    cfg = fc.block_slots_config(fc.line_windows(4000, dtype, line=False), 128)
+    buf = torch.zeros(3 * 4000 + 1, dtype=dtype)
+    x = buf[1:].view(3, 4000)  # one element off the output's phase
+    with pytest.raises(ValueError, match="same 16-byte phase"):
+        cv.fast_launch(torch.empty(3, 4000, dtype=dtype), x, cfg)
+    big = fc.FastConfig("block_slots", threads=1024, vpt=8, slots=15)  # 240 KB of slots
+    x = torch.zeros(2, 1024 * 20 * w, dtype=dtype)
+    with pytest.raises(ValueError, match="more than a CTA may take"):
+        cv.fast_launch(torch.empty_like(x), x, big)
+
+
 def _pipe_cases():
     """(dtype, vpt, cluster, threads, stages) for every pipelined instantiation, one and two
     rows of slots: a small CTA, and the largest whose slots fit shared memory."""

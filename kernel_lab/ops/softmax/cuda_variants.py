@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
+from kernel_lab import jit
 from kernel_lab.cuda_common import (
     ALL_DTYPES,
     ctype,
@@ -42,6 +43,7 @@ from .backward_config import (
 )
 from .fast_config import (
     LINE_BYTES,
+    MAX_CTA_SHARED,
     VPT,
     FastConfig,
     chunks_fit,
@@ -427,6 +429,17 @@ def fast_launch(
                     extra=(vec,))
     elif cfg.kind == "block":
         launch_rows(src, expr, out, (x2d,), grid=m, block=cfg.threads, extra=(vec,))
+    elif cfg.kind == "block_slots":
+        if not vec:
+            raise ValueError(f"{expr} needs input and output rows in the same 16-byte phase")
+        smem = cfg.shared_mem()
+        if smem > MAX_CTA_SHARED:
+            raise ValueError(f"{cfg.label()}: {smem} B of slots, more than a CTA may take "
+                             f"({MAX_CTA_SHARED} B)")
+        if smem > 48 * 1024:  # the opt-in past the default limit
+            jit.set_max_dynamic_shared(src.function(expr, device_index(out)), smem)
+        launch_rows(src, expr, out, (x2d,), grid=m, block=cfg.threads,
+                    extra=(vec, i32(cfg.slots)), shared_mem=smem)
     elif cfg.kind == "cluster":
         if cfg.cluster > 8:
             allow_non_portable_cluster(src, expr, device_index(out))

@@ -49,6 +49,7 @@ def cluster_shape(
 # Instantiations fast_softmax_config can pick (and nothing else: compile time is per name).
 FAST_WARP = ((4, 1), (4, 2), (8, 2), (16, 2), (32, 1), (32, 2), (32, 4))  # (group, vpt)
 FAST_BLOCK_VPT = (2, 4, 8)
+BLOCK_SLOTS_VPT = 8  # kernel 2b (block_slots): vectors per thread in registers, the rest in slots
 FAST_CL = (2, 4, 8, 16)
 # 16-byte vectors per thread of the persistent instantiations, by itemsize. A thread keeps at
 # most 64 exps in fp32 registers (kKeptFor in row_softmax_kernels.cuh): fp16/bf16 x 16 softmax
@@ -216,6 +217,8 @@ def row_kernel_exprs(prefix: str) -> list[str]:
         big = _fast_vpt_cap(dt)
         out += [f"{prefix}_warp<{t}, {g}, {v}>" for g, v in FAST_WARP]
         out += [f"{prefix}_block<{t}, {v}>" for v in FAST_BLOCK_VPT]
+        if dt in PERSIST_DTYPES:
+            out += [f"{prefix}_block_slots<{t}, {BLOCK_SLOTS_VPT}>"]
         out += [f"{prefix}_cluster<{t}, {big}, {c}>" for c in FAST_CL]
         if dt in PERSIST_DTYPES:
             for v in PERSIST_VPT[dt.itemsize]:
@@ -234,6 +237,8 @@ class FastConfig:
     """What fast_softmax (and log_softmax) launches for one (N, dtype): kernel kind and shape.
 
     kind: ``warp`` (``group`` lanes per row, several rows per block), ``block`` (a CTA per row),
+    ``block_slots`` (a CTA per row, ``vpt`` windows a thread in registers and ``slots`` more in
+    shared memory),
     ``cluster`` (``cluster`` CTAs per row, DSMEM reduction),
     ``persist`` (resident CTAs / clusters loop over rows, next row prefetched into shared memory;
     ``cluster`` = 1 is the single-CTA form), ``pipe`` (persistent clusters, ``stages`` rows in
@@ -254,6 +259,7 @@ class FastConfig:
     stages: int = 1  # persist, pipe: rows in flight into shared memory (1: the next; 2: two)
     lag: int = 1  # chunks: steps a chunk waits in shared memory for its row's (max, sum)
     ahead: int = 1  # chunks: chunks in flight into shared memory
+    slots: int = 0  # block_slots: 16-byte windows per thread in shared memory
 
     def __post_init__(self):
         if self.stages not in (1, 2):
@@ -274,6 +280,8 @@ class FastConfig:
             return f"{prefix}_warp<{t}, {self.group}, {self.vpt}>"
         if self.kind == "block":
             return f"{prefix}_block<{t}, {self.vpt}>"
+        if self.kind == "block_slots":
+            return f"{prefix}_block_slots<{t}, {self.vpt}>"
         if self.kind == "cluster":
             return f"{prefix}_cluster<{t}, {self.vpt}, {self.cluster}>"
         if self.kind == "persist":
@@ -292,6 +300,8 @@ class FastConfig:
             return self.group * self.vpt
         if self.kind in ("wide", "chunks", "chunks_reg"):
             return 1 << 31
+        if self.kind == "block_slots":
+            return self.threads * (self.vpt + self.slots)
         return self.threads * self.vpt * self.cluster
 
     def shared_mem(self) -> int:
@@ -301,6 +311,8 @@ class FastConfig:
             return self.threads * self.vpt * 16 * self.stages
         if self.kind in ("chunks", "chunks_reg"):
             return self.threads * self.vpt * 16 * self.chunk_sets()
+        if self.kind == "block_slots":
+            return self.threads * self.slots * 16
         return 0
 
     def chunk_sets(self) -> int:
@@ -321,6 +333,8 @@ class FastConfig:
             return f"chunks {self.threads}x{self.vpt} lag {self.lag} ahead {self.ahead}"
         if self.kind == "chunks_reg":
             return f"chunks_reg {self.threads}x{self.vpt} ahead {self.ahead}"
+        if self.kind == "block_slots":
+            return f"block_slots {self.threads}x{self.vpt}+{self.slots}"
         return f"{self.kind} {self.threads}x{self.vpt}"
 
 
@@ -359,7 +373,7 @@ def line_windows(n: int, dtype: torch.dtype, aligned: bool = True,
 def config_windows(cfg: "FastConfig", n: int, dtype: torch.dtype, aligned: bool,
                  line: bool) -> int:
     """Windows a row of ``n`` spans in ``cfg``'s kernel (line heads for persist and pipe)."""
-    if cfg.kind in ("persist", "pipe", "chunks", "chunks_reg"):
+    if cfg.kind in ("persist", "pipe", "chunks", "chunks_reg", "block_slots"):
         return line_windows(n, dtype, line=line)
     return vector_windows(n, dtype, aligned)
 
@@ -383,6 +397,14 @@ def persist_config(nw: int, vpt: int, cluster: int, late: bool = False,
     CTAs: the multiple of 32 threads that just covers the row."""
     return FastConfig("persist", threads=round32(-(-nw // (vpt * cluster))), vpt=vpt,
                       cluster=cluster, late=late and cluster > 1, stages=stages)
+
+
+def block_slots_config(nwl: int, threads: int, vpt: int = BLOCK_SLOTS_VPT) -> FastConfig:
+    """Kernel 2b for a row of ``nwl`` windows (line heads: :func:`line_windows`) on CTAs of
+    ``threads``: ``vpt`` windows a thread in registers, the rest in as few slots a thread as hold
+    them."""
+    return FastConfig("block_slots", threads=threads, vpt=vpt,
+                      slots=max(0, -(-(nwl - threads * vpt) // threads)))
 
 
 def wide_config(nw: int, cluster: int | None = None, threads: int = 1024,
