@@ -486,10 +486,19 @@ def test_tune_long_rows_times_one_cta_per_row_where_one_holds_it():
     """2-byte rows of 16K-64K also time the block kernel (one CTA of <= 1024 threads x 4 or 8
     vectors), which the rule gives them x 4 up to 16384, then x 8 at the CTA sizes that won
     (fast_config.block_x8_threads); longer rows get none."""
-    keep = "k.startswith('block')"
+    keep = "k.startswith('block ')"
     assert _tune_candidates(32768, keep) == ["block 1024x4", "block 512x8"]
     assert _tune_candidates(65536, keep) == ["block 1024x8"]
     assert _tune_candidates(131072, keep) == []
+
+
+def test_tune_long_rows_times_kernel_2b_where_registers_do_not_hold_the_row():
+    """block_slots (a CTA of BLOCK_SLOTS_THREADS x 8 vectors, the rest in shared-memory slots)
+    is timed wherever the row needs at least one slot and the slots fit one CTA."""
+    keep = "k.startswith('block_slots')"
+    assert _tune_candidates(32768, keep) == ["block_slots 256x8+8", "block_slots 384x8+3"]
+    assert "block_slots 1024x8+8" in _tune_candidates(131072, keep)
+    assert "block_slots 256x8+56" in _tune_candidates(131072, keep)
 
 
 def test_tune_long_rows_times_log_softmax_kernels_on_request():
