@@ -490,8 +490,8 @@ def fast_softmax_config(
       odd rows fewer): ``block`` x 8, any phase;
     * longer, when input and output rows share their 16-byte phase (``vec``) and the dtype is
       fp32/fp16/bf16: ``block_slots`` where BLOCK_SLOTS_RULES take the row (a CTA of 512 or
-      1024 threads x 8 vectors and at most 5 slots a thread: fp32 N 32769-53248, fp16/bf16
-      32769-53248 and 65537-106496, in line windows), else ``persist``, the first
+      1024 threads x 8 vectors and at most 5-6 slots a thread: fp32 N 32769-53248, fp16/bf16
+      32769-57344 and 65537-106496, in line windows), else ``persist``, the first
       PERSIST_SHAPES rule that holds the row - fp32: one
       CTA of <= 1024 threads x 8 vectors, 992-1024 x 4 in 8 CTAs (N 122881-131072), then <= 320
       x 16 in 8 CTAs; fp16/bf16:
@@ -586,7 +586,7 @@ BLOCK_X8_THREADS = {  # by rows on 16 bytes
 # Rows past the one-CTA shapes above, when input and output share their 16-byte phase: one CTA a
 # row of ``threads`` x 8 vectors in registers and the rest in shared-memory slots (kernel 2b,
 # ``block_slots``), for rows of more than ``above`` and at most ``most`` line windows - at most 5
-# slots a thread (by itemsize). H200, M*N = 2^28, % of copy, bench/tune_long_rows.py (NOTES,
+# or 6 slots a thread (by itemsize). H200, M*N = 2^28, % of copy, bench/tune_long_rows.py (NOTES,
 # twenty-fifth run): fp16 / bf16 512 x 8 + 1-5 slots (two CTAs an SM) 36000 96.3 / 96.7, 40000
 # 97.1 / 96.1, 44000 95.8 / 96.4, 48000 96.6 / 95.9, 50257 95.1 / 95.4, 53001 95.0 / 94.6 against
 # the persistent picks' 92.0-95.1; 1024 x 8 + 2 / + 5: 80000 95.3 / 95.8, 100000 93.1 / 92.2
@@ -594,7 +594,9 @@ BLOCK_X8_THREADS = {  # by rows on 16 bytes
 # 92.3 (8 x 96-128 x 16, late). More slots a thread lose (three shared-memory reads each): 512
 # x 8 + 12 92.8-93.5, + 17 80-81, fp32 1024 x 8 + 8 94.3 vs 94.5 (65536), 2-byte 1024 x 8 + 8
 # 89.5-91.3 vs 93.4-94.8 (131072); rows of 53K-65K keep block x 8 (56000 896 x 8 96.3 / 94.7
-# against 512 x 8 + 6 94.8 / 93.7).
+# against 512 x 8 + 6 94.8 / 93.7); but odd rows there take 512 x 8 + 6 (57001 94.6 / 94.8 vs
+# 2x896x4 93.0 / 92.8: second call). 98304 (rows on lines) 1024 x 8 + 4 93.6 / 93.7 vs the x 16
+# rule's 8x96x16 s2 94.2 / 93.6: level.
 class SlotsRule(NamedTuple):
     threads: int
     above: int  # line windows (line_windows): rows of more ...
@@ -603,7 +605,7 @@ class SlotsRule(NamedTuple):
 
 BLOCK_SLOTS_RULES = {  # by itemsize
     4: (SlotsRule(1024, 8192, 1024 * 13),),
-    2: (SlotsRule(512, 4096, 512 * 13), SlotsRule(1024, 8192, 1024 * 13)),
+    2: (SlotsRule(512, 4096, 512 * 14), SlotsRule(1024, 8192, 1024 * 13)),
     8: (),
 }
 
