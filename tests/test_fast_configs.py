@@ -330,7 +330,7 @@ def test_block_slots_kernels_hold_rows_that_fill_them(dtype, threads, slots):
     gen = torch.Generator(device="cuda").manual_seed(2468 + threads + slots)
     for n in (cap, cap - line - 3, cap - line + 1, cap - threads * w - 1, regs - 5, regs + w + 1):
         # rows of a wider tensor: every row on another head (up to 7 windows before it)
-        for wide in (0, 2 * line + 1) if n <= cap - line + 1 else (0,):
+        for wide in (0, 3 * w) if n <= cap - line + 1 else (0,):  # same 16-byte phase
             base = torch.randn(7, n + wide, device="cuda", generator=gen).to(dtype)
             x = _edge_rows(base[:, wide:] if wide else base)
             for kernels, ref_fn, tol in BOTH_OPS:
