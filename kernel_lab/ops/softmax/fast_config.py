@@ -142,13 +142,15 @@ class PersistShape(NamedTuple):
 # threads) late s2 92.8 / 92.3 vs 89.6 / 88.8, so from 608; rows that need 544-576 threads in 2
 # CTAs run 4 CTAs of 288, late - 34000 4x288x4 late 92.5 / 92.2 vs 2x544x4 88.6 / 88.6, 36000
 # 92.2-92.8 / 93.0-93.3 vs 88.9-89.3 / 89.0-89.8 (two tunes; late s2 there: 87.3-88.9).
+# Twenty-fourth and twenty-fifth runs: one CTA a row (block x 8, then BLOCK_SLOTS_RULES, both
+# checked before these rules) took every 2-byte row that 8 x <= 128 x 8 (rows on lines), 4 x 288
+# x 4 and 2 x 608-800 x 4 late s2 held, at 95-97 % against their 92-94: those three rules went
+# (no pick changed, N 2049-300000 checked), as did 16 x 96 x 16's rows (88.5k-98.3k on lines).
 PERSIST_SHAPES = {  # by itemsize
     4: (PersistShape(8, 1024, (1,)), PersistShape(4, 1024, (8,), least=992),
         PersistShape(16, 320, (8,))),
-    2: (PersistShape(8, 128, (8,), lines_only=True, min_fill=0.9), PersistShape(4, 1024, (1,)),
+    2: (PersistShape(4, 1024, (1,)),
         PersistShape(16, 160, (8,), lines_only=True, late=True, min_fill=0.9),
-        PersistShape(4, 288, (4,), least=288),
-        PersistShape(4, 800, (2,), stages=2, late=True, least=608),
         PersistShape(4, 1024, (2, 4))),
 }
 # 2-byte CTAs of more than 512 threads issue their copies right after the local (max, sum), not
@@ -494,10 +496,8 @@ def fast_softmax_config(
       32769-57344 and 65537-106496, in line windows), else ``persist``, the first
       PERSIST_SHAPES rule that holds the row - fp32: one
       CTA of <= 1024 threads x 8 vectors, 992-1024 x 4 in 8 CTAs (N 122881-131072), then <= 320
-      x 16 in 8 CTAs; fp16/bf16:
-      <= 128 x 8 in 8 CTAs (rows on lines), one CTA of <= 1024 x 4, <= 160 x 16 in 8 (rows
-      on lines), 288 x 4 in 4 (rows past one CTA of 1024 x 4 by at most an eighth), 608-800
-      x 4 in 2 (late, two rows in flight), <= 1024 x 4 in 2 or 4 - threads =
+      x 16 in 8 CTAs; fp16/bf16: one CTA of <= 1024 x 4 (odd rows of 16K-32K that block x 8
+      leaves), <= 160 x 16 in 8 (rows on lines), <= 1024 x 4 in 2 or 4 - threads =
       the multiple of 32 that just covers the row, next row's copies issued late (2-byte CTAs:
       only up to LATE_MAX_THREADS);
     * longer rows of those dtypes (fp32 > 163840, 2-byte > 131072 but for the x 16 rule):
