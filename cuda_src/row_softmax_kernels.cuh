@@ -6,8 +6,10 @@
 //   log_softmax.cu:   KLAB_ROW_SOFTMAX_KERNELS(log_softmax, klab::LogSoftmaxEpilogue)
 //                     y = (x - max) - log(sum)
 //
-// The macro defines thin __global__ templates named <prefix>_warp, _block, _block_slots, _cluster, _persist,
-// _persist_cluster, _persist_pipe, _wide, _chunks and _chunks_reg (so NVRTC name expressions such as "fast_softmax_block<float, 4>" or "log_softmax_persist_cluster<__nv_bfloat16, 8, 4>" work);
+// The macro defines thin __global__ templates named <prefix>_warp, _block, _block_slots,
+// _cluster, _persist, _persist_cluster, _persist_pipe, _wide, _chunks and _chunks_reg (so NVRTC
+// name expressions such as "fast_softmax_block<float, 4>" or
+// "log_softmax_persist_cluster<__nv_bfloat16, 8, 4>" work);
 // each forwards to one device body below, templated on the epilogue. The launcher picks a kernel
 // and its shape per (N, dtype): kernel_lab/ops/softmax/fast_config.py, fast_softmax_config.
 //
@@ -56,8 +58,11 @@
 //            2-byte x 8) and on each slot read again. Raw values kept: two exps per element,
 //            three shared-memory reads per slot window.
 //    Why:    a fp16 / bf16 row of 36K-64K columns (72-128 KB) in registers alone needs 544-1024
-//            threads x 8 vectors: one CTA an SM. With part of the row in shared memory, CTAs
-//            of <= 512 threads x 8 hold it and two share an SM (2 x 64 registers x 512).
+//            threads x 8 vectors: one CTA an SM, 84-94 % of copy. With its last windows in
+//            shared memory, CTAs of 512 threads x 8 hold it two to an SM, and 1024-thread CTAs
+//            hold rows past their registers (2-byte 80000, fp32 50257): 95-97 % with up to
+//            5-6 slots a thread, the persistent clusters' 92-95 there (H200, NOTES twenty-fifth
+//            run). Each slot window costs 3 shared-memory reads: from 8 slots it loses 3-5 points.
 //    Launch: M blocks of blockDim.x, dynamic shared memory slots * blockDim.x * 16 B (> 48 KB
 //            needs the attribute; the launcher sets it). Precond: vec != 0 (input and output
 //            rows in the same 16-byte phase; any phase), as kernel 5.

@@ -487,9 +487,9 @@ def fast_launch(
     op="softmax",
     backend="cuda",
     dtypes=ALL_DTYPES,
-    description="speed-of-light dispatch per (N, dtype): lane groups / CTA / persistent "
-    "prefetching CTAs or clusters (DSMEM) / wide, rows on chip with 16-byte aligned windows "
-    "(see fast_softmax_config)",
+    description="speed-of-light dispatch per (N, dtype): lane groups / CTA / CTA + shared-memory "
+    "slots / persistent prefetching CTAs or clusters (DSMEM) / chunks / wide, rows on chip with "
+    "16-byte aligned windows (see fast_softmax_config)",
     source="cuda_src/fast_softmax.cu",
 )
 def fast_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
