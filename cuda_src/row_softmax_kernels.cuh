@@ -472,6 +472,21 @@ __device__ __forceinline__ void row_on_chip(T* __restrict__ y, const T* __restri
   if constexpr (CL > 1) cluster_wait();  // peers are done with our `part`
 }
 
+// One window of this thread's slots (slot k: window v = k * step + base), masked outside the row
+// (kernels 2b and 5b).
+template <typename T>
+__device__ __forceinline__ Vec<T> slot_window(const uint4* mine, int k, bool inside, int v, int n,
+                                              int h, int nwin) {
+  Vec<T> r;
+  if (v < nwin) {
+    r.raw = mine[k * blockDim.x];
+    if (!inside) mask_outside_row(v * Vec<T>::N - h, n, neg_inf<acc_t<T>>(), r);
+  } else {
+    r.fill(neg_inf_t<T>());
+  }
+  return r;
+}
+
 // Kernel 2b: kernel 2's row with its last windows in shared memory (see the header comment).
 // Window v of the row (line heads): registers for v = k * blockDim.x + t, k < VPT; slot j of this
 // thread (mine[j * blockDim.x]) for v = (VPT + j) * blockDim.x + t, j < slots.
@@ -496,17 +511,7 @@ __device__ __forceinline__ void row_on_chip_slots(T* __restrict__ y, const T* __
   for (int j = 0, v = first; j < slots && v < nwin; ++j, v += step)
     cp_async16(dst + j * dst_step, src + v);
   cp_async_commit();
-  auto slot = [&](int j) {  // slot j back from shared memory, -inf outside the row
-    const int v = first + j * step;
-    Vec<T> w;
-    if (v < nwin) {
-      w.raw = mine[j * step];
-      mask_outside_row(v * W - h, n, neg_inf<A>(), w);
-    } else {
-      w.fill(neg_inf_t<T>());
-    }
-    return w;
-  };
+  auto slot = [&](int j) { return slot_window<T>(mine, j, false, first + j * step, n, h, nwin); };
   // 2. The register windows, plain 16-byte loads.
   Vec<T> r[VPT];
 #pragma unroll
@@ -731,20 +736,6 @@ __device__ __forceinline__ void persistent_rows(T* __restrict__ y, const T* __re
 }
 
 // ---- kernel 5b: persistent clusters, the (max, sum) exchange hidden behind the next row -------
-// One window of this thread's slots (slot k: window v = k * step + base), masked outside the row.
-template <typename T>
-__device__ __forceinline__ Vec<T> slot_window(const uint4* mine, int k, bool inside, int v, int n,
-                                              int h, int nwin) {
-  Vec<T> r;
-  if (v < nwin) {
-    r.raw = mine[k * blockDim.x];
-    if (!inside) mask_outside_row(v * Vec<T>::N - h, n, neg_inf<acc_t<T>>(), r);
-  } else {
-    r.fill(neg_inf_t<T>());
-  }
-  return r;
-}
-
 // This thread's (max, sum of exp(x - max)) of a row from its slots, one window at a time: the
 // registers hold the previous row meanwhile. Two reads of each slot (max, then sum).
 template <typename T, int VPT>
