@@ -1,4 +1,5 @@
-"""fast_softmax / log_softmax launch configs (CPU); every persistent / wide / chunk shape (GPU).
+"""fast_softmax / log_softmax launch configs (CPU); every block / block_slots / persistent / wide /
+chunk shape (GPU).
 
 CPU: ``fast_softmax_config`` always returns a shape that holds the row, names an instantiation
 both sources declare, and respects the kernels' limits. GPU: each persistent instantiation runs
