@@ -78,9 +78,10 @@ def candidates(n: int, dtype: torch.dtype, aligned: bool) -> dict[str, fc.FastCo
             c = fc.FastConfig("block", threads=threads, vpt=vpt)
             out.setdefault(c.label(), c)
     if dtype in fc.PERSIST_DTYPES:  # kernel 2b: one CTA a row, 8 vectors a thread + slots
-        for threads in BLOCK_SLOTS_THREADS:
-            c = fc.block_slots_config(nwl, threads)
-            if 0 < c.slots and c.shared_mem() <= fc.MAX_CTA_SHARED:
+        for threads in BLOCK_SLOTS_THREADS:  # rows that need a slot, slots that fit a CTA
+            most_slots = fc.MAX_CTA_SHARED // (16 * threads)
+            if threads * fc.BLOCK_SLOTS_VPT < nwl <= threads * (fc.BLOCK_SLOTS_VPT + most_slots):
+                c = fc.block_slots_config(nwl, threads)
                 out.setdefault(c.label(), c)
     for vpt in fc.PERSIST_VPT[dtype.itemsize]:
         for cl in fc.PERSIST_CL:

@@ -487,6 +487,11 @@ __device__ __forceinline__ Vec<T> slot_window(const uint4* mine, int k, bool ins
   return r;
 }
 
+// The row's aligned 16-byte slots from its first 128-byte line: slot v is window v (line heads).
+template <typename T> __device__ __forceinline__ const uint4* line_slots(const T* xr) {
+  return reinterpret_cast<const uint4*>(reinterpret_cast<size_t>(xr) & ~size_t(kLineBytes - 1));
+}
+
 // Kernel 2b: kernel 2's row with its last windows in shared memory (see the header comment).
 // Window v of the row (line heads): registers for v = k * blockDim.x + t, k < VPT; slot j of this
 // thread (mine[j * blockDim.x]) for v = (VPT + j) * blockDim.x + t, j < slots.
@@ -505,8 +510,7 @@ __device__ __forceinline__ void row_on_chip_slots(T* __restrict__ y, const T* __
   uint4* mine = row_slots + t;
 
   // 1. The slot windows' copies in flight (whole aligned slots; masked on every read).
-  const uint4* src =
-      reinterpret_cast<const uint4*>(reinterpret_cast<size_t>(xr) & ~size_t(kLineBytes - 1));
+  const uint4* src = line_slots(xr);
   const unsigned dst = shared_addr(mine), dst_step = step * sizeof(uint4);
   for (int j = 0, v = first; j < slots && v < nwin; ++j, v += step)
     cp_async16(dst + j * dst_step, src + v);
@@ -600,9 +604,7 @@ __device__ __forceinline__ void prefetch_row(uint4* mine, const T* xr, int nwin,
                                              int step) {
   // One source pointer and one shared address per row, stepped per window (the per-window
   // 64-bit address and generic-to-shared conversion were ~9 instructions per copy).
-  const uint4* src =
-      reinterpret_cast<const uint4*>(reinterpret_cast<size_t>(xr) & ~size_t(kLineBytes - 1)) +
-      base;
+  const uint4* src = line_slots(xr) + base;
   const unsigned dst = shared_addr(mine), dst_step = blockDim.x * sizeof(uint4);
 #pragma unroll
   for (int k = 0; k < VPT; ++k)

@@ -374,16 +374,27 @@ def function_attributes(fn) -> dict[str, int]:
     return {name: driver.funcGetAttribute(a, fn.ptr) for name, a in attrs.items()}
 
 
+# loaded function's handle -> (the function, kept alive so the handle is not reused; its limit)
+_shared_limits: dict[int, tuple[object, int]] = {}
+
+
 def set_max_dynamic_shared(fn, nbytes: int) -> None:
     """Allow at least ``nbytes`` of dynamic shared memory (needed above 48 KB).
 
     The limit only ever rises: it is one attribute of the loaded function, shared by every
     launch of it, so lowering it for a small CTA would make a cached larger launch of the same
     kernel fail with CUDA_ERROR_INVALID_VALUE (seen on the H200: persist bf16 1024 threads after
-    64 threads).
+    64 threads). Remembered per loaded function, so a launch path may call it every time without
+    a driver call (a hot reload loads a new function, which asks again).
     """
+    known = _shared_limits.get(fn.ptr)
+    if known is not None and known[0] is fn and known[1] >= nbytes:
+        return
     from cupy.cuda import driver
 
     attr = driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-    if driver.funcGetAttribute(attr, fn.ptr) < nbytes:
+    limit = driver.funcGetAttribute(attr, fn.ptr)
+    if limit < nbytes:
         driver.funcSetAttribute(fn.ptr, attr, int(nbytes))
+        limit = int(nbytes)
+    _shared_limits[fn.ptr] = (fn, limit)

@@ -363,3 +363,38 @@ def test_compile_cli_fills_a_cache_to_ship(tmp_path):
     bad = subprocess.run([*cmd[:-1], "nope.cu"], env=env, text=True, capture_output=True,
                          timeout=600)
     assert bad.returncode == 2 and "no declared source 'nope.cu'" in bad.stderr
+
+
+def test_shared_memory_opt_in_is_asked_once_per_function_and_only_rises(monkeypatch):
+    """jit.set_max_dynamic_shared sits on launch paths (kernel 2b sets it per call): the driver
+    is asked once per loaded function and size, the limit never goes down, and a new function
+    object behind a reused handle (a hot reload) asks again. CPU: the driver calls are faked."""
+    from cupy.cuda import driver
+
+    limits, calls = {}, []
+
+    def get(attr, ptr):
+        calls.append(("get", ptr))
+        return limits.get(ptr, 48 * 1024)
+
+    def set_(ptr, attr, value):
+        calls.append(("set", ptr, value))
+        limits[ptr] = value
+
+    monkeypatch.setattr(driver, "funcGetAttribute", get)
+    monkeypatch.setattr(driver, "funcSetAttribute", set_)
+    monkeypatch.setattr(jit, "_shared_limits", {})
+
+    class Fn:
+        ptr = 0xF00
+
+    fn = Fn()
+    jit.set_max_dynamic_shared(fn, 100_000)
+    jit.set_max_dynamic_shared(fn, 100_000)
+    jit.set_max_dynamic_shared(fn, 60_000)  # smaller: the limit stays
+    assert calls == [("get", 0xF00), ("set", 0xF00, 100_000)]
+    jit.set_max_dynamic_shared(fn, 200_000)
+    assert calls[-1] == ("set", 0xF00, 200_000) and limits[0xF00] == 200_000
+    calls.clear()
+    jit.set_max_dynamic_shared(Fn(), 150_000)  # same handle, another function: asks again
+    assert calls == [("get", 0xF00)]

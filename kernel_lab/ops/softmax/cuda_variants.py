@@ -43,7 +43,7 @@ from .backward_config import (
 )
 from .fast_config import (
     LINE_BYTES,
-    MAX_CTA_SHARED,
+    LINE_HEAD_KINDS,
     VPT,
     FastConfig,
     chunks_fit,
@@ -423,6 +423,8 @@ def fast_launch(
             raise ValueError(f"{cfg.label()} holds {cfg.capacity()} 16-byte windows; a row of "
                              f"{n} {x2d.dtype} here spans {need}")
     vec = i32(phase)
+    if cfg.kind in LINE_HEAD_KINDS and not vec:
+        raise ValueError(f"{expr} needs input and output rows in the same 16-byte phase")
     if cfg.kind == "warp":
         rows_per_block = cfg.threads // cfg.group
         launch_rows(src, expr, out, (x2d,), grid=-(-m // rows_per_block), block=cfg.threads,
@@ -430,13 +432,8 @@ def fast_launch(
     elif cfg.kind == "block":
         launch_rows(src, expr, out, (x2d,), grid=m, block=cfg.threads, extra=(vec,))
     elif cfg.kind == "block_slots":
-        if not vec:
-            raise ValueError(f"{expr} needs input and output rows in the same 16-byte phase")
         smem = cfg.shared_mem()
-        if smem > MAX_CTA_SHARED:
-            raise ValueError(f"{cfg.label()}: {smem} B of slots, more than a CTA may take "
-                             f"({MAX_CTA_SHARED} B)")
-        if smem > 48 * 1024:  # the opt-in past the default limit
+        if smem > 48 * 1024:  # the opt-in past the default limit (remembered per function)
             jit.set_max_dynamic_shared(src.function(expr, device_index(out)), smem)
         launch_rows(src, expr, out, (x2d,), grid=m, block=cfg.threads,
                     extra=(vec, i32(cfg.slots)), shared_mem=smem)
@@ -446,8 +443,6 @@ def fast_launch(
         launch_rows(src, expr, out, (x2d,), grid=m * cfg.cluster, block=cfg.threads,
                     extra=(vec,))
     elif cfg.kind in ("persist", "pipe"):  # kernel 5 also takes `late`
-        if not vec:
-            raise ValueError(f"{expr} needs input and output rows in the same 16-byte phase")
         late = (i32(int(cfg.late)),) if cfg.kind == "persist" else ()
         grid = persistent_grid(src, expr, cfg.threads, cfg.cluster, cfg.shared_mem(), m,
                                device_index(out), max_groups)
@@ -459,8 +454,6 @@ def fast_launch(
         launch_rows(src, expr, out, (x2d,), grid=grid, block=cfg.threads,
                     extra=(vec, i32(cfg.vpt)), shared_mem=cfg.shared_mem())
     elif cfg.kind in ("chunks", "chunks_reg"):
-        if not vec:
-            raise ValueError(f"{expr} needs input and output rows in the same 16-byte phase")
         chunks = row_chunks(cfg, n, x2d.dtype, _rows_on_lines(x2d))
         grid = persistent_grid(src, expr, cfg.threads, 1, cfg.shared_mem(), m * chunks,
                                device_index(out), max_groups)

@@ -276,6 +276,10 @@ class FastConfig:
             raise ValueError(f"chunks_reg needs lag 1, 1 <= ahead <= 8 and <= "
                              f"{CHUNK_REG_MAX_THREADS} threads, not {self.lag}, {self.ahead}, "
                              f"{self.threads}")
+        if self.kind == "block_slots" and not (
+                0 <= self.slots and self.shared_mem() <= MAX_CTA_SHARED):
+            raise ValueError(f"{self.label()}: {self.shared_mem()} B of slots, more than a CTA "
+                             f"may take ({MAX_CTA_SHARED} B)")
 
     def expr(self, t: str, prefix: str = "fast_softmax") -> str:
         if self.kind == "warp":
@@ -372,10 +376,15 @@ def line_windows(n: int, dtype: torch.dtype, aligned: bool = True,
     return -(-n // w) if line else -(-(n + LINE_BYTES // dtype.itemsize - 1) // w)
 
 
+# The kinds whose windows start at the row's 128-byte line (line heads): they copy whole aligned
+# 16-byte slots with cp.async, so input and output rows must share their 16-byte phase.
+LINE_HEAD_KINDS = ("persist", "pipe", "chunks", "chunks_reg", "block_slots")
+
+
 def config_windows(cfg: "FastConfig", n: int, dtype: torch.dtype, aligned: bool,
                  line: bool) -> int:
-    """Windows a row of ``n`` spans in ``cfg``'s kernel (line heads for persist and pipe)."""
-    if cfg.kind in ("persist", "pipe", "chunks", "chunks_reg", "block_slots"):
+    """Windows a row of ``n`` spans in ``cfg``'s kernel (line heads: LINE_HEAD_KINDS)."""
+    if cfg.kind in LINE_HEAD_KINDS:
         return line_windows(n, dtype, line=line)
     return vector_windows(n, dtype, aligned)
 
