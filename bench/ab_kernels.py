@@ -83,6 +83,9 @@ def main() -> None:
     ap.add_argument("--stages", type=int, default=1)
     ap.add_argument("--lag", type=int, default=1)
     ap.add_argument("--ahead", type=int, default=1)
+    ap.add_argument("--slots", type=int, default=-1,
+                    help="block_slots: shared-memory windows a thread (default: as few as hold "
+                    "each shape's row, block_slots_config)")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--total-log2", type=int, default=28)
     a = ap.parse_args()
@@ -102,7 +105,7 @@ def main() -> None:
         dtype, n = parse_dtype(dname), int(ns)
         x = torch.randn(max(1, (1 << a.total_log2) // n), n, device="cuda", dtype=dtype)
         y = torch.empty_like(x)
-        cfg = cv.fast_choice(y, x)[0] if a.kind is None else given_config(a)
+        cfg = cv.fast_choice(y, x)[0] if a.kind is None else given_config(a, n, dtype)
         expr = cfg.expr(cv.ctype(dtype), prefix)
         kernels = {}
         for name, path in a.variant:
@@ -132,9 +135,11 @@ def main() -> None:
         print(time_case(*case, names, a.rounds), flush=True)
 
 
-def given_config(a: argparse.Namespace) -> fc.FastConfig:
+def given_config(a: argparse.Namespace, n: int, dtype: torch.dtype) -> fc.FastConfig:
+    if a.kind == "block_slots" and a.slots < 0:  # as few slots as hold a row on 16 bytes
+        return fc.block_slots_config(fc.line_windows(n, dtype), a.threads, a.vpt)
     return fc.FastConfig(a.kind, threads=a.threads, vpt=a.vpt, cluster=a.cluster, late=a.late,
-                         stages=a.stages, lag=a.lag, ahead=a.ahead)
+                         stages=a.stages, lag=a.lag, ahead=a.ahead, slots=max(a.slots, 0))
 
 
 def fresh_tensor_config(n: int, dtype: torch.dtype, rows: int) -> fc.FastConfig:
@@ -152,7 +157,7 @@ def compile_only(a: argparse.Namespace) -> None:
         dname, _, ns = spec.partition(":")
         dtype, n = parse_dtype(dname), int(ns)
         rows = max(1, (1 << a.total_log2) // n)
-        cfg = fresh_tensor_config(n, dtype, rows) if a.kind is None else given_config(a)
+        cfg = fresh_tensor_config(n, dtype, rows) if a.kind is None else given_config(a, n, dtype)
         expr = cfg.expr(cv.ctype(dtype), OPS[a.op][1])
         for name, path in a.variant:
             before, t0 = jit.CudaModule.compile_count, time.perf_counter()

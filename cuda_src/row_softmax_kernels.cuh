@@ -52,17 +52,20 @@
 //            windows (VPT + j) * blockDim.x + t (j < `slots`) in its own shared-memory slots
 //            (slot j at j * blockDim.x + t: consecutive threads, consecutive 16 B).
 //    Steps:  the slots' cp.async copies go out first (no registers held), then the register
-//            windows' plain loads: the whole row is in flight at once. Local max (registers,
-//            then the slots once landed, no barrier: each thread reads only what it copied),
-//            local sum, one block all-reduce, epilogue on the registers (vector by vector for
-//            2-byte x 8) and on each slot read again. Raw values kept: two exps per element,
-//            three shared-memory reads per slot window.
+//            windows' plain loads: the whole row is in flight at once. Local (max, sum) of the
+//            registers while the slots land, then each slot window folded in online as it is
+//            read (one rescale a window; no barrier: each thread reads only what it copied),
+//            one block all-reduce, epilogue on the registers (vector by vector for 2-byte x 8)
+//            and on each slot read again. Raw values kept: two exps per element (+1 a slot
+//            window), two shared-memory reads per slot window.
 //    Why:    a fp16 / bf16 row of 36K-64K columns (72-128 KB) in registers alone needs 544-1024
 //            threads x 8 vectors: one CTA an SM, 84-94 % of copy. With its last windows in
 //            shared memory, CTAs of 512 threads x 8 hold it two to an SM, and 1024-thread CTAs
 //            hold rows past their registers (2-byte 80000, fp32 50257): 95-97 % with up to
 //            5-6 slots a thread, the persistent clusters' 92-95 there (H200, NOTES twenty-fifth
-//            run). Each slot window costs 3 shared-memory reads: from 8 slots it loses 3-5 points.
+//            run). Slot windows still cost: from 8 slots a thread 3-5 points (twenty-sixth run:
+//            the online fold read each slot twice, not three times: +0-2 points at 2-5 slots,
+//            +1-4 at 8-11).
 //    Launch: M blocks of blockDim.x, dynamic shared memory slots * blockDim.x * 16 B (> 48 KB
 //            needs the attribute; the launcher sets it). Precond: vec != 0 (input and output
 //            rows in the same 16-byte phase; any phase), as kernel 5.
@@ -521,15 +524,9 @@ __device__ __forceinline__ void row_on_chip_slots(T* __restrict__ y, const T* __
 #pragma unroll
   for (int k = 0; k < VPT; ++k) r[k] = load_window(xr, k * step + t, n, h, 1, neg_inf_t<T>());
 
-  // 3. This thread's (max, sum): registers, then its slots once they have landed.
-  A m = opaque_max(r);
-  cp_async_wait_all();
-#pragma unroll 4
-  for (int j = 0; j < slots; ++j) {
-    const Vec<T> w = slot(j);
-#pragma unroll
-    for (int i = 0; i < W; ++i) m = amax(m, w.get(i));
-  }
+  // 3. This thread's (max, sum): registers first (their exps while the slots still land), then
+  // each slot window folded in as it is read (online: one rescale a window), one read a slot.
+  const A m = opaque_max(r);
   const A ms = safe_max(m);
   A s = A(0);
 #pragma unroll
@@ -537,13 +534,17 @@ __device__ __forceinline__ void row_on_chip_slots(T* __restrict__ y, const T* __
 #pragma unroll
     for (int i = 0; i < W; ++i) s += exp_acc(r[k].get(i) - ms);
   opaque_2byte(r);
+  MaxSum<A> mine_ms{m, s};
+  cp_async_wait_all();
 #pragma unroll 4
   for (int j = 0; j < slots; ++j) {
     const Vec<T> w = slot(j);
+    A v[W];
 #pragma unroll
-    for (int i = 0; i < W; ++i) s += exp_acc(w.get(i) - ms);
+    for (int i = 0; i < W; ++i) v[i] = w.get(i);
+    online_update(mine_ms, v);
   }
-  const MaxSum<A> st = block_allreduce(MaxSum<A>{m, s}, MergeOp{}, id<T>(), red);
+  const MaxSum<A> st = block_allreduce(mine_ms, MergeOp{}, id<T>(), red);
 
   // 4. The epilogue (raw values: two exps per element), registers then slots.
   const A unused[1][W] = {};

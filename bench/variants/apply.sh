@@ -20,6 +20,9 @@
 #            kernel 5 does, not from its 16-byte block (twenty-fourth run, "Left": odd 2-byte rows
 #            at 352-416 and 896-928 threads; A/B with --kind block, shapes with >= 7 windows of
 #            slack: bash .ci/gpu-bench blockx8)
+#   slotsregsfirst  kernel 2b (row_on_chip_slots) issues its register loads before its slots'
+#            copies (twenty-sixth run: +2-5 points at 8-11 slots a thread on 1024 x 8, -2 to -9
+#            at 2-5; bash .ci/gpu-bench slotorder)
 # A patch that no longer applies fails loudly; bench/ab_variants/ is git-ignored (carry it to
 # the GPU machine).
 set -euo pipefail
