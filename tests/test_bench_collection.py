@@ -670,7 +670,10 @@ def test_auto_check_races_auto_against_its_candidates(tmp_path):
         ("log_softmax_backward", "4x64", "torch_log_softmax_backward")]
     for c in saved["cases"]:
         assert c["best"] in c["times"] and c["auto_s"] > 0
-        assert c["ratio"] == pytest.approx(c["auto_s"] / c["times"][c["best"]], rel=1e-3)
+        # the JSON keeps 4 decimals: on a busy machine the ratio can be far from 1 (0.0011 once,
+        # 16 test workers on the GPU machine), so allow the rounding as well as 0.1 %
+        assert c["ratio"] == pytest.approx(c["auto_s"] / c["times"][c["best"]], rel=1e-3,
+                                           abs=5e-5)
     assert saved["meta"]["path"] == "eager"
     r = subprocess.run([*base, "--tolerance", "1000", "--path", "custom"], cwd=REPO, text=True,
                        capture_output=True, timeout=300, env=env)

@@ -135,25 +135,36 @@ def test_rows_past_one_ctas_registers_keep_a_few_windows_in_shared_memory():
     x 8 + 1-6 slots (two CTAs an SM: 50257 95.1 / 95.4 vs 2x800x4 late s2 92.2 / 93.4; odd 57001
     94.6 / 94.8 vs 93.0 / 92.8) where block x 8 does not take them, 65537-106496 1024 x 8 + 1-5
     (80000 95.3 / 95.8 vs 4x640x4 82-84); fp32 32769-53248 1024 x 8 + 1-5 (50257 95.7 vs
-    8x128x16 late 92.3). Never more slots than that, never in another 16-byte phase than the
-    output, and the rows between stay on block x 8 / persistent."""
+    8x128x16 late 92.3). Twenty-sixth run: the odd fp16 / bf16 rows of ~20.5k-26.6k that block x 8
+    leaves (352-416 threads) run 256 x 8 + 3-6 (24001 96.6 / 95.8 vs 1x768x4 92.4 / 91.8). Never
+    more slots than that, never in another 16-byte phase than the output, and the rows between
+    stay on block x 8 / persistent."""
     for dtype in (torch.float16, torch.bfloat16, torch.float32):
         w = vec_width(dtype)
-        for n in range(16385, 140000, 997):
+        for n in list(range(16385, 140000, 997)) + list(range(20400, 26700, 7)):
             for aligned, vec in ((True, True), (False, True), (False, False)):
                 c = fc.fast_softmax_config(n, dtype, aligned, vec)
                 if c.kind != "block_slots":
                     continue
-                two_byte_512 = dtype.itemsize == 2 and n <= 57344
+                two_byte_256 = dtype.itemsize == 2 and n <= 32768
+                two_byte_512 = dtype.itemsize == 2 and 32768 < n <= 57344
                 assert vec and c.vpt == fc.BLOCK_SLOTS_VPT, (n, c)
-                assert 1 <= c.slots <= (6 if two_byte_512 else 5), (n, c)
-                assert c.threads == (512 if two_byte_512 else 1024), (n, c)
+                assert 1 <= c.slots <= (6 if two_byte_256 or two_byte_512 else 5), (n, c)
+                assert c.threads == (256 if two_byte_256 else 512 if two_byte_512 else 1024), \
+                    (n, c)
                 nwl = fc.line_windows(n, dtype, aligned)
                 assert c.capacity() >= nwl > c.capacity() - c.threads, (n, c)
-                assert 32768 < n <= (106496 if w == 8 else 53248), (n, dtype)
-        for n in (50257, 80000):
+                if two_byte_256:  # only the odd rows block x 8 leaves at 352-416 threads
+                    assert not aligned and 20472 < n < 26624, (n, c)
+                    assert 352 <= fc.round32(-(-fc.vector_windows(n, dtype, aligned) // 8)) <= 416
+                    assert c.slots >= 3, (n, c)
+                else:
+                    assert 32768 < n <= (106496 if w == 8 else 53248), (n, dtype)
+        for n in (50257, 80000, 24001):
             assert fc.fast_softmax_config(n, dtype, False, False).kind != "block_slots"
     assert fc.fast_softmax_config(57001, torch.bfloat16, False).label() == "block_slots 512x8+6"
+    assert fc.fast_softmax_config(24001, torch.float16, False).label() == "block_slots 256x8+4"
+    assert fc.fast_softmax_config(24000, torch.float16, True).label() == "block 384x8"
     assert fc.fast_softmax_config(56000, torch.float16).label() == "block 896x8"
 
 
@@ -175,7 +186,8 @@ def assert_fitted_chunks(n: int, dtype: torch.dtype) -> None:
 def test_2byte_rows_of_16k_to_64k_take_one_cta_of_8_vectors(dtype, aligned, vec):
     """block x 8 (twenty-fourth run: 94-99 % of copy) from 2049 windows where its CTA size is
     one that beat the persistent shapes (rows on 16 bytes: <= 512 threads, 896-1024; odd rows:
-    <= 320, 448-512, 960-1024); the others stay persistent (or, off phase, a cluster)."""
+    <= 320, 448-512, 960-1024); the others run kernel 2b (twenty-fifth / twenty-sixth runs) or
+    stay persistent (or, off phase, a cluster)."""
     sizes = {True: [*range(32, 513, 32), *range(896, 1025, 32)],
              False: [*range(32, 321, 32), 448, 480, 512, 960, 992, 1024]}[aligned]
     for n in range(16385, 65537 + 4096, 331):
@@ -188,7 +200,9 @@ def test_2byte_rows_of_16k_to_64k_take_one_cta_of_8_vectors(dtype, aligned, vec)
             assert c.threads == threads and c.capacity() >= nw, (n, c)
     assert fc.fast_softmax_config(16384, dtype).label() == "block 512x4"  # 99 % of copy
     assert fc.fast_softmax_config(16385, dtype).label() == "block 288x8"
-    assert fc.fast_softmax_config(24001, dtype, False).kind == "persist"  # odd: 90 vs 92 %
+    # odd: block 384x8 90 vs 92 % (persist 1x768x4), then 256 x 8 + 4 96 % (twenty-sixth run)
+    assert fc.fast_softmax_config(24001, dtype, False).label() == "block_slots 256x8+4"
+    assert fc.fast_softmax_config(24001, dtype, False, False).label() == "block 768x4"  # off phase
     assert fc.fast_softmax_config(24576, dtype).label() == "block 384x8"  # 96-97 vs 89-90
 
 

@@ -146,11 +146,13 @@ class PersistShape(NamedTuple):
 # checked before these rules) took every 2-byte row that 8 x <= 128 x 8 (rows on lines), 4 x 288
 # x 4 and 2 x 608-800 x 4 late s2 held, at 95-97 % against their 92-94: those three rules went
 # (no pick changed, N 2049-300000 checked), as did 16 x 96 x 16's rows (88.5k-98.3k on lines).
+# Twenty-sixth run: kernel 2b at 256 threads took the odd rows of 20.5k-26.6k from the 2-byte
+# one-CTA rule (<= 1024 x 4, 92-93.5 %, against 96-96.6): it went (only those picks changed, N
+# 2049-300000).
 PERSIST_SHAPES = {  # by itemsize
     4: (PersistShape(8, 1024, (1,)), PersistShape(4, 1024, (8,), least=992),
         PersistShape(16, 320, (8,))),
-    2: (PersistShape(4, 1024, (1,)),
-        PersistShape(16, 160, (8,), lines_only=True, late=True, min_fill=0.9),
+    2: (PersistShape(16, 160, (8,), lines_only=True, late=True, min_fill=0.9),
         PersistShape(4, 1024, (2, 4))),
 }
 # 2-byte CTAs of more than 512 threads issue their copies right after the local (max, sum), not
@@ -502,11 +504,11 @@ def fast_softmax_config(
     * longer, when input and output rows share their 16-byte phase (``vec``) and the dtype is
       fp32/fp16/bf16: ``block_slots`` where BLOCK_SLOTS_RULES take the row (a CTA of 512 or
       1024 threads x 8 vectors and at most 5-6 slots a thread: fp32 N 32769-53248, fp16/bf16
-      32769-57344 and 65537-106496, in line windows), else ``persist``, the first
+      32769-57344 and 65537-106496, in line windows; 256 threads: the odd fp16/bf16 rows of
+      ~20.5K-26.6K that block x 8 leaves), else ``persist``, the first
       PERSIST_SHAPES rule that holds the row - fp32: one
       CTA of <= 1024 threads x 8 vectors, 992-1024 x 4 in 8 CTAs (N 122881-131072), then <= 320
-      x 16 in 8 CTAs; fp16/bf16: one CTA of <= 1024 x 4 (odd rows of 16K-32K that block x 8
-      leaves), <= 160 x 16 in 8 (rows on lines), <= 1024 x 4 in 2 or 4 - threads =
+      x 16 in 8 CTAs; fp16/bf16: <= 160 x 16 in 8 (rows on lines), <= 1024 x 4 in 2 or 4 - threads =
       the multiple of 32 that just covers the row, next row's copies issued late (2-byte CTAs:
       only up to LATE_MAX_THREADS);
     * longer rows of those dtypes (fp32 > 163840, 2-byte > 131072 but for the x 16 rule):
@@ -606,6 +608,11 @@ BLOCK_X8_THREADS = {  # by rows on 16 bytes
 # against 512 x 8 + 6 94.8 / 93.7); but odd rows there take 512 x 8 + 6 (57001 94.6 / 94.8 vs
 # 2x896x4 93.0 / 92.8: second call). 98304 (rows on lines) 1024 x 8 + 4 93.6 / 93.7 vs the x 16
 # rule's 8x96x16 s2 94.2 / 93.6: level.
+# Twenty-sixth run (tune, softmax and log_softmax, fp16 / bf16): the odd 2-byte rows that block x
+# 8 leaves below 32768 (CTAs of 352-416 threads: N ~20.5k-26.6k, not a multiple of 8) run 256 x 8
+# + 3-6 (four CTAs an SM by registers) - 22001 256 x 8 + 3 96.0 / 96.1 vs persist 1x704x4 93.5 /
+# 93.1, 24001 + 4 96.6 / 95.8 vs 1x768x4 92.4 / 91.8 (log_softmax the same) - the only rows the
+# 2-byte one-CTA persistent rule (<= 1024 x 4) still took: it went.
 class SlotsRule(NamedTuple):
     threads: int
     above: int  # line windows (line_windows): rows of more ...
@@ -614,7 +621,8 @@ class SlotsRule(NamedTuple):
 
 BLOCK_SLOTS_RULES = {  # by itemsize
     4: (SlotsRule(1024, 8192, 1024 * 13),),
-    2: (SlotsRule(512, 4096, 512 * 14), SlotsRule(1024, 8192, 1024 * 13)),
+    2: (SlotsRule(256, 2048, 256 * 14), SlotsRule(512, 4096, 512 * 14),
+        SlotsRule(1024, 8192, 1024 * 13)),
     8: (),
 }
 
