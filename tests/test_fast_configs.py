@@ -25,8 +25,8 @@ from kernel_lab.ops.softmax import persistent as pc
 from kernel_lab.reference import check
 
 NS = sorted({1, 3, 7, 31, 127, 128, 129, 512, 781, 1023, 1024, 1823, 2048, 4096, 4097, 8192,
-             16384, 16385, 32000, 32768, 50257, 65536, 128256, 131072, 151936, 262144, 262145,
-             524288, 1048576, 1048577, 2097152})
+             16384, 16385, 24001, 32000, 32768, 50257, 65536, 128256, 131072, 151936, 262144,
+             262145, 524288, 1048576, 1048577, 2097152})
 
 
 @pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
@@ -328,7 +328,7 @@ def _block_slots_cases():
     """(dtype, threads, slots) for kernel 2b (block_slots): a small CTA with one and with many
     slots, the 512-thread CTA two of which share an SM, the largest CTA with > 200 KB of slots."""
     for dt in fc.PERSIST_DTYPES:
-        for threads, slots in ((96, 1), (96, 9), (512, 5), (1024, 13)):
+        for threads, slots in ((96, 1), (96, 9), (256, 6), (512, 5), (1024, 13)):
             yield pytest.param(dt, threads, slots, id=f"{dt}-t{threads}-s{slots}")
 
 
