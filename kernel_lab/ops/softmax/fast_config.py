@@ -602,7 +602,7 @@ BLOCK_X8_THREADS = {  # by rows on 16 bytes
 # 97.1 / 96.1, 44000 95.8 / 96.4, 48000 96.6 / 95.9, 50257 95.1 / 95.4, 53001 95.0 / 94.6 against
 # the persistent picks' 92.0-95.1; 1024 x 8 + 2 / + 5: 80000 95.3 / 95.8, 100000 93.1 / 92.2
 # against 82-85 (4 x 640-800 x 4). fp32 1024 x 8 + 2 / + 5: 40000 96.9, 50257 95.7 against 92.8 /
-# 92.3 (8 x 96-128 x 16, late). More slots a thread lose (three shared-memory reads each): 512
+# 92.3 (8 x 96-128 x 16, late). More slots a thread lose (then three shared-memory reads each): 512
 # x 8 + 12 92.8-93.5, + 17 80-81, fp32 1024 x 8 + 8 94.3 vs 94.5 (65536), 2-byte 1024 x 8 + 8
 # 89.5-91.3 vs 93.4-94.8 (131072); rows of 53K-65K keep block x 8 (56000 896 x 8 96.3 / 94.7
 # against 512 x 8 + 6 94.8 / 93.7); but odd rows there take 512 x 8 + 6 (57001 94.6 / 94.8 vs
