@@ -137,7 +137,7 @@ def main() -> None:
 
 def given_config(a: argparse.Namespace, n: int, dtype: torch.dtype) -> fc.FastConfig:
     if a.kind == "block_slots" and a.slots < 0:  # as few slots as hold a row on 16 bytes
-        return fc.block_slots_config(fc.line_windows(n, dtype), a.threads, a.vpt)
+        return fc.block_slots_config(fc.line_windows(n, dtype), a.threads, a.vpt, a.cluster)
     return fc.FastConfig(a.kind, threads=a.threads, vpt=a.vpt, cluster=a.cluster, late=a.late,
                          stages=a.stages, lag=a.lag, ahead=a.ahead, slots=max(a.slots, 0))
 

@@ -77,12 +77,15 @@ def candidates(n: int, dtype: torch.dtype, aligned: bool) -> dict[str, fc.FastCo
         if threads <= 1024 and nw > fc.WARP_MAX_WINDOWS:
             c = fc.FastConfig("block", threads=threads, vpt=vpt)
             out.setdefault(c.label(), c)
-    if dtype in fc.PERSIST_DTYPES:  # kernel 2b: one CTA a row, 8 vectors a thread + slots
-        for threads in BLOCK_SLOTS_THREADS:  # rows that need a slot, slots that fit a CTA
-            most_slots = fc.MAX_CTA_SHARED // (16 * threads)
-            if threads * fc.BLOCK_SLOTS_VPT < nwl <= threads * (fc.BLOCK_SLOTS_VPT + most_slots):
-                c = fc.block_slots_config(nwl, threads)
-                out.setdefault(c.label(), c)
+    if dtype in fc.PERSIST_DTYPES:  # kernels 2b / 3b: one CTA (cluster) a row, 8 vectors a
+        # thread + slots
+        for cl in (1, *fc.SLOTS_CL):
+            for threads in BLOCK_SLOTS_THREADS:  # rows that need a slot, slots that fit a CTA
+                most_slots = min(fc.MAX_CTA_SHARED // (16 * threads), SLOTS_MOST)
+                per = cl * threads
+                if per * fc.BLOCK_SLOTS_VPT < nwl <= per * (fc.BLOCK_SLOTS_VPT + most_slots):
+                    c = fc.block_slots_config(nwl, threads, cluster=cl)
+                    out.setdefault(c.label(), c)
     for vpt in fc.PERSIST_VPT[dtype.itemsize]:
         for cl in fc.PERSIST_CL:
             c = fc.persist_config(nwl, vpt, cl)
@@ -123,8 +126,11 @@ def candidates(n: int, dtype: torch.dtype, aligned: bool) -> dict[str, fc.FastCo
     return out
 
 
-# kernel 2b's CTA sizes timed (block_slots: <= 512 threads, two or more CTAs an SM)
+# kernel 2b's CTA sizes timed (block_slots: <= 512 threads, two or more CTAs an SM), and 3b's
+# (the same on clusters of SLOTS_CL CTAs); at most SLOTS_MOST slots a thread (past ~12 they lose
+# 5-20 points: twenty-fifth run)
 BLOCK_SLOTS_THREADS = (256, 384, 512, 640, 768, 1024)
+SLOTS_MOST = 12
 # the chunk kernel's shapes timed (one to four CTAs per SM by shared memory and threads)
 CHUNK_SHAPES = ((1024, 4, 1, 1), (512, 4, 1, 1), (768, 4, 2, 1), (1024, 2, 1, 2), (1024, 2, 2, 1),
                 (1024, 2, 2, 2), (1024, 2, 3, 1), (512, 4, 1, 2), (512, 4, 2, 1), (512, 4, 2, 2),

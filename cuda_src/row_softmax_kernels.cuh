@@ -7,8 +7,8 @@
 //                     y = (x - max) - log(sum)
 //
 // The macro defines thin __global__ templates named <prefix>_warp, _block, _block_slots,
-// _cluster, _persist, _persist_cluster, _persist_pipe, _wide, _chunks and _chunks_reg (so NVRTC
-// name expressions such as "fast_softmax_block<float, 4>" or
+// _cluster, _cluster_slots, _persist, _persist_cluster, _persist_pipe, _wide, _chunks and
+// _chunks_reg (so NVRTC name expressions such as "fast_softmax_block<float, 4>" or
 // "log_softmax_persist_cluster<__nv_bfloat16, 8, 4>" work);
 // each forwards to one device body below, templated on the epilogue. The launcher picks a kernel
 // and its shape per (N, dtype): kernel_lab/ops/softmax/fast_config.py, fast_softmax_config.
@@ -69,6 +69,13 @@
 //    Launch: M blocks of blockDim.x, dynamic shared memory slots * blockDim.x * 16 B (> 48 KB
 //            needs the attribute; the launcher sets it). Precond: vec != 0 (input and output
 //            rows in the same 16-byte phase; any phase), as kernel 5.
+// 3b. <p>_cluster_slots<T, VPT, CL>: kernel 2b on a cluster of CL CTAs a row (grid M * CL):
+//            CTA rank c owns windows whose index is c * blockDim.x + t modulo CL * blockDim.x
+//            (registers first, then slots, as 2b); the CTAs' (max, sum) merged through
+//            distributed shared memory as kernel 3 (one cluster barrier, then arrive / wait).
+//    Why:    rows too long for one SM's registers and shared memory together (fp32 131072,
+//            2-byte 262144: 512 KB) or whose one-CTA form leaves one CTA an SM (2-byte 131072 on
+//            1024 x 8 + 8: 90-91 %), on CTAs of <= 512 threads, two an SM (twenty-sixth run).
 // 3. <p>_cluster<T, VPT, CL>: long rows. A cluster of CL CTAs (compile-time __cluster_dims__,
 //    grid = M * CL blocks) owns one row; CTA rank c, thread t holds windows
 //    k * CL * blockDim.x + c * blockDim.x + t. Each CTA reduces its (max, sum) to shared memory,
@@ -495,26 +502,29 @@ template <typename T> __device__ __forceinline__ const uint4* line_slots(const T
   return reinterpret_cast<const uint4*>(reinterpret_cast<size_t>(xr) & ~size_t(kLineBytes - 1));
 }
 
-// Kernel 2b: kernel 2's row with its last windows in shared memory (see the header comment).
-// Window v of the row (line heads): registers for v = k * blockDim.x + t, k < VPT; slot j of this
-// thread (mine[j * blockDim.x]) for v = (VPT + j) * blockDim.x + t, j < slots.
-template <template <typename> class E, typename T, int VPT>
+// Kernels 2b / 3b: kernel 2's (3's) row with its last windows in shared memory (see the header
+// comment). CTA `rank` of CL, thread t: base = rank * blockDim.x + t, step = CL * blockDim.x;
+// window v of the row (line heads): registers for v = k * step + base, k < VPT; slot j of this
+// thread (mine[j * blockDim.x]) for v = (VPT + j) * step + base, j < slots.
+template <template <typename> class E, typename T, int VPT, int CL>
 __device__ __forceinline__ void row_on_chip_slots(T* __restrict__ y, const T* __restrict__ x,
                                                   int n, long long stride, long long row,
-                                                  int slots) {
+                                                  int slots, unsigned rank) {
   using A = acc_t<T>;
   constexpr int W = Vec<T>::N;
   __shared__ MaxSum<A> red[32];
+  __shared__ A part[2];
   extern __shared__ __align__(128) uint4 row_slots[];  // slots * blockDim.x, on 128-byte lines
   const T* xr = x + row * stride;
   T* yr = y + row * (long long)n;
   const int h = line_head(xr), nwin = (n + h + W - 1) / W;
-  const int t = threadIdx.x, step = blockDim.x, first = VPT * step + t;
+  const int t = threadIdx.x, base = rank * blockDim.x + t, step = CL * blockDim.x;
+  const int first = VPT * step + base;
   uint4* mine = row_slots + t;
 
   // 1. The slot windows' copies in flight (whole aligned slots; masked on every read).
   const uint4* src = line_slots(xr);
-  const unsigned dst = shared_addr(mine), dst_step = step * sizeof(uint4);
+  const unsigned dst = shared_addr(mine), dst_step = blockDim.x * sizeof(uint4);
   for (int j = 0, v = first; j < slots && v < nwin; ++j, v += step)
     cp_async16(dst + j * dst_step, src + v);
   cp_async_commit();
@@ -522,7 +532,7 @@ __device__ __forceinline__ void row_on_chip_slots(T* __restrict__ y, const T* __
   // 2. The register windows, plain 16-byte loads.
   Vec<T> r[VPT];
 #pragma unroll
-  for (int k = 0; k < VPT; ++k) r[k] = load_window(xr, k * step + t, n, h, 1, neg_inf_t<T>());
+  for (int k = 0; k < VPT; ++k) r[k] = load_window(xr, k * step + base, n, h, 1, neg_inf_t<T>());
 
   // 3. This thread's (max, sum): registers first (their exps while the slots still land), then
   // each slot window folded in as it is read (online: one rescale a window), one read a slot.
@@ -544,13 +554,22 @@ __device__ __forceinline__ void row_on_chip_slots(T* __restrict__ y, const T* __
     for (int i = 0; i < W; ++i) v[i] = w.get(i);
     online_update(mine_ms, v);
   }
-  const MaxSum<A> st = block_allreduce(mine_ms, MergeOp{}, id<T>(), red);
+  MaxSum<A> st = block_allreduce(mine_ms, MergeOp{}, id<T>(), red);
+  if constexpr (CL > 1) {  // the cluster's pairs through distributed shared memory, as kernel 3
+    if (t == 0) {
+      part[0] = st.m;
+      part[1] = st.s;
+    }
+    cluster_sync();
+    st = cluster_merge<A, CL>(part);
+    cluster_arrive();
+  }
 
   // 4. The epilogue (raw values: two exps per element), registers then slots.
   const A unused[1][W] = {};
   write_row<E, kKeptValues, kRowOnChipEachVector<T, VPT>>(r, unused, m, st,
                                                           [&](int k, const Vec<T>& v) {
-    store_window(yr, k * step + t, n, h, 1, v);
+    store_window(yr, k * step + base, n, h, 1, v);
   });
   const E<A> epi(st);
 #pragma unroll 4
@@ -559,6 +578,7 @@ __device__ __forceinline__ void row_on_chip_slots(T* __restrict__ y, const T* __
     apply_epilogue(w, epi);
     store_window(yr, first + j * step, n, h, 1, w);
   }
+  if constexpr (CL > 1) cluster_wait();  // peers are done with our `part`
 }
 
 // Kernel 1.
@@ -1290,7 +1310,14 @@ template <typename T, int VPT> struct PersistThreads {
   __global__ void __launch_bounds__(klab::rowk::MaxThreads<VPT>::value)                          \
       P##_block_slots(T* __restrict__ y, const T* __restrict__ x, long long rows, int n,         \
                       long long stride, int vec, int slots) {                                    \
-    klab::rowk::row_on_chip_slots<EPI, T, VPT>(y, x, n, stride, blockIdx.x, slots);              \
+    klab::rowk::row_on_chip_slots<EPI, T, VPT, 1>(y, x, n, stride, blockIdx.x, slots, 0);        \
+  }                                                                                              \
+  template <typename T, int VPT, int CL>                                                         \
+  __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(klab::rowk::MaxThreads<VPT>::value) \
+      P##_cluster_slots(T* __restrict__ y, const T* __restrict__ x, long long rows, int n,       \
+                        long long stride, int vec, int slots) {                                  \
+    klab::rowk::row_on_chip_slots<EPI, T, VPT, CL>(y, x, n, stride, blockIdx.x / CL, slots,      \
+                                                   klab::cluster_rank());                        \
   }                                                                                              \
   template <typename T, int VPT, int CL>                                                         \
   __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(klab::rowk::MaxThreads<VPT>::value) \

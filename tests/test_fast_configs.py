@@ -325,26 +325,31 @@ def test_block_kernels_hold_rows_that_fill_them(dtype, vpt, threads):
 
 
 def _block_slots_cases():
-    """(dtype, threads, slots) for kernel 2b (block_slots): a small CTA with one and with many
-    slots, the 512-thread CTA two of which share an SM, the largest CTA with > 200 KB of slots."""
+    """(dtype, threads, slots, cluster) for kernels 2b / 3b (block_slots on one CTA or a
+    cluster): a small CTA with one and with many slots, the 512-thread CTA two of which share an
+    SM, the largest CTA with > 200 KB of slots; each cluster size with few and many slots."""
     for dt in fc.PERSIST_DTYPES:
-        for threads, slots in ((96, 1), (96, 9), (256, 6), (512, 5), (1024, 13)):
-            yield pytest.param(dt, threads, slots, id=f"{dt}-t{threads}-s{slots}")
+        for threads, slots, cl in ((96, 1, 1), (96, 9, 1), (256, 6, 1), (512, 5, 1),
+                                   (1024, 13, 1), (96, 3, 2), (512, 8, 2), (64, 5, 4),
+                                   (512, 8, 4)):
+            yield pytest.param(dt, threads, slots, cl, id=f"{dt}-t{threads}-s{slots}-cl{cl}")
 
 
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
-@pytest.mark.parametrize("dtype,threads,slots", list(_block_slots_cases()))
-def test_block_slots_kernels_hold_rows_that_fill_them(dtype, threads, slots):
-    """softmax and log_softmax through one CTA a row with part of the row in shared memory
-    (``block_slots``): a row that fills registers and slots, odd rows at every line head, a row
-    the registers alone hold (slots past the row), rows of a wider tensor (stride > N), with -inf
-    / NaN / +1e4 rows; outputs poisoned with NaN first."""
-    cfg = fc.FastConfig("block_slots", threads=threads, vpt=fc.BLOCK_SLOTS_VPT, slots=slots)
+@pytest.mark.parametrize("dtype,threads,slots,cl", list(_block_slots_cases()))
+def test_block_slots_kernels_hold_rows_that_fill_them(dtype, threads, slots, cl):
+    """softmax and log_softmax through one CTA (or a cluster of ``cl``) a row with part of the
+    row in shared memory (``block_slots``): a row that fills registers and slots, odd rows at
+    every line head, a row the registers alone hold (slots past the row), rows of a wider tensor
+    (stride > N), with -inf / NaN / +1e4 rows; outputs poisoned with NaN first."""
+    cfg = fc.FastConfig("block_slots", threads=threads, vpt=fc.BLOCK_SLOTS_VPT, slots=slots,
+                        cluster=cl)
     w = vec_width(dtype)
-    cap, regs = cfg.capacity() * w, threads * cfg.vpt * w
+    cap, regs = cfg.capacity() * w, cl * threads * cfg.vpt * w
     line = fc.LINE_BYTES // dtype.itemsize
-    gen = torch.Generator(device="cuda").manual_seed(2468 + threads + slots)
-    for n in (cap, cap - line - 3, cap - line + 1, cap - threads * w - 1, regs - 5, regs + w + 1):
+    gen = torch.Generator(device="cuda").manual_seed(2468 + threads + slots + cl)
+    for n in (cap, cap - line - 3, cap - line + 1, cap - cl * threads * w - 1, regs - 5,
+              regs + w + 1):
         # rows of a wider tensor: every row on another head (up to 7 windows before it)
         for wide in (0, 3 * w) if n <= cap - line + 1 else (0,):  # same 16-byte phase
             base = torch.randn(7, n + wide, device="cuda", generator=gen).to(dtype)
@@ -369,6 +374,14 @@ def test_block_slots_sizes_and_refusals(dtype):
             assert cfg.capacity() >= nwl > cfg.capacity() - threads
             assert cfg.shared_mem() == cfg.slots * threads * 16
             assert cfg.expr("T") == f"fast_softmax_block_slots<T, {fc.BLOCK_SLOTS_VPT}>"
+            for cl in fc.SLOTS_CL:  # kernel 3b: the same on a cluster of cl CTAs
+                c = fc.block_slots_config(nwl, threads // cl, cluster=cl)
+                assert c.capacity() >= nwl > c.capacity() - threads, (cl, c)
+                assert c.label() == f"block_slots {cl}x{threads // cl}x8+{c.slots}"
+                assert c.expr("T") == f"fast_softmax_cluster_slots<T, 8, {cl}>"
+                assert c.expr(cv.ctype(dtype)) in cv.FAST.name_expressions
+    with pytest.raises(ValueError, match="clusters of"):
+        fc.FastConfig("block_slots", threads=256, vpt=8, slots=2, cluster=3)
     cfg = fc.block_slots_config(fc.line_windows(4000, dtype, line=False), 128)
     buf = torch.zeros(3 * 4000 + 1, dtype=dtype)
     x = buf[1:].view(3, 4000)  # one element off the output's phase

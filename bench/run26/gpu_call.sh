@@ -10,14 +10,16 @@ OUT="${OUT:-/tmp/kernel_lab_gpu}"; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONWARNINGS=ignore
 python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-timeout "${KLAB_TEST_TIMEOUT:-360}" python3 -m pytest tests -q -ra -p no:cacheprovider -n 16 \
-  >"$OUT/tests.log" 2>&1
+# KLAB_TESTS / KLAB_TEST_K: fewer tests (e.g. tests/test_fast_configs.py and -k block_slots)
+timeout "${KLAB_TEST_TIMEOUT:-360}" python3 -m pytest ${KLAB_TESTS:-tests} ${KLAB_TEST_K:+-k "$KLAB_TEST_K"} \
+  -q -ra -p no:cacheprovider -n 16 >"$OUT/tests.log" 2>&1
 echo "tests rc=$?"
 (cd bench && timeout "${KLAB_TUNE_TIMEOUT:-150}" python3 tune_long_rows.py --out "$OUT/tune" \
-  --ns "${KLAB_TUNE_NS:-22001,24001,80000,100000,106496}" --dtypes bfloat16,float16 \
+  --ns "${KLAB_TUNE_NS:-22001,24001,80000,100000,106496}" \
+  --dtypes "${KLAB_TUNE_DTYPES:-bfloat16,float16}" \
   --ops softmax,log_softmax --only '^block') >"$OUT/tune.log" 2>&1
 echo "tune rc=$?"
 echo "== tests"
 grep -E "^(FAILED|ERROR)" "$OUT/tests.log" | cut -c1-250 | head -30
 tail -n 2 "$OUT/tests.log"
-echo "== tune"; tail -n 60 "$OUT/tune.log" | cut -c1-160
+echo "== tune"; grep -A30 '^SUMMARY' "$OUT/tune.log" | cut -c1-160

@@ -435,7 +435,7 @@ def fast_launch(
         smem = cfg.shared_mem()
         if smem > 48 * 1024:  # the opt-in past the default limit (remembered per function)
             jit.set_max_dynamic_shared(src.function(expr, device_index(out)), smem)
-        launch_rows(src, expr, out, (x2d,), grid=m, block=cfg.threads,
+        launch_rows(src, expr, out, (x2d,), grid=m * cfg.cluster, block=cfg.threads,
                     extra=(vec, i32(cfg.slots)), shared_mem=smem)
     elif cfg.kind == "cluster":
         if cfg.cluster > 8:

@@ -50,6 +50,7 @@ def cluster_shape(
 FAST_WARP = ((4, 1), (4, 2), (8, 2), (16, 2), (32, 1), (32, 2), (32, 4))  # (group, vpt)
 FAST_BLOCK_VPT = (2, 4, 8)
 BLOCK_SLOTS_VPT = 8  # kernel 2b (block_slots): vectors per thread in registers, the rest in slots
+SLOTS_CL = (2, 4)  # kernel 3b (block_slots on a cluster): the row over 2 or 4 CTAs
 FAST_CL = (2, 4, 8, 16)
 # 16-byte vectors per thread of the persistent instantiations, by itemsize. A thread keeps at
 # most 64 exps in fp32 registers (kKeptFor in row_softmax_kernels.cuh): fp16/bf16 x 16 softmax
@@ -223,6 +224,7 @@ def row_kernel_exprs(prefix: str) -> list[str]:
         out += [f"{prefix}_block<{t}, {v}>" for v in FAST_BLOCK_VPT]
         if dt in PERSIST_DTYPES:
             out += [f"{prefix}_block_slots<{t}, {BLOCK_SLOTS_VPT}>"]
+            out += [f"{prefix}_cluster_slots<{t}, {BLOCK_SLOTS_VPT}, {c}>" for c in SLOTS_CL]
         out += [f"{prefix}_cluster<{t}, {big}, {c}>" for c in FAST_CL]
         if dt in PERSIST_DTYPES:
             for v in PERSIST_VPT[dt.itemsize]:
@@ -241,8 +243,8 @@ class FastConfig:
     """What fast_softmax (and log_softmax) launches for one (N, dtype): kernel kind and shape.
 
     kind: ``warp`` (``group`` lanes per row, several rows per block), ``block`` (a CTA per row),
-    ``block_slots`` (a CTA per row, ``vpt`` windows a thread in registers and ``slots`` more in
-    shared memory),
+    ``block_slots`` (a CTA per row - or, with ``cluster`` > 1, a cluster of that many - ``vpt``
+    windows a thread in registers and ``slots`` more in shared memory),
     ``cluster`` (``cluster`` CTAs per row, DSMEM reduction),
     ``persist`` (resident CTAs / clusters loop over rows, next row prefetched into shared memory;
     ``cluster`` = 1 is the single-CTA form), ``pipe`` (persistent clusters, ``stages`` rows in
@@ -278,6 +280,9 @@ class FastConfig:
             raise ValueError(f"chunks_reg needs lag 1, 1 <= ahead <= 8 and <= "
                              f"{CHUNK_REG_MAX_THREADS} threads, not {self.lag}, {self.ahead}, "
                              f"{self.threads}")
+        if self.kind == "block_slots" and self.cluster not in (1, *SLOTS_CL):
+            raise ValueError(f"block_slots runs on 1 CTA a row or clusters of {SLOTS_CL}, not "
+                             f"{self.cluster}")
         if self.kind == "block_slots" and not (
                 0 <= self.slots and self.shared_mem() <= MAX_CTA_SHARED):
             raise ValueError(f"{self.label()}: {self.shared_mem()} B of slots, more than a CTA "
@@ -288,6 +293,8 @@ class FastConfig:
             return f"{prefix}_warp<{t}, {self.group}, {self.vpt}>"
         if self.kind == "block":
             return f"{prefix}_block<{t}, {self.vpt}>"
+        if self.kind == "block_slots" and self.cluster > 1:
+            return f"{prefix}_cluster_slots<{t}, {self.vpt}, {self.cluster}>"
         if self.kind == "block_slots":
             return f"{prefix}_block_slots<{t}, {self.vpt}>"
         if self.kind == "cluster":
@@ -309,7 +316,7 @@ class FastConfig:
         if self.kind in ("wide", "chunks", "chunks_reg"):
             return 1 << 31
         if self.kind == "block_slots":
-            return self.threads * (self.vpt + self.slots)
+            return self.cluster * self.threads * (self.vpt + self.slots)
         return self.threads * self.vpt * self.cluster
 
     def shared_mem(self) -> int:
@@ -342,7 +349,8 @@ class FastConfig:
         if self.kind == "chunks_reg":
             return f"chunks_reg {self.threads}x{self.vpt} ahead {self.ahead}"
         if self.kind == "block_slots":
-            return f"block_slots {self.threads}x{self.vpt}+{self.slots}"
+            cl = f"{self.cluster}x" if self.cluster > 1 else ""
+            return f"block_slots {cl}{self.threads}x{self.vpt}+{self.slots}"
         return f"{self.kind} {self.threads}x{self.vpt}"
 
 
@@ -412,12 +420,14 @@ def persist_config(nw: int, vpt: int, cluster: int, late: bool = False,
                       cluster=cluster, late=late and cluster > 1, stages=stages)
 
 
-def block_slots_config(nwl: int, threads: int, vpt: int = BLOCK_SLOTS_VPT) -> FastConfig:
-    """Kernel 2b for a row of ``nwl`` windows (line heads: :func:`line_windows`) on CTAs of
-    ``threads``: ``vpt`` windows a thread in registers, the rest in as few slots a thread as hold
-    them."""
-    return FastConfig("block_slots", threads=threads, vpt=vpt,
-                      slots=max(0, -(-(nwl - threads * vpt) // threads)))
+def block_slots_config(nwl: int, threads: int, vpt: int = BLOCK_SLOTS_VPT,
+                       cluster: int = 1) -> FastConfig:
+    """Kernel 2b (3b: ``cluster`` > 1 CTAs a row) for a row of ``nwl`` windows (line heads:
+    :func:`line_windows`) on CTAs of ``threads``: ``vpt`` windows a thread in registers, the rest
+    in as few slots a thread as hold them."""
+    per = cluster * threads
+    return FastConfig("block_slots", threads=threads, vpt=vpt, cluster=cluster,
+                      slots=max(0, -(-(nwl - per * vpt) // per)))
 
 
 def wide_config(nw: int, cluster: int | None = None, threads: int = 1024,
