@@ -493,12 +493,16 @@ def test_tune_long_rows_times_one_cta_per_row_where_one_holds_it():
 
 
 def test_tune_long_rows_times_kernel_2b_where_registers_do_not_hold_the_row():
-    """block_slots (a CTA of BLOCK_SLOTS_THREADS x 8 vectors, the rest in shared-memory slots)
-    is timed wherever the row needs at least one slot and the slots fit one CTA."""
+    """block_slots (a CTA - kernel 2b - or a cluster of SLOTS_CL CTAs - kernel 3b - of
+    BLOCK_SLOTS_THREADS x 8 vectors, the rest in shared-memory slots) is timed wherever the row
+    needs at least one slot and at most SLOTS_MOST slots a thread hold it in one CTA's shared
+    memory."""
     keep = "k.startswith('block_slots')"
     assert _tune_candidates(32768, keep) == ["block_slots 256x8+8", "block_slots 384x8+3"]
-    assert "block_slots 1024x8+8" in _tune_candidates(131072, keep)
-    assert "block_slots 256x8+56" in _tune_candidates(131072, keep)
+    assert _tune_candidates(131072, keep) == [
+        "block_slots 1024x8+8", "block_slots 2x512x8+8", "block_slots 2x640x8+5",
+        "block_slots 2x768x8+3", "block_slots 4x256x8+8", "block_slots 4x384x8+3"]
+    assert _bench_script("import tune_long_rows as t; print(t.SLOTS_MOST)") == ["12"]
 
 
 def test_tune_long_rows_times_log_softmax_kernels_on_request():
