@@ -432,6 +432,22 @@ __device__ __forceinline__ MaxSum<A> cluster_merge(const A* slot) {
   return warp_allreduce(st, MergeOp{});
 }
 
+// A CTA's (max, sum) merged with its CL - 1 cluster peers' (kernels 3 and 3b): thread 0 publishes
+// it in `part`, one cluster barrier, every warp merges the peers' over DSMEM, then this CTA
+// arrives (done reading peers). The caller calls cluster_wait() before it exits: peers may still
+// be reading its `part`.
+template <typename A, int CL>
+__device__ __forceinline__ MaxSum<A> cluster_row_pair(MaxSum<A> st, A* part) {
+  if (threadIdx.x == 0) {
+    part[0] = st.m;
+    part[1] = st.s;
+  }
+  cluster_sync();  // every CTA's pair is now visible cluster-wide
+  st = cluster_merge<A, CL>(part);
+  cluster_arrive();  // done reading peers
+  return st;
+}
+
 // What kernels 2 and 3 keep (Kept): fp32 / fp64 their raw values (two exps: see exp_scale);
 // 2-byte softmax its fp32 exps up to 32 elements a thread (x 4). At 64 elements (2-byte x 8, 64
 // registers at 1024 threads) the fp32 exps spilled 288-296 B and the exps rounded to T 24 B
@@ -466,15 +482,7 @@ __device__ __forceinline__ void row_on_chip(T* __restrict__ y, const T* __restri
   MaxSum<A> st = kept_maxsum<kKept>(r, e);
   const A m_thread = st.m;
   st = block_allreduce(st, MergeOp{}, id<T>(), red);
-  if constexpr (CL > 1) {
-    if (threadIdx.x == 0) {
-      part[0] = st.m;
-      part[1] = st.s;
-    }
-    cluster_sync();  // every CTA's pair is now visible cluster-wide
-    st = cluster_merge<A, CL>(part);
-    cluster_arrive();  // done reading peers
-  }
+  if constexpr (CL > 1) st = cluster_row_pair<A, CL>(st, part);
   write_row<E, kKept, kRowOnChipEachVector<T, VPT>>(r, e, m_thread, st,
                                                      [&](int k, const Vec<T>& v) {
     store_window(yr, k * step + base, n, h, vec, v);
@@ -555,15 +563,7 @@ __device__ __forceinline__ void row_on_chip_slots(T* __restrict__ y, const T* __
     online_update(mine_ms, v);
   }
   MaxSum<A> st = block_allreduce(mine_ms, MergeOp{}, id<T>(), red);
-  if constexpr (CL > 1) {  // the cluster's pairs through distributed shared memory, as kernel 3
-    if (t == 0) {
-      part[0] = st.m;
-      part[1] = st.s;
-    }
-    cluster_sync();
-    st = cluster_merge<A, CL>(part);
-    cluster_arrive();
-  }
+  if constexpr (CL > 1) st = cluster_row_pair<A, CL>(st, part);
 
   // 4. The epilogue (raw values: two exps per element), registers then slots.
   const A unused[1][W] = {};
