@@ -84,8 +84,8 @@ def main() -> None:
     ap.add_argument("--lag", type=int, default=1)
     ap.add_argument("--ahead", type=int, default=1)
     ap.add_argument("--slots", type=int, default=-1,
-                    help="block_slots: shared-memory windows a thread (default: as few as hold "
-                    "each shape's row, block_slots_config)")
+                    help="block_slots / persist_slots: shared-memory windows a thread "
+                    "(default: as few as hold each shape's row, block_slots_config)")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--total-log2", type=int, default=28)
     a = ap.parse_args()
@@ -136,8 +136,9 @@ def main() -> None:
 
 
 def given_config(a: argparse.Namespace, n: int, dtype: torch.dtype) -> fc.FastConfig:
-    if a.kind == "block_slots" and a.slots < 0:  # as few slots as hold a row on 16 bytes
-        return fc.block_slots_config(fc.line_windows(n, dtype), a.threads, a.vpt, a.cluster)
+    if a.kind in fc.SLOTS_KINDS and a.slots < 0:  # as few slots as hold a row on 16 bytes
+        return fc.block_slots_config(fc.line_windows(n, dtype), a.threads, a.vpt, a.cluster,
+                                     kind=a.kind)
     return fc.FastConfig(a.kind, threads=a.threads, vpt=a.vpt, cluster=a.cluster, late=a.late,
                          stages=a.stages, lag=a.lag, ahead=a.ahead, slots=max(a.slots, 0))
 

@@ -77,7 +77,7 @@ def candidates(n: int, dtype: torch.dtype, aligned: bool) -> dict[str, fc.FastCo
         if threads <= 1024 and nw > fc.WARP_MAX_WINDOWS:
             c = fc.FastConfig("block", threads=threads, vpt=vpt)
             out.setdefault(c.label(), c)
-    if dtype in fc.PERSIST_DTYPES:  # kernels 2b / 3b: one CTA (cluster) a row, 8 vectors a
+    if dtype in fc.PERSIST_DTYPES:  # kernels 2b / 3b / 2c: one CTA (cluster) a row, 8 vectors a
         # thread + slots
         for cl in (1, *fc.SLOTS_CL):
             for threads in BLOCK_SLOTS_THREADS:  # rows that need a slot, slots that fit a CTA
@@ -85,6 +85,9 @@ def candidates(n: int, dtype: torch.dtype, aligned: bool) -> dict[str, fc.FastCo
                 per = cl * threads
                 if per * fc.BLOCK_SLOTS_VPT < nwl <= per * (fc.BLOCK_SLOTS_VPT + most_slots):
                     c = fc.block_slots_config(nwl, threads, cluster=cl)
+                    out.setdefault(c.label(), c)
+                    # kernels 2c / 3c: the same CTAs persistent, rows rolled through them
+                    c = fc.block_slots_config(nwl, threads, cluster=cl, kind="persist_slots")
                     out.setdefault(c.label(), c)
     for vpt in fc.PERSIST_VPT[dtype.itemsize]:
         for cl in fc.PERSIST_CL:

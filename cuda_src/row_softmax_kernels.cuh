@@ -69,6 +69,25 @@
 //    Launch: M blocks of blockDim.x, dynamic shared memory slots * blockDim.x * 16 B (> 48 KB
 //            needs the attribute; the launcher sets it). Precond: vec != 0 (input and output
 //            rows in the same 16-byte phase; any phase), as kernel 5.
+// 2c. <p>_persist_slots<T, VPT> (3c: <p>_persist_cluster_slots<T, VPT, CL>, CL = 2 or 4):
+//    kernel 2b (3b) persistent, rows rolled through its registers and slots.
+//    Ownership: the grid holds only the resident CTAs (clusters); CTA (cluster) q of Q owns rows
+//            q, q + Q, ...; inside a row thread t owns the windows kernel 2b (3b) gives it.
+//    Steps:  as kernel 2b, but in the epilogue each register window, once stored, is reloaded
+//            with the same window of the CTA's next row, and each slot, once read and stored,
+//            takes that row's window by cp.async (the thread's own slot: no barrier). So the
+//            next row's loads are in flight while this row's exps and stores run, and no CTA
+//            launch or load latency sits between rows; only the next row's local (max, sum)
+//            and the block all-reduce run with nothing of this CTA in flight. 3c: the
+//            CTAs' (max, sum) of each row as kernel 5's messages (ClusterInbox; no cluster
+//            barrier per row).
+//    Why:    kernel 2b at 1024 threads holds a 2-byte row of 128K-150K columns (256-300 KB) on
+//            one SM, but one CTA an SM then idles its memory during every epilogue and launch
+//            (90-91 % of copy, twenty-sixth run); kernel 5's clusters read 92-94 there. 3c:
+//            the 512 KB rows no SM holds (fp32 131072, 2-byte 262144).
+//    Launch: grid = min(M, resident CTAs (clusters)) x CL of blockDim.x, dynamic shared memory
+//            as kernel 2b.
+//            Precond: vec != 0, as kernel 2b. Bytes: 2 * M * N * sizeof(T); two exps an element.
 // 3b. <p>_cluster_slots<T, VPT, CL>: kernel 2b on a cluster of CL CTAs a row (grid M * CL):
 //            CTA rank c owns windows whose index is c * blockDim.x + t modulo CL * blockDim.x
 //            (registers first, then slots, as 2b); the CTAs' (max, sum) merged through
@@ -510,6 +529,45 @@ template <typename T> __device__ __forceinline__ const uint4* line_slots(const T
   return reinterpret_cast<const uint4*>(reinterpret_cast<size_t>(xr) & ~size_t(kLineBytes - 1));
 }
 
+// This thread's slot windows of a row in flight: slot j takes window first + j * step (whole
+// aligned 16-byte slots from the row's first line, masked on every read), one commit group.
+__device__ __forceinline__ void copy_slots(unsigned dst, const uint4* src, int first, int step,
+                                           int slots, int nwin) {
+  const unsigned dst_step = blockDim.x * sizeof(uint4);
+  for (int j = 0, v = first; j < slots && v < nwin; ++j, v += step)
+    cp_async16(dst + j * dst_step, src + v);
+  cp_async_commit();
+}
+
+// This thread's (max, sum) of a row held in registers r and `slots` slot windows (slot(j)):
+// registers first (their exps while the slots' copies still land), then each slot window folded
+// in as it is read (online: one rescale a window), one shared-memory read a slot.
+template <typename T, int VPT, typename Slot>
+__device__ __forceinline__ MaxSum<acc_t<T>> regs_then_slots_maxsum(Vec<T> (&r)[VPT], Slot slot,
+                                                                   int slots) {
+  using A = acc_t<T>;
+  constexpr int W = Vec<T>::N;
+  const A m = opaque_max(r);
+  const A ms = safe_max(m);
+  A s = A(0);
+#pragma unroll
+  for (int k = 0; k < VPT; ++k)
+#pragma unroll
+    for (int i = 0; i < W; ++i) s += exp_acc(r[k].get(i) - ms);
+  opaque_2byte(r);
+  MaxSum<A> st{m, s};
+  cp_async_wait_all();
+#pragma unroll 4
+  for (int j = 0; j < slots; ++j) {
+    const Vec<T> w = slot(j);
+    A v[W];
+#pragma unroll
+    for (int i = 0; i < W; ++i) v[i] = w.get(i);
+    online_update(st, v);
+  }
+  return st;
+}
+
 // Kernels 2b / 3b: kernel 2's (3's) row with its last windows in shared memory (see the header
 // comment). CTA `rank` of CL, thread t: base = rank * blockDim.x + t, step = CL * blockDim.x;
 // window v of the row (line heads): registers for v = k * step + base, k < VPT; slot j of this
@@ -531,37 +589,16 @@ __device__ __forceinline__ void row_on_chip_slots(T* __restrict__ y, const T* __
   uint4* mine = row_slots + t;
 
   // 1. The slot windows' copies in flight (whole aligned slots; masked on every read).
-  const uint4* src = line_slots(xr);
-  const unsigned dst = shared_addr(mine), dst_step = blockDim.x * sizeof(uint4);
-  for (int j = 0, v = first; j < slots && v < nwin; ++j, v += step)
-    cp_async16(dst + j * dst_step, src + v);
-  cp_async_commit();
+  copy_slots(shared_addr(mine), line_slots(xr), first, step, slots, nwin);
   auto slot = [&](int j) { return slot_window<T>(mine, j, false, first + j * step, n, h, nwin); };
   // 2. The register windows, plain 16-byte loads.
   Vec<T> r[VPT];
 #pragma unroll
   for (int k = 0; k < VPT; ++k) r[k] = load_window(xr, k * step + base, n, h, 1, neg_inf_t<T>());
 
-  // 3. This thread's (max, sum): registers first (their exps while the slots still land), then
-  // each slot window folded in as it is read (online: one rescale a window), one read a slot.
-  const A m = opaque_max(r);
-  const A ms = safe_max(m);
-  A s = A(0);
-#pragma unroll
-  for (int k = 0; k < VPT; ++k)
-#pragma unroll
-    for (int i = 0; i < W; ++i) s += exp_acc(r[k].get(i) - ms);
-  opaque_2byte(r);
-  MaxSum<A> mine_ms{m, s};
-  cp_async_wait_all();
-#pragma unroll 4
-  for (int j = 0; j < slots; ++j) {
-    const Vec<T> w = slot(j);
-    A v[W];
-#pragma unroll
-    for (int i = 0; i < W; ++i) v[i] = w.get(i);
-    online_update(mine_ms, v);
-  }
+  // 3. This thread's (max, sum), then the CTA's (the cluster's).
+  const MaxSum<A> mine_ms = regs_then_slots_maxsum(r, slot, slots);
+  const A m = mine_ms.m;
   MaxSum<A> st = block_allreduce(mine_ms, MergeOp{}, id<T>(), red);
   if constexpr (CL > 1) st = cluster_row_pair<A, CL>(st, part);
 
@@ -579,6 +616,84 @@ __device__ __forceinline__ void row_on_chip_slots(T* __restrict__ y, const T* __
     store_window(yr, first + j * step, n, h, 1, w);
   }
   if constexpr (CL > 1) cluster_wait();  // peers are done with our `part`
+}
+
+// Kernels 2c / 3c: kernel 2b (3b) persistent, each window's storage refilled with the next
+// row's window as soon as it is stored (see the header comment). CTA (cluster) q of Q owns rows
+// q, q + Q, ...; inside a row windows are owned as in kernel 2b (3b): base = rank * blockDim.x
+// + t, step = CL * blockDim.x. Clusters exchange each row's (max, sum) as kernel 5 does
+// (ClusterInbox messages, no cluster barrier per row).
+template <template <typename> class E, typename T, int VPT, int CL>
+__device__ __forceinline__ void rolling_rows(T* __restrict__ y, const T* __restrict__ x,
+                                             long long rows, int n, long long stride,
+                                             int slots) {
+  using A = acc_t<T>;
+  constexpr int W = Vec<T>::N;
+  __shared__ MaxSum<A> red[32];
+  __shared__ ClusterInbox<A, CL> inbox;  // CL > 1: every CTA's (max, sum) of each row
+  extern __shared__ __align__(128) uint4 row_slots[];  // slots * blockDim.x, on 128-byte lines
+  const unsigned rank = CL > 1 ? cluster_rank() : 0u;
+  const int t = threadIdx.x, base = rank * blockDim.x + t, step = CL * blockDim.x;
+  const int first = VPT * step + base;
+  uint4* mine = row_slots + t;
+  const unsigned dst = shared_addr(mine), dst_step = blockDim.x * sizeof(uint4);
+  const long long q_step = gridDim.x / CL;
+  long long row = blockIdx.x / CL;
+  if constexpr (CL > 1) {
+    if (threadIdx.x == 0) inbox.init();
+    cluster_sync();  // every peer's inbox exists before the first message
+  }
+
+  // Prologue: the first row in flight, slots first, then registers (as kernel 2b).
+  Vec<T> r[VPT];
+  {
+    const T* xr = x + row * stride;
+    const int h = line_head(xr);
+    copy_slots(dst, line_slots(xr), first, step, slots, (n + h + W - 1) / W);
+#pragma unroll
+    for (int k = 0; k < VPT; ++k)
+      r[k] = load_window(xr, k * step + base, n, h, 1, neg_inf_t<T>());
+  }
+  for (int it = 0; row < rows; ++it, row += q_step) {
+    const T* xr = x + row * stride;
+    T* yr = y + row * (long long)n;
+    const int h = line_head(xr), nwin = (n + h + W - 1) / W;
+    const bool more = row + q_step < rows;  // the row this CTA takes next
+    const T* xn = more ? x + (row + q_step) * stride : xr;
+    const int hn = line_head(xn), nwin_next = (n + hn + W - 1) / W;
+    auto slot = [&](int j) { return slot_window<T>(mine, j, false, first + j * step, n, h, nwin); };
+
+    const MaxSum<A> mine_ms = regs_then_slots_maxsum(r, slot, slots);
+    const A m = mine_ms.m;
+    MaxSum<A> st = block_allreduce(mine_ms, MergeOp{}, id<T>(), red);
+    if constexpr (CL > 1) {  // inbox reuse: block_allreduce's first barrier orders the reads
+      if (threadIdx.x < 32) inbox.send(it, rank, st.m, st.s);
+      inbox.wait(it);
+      const int lane = threadIdx.x & 31;
+      st = warp_allreduce(lane < CL ? MaxSum<A>{inbox.a(it, lane), inbox.b(it, lane)} : id<T>(),
+                          MergeOp{});
+    }
+
+    // The epilogue, registers then slots; each window, once stored, takes the next row's.
+    const A unused[1][W] = {};
+    write_row<E, kKeptValues, kRowOnChipEachVector<T, VPT>>(r, unused, m, st,
+                                                            [&](int k, const Vec<T>& v) {
+      store_window(yr, k * step + base, n, h, 1, v);
+      if (more) r[k] = load_window(xn, k * step + base, n, hn, 1, neg_inf_t<T>());
+    });
+    const E<A> epi(st);
+    const uint4* src = line_slots(xn);
+#pragma unroll 4
+    for (int j = 0; j < slots; ++j) {
+      Vec<T> w = slot(j);
+      apply_epilogue(w, epi);
+      const int v = first + j * step;
+      store_window(yr, v, n, h, 1, w);
+      // the slot's value is in registers and used: its copy of the next row may land now
+      if (more && v < nwin_next) cp_async16(dst + j * dst_step, src + v);
+    }
+    cp_async_commit();
+  }
 }
 
 // Kernel 1.
@@ -1311,6 +1426,18 @@ template <typename T, int VPT> struct PersistThreads {
       P##_block_slots(T* __restrict__ y, const T* __restrict__ x, long long rows, int n,         \
                       long long stride, int vec, int slots) {                                    \
     klab::rowk::row_on_chip_slots<EPI, T, VPT, 1>(y, x, n, stride, blockIdx.x, slots, 0);        \
+  }                                                                                              \
+  template <typename T, int VPT>                                                                 \
+  __global__ void __launch_bounds__(klab::rowk::MaxThreads<VPT>::value)                          \
+      P##_persist_slots(T* __restrict__ y, const T* __restrict__ x, long long rows, int n,       \
+                        long long stride, int vec, int slots) {                                  \
+    klab::rowk::rolling_rows<EPI, T, VPT, 1>(y, x, rows, n, stride, slots);                      \
+  }                                                                                              \
+  template <typename T, int VPT, int CL>                                                         \
+  __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(klab::rowk::MaxThreads<VPT>::value) \
+      P##_persist_cluster_slots(T* __restrict__ y, const T* __restrict__ x, long long rows,      \
+                                int n, long long stride, int vec, int slots) {                   \
+    klab::rowk::rolling_rows<EPI, T, VPT, CL>(y, x, rows, n, stride, slots);                     \
   }                                                                                              \
   template <typename T, int VPT, int CL>                                                         \
   __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(klab::rowk::MaxThreads<VPT>::value) \

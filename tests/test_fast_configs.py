@@ -361,6 +361,82 @@ def test_block_slots_kernels_hold_rows_that_fill_them(dtype, threads, slots, cl)
                 assert res.ok, f"{kernels.prefix} {cfg.label()} n={n} wide={wide}: {res.message}"
 
 
+def _persist_slots_cases():
+    """(dtype, threads, slots, cluster) for kernels 2c / 3c (persist_slots on CTAs or clusters):
+    small CTAs with one and many slots, two 512-thread CTAs an SM, the 1024-thread CTA with 8-13
+    slots (the 2-byte 128K-152K rows it was built for); each cluster size with few and many
+    slots."""
+    for dt in fc.PERSIST_DTYPES:
+        for threads, slots, cl in ((96, 1, 1), (96, 9, 1), (256, 6, 1), (512, 5, 1), (1024, 8, 1),
+                                   (1024, 13, 1), (96, 3, 2), (512, 8, 2), (64, 5, 4),
+                                   (512, 8, 4)):
+            yield pytest.param(dt, threads, slots, cl, id=f"{dt}-t{threads}-s{slots}-cl{cl}")
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype,threads,slots,cl", list(_persist_slots_cases()))
+def test_persist_slots_kernels_roll_rows_through_them(dtype, threads, slots, cl):
+    """softmax and log_softmax through kernels 2c / 3c, whose resident CTAs (clusters of ``cl``)
+    refill each window with the next row's as soon as it is stored: 23 rows over 3 groups (each
+    rolls ~8 rows, 3c: through the parity-buffered messages) and over as many as are resident;
+    a row that fills registers and slots, odd rows (consecutive rows
+    on different line heads, so a row may span one window more than the one before it), a row
+    the registers alone hold, rows of a wider tensor; -inf / NaN / +1e4 rows; outputs poisoned
+    with NaN first."""
+    cfg = fc.FastConfig("persist_slots", threads=threads, vpt=fc.BLOCK_SLOTS_VPT, slots=slots,
+                        cluster=cl)
+    w = vec_width(dtype)
+    cap, regs = cfg.capacity() * w, cl * threads * cfg.vpt * w
+    line = fc.LINE_BYTES // dtype.itemsize
+    gen = torch.Generator(device="cuda").manual_seed(8642 + threads + slots + cl)
+    for n in (cap, cap - line - 3, cap - line + 1, cap - cl * threads * w - 1, regs - 5,
+              regs + w + 1):
+        for wide in (0, 3 * w) if n <= cap - line + 1 else (0,):  # same 16-byte phase
+            base = torch.randn(23, n + wide, device="cuda", generator=gen).to(dtype)
+            x = _edge_rows(base[:, wide:] if wide else base)
+            for kernels, ref_fn, tol in BOTH_OPS:
+                ref = ref_fn(x)
+                for groups in (3, None):
+                    out = torch.full((23, n), float("nan"), device="cuda", dtype=dtype)
+                    cv.fast_launch(out, x, cfg, kernels=kernels, max_groups=groups)
+                    res = check(out, ref, dtype, tol)
+                    assert res.ok, (f"{kernels.prefix} {cfg.label()} n={n} wide={wide} "
+                                    f"groups={groups}: {res.message}")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_persist_slots_sizes_and_refusals(dtype):
+    """Kernels 2c / 3c are kernel 2b's / 3b's shapes on resident CTAs / clusters: the same
+    capacity, slots and shared memory, their own instantiations in both sources; clusters of
+    SLOTS_CL only; rows in another 16-byte phase than the output and more slots than a CTA may
+    take are refused before any launch."""
+    w = vec_width(dtype)
+    for threads in (256, 1024):
+        nwl = fc.line_windows(threads * 8 * w * 2 - 7, dtype, line=False)
+        b = fc.block_slots_config(nwl, threads)
+        c = fc.block_slots_config(nwl, threads, kind="persist_slots")
+        assert (c.capacity(), c.slots, c.shared_mem()) == (b.capacity(), b.slots, b.shared_mem())
+        assert c.label() == f"persist_slots {threads}x8+{b.slots}"
+        assert c.expr("T", "log_softmax") == "log_softmax_persist_slots<T, 8>"
+        assert c.expr(cv.ctype(dtype)) in cv.FAST.name_expressions
+        assert c.expr(cv.ctype(dtype), "log_softmax") in lcv.FORWARD.name_expressions
+        for cl in fc.SLOTS_CL:  # kernel 3c: the same on a cluster of cl CTAs
+            c = fc.block_slots_config(nwl, threads // cl, cluster=cl, kind="persist_slots")
+            assert c.capacity() >= nwl > c.capacity() - threads, (cl, c)
+            assert c.label() == f"persist_slots {cl}x{threads // cl}x8+{c.slots}"
+            assert c.expr("T") == f"fast_softmax_persist_cluster_slots<T, 8, {cl}>"
+            assert c.expr(cv.ctype(dtype)) in cv.FAST.name_expressions
+    with pytest.raises(ValueError, match="1 CTA a row or clusters of"):
+        fc.FastConfig("persist_slots", threads=256, vpt=8, slots=2, cluster=3)
+    with pytest.raises(ValueError, match="more than a CTA may take"):
+        fc.FastConfig("persist_slots", threads=1024, vpt=8, slots=15)
+    cfg = fc.block_slots_config(fc.line_windows(4000, dtype, line=False), 128,
+                                kind="persist_slots")
+    x = torch.zeros(3 * 4000 + 1, dtype=dtype)[1:].view(3, 4000)  # off the output's phase
+    with pytest.raises(ValueError, match="same 16-byte phase"):
+        cv.fast_launch(torch.empty(3, 4000, dtype=dtype), x, cfg)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_block_slots_sizes_and_refusals(dtype):
     """block_slots_config covers the row with the fewest slots; the launcher refuses rows in

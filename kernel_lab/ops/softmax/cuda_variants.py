@@ -408,8 +408,8 @@ def fast_launch(
 
     ``phase``: :func:`same_vector_phase` of (out, x2d) when the caller already computed it.
     ``kernels``: which op's instantiation (fast_softmax's or log_softmax's).
-    ``max_groups``: for ``persist``, ``wide`` and ``chunks``, cap the resident CTAs / clusters
-    (tests use it to make each one loop over many rows).
+    ``max_groups``: for ``persist``, ``persist_slots``, ``wide`` and ``chunks``, cap the
+    resident CTAs / clusters (tests use it to make each one loop over many rows).
     """
     m, n = out.shape
     t = ctype(x2d.dtype)
@@ -437,6 +437,11 @@ def fast_launch(
             jit.set_max_dynamic_shared(src.function(expr, device_index(out)), smem)
         launch_rows(src, expr, out, (x2d,), grid=m * cfg.cluster, block=cfg.threads,
                     extra=(vec, i32(cfg.slots)), shared_mem=smem)
+    elif cfg.kind == "persist_slots":  # resident_groups sets the shared-memory opt-in
+        grid = persistent_grid(src, expr, cfg.threads, cfg.cluster, cfg.shared_mem(), m,
+                               device_index(out), max_groups)
+        launch_rows(src, expr, out, (x2d,), grid=grid, block=cfg.threads,
+                    extra=(vec, i32(cfg.slots)), shared_mem=cfg.shared_mem())
     elif cfg.kind == "cluster":
         if cfg.cluster > 8:
             allow_non_portable_cluster(src, expr, device_index(out))

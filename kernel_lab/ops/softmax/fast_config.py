@@ -51,6 +51,9 @@ FAST_WARP = ((4, 1), (4, 2), (8, 2), (16, 2), (32, 1), (32, 2), (32, 4))  # (gro
 FAST_BLOCK_VPT = (2, 4, 8)
 BLOCK_SLOTS_VPT = 8  # kernel 2b (block_slots): vectors per thread in registers, the rest in slots
 SLOTS_CL = (2, 4)  # kernel 3b (block_slots on a cluster): the row over 2 or 4 CTAs
+# kernels with a row's last windows in shared-memory slots: 2b / 3b (a CTA or cluster a row) and
+# 2c / 3c (persist_slots: 2b / 3b on resident CTAs / clusters looping over rows)
+SLOTS_KINDS = ("block_slots", "persist_slots")
 FAST_CL = (2, 4, 8, 16)
 # 16-byte vectors per thread of the persistent instantiations, by itemsize. A thread keeps at
 # most 64 exps in fp32 registers (kKeptFor in row_softmax_kernels.cuh): fp16/bf16 x 16 softmax
@@ -223,8 +226,9 @@ def row_kernel_exprs(prefix: str) -> list[str]:
         out += [f"{prefix}_warp<{t}, {g}, {v}>" for g, v in FAST_WARP]
         out += [f"{prefix}_block<{t}, {v}>" for v in FAST_BLOCK_VPT]
         if dt in PERSIST_DTYPES:
-            out += [f"{prefix}_block_slots<{t}, {BLOCK_SLOTS_VPT}>"]
-            out += [f"{prefix}_cluster_slots<{t}, {BLOCK_SLOTS_VPT}, {c}>" for c in SLOTS_CL]
+            out += [f"{prefix}_{k}<{t}, {BLOCK_SLOTS_VPT}>" for k in SLOTS_KINDS]
+            out += [f"{prefix}_{k}<{t}, {BLOCK_SLOTS_VPT}, {c}>" for c in SLOTS_CL
+                    for k in ("cluster_slots", "persist_cluster_slots")]
         out += [f"{prefix}_cluster<{t}, {big}, {c}>" for c in FAST_CL]
         if dt in PERSIST_DTYPES:
             for v in PERSIST_VPT[dt.itemsize]:
@@ -244,7 +248,9 @@ class FastConfig:
 
     kind: ``warp`` (``group`` lanes per row, several rows per block), ``block`` (a CTA per row),
     ``block_slots`` (a CTA per row - or, with ``cluster`` > 1, a cluster of that many - ``vpt``
-    windows a thread in registers and ``slots`` more in shared memory),
+    windows a thread in registers and ``slots`` more in shared memory), ``persist_slots``
+    (block_slots on resident CTAs that loop over rows, each window refilled with the next row's
+    once stored),
     ``cluster`` (``cluster`` CTAs per row, DSMEM reduction),
     ``persist`` (resident CTAs / clusters loop over rows, next row prefetched into shared memory;
     ``cluster`` = 1 is the single-CTA form), ``pipe`` (persistent clusters, ``stages`` rows in
@@ -280,10 +286,10 @@ class FastConfig:
             raise ValueError(f"chunks_reg needs lag 1, 1 <= ahead <= 8 and <= "
                              f"{CHUNK_REG_MAX_THREADS} threads, not {self.lag}, {self.ahead}, "
                              f"{self.threads}")
-        if self.kind == "block_slots" and self.cluster not in (1, *SLOTS_CL):
-            raise ValueError(f"block_slots runs on 1 CTA a row or clusters of {SLOTS_CL}, not "
+        if self.kind in SLOTS_KINDS and self.cluster not in (1, *SLOTS_CL):
+            raise ValueError(f"{self.kind} runs on 1 CTA a row or clusters of {SLOTS_CL}, not "
                              f"{self.cluster}")
-        if self.kind == "block_slots" and not (
+        if self.kind in SLOTS_KINDS and not (
                 0 <= self.slots and self.shared_mem() <= MAX_CTA_SHARED):
             raise ValueError(f"{self.label()}: {self.shared_mem()} B of slots, more than a CTA "
                              f"may take ({MAX_CTA_SHARED} B)")
@@ -295,8 +301,10 @@ class FastConfig:
             return f"{prefix}_block<{t}, {self.vpt}>"
         if self.kind == "block_slots" and self.cluster > 1:
             return f"{prefix}_cluster_slots<{t}, {self.vpt}, {self.cluster}>"
-        if self.kind == "block_slots":
-            return f"{prefix}_block_slots<{t}, {self.vpt}>"
+        if self.kind == "persist_slots" and self.cluster > 1:
+            return f"{prefix}_persist_cluster_slots<{t}, {self.vpt}, {self.cluster}>"
+        if self.kind in SLOTS_KINDS:
+            return f"{prefix}_{self.kind}<{t}, {self.vpt}>"
         if self.kind == "cluster":
             return f"{prefix}_cluster<{t}, {self.vpt}, {self.cluster}>"
         if self.kind == "persist":
@@ -315,7 +323,7 @@ class FastConfig:
             return self.group * self.vpt
         if self.kind in ("wide", "chunks", "chunks_reg"):
             return 1 << 31
-        if self.kind == "block_slots":
+        if self.kind in SLOTS_KINDS:
             return self.cluster * self.threads * (self.vpt + self.slots)
         return self.threads * self.vpt * self.cluster
 
@@ -326,7 +334,7 @@ class FastConfig:
             return self.threads * self.vpt * 16 * self.stages
         if self.kind in ("chunks", "chunks_reg"):
             return self.threads * self.vpt * 16 * self.chunk_sets()
-        if self.kind == "block_slots":
+        if self.kind in SLOTS_KINDS:
             return self.threads * self.slots * 16
         return 0
 
@@ -348,9 +356,9 @@ class FastConfig:
             return f"chunks {self.threads}x{self.vpt} lag {self.lag} ahead {self.ahead}"
         if self.kind == "chunks_reg":
             return f"chunks_reg {self.threads}x{self.vpt} ahead {self.ahead}"
-        if self.kind == "block_slots":
+        if self.kind in SLOTS_KINDS:
             cl = f"{self.cluster}x" if self.cluster > 1 else ""
-            return f"block_slots {cl}{self.threads}x{self.vpt}+{self.slots}"
+            return f"{self.kind} {cl}{self.threads}x{self.vpt}+{self.slots}"
         return f"{self.kind} {self.threads}x{self.vpt}"
 
 
@@ -388,7 +396,7 @@ def line_windows(n: int, dtype: torch.dtype, aligned: bool = True,
 
 # The kinds whose windows start at the row's 128-byte line (line heads): they copy whole aligned
 # 16-byte slots with cp.async, so input and output rows must share their 16-byte phase.
-LINE_HEAD_KINDS = ("persist", "pipe", "chunks", "chunks_reg", "block_slots")
+LINE_HEAD_KINDS = ("persist", "pipe", "chunks", "chunks_reg", "block_slots", "persist_slots")
 
 
 def config_windows(cfg: "FastConfig", n: int, dtype: torch.dtype, aligned: bool,
@@ -421,12 +429,12 @@ def persist_config(nw: int, vpt: int, cluster: int, late: bool = False,
 
 
 def block_slots_config(nwl: int, threads: int, vpt: int = BLOCK_SLOTS_VPT,
-                       cluster: int = 1) -> FastConfig:
-    """Kernel 2b (3b: ``cluster`` > 1 CTAs a row) for a row of ``nwl`` windows (line heads:
-    :func:`line_windows`) on CTAs of ``threads``: ``vpt`` windows a thread in registers, the rest
-    in as few slots a thread as hold them."""
+                       cluster: int = 1, kind: str = "block_slots") -> FastConfig:
+    """Kernel 2b (3b: ``cluster`` > 1 CTAs a row; 2c: ``kind`` ``persist_slots``) for a row of
+    ``nwl`` windows (line heads: :func:`line_windows`) on CTAs of ``threads``: ``vpt`` windows a
+    thread in registers, the rest in as few slots a thread as hold them."""
     per = cluster * threads
-    return FastConfig("block_slots", threads=threads, vpt=vpt, cluster=cluster,
+    return FastConfig(kind, threads=threads, vpt=vpt, cluster=cluster,
                       slots=max(0, -(-(nwl - per * vpt) // per)))
 
 
