@@ -42,6 +42,9 @@ def main() -> None:
     ap.add_argument("--stages", type=int, default=1, help="persist / pipe: rows of slots")
     ap.add_argument("--lag", type=int, default=1, help="chunks: steps a chunk waits")
     ap.add_argument("--ahead", type=int, default=1, help="chunks: chunks in flight")
+    ap.add_argument("--slots", type=int, default=-1,
+                    help="block_slots / persist_slots: shared-memory windows a thread "
+                    "(default: as few as hold the row)")
     ap.add_argument("--backward", action="store_true",
                     help="fused_softmax_backward (y, dy -> dx; 3 tensors) instead of the forward")
     ap.add_argument("--launches", type=int, default=4)
@@ -63,9 +66,13 @@ def main() -> None:
     else:
         if a.kind is None:
             cfg, _ = cv.fast_choice(y, x)
+        elif a.kind in fc.SLOTS_KINDS and a.slots < 0:  # as few slots as hold the row
+            cfg = fc.block_slots_config(fc.line_windows(a.n, dtype), a.threads, a.vpt,
+                                        a.cluster, kind=a.kind)
         else:
             cfg = fc.FastConfig(a.kind, threads=a.threads, vpt=a.vpt, cluster=a.cluster,
-                                late=a.late, stages=a.stages, lag=a.lag, ahead=a.ahead)
+                                late=a.late, stages=a.stages, lag=a.lag, ahead=a.ahead,
+                                slots=max(a.slots, 0))
         launch, tensors = (lambda: cv.fast_launch(y, x, cfg, 1)), 2
     times = []
     for _ in range(a.launches):

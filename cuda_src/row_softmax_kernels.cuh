@@ -674,13 +674,24 @@ __device__ __forceinline__ void rolling_rows(T* __restrict__ y, const T* __restr
                           MergeOp{});
     }
 
-    // The epilogue, registers then slots; each window, once stored, takes the next row's.
+    // The epilogue, registers then slots; each window, once stored, takes the next row's:
+    // register window k - kReloadLag after window k is stored (kReloadLast: all of them after
+    // the slots), each slot right after it is stored.
+    constexpr int kReloadLag = 0;
+    constexpr bool kReloadLast = false;
+    auto reload = [&](int k) {
+      if (more) r[k] = load_window(xn, k * step + base, n, hn, 1, neg_inf_t<T>());
+    };
     const A unused[1][W] = {};
     write_row<E, kKeptValues, kRowOnChipEachVector<T, VPT>>(r, unused, m, st,
                                                             [&](int k, const Vec<T>& v) {
       store_window(yr, k * step + base, n, h, 1, v);
-      if (more) r[k] = load_window(xn, k * step + base, n, hn, 1, neg_inf_t<T>());
+      if (!kReloadLast && k >= kReloadLag) reload(k - kReloadLag);
     });
+    if constexpr (!kReloadLast) {
+#pragma unroll
+      for (int k = VPT - kReloadLag; k < VPT; ++k) reload(k);
+    }
     const E<A> epi(st);
     const uint4* src = line_slots(xn);
 #pragma unroll 4
@@ -693,6 +704,10 @@ __device__ __forceinline__ void rolling_rows(T* __restrict__ y, const T* __restr
       if (more && v < nwin_next) cp_async16(dst + j * dst_step, src + v);
     }
     cp_async_commit();
+    if constexpr (kReloadLast) {
+#pragma unroll
+      for (int k = 0; k < VPT; ++k) reload(k);
+    }
   }
 }
 
