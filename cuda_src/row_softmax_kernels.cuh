@@ -596,24 +596,73 @@ __device__ __forceinline__ void row_on_chip_slots(T* __restrict__ y, const T* __
 #pragma unroll
   for (int k = 0; k < VPT; ++k) r[k] = load_window(xr, k * step + base, n, h, 1, neg_inf_t<T>());
 
-  // 3. This thread's (max, sum), then the CTA's (the cluster's).
-  const MaxSum<A> mine_ms = regs_then_slots_maxsum(r, slot, slots);
+  // 3. This thread's (max, sum), then the CTA's (the cluster's). Kernel 3b's 2-byte softmax
+  // keeps every exp rounded to T (one exp an element, <= 1.5 ulp as kernel 5 x 16): the
+  // registers' relative to their max (in r), the slots' relative to the slots' max, written
+  // back into the slots (a max pass, an exp pass: four shared-memory accesses a slot window, not
+  // two). Twenty-seventh run, A/B: 2 x 512 x 8 + 8-11 at 128256-151936 +2.6-3.8 points; kernel
+  // 2b level (+-0.4), so it keeps its raw values.
+  constexpr bool kKeep = E<A>::kScalesExp && sizeof(T) == 2 && CL > 1;
+  MaxSum<A> mine_ms, reg_ms, slot_ms;
+  if constexpr (kKeep) {
+    reg_ms = exp_maxsum_in_t(r);
+    cp_async_wait_all();
+    A ms = neg_inf<A>();
+#pragma unroll 4
+    for (int j = 0; j < slots; ++j) {
+      const Vec<T> w = slot(j);
+#pragma unroll
+      for (int i = 0; i < W; ++i) ms = amax(ms, w.get(i));
+    }
+    const A mss = safe_max(ms);
+    A ss = A(0);
+#pragma unroll 4
+    for (int j = 0; j < slots; ++j) {
+      const Vec<T> w = slot(j);
+      A e[W];
+#pragma unroll
+      for (int i = 0; i < W; ++i) {
+        e[i] = exp_acc(w.get(i) - mss);
+        ss += e[i];
+      }
+      mine[j * blockDim.x] = vec_of<T>([&](int i) { return e[i]; }).raw;
+    }
+    slot_ms = {ms, ss};
+    mine_ms = merge(reg_ms, slot_ms);
+  } else {
+    mine_ms = regs_then_slots_maxsum(r, slot, slots);
+  }
   const A m = mine_ms.m;
   MaxSum<A> st = block_allreduce(mine_ms, MergeOp{}, id<T>(), red);
   if constexpr (CL > 1) st = cluster_row_pair<A, CL>(st, part);
 
-  // 4. The epilogue (raw values: two exps per element), registers then slots.
+  // 4. The epilogue, registers then slots: the kept exps scaled (2-byte softmax), else the raw
+  // values (two exps per element).
   const A unused[1][W] = {};
-  write_row<E, kKeptValues, kRowOnChipEachVector<T, VPT>>(r, unused, m, st,
-                                                          [&](int k, const Vec<T>& v) {
-    store_window(yr, k * step + base, n, h, 1, v);
-  });
-  const E<A> epi(st);
+  if constexpr (kKeep) {
+    write_row<E, kKeptExpsInT>(r, unused, reg_ms.m, st, [&](int k, const Vec<T>& v) {
+      store_window(yr, k * step + base, n, h, 1, v);
+    });
+    const A f = exp_scale(slot_ms.m, st);
 #pragma unroll 4
-  for (int j = 0; j < slots; ++j) {
-    Vec<T> w = slot(j);
-    apply_epilogue(w, epi);
-    store_window(yr, first + j * step, n, h, 1, w);
+    for (int j = 0; j < slots; ++j) {
+      Vec<T> w;
+      w.raw = mine[j * blockDim.x];
+      w = vec_of<T>([&](int i) { return w.get(i) * f; });
+      store_window(yr, first + j * step, n, h, 1, w);
+    }
+  } else {
+    write_row<E, kKeptValues, kRowOnChipEachVector<T, VPT>>(r, unused, m, st,
+                                                            [&](int k, const Vec<T>& v) {
+      store_window(yr, k * step + base, n, h, 1, v);
+    });
+    const E<A> epi(st);
+#pragma unroll 4
+    for (int j = 0; j < slots; ++j) {
+      Vec<T> w = slot(j);
+      apply_epilogue(w, epi);
+      store_window(yr, first + j * step, n, h, 1, w);
+    }
   }
   if constexpr (CL > 1) cluster_wait();  // peers are done with our `part`
 }

@@ -565,9 +565,9 @@ def fast_softmax_config(
     if persist_ok:
         line = rows_on_lines(n, dtype, aligned, line)
         nwl = line_windows(n, dtype, aligned, line)
-        for threads, above, most in BLOCK_SLOTS_RULES[es]:
+        for threads, above, most, cl in BLOCK_SLOTS_RULES[es]:
             if above < nwl <= most:
-                return block_slots_config(nwl, threads)
+                return block_slots_config(nwl, threads, cluster=cl)
         for rule in PERSIST_SHAPES[es]:
             if rule.lines_only and not line:
                 continue
@@ -631,16 +631,22 @@ BLOCK_X8_THREADS = {  # by rows on 16 bytes
 # + 3-6 (four CTAs an SM by registers) - 22001 256 x 8 + 3 96.0 / 96.1 vs persist 1x704x4 93.5 /
 # 93.1, 24001 + 4 96.6 / 95.8 vs 1x768x4 92.4 / 91.8 (log_softmax the same) - the only rows the
 # 2-byte one-CTA persistent rule (<= 1024 x 4) still took: it went.
+# Twenty-seventh run (A/B in one process, softmax): kernel 3b keeping its 2-byte exps rounded to
+# T (one exp an element) on 2 x 512 x 8 + 8-11: bf16 128256 94.6 / 131072 94.0 / fp16 131072
+# 94.0 / bf16 151936 93.8 against kernel 5's 93.7 / 94.1 / 93.6 / 92.3 (log_softmax, call 1:
+# 94.3 / 95.2 / 93.5 / 93.7 against 92.8 / 94.7 / 93.5 / 91.7): the fp16 / bf16 rows past the
+# 1024 x 8 + 5 rule up to 2 x 512 x 8 + 12 (N ~106.5K-163.8K) take it.
 class SlotsRule(NamedTuple):
     threads: int
     above: int  # line windows (line_windows): rows of more ...
     most: int  # ... and at most this many
+    cluster: int = 1  # CTAs a row (kernel 3b past 1)
 
 
 BLOCK_SLOTS_RULES = {  # by itemsize
     4: (SlotsRule(1024, 8192, 1024 * 13),),
     2: (SlotsRule(256, 2048, 256 * 14), SlotsRule(512, 4096, 512 * 14),
-        SlotsRule(1024, 8192, 1024 * 13)),
+        SlotsRule(1024, 8192, 1024 * 13), SlotsRule(512, 1024 * 13, 1024 * 20, cluster=2)),
     8: (),
 }
 

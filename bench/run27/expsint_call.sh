@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The twenty-seventh run's last A/B: kernels 2b / 3b keeping every exp rounded to fp16 / bf16 in
+# softmax (one exp an element; the slots' exps written back into the slots:
+# bench/variants/slotsexpsint.patch) against head, beside the picks (kernel 5). Softmax only (the
+# patch leaves fp32 and log_softmax byte-identical).
+#   bash bench/variants/apply.sh bench/ab_variants slotsexpsint
+#   bash bench/run27/expsint_call.sh     (carry bench/ab_variants and .klc)
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT="${OUT:-/tmp/kernel_lab_gpu}"; mkdir -p "$OUT"
+[ -d .klc ] && export KERNEL_LAB_CACHE_DIR="$PWD/.klc"
+export PYTHONUNBUFFERED=1 PYTHONWARNINGS=ignore
+python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1
+V=bench/ab_variants
+AB=(--variant head=$V/head --variant expsint=$V/slotsexpsint)
+ab() { timeout 120 python3 bench/ab_kernels.py "$@" 2>&1 | grep -vE "^(check|  )"; }
+LONG=(--shape bfloat16:128256 --shape bfloat16:131072 --shape float16:131072 --shape bfloat16:151936)
+echo "== kernel 3b, 2 x 512 x 8 + slots"
+ab "${AB[@]}" --kind block_slots --threads 512 --cluster 2 "${LONG[@]}"
+echo "== the picks (kernel 5), head only"
+ab --variant head=$V/head "${LONG[@]}"
+echo "== kernel 2b, 1024 x 8 + slots"
+ab "${AB[@]}" --kind block_slots --threads 1024 --shape bfloat16:131072 --shape bfloat16:100000 \
+  --shape float16:80000
+echo "== kernel 2b, 512 x 8 + slots (the rule's 2-byte 32769-57344)"
+ab "${AB[@]}" --kind block_slots --threads 512 --shape bfloat16:50257 --shape float16:50257 \
+  --shape bfloat16:36000
