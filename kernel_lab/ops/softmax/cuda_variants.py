@@ -433,7 +433,8 @@ def fast_launch(
         launch_rows(src, expr, out, (x2d,), grid=m, block=cfg.threads, extra=(vec,))
     elif cfg.kind == "block_slots":
         smem = cfg.shared_mem()
-        if smem > 48 * 1024:  # the opt-in past the default limit (remembered per function)
+        if smem:  # dynamic + static past 48 KB needs the opt-in (remembered per function):
+            # 1024 x 8 + 3 slots is 48 KB of slots alone (CUDA_ERROR_INVALID_VALUE without it)
             jit.set_max_dynamic_shared(src.function(expr, device_index(out)), smem)
         launch_rows(src, expr, out, (x2d,), grid=m * cfg.cluster, block=cfg.threads,
                     extra=(vec, i32(cfg.slots)), shared_mem=smem)
