@@ -370,6 +370,30 @@ def test_block_slots_kernels_hold_rows_that_fill_them(dtype, threads, slots, cl)
                 assert res.ok, f"{kernels.prefix} {cfg.label()} n={n} wide={wide}: {res.message}"
 
 
+@pytest.mark.parametrize("threads,slots,cl", [(1024, 3, 1), (512, 6, 1), (512, 6, 2), (256, 1, 1)])
+def test_block_slots_launch_opts_in_to_its_shared_memory(monkeypatch, threads, slots, cl):
+    """The block_slots launch raises the kernel's dynamic shared-memory limit for any slots: 48 KB
+    of slots exactly (1024 x 8 + 3, 512 x 8 + 6, kernel 3b's 2 x 512 x 8 + 6 for 2-byte 110000)
+    plus the kernel's static shared memory is past the default limit, and the launch failed with
+    CUDA_ERROR_INVALID_VALUE on the H200 in a process that had not launched more slots first
+    (twenty-seventh run). CPU: the driver calls are recorded, not made."""
+    calls = []
+    monkeypatch.setattr(cv.jit, "set_max_dynamic_shared", lambda fn, n: calls.append(("opt", n)))
+    monkeypatch.setattr(cv, "launch_rows", lambda *a, **k: calls.append(("launch", k)))
+    monkeypatch.setattr(cv, "device_index", lambda t: 0)
+
+    class Src:
+        def function(self, expr, dev):
+            return expr
+
+    cfg = fc.FastConfig("block_slots", threads=threads, vpt=8, slots=slots, cluster=cl)
+    n = cfg.capacity() * 8 - 128  # bf16, inside the shape
+    x = torch.zeros(2, n, dtype=torch.bfloat16)
+    cv.fast_launch(torch.empty_like(x), x, cfg, 1, cv.RowKernels(Src(), "fast_softmax"))
+    assert calls[0] == ("opt", threads * slots * 16)
+    assert calls[1][0] == "launch" and calls[1][1]["shared_mem"] == threads * slots * 16
+
+
 def _persist_slots_cases():
     """(dtype, threads, slots, cluster) for kernels 2c / 3c (persist_slots on CTAs or clusters):
     small CTAs with one and many slots, two 512-thread CTAs an SM, the 1024-thread CTA with 8-13
