@@ -153,11 +153,14 @@ class PersistShape(NamedTuple):
 # Twenty-sixth run: kernel 2b at 256 threads took the odd rows of 20.5k-26.6k from the 2-byte
 # one-CTA rule (<= 1024 x 4, 92-93.5 %, against 96-96.6): it went (only those picks changed, N
 # 2049-300000).
+# Twenty-seventh run: kernel 3b with its exps in T took the 2-byte rows of ~106.5k-163.8k (tune
+# 93.7-95.3 % against 91.7-94.8); the x 16 rule (8 x <= 160, rows on lines) had no other rows
+# and went (no pick changed, N 2049-300000 checked). 2-byte rows still here: the odd ones of
+# ~57.3k-59.4k that neither block x 8 nor 512 x 8 + 6 takes (2 x 928-960 x 4).
 PERSIST_SHAPES = {  # by itemsize
     4: (PersistShape(8, 1024, (1,)), PersistShape(4, 1024, (8,), least=992),
         PersistShape(16, 320, (8,))),
-    2: (PersistShape(16, 160, (8,), lines_only=True, late=True, min_fill=0.9),
-        PersistShape(4, 1024, (2, 4))),
+    2: (PersistShape(4, 1024, (2, 4)),),
 }
 # 2-byte CTAs of more than 512 threads issue their copies right after the local (max, sum), not
 # late (tenth run: bf16 262144 8x1024x4 84.2 / 83.8 vs late 81-82; eleventh: 131072 4x1024x4
@@ -523,14 +526,14 @@ def fast_softmax_config(
       fp32/fp16/bf16: ``block_slots`` where BLOCK_SLOTS_RULES take the row (a CTA of 512 or
       1024 threads x 8 vectors and at most 5-6 slots a thread: fp32 N 32769-53248, fp16/bf16
       32769-57344 and 65537-106496, in line windows; 256 threads: the odd fp16/bf16 rows of
-      ~20.5K-26.6K that block x 8 leaves), else ``persist``, the first
+      ~20.5K-26.6K that block x 8 leaves; fp16/bf16 ~106.5K-163.8K: a cluster of 2 CTAs of 512
+      x 8 + 6-12, kernel 3b), else ``persist``, the first
       PERSIST_SHAPES rule that holds the row - fp32: one
       CTA of <= 1024 threads x 8 vectors, 992-1024 x 4 in 8 CTAs (N 122881-131072), then <= 320
-      x 16 in 8 CTAs; fp16/bf16: <= 160 x 16 in 8 (rows on lines), <= 1024 x 4 in 2 or 4 - threads =
-      the multiple of 32 that just covers the row, next row's copies issued late (2-byte CTAs:
+      x 16 in 8 CTAs; fp16/bf16: <= 1024 x 4 in 2 or 4 (the odd rows of ~57.3K-59.4K) - threads
+      = the multiple of 32 that just covers the row, next row's copies issued late (2-byte CTAs:
       only up to LATE_MAX_THREADS);
-    * longer rows of those dtypes (fp32 > 163840, 2-byte > 131072 but for the x 16 rule):
-      ``chunks_reg``,
+    * longer rows of those dtypes (fp32 > 163840, 2-byte > 163840): ``chunks_reg``,
       CHUNK_REG_DEFAULT (512 threads x 8 vectors a chunk, the waiting chunk in registers, one
       chunk ahead; the CTA sized down so that the row's chunks come out full, :func:`chunk_config`)
       for rows of <= CHUNK_REG_MAX_CHUNKS chunks (N <= 2^20 fp32, 2^21 2-byte),
