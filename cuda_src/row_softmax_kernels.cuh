@@ -547,15 +547,7 @@ __device__ __forceinline__ MaxSum<acc_t<T>> regs_then_slots_maxsum(Vec<T> (&r)[V
                                                                    int slots) {
   using A = acc_t<T>;
   constexpr int W = Vec<T>::N;
-  const A m = opaque_max(r);
-  const A ms = safe_max(m);
-  A s = A(0);
-#pragma unroll
-  for (int k = 0; k < VPT; ++k)
-#pragma unroll
-    for (int i = 0; i < W; ++i) s += exp_acc(r[k].get(i) - ms);
-  opaque_2byte(r);
-  MaxSum<A> st{m, s};
+  MaxSum<A> st = row_maxsum(r);
   cp_async_wait_all();
 #pragma unroll 4
   for (int j = 0; j < slots; ++j) {

@@ -332,19 +332,53 @@ def test_block_kernels_hold_rows_that_fill_them(dtype, vpt, threads):
             assert res.ok, f"{kernels.prefix} {cfg.label()} n={n}: {res.message}"
 
 
-def _block_slots_cases():
-    """(dtype, threads, slots, cluster) for kernels 2b / 3b (block_slots on one CTA or a
-    cluster): a small CTA with one and with many slots, the 512-thread CTA two of which share an
-    SM, the largest CTA with > 200 KB of slots; each cluster size with few and many slots."""
+def _slots_rows_match(cfg: fc.FastConfig, dtype: torch.dtype, seed: int, m: int,
+                      groups: tuple) -> None:
+    """softmax and log_softmax through a slots kernel (block_slots / persist_slots) on ``m`` rows
+    of each length - one that fills registers and slots, odd rows at every line head, one the
+    registers alone hold (slots past the row), rows of a wider tensor (stride > N, every row on
+    another head) - with -inf / NaN / +1e4 rows, outputs poisoned with NaN, on each of ``groups``
+    (fast_launch's max_groups) against the float64 references."""
+    w = vec_width(dtype)
+    cl, threads = cfg.cluster, cfg.threads
+    cap, regs = cfg.capacity() * w, cl * threads * cfg.vpt * w
+    line = fc.LINE_BYTES // dtype.itemsize
+    gen = torch.Generator(device="cuda").manual_seed(seed + threads + cfg.slots + cl)
+    for n in (cap, cap - line - 3, cap - line + 1, cap - cl * threads * w - 1, regs - 5,
+              regs + w + 1):
+        for wide in (0, 3 * w) if n <= cap - line + 1 else (0,):  # same 16-byte phase
+            base = torch.randn(m, n + wide, device="cuda", generator=gen).to(dtype)
+            x = _edge_rows(base[:, wide:] if wide else base)
+            for kernels, ref_fn, tol in BOTH_OPS:
+                ref = ref_fn(x)
+                for g in groups:
+                    out = torch.full((m, n), float("nan"), device="cuda", dtype=dtype)
+                    cv.fast_launch(out, x, cfg, kernels=kernels, max_groups=g)
+                    res = check(out, ref, dtype, tol)
+                    assert res.ok, (f"{kernels.prefix} {cfg.label()} n={n} wide={wide} "
+                                    f"groups={g}: {res.message}")
+
+
+# (threads, slots, cluster) of the slots kernels' GPU tests: a small CTA with one and with many
+# slots, the 512-thread CTA two of which share an SM, 48 KB of slots exactly (1024 x 8 + 3, and
+# kernel 3b's 2 x 512 x 8 + 6 of the 2-byte 110000 rule: the shared-memory opt-in), the 1024-thread
+# CTA with 8 and with 13 slots (> 200 KB), each cluster size with few and many slots (kernel 3b's
+# rule: 2 x 512 x 8 + 6-12).
+SLOTS_SHAPES = ((96, 1, 1), (96, 9, 1), (256, 6, 1), (512, 5, 1), (1024, 3, 1), (1024, 8, 1),
+                (1024, 13, 1), (96, 3, 2), (512, 6, 2), (512, 8, 2), (512, 12, 2), (64, 5, 4),
+                (512, 8, 4))
+
+
+def _slots_cases():
+    """(dtype, threads, slots, cluster) for kernels 2b / 3b and 2c / 3c: SLOTS_SHAPES in every
+    dtype they are built for."""
     for dt in fc.PERSIST_DTYPES:
-        for threads, slots, cl in ((96, 1, 1), (96, 9, 1), (256, 6, 1), (512, 5, 1),
-                                   (1024, 13, 1), (96, 3, 2), (512, 8, 2), (64, 5, 4),
-                                   (512, 8, 4)):
+        for threads, slots, cl in SLOTS_SHAPES:
             yield pytest.param(dt, threads, slots, cl, id=f"{dt}-t{threads}-s{slots}-cl{cl}")
 
 
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
-@pytest.mark.parametrize("dtype,threads,slots,cl", list(_block_slots_cases()))
+@pytest.mark.parametrize("dtype,threads,slots,cl", list(_slots_cases()))
 def test_block_slots_kernels_hold_rows_that_fill_them(dtype, threads, slots, cl):
     """softmax and log_softmax through one CTA (or a cluster of ``cl``) a row with part of the
     row in shared memory (``block_slots``): a row that fills registers and slots, odd rows at
@@ -352,21 +386,7 @@ def test_block_slots_kernels_hold_rows_that_fill_them(dtype, threads, slots, cl)
     (stride > N), with -inf / NaN / +1e4 rows; outputs poisoned with NaN first."""
     cfg = fc.FastConfig("block_slots", threads=threads, vpt=fc.BLOCK_SLOTS_VPT, slots=slots,
                         cluster=cl)
-    w = vec_width(dtype)
-    cap, regs = cfg.capacity() * w, cl * threads * cfg.vpt * w
-    line = fc.LINE_BYTES // dtype.itemsize
-    gen = torch.Generator(device="cuda").manual_seed(2468 + threads + slots + cl)
-    for n in (cap, cap - line - 3, cap - line + 1, cap - cl * threads * w - 1, regs - 5,
-              regs + w + 1):
-        # rows of a wider tensor: every row on another head (up to 7 windows before it)
-        for wide in (0, 3 * w) if n <= cap - line + 1 else (0,):  # same 16-byte phase
-            base = torch.randn(7, n + wide, device="cuda", generator=gen).to(dtype)
-            x = _edge_rows(base[:, wide:] if wide else base)
-            for kernels, ref_fn, tol in BOTH_OPS:
-                out = torch.full((7, n), float("nan"), device="cuda", dtype=dtype)
-                cv.fast_launch(out, x, cfg, kernels=kernels)
-                res = check(out, ref_fn(x), dtype, tol)
-                assert res.ok, f"{kernels.prefix} {cfg.label()} n={n} wide={wide}: {res.message}"
+    _slots_rows_match(cfg, dtype, seed=2468, m=7, groups=(None,))
 
 
 @pytest.mark.parametrize("threads,slots,cl", [(1024, 3, 1), (512, 6, 1), (512, 6, 2), (256, 1, 1)])
@@ -393,20 +413,8 @@ def test_block_slots_launch_opts_in_to_its_shared_memory(monkeypatch, threads, s
     assert calls[1][0] == "launch" and calls[1][1]["shared_mem"] == threads * slots * 16
 
 
-def _persist_slots_cases():
-    """(dtype, threads, slots, cluster) for kernels 2c / 3c (persist_slots on CTAs or clusters):
-    small CTAs with one and many slots, two 512-thread CTAs an SM, the 1024-thread CTA with 8-13
-    slots (the 2-byte 128K-152K rows it was built for); each cluster size with few and many
-    slots."""
-    for dt in fc.PERSIST_DTYPES:
-        for threads, slots, cl in ((96, 1, 1), (96, 9, 1), (256, 6, 1), (512, 5, 1), (1024, 8, 1),
-                                   (1024, 13, 1), (96, 3, 2), (512, 8, 2), (64, 5, 4),
-                                   (512, 8, 4)):
-            yield pytest.param(dt, threads, slots, cl, id=f"{dt}-t{threads}-s{slots}-cl{cl}")
-
-
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
-@pytest.mark.parametrize("dtype,threads,slots,cl", list(_persist_slots_cases()))
+@pytest.mark.parametrize("dtype,threads,slots,cl", list(_slots_cases()))
 def test_persist_slots_kernels_roll_rows_through_them(dtype, threads, slots, cl):
     """softmax and log_softmax through kernels 2c / 3c, whose resident CTAs (clusters of ``cl``)
     refill each window with the next row's as soon as it is stored: 23 rows over 3 groups (each
@@ -417,23 +425,7 @@ def test_persist_slots_kernels_roll_rows_through_them(dtype, threads, slots, cl)
     with NaN first."""
     cfg = fc.FastConfig("persist_slots", threads=threads, vpt=fc.BLOCK_SLOTS_VPT, slots=slots,
                         cluster=cl)
-    w = vec_width(dtype)
-    cap, regs = cfg.capacity() * w, cl * threads * cfg.vpt * w
-    line = fc.LINE_BYTES // dtype.itemsize
-    gen = torch.Generator(device="cuda").manual_seed(8642 + threads + slots + cl)
-    for n in (cap, cap - line - 3, cap - line + 1, cap - cl * threads * w - 1, regs - 5,
-              regs + w + 1):
-        for wide in (0, 3 * w) if n <= cap - line + 1 else (0,):  # same 16-byte phase
-            base = torch.randn(23, n + wide, device="cuda", generator=gen).to(dtype)
-            x = _edge_rows(base[:, wide:] if wide else base)
-            for kernels, ref_fn, tol in BOTH_OPS:
-                ref = ref_fn(x)
-                for groups in (3, None):
-                    out = torch.full((23, n), float("nan"), device="cuda", dtype=dtype)
-                    cv.fast_launch(out, x, cfg, kernels=kernels, max_groups=groups)
-                    res = check(out, ref, dtype, tol)
-                    assert res.ok, (f"{kernels.prefix} {cfg.label()} n={n} wide={wide} "
-                                    f"groups={groups}: {res.message}")
+    _slots_rows_match(cfg, dtype, seed=8642, m=23, groups=(3, None))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The twenty-seventh run's last A/B: kernels 2b / 3b keeping every exp rounded to fp16 / bf16 in
 # softmax (one exp an element; the slots' exps written back into the slots:
-# bench/variants/slotsexpsint.patch) against head, beside the picks (kernel 5). Softmax only (the
-# patch leaves fp32 and log_softmax byte-identical).
-#   bash bench/variants/apply.sh bench/ab_variants slotsexpsint
+# bench/variants/slotsexpsint.patch, merged in 77d798d) against head, beside the picks (kernel 5).
+# Softmax only (the patch leaves fp32 and log_softmax byte-identical). To repeat it: head is
+# e62a6c6's cuda_src, slotsexpsint this tree's:
+#   git archive e62a6c6 cuda_src | tar -x -C /tmp/h && rm -rf bench/ab_variants/{head,slotsexpsint}
+#   cp -r /tmp/h/cuda_src bench/ab_variants/head && cp -r cuda_src bench/ab_variants/slotsexpsint
 #   bash bench/run27/expsint_call.sh     (carry bench/ab_variants and .klc)
 set -uo pipefail
 cd "$(dirname "$0")/../.."

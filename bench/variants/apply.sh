@@ -23,6 +23,12 @@
 #   slotsregsfirst  kernel 2b (row_on_chip_slots) issues its register loads before its slots'
 #            copies (twenty-sixth run: +2-5 points at 8-11 slots a thread on 1024 x 8, -2 to -9
 #            at 2-5; bash .ci/gpu-bench slotorder)
+#   reloadlag2 / reloadlag4 / reloadlag8 / reloadlast  kernels 2c / 3c (rolling_rows) reload a
+#            register window 2, 4 or 8 windows after storing it, or all of them after the slots
+#            (twenty-seventh run: within 1.5 points of head; bash bench/run27/ab_call.sh)
+#   stagger  the persistent kernels' groups (2c / 3c, 5) wait (q % 8) / 8 of a row period before
+#            their first row (twenty-seventh run: +3.4 % for 2c at one CTA an SM, level or -1
+#            elsewhere; bash bench/run27/stagger_call.sh)
 # A patch that no longer applies fails loudly; bench/ab_variants/ is git-ignored (carry it to
 # the GPU machine).
 set -euo pipefail
