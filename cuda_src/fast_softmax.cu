@@ -7,6 +7,10 @@
 // shape, shared memory, bytes and preconditions:
 //   fast_softmax_warp<T, G, VPT>              short rows, a lane group per row
 //   fast_softmax_block<T, VPT>                mid rows, a CTA per row
+//   fast_softmax_block_slots<T, VPT>          a CTA per row, its last windows in shared memory
+//   fast_softmax_cluster_slots<T, VPT, CL>    the same on a cluster of CL CTAs a row
+//   fast_softmax_persist_slots<T, VPT>        block_slots on resident CTAs (no rule picks it)
+//   fast_softmax_persist_cluster_slots<...>   cluster_slots on resident clusters (likewise)
 //   fast_softmax_cluster<T, VPT, CL>          long rows, a cluster per row (DSMEM merge)
 //   fast_softmax_persist<T, VPT>              persistent CTAs, next row prefetched (cp.async)
 //   fast_softmax_persist_cluster<T, VPT, CL>  persistent clusters, next row prefetched

@@ -10,9 +10,12 @@
 //
 // Kernels (same shapes, configs and preconditions as fast_softmax's; the launcher reuses
 // fast_softmax_config / fast_launch):
-//   log_softmax_warp<T, G, VPT>, log_softmax_block<T, VPT>, log_softmax_cluster<T, VPT, CL>,
+//   log_softmax_warp<T, G, VPT>, log_softmax_block<T, VPT>, log_softmax_block_slots<T, VPT>,
+//   log_softmax_cluster_slots<T, VPT, CL>, log_softmax_persist_slots<T, VPT>,
+//   log_softmax_persist_cluster_slots<T, VPT, CL>, log_softmax_cluster<T, VPT, CL>,
 //   log_softmax_persist<T, VPT>, log_softmax_persist_cluster<T, VPT, CL>,
-//   log_softmax_persist_pipe<T, VPT, CL>, log_softmax_wide<T, CL>, log_softmax_chunks<T, VPT>.
+//   log_softmax_persist_pipe<T, VPT, CL>, log_softmax_wide<T, CL>, log_softmax_chunks<T, VPT>,
+//   log_softmax_chunks_reg<T, VPT>.
 // Bytes: 2 * M * N * sizeof(T) (wide: plus the re-read of what shared memory does not keep).
 // Changed: from a vec_softmax-like CTA-per-row kernel plus a streaming two-pass kernel (3
 // passes past 128 KB rows) to fast_softmax's family: short rows no longer waste a CTA, long rows

@@ -7,8 +7,9 @@
 //                     y = (x - max) - log(sum)
 //
 // The macro defines thin __global__ templates named <prefix>_warp, _block, _block_slots,
-// _cluster, _cluster_slots, _persist, _persist_cluster, _persist_pipe, _wide, _chunks and
-// _chunks_reg (so NVRTC name expressions such as "fast_softmax_block<float, 4>" or
+// _persist_slots, _persist_cluster_slots, _cluster, _cluster_slots, _persist, _persist_cluster,
+// _persist_pipe, _wide, _chunks and _chunks_reg (so NVRTC name expressions such as
+// "fast_softmax_block<float, 4>" or
 // "log_softmax_persist_cluster<__nv_bfloat16, 8, 4>" work);
 // each forwards to one device body below, templated on the epilogue. The launcher picks a kernel
 // and its shape per (N, dtype): kernel_lab/ops/softmax/fast_config.py, fast_softmax_config.
@@ -25,7 +26,8 @@
 //             sum loop and scales them (exp_maxsum / exp_scale: 1 exp per element in all; what
 //             is kept: Kept) - in fp32 registers up to 64 per thread (7b: 32), past that
 //             fp16/bf16 keep them rounded to T in the values' registers (exp_maxsum_in_t:
-//             <= 1.5 ulp, not 0.5); elsewhere it recomputes exp(x - max) (2 per element);
+//             <= 1.5 ulp, not 0.5; kernel 3b's slots too); elsewhere (fp32 and kernels 2 x 8,
+//             2b, 2c / 3c) it recomputes exp(x - max) (2 per element);
 //             log_softmax keeps x and writes (x - max) - log(sum).
 //   Bytes:    2 * M * N * sizeof(T) for every kernel (the wide kernel: plus the re-read of
 //             whatever its shared memory does not keep).
@@ -95,6 +97,11 @@
 //    Why:    rows too long for one SM's registers and shared memory together (fp32 131072,
 //            2-byte 262144: 512 KB) or whose one-CTA form leaves one CTA an SM (2-byte 131072 on
 //            1024 x 8 + 8: 90-91 %), on CTAs of <= 512 threads, two an SM (twenty-sixth run).
+//    Math:   2-byte softmax keeps every exp rounded to T (one exp an element): the registers'
+//            relative to their max, the slots' relative to theirs, written back into the slots
+//            (a max pass and an exp pass: four shared-memory accesses a slot window). With two
+//            exps an element its softmax read 91-92.5 % at 2 x 512 x 8 + 8-11, 94-94.6 with one
+//            (twenty-seventh run): fp16 / bf16 rows of ~106.5K-163.8K run it.
 // 3. <p>_cluster<T, VPT, CL>: long rows. A cluster of CL CTAs (compile-time __cluster_dims__,
 //    grid = M * CL blocks) owns one row; CTA rank c, thread t holds windows
 //    k * CL * blockDim.x + c * blockDim.x + t. Each CTA reduces its (max, sum) to shared memory,
