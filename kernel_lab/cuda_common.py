@@ -147,9 +147,16 @@ def launch_rows(
     extra: tuple = (),
     shared_mem: int = 0,
 ) -> None:
-    """Launch ``expr`` with the row-kernel convention: (out, inputs, M, N, strides, *extra)."""
+    """Launch ``expr`` with the row-kernel convention: (out, inputs, M, N, strides, *extra).
+
+    ``shared_mem`` bytes of dynamic shared memory: the kernel's limit is raised first for any
+    amount (remembered per loaded function: no driver call on repeats), since dynamic plus static
+    shared memory past 48 KB needs it - 48 KB of dynamic alone already fails
+    (CUDA_ERROR_INVALID_VALUE: block_slots 1024 x 8 + 3, twenty-seventh H200 run)."""
     dev = device_index(out2d)
     fn = src.function(expr, dev)
+    if shared_mem:
+        jit.set_max_dynamic_shared(fn, shared_mem)
     m, n = out2d.shape
     k = len(inputs2d)
     signature = _ROW_SIGNATURES.get((k, *map(type, extra)))

@@ -395,11 +395,15 @@ def test_block_slots_launch_opts_in_to_its_shared_memory(monkeypatch, threads, s
     of slots exactly (1024 x 8 + 3, 512 x 8 + 6, kernel 3b's 2 x 512 x 8 + 6 for 2-byte 110000)
     plus the kernel's static shared memory is past the default limit, and the launch failed with
     CUDA_ERROR_INVALID_VALUE on the H200 in a process that had not launched more slots first
-    (twenty-seventh run). CPU: the driver calls are recorded, not made."""
+    (twenty-seventh run). The opt-in lives in launch_rows, for every row launch with dynamic
+    shared memory. CPU: the driver calls are recorded, not made."""
+    from kernel_lab import cuda_common
+
     calls = []
-    monkeypatch.setattr(cv.jit, "set_max_dynamic_shared", lambda fn, n: calls.append(("opt", n)))
-    monkeypatch.setattr(cv, "launch_rows", lambda *a, **k: calls.append(("launch", k)))
-    monkeypatch.setattr(cv, "device_index", lambda t: 0)
+    monkeypatch.setattr(cuda_common.jit, "set_max_dynamic_shared",
+                        lambda fn, n: calls.append(("opt", n)))
+    monkeypatch.setattr(cuda_common.interop, "launch", lambda *a, **k: calls.append(("launch", k)))
+    monkeypatch.setattr(cuda_common, "device_index", lambda t: 0)
 
     class Src:
         def function(self, expr, dev):

@@ -4,16 +4,10 @@
 # (bench/variants/reload*.patch), kernel 2b beside them; softmax and log_softmax. Summary last.
 #   bash bench/variants/apply.sh bench/ab_variants head reloadlag2 reloadlag4 reloadlag8 reloadlast
 #   bash bench/run27/ab_call.sh        (carry bench/ab_variants and .klc)
-set -uo pipefail
-cd "$(dirname "$0")/../.."
-OUT="${OUT:-/tmp/kernel_lab_gpu}"; mkdir -p "$OUT"
-[ -d .klc ] && export KERNEL_LAB_CACHE_DIR="$PWD/.klc"
-export PYTHONUNBUFFERED=1 PYTHONWARNINGS=ignore
-python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1
+. "$(dirname "$0")/preamble.sh"
 V=bench/ab_variants
 VARIANTS=()
 for v in head reloadlag2 reloadlag4 reloadlag8 reloadlast; do VARIANTS+=(--variant "$v=$V/$v"); done
-ab() { timeout 150 python3 bench/ab_kernels.py "$@" 2>&1 | grep -vE "^(check|  )"; }
 for op in softmax log_softmax; do
   echo "== $op: persist_slots 1024 x 8 + slots (kernel 2c)"
   ab "${VARIANTS[@]}" --op $op --kind persist_slots --threads 1024 --shape bfloat16:131072 \

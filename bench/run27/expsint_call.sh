@@ -7,15 +7,10 @@
 #   git archive e62a6c6 cuda_src | tar -x -C /tmp/h && rm -rf bench/ab_variants/{head,slotsexpsint}
 #   cp -r /tmp/h/cuda_src bench/ab_variants/head && cp -r cuda_src bench/ab_variants/slotsexpsint
 #   bash bench/run27/expsint_call.sh     (carry bench/ab_variants and .klc)
-set -uo pipefail
-cd "$(dirname "$0")/../.."
-OUT="${OUT:-/tmp/kernel_lab_gpu}"; mkdir -p "$OUT"
-[ -d .klc ] && export KERNEL_LAB_CACHE_DIR="$PWD/.klc"
-export PYTHONUNBUFFERED=1 PYTHONWARNINGS=ignore
-python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1
+. "$(dirname "$0")/preamble.sh"
 V=bench/ab_variants
 AB=(--variant head=$V/head --variant expsint=$V/slotsexpsint)
-ab() { timeout 120 python3 bench/ab_kernels.py "$@" 2>&1 | grep -vE "^(check|  )"; }
+AB_TIMEOUT=120
 LONG=(--shape bfloat16:128256 --shape bfloat16:131072 --shape float16:131072 --shape bfloat16:151936)
 echo "== kernel 3b, 2 x 512 x 8 + slots"
 ab "${AB[@]}" --kind block_slots --threads 512 --cluster 2 "${LONG[@]}"

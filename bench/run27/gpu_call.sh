@@ -5,12 +5,7 @@
 #   bash bench/run27/gpu_call.sh   (carry .klc: KERNEL_LAB_CACHE_DIR=.klc python -m kernel_lab compile)
 #   KLAB_TESTS=tests/test_fast_configs.py KLAB_TEST_K=slots bash bench/run27/gpu_call.sh
 #   KLAB_TUNES="float32:131072 bfloat16:262144" KLAB_TUNE_ONLY='persist' bash bench/run27/gpu_call.sh
-set -uo pipefail
-cd "$(dirname "$0")/../.."
-OUT="${OUT:-/tmp/kernel_lab_gpu}"; mkdir -p "$OUT"
-[ -d .klc ] && export KERNEL_LAB_CACHE_DIR="$PWD/.klc"
-export PYTHONUNBUFFERED=1 PYTHONWARNINGS=ignore
-python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1
+. "$(dirname "$0")/preamble.sh"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 timeout "${KLAB_TEST_TIMEOUT:-360}" python3 -m pytest ${KLAB_TESTS:-tests} ${KLAB_TEST_K:+-k "$KLAB_TEST_K"} \
   -q -ra -p no:cacheprovider -n "${KLAB_XDIST:-16}" >"$OUT/tests.log" 2>&1

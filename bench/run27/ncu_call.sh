@@ -3,12 +3,7 @@
 # persistent form 2c (persist_slots) and the pick (kernel 5) at bf16 131072 (1024 x 8 + 8):
 # why does 2c, with its next row in flight through every epilogue, read 5-6 points under 2b?
 #   bash bench/run27/ncu_call.sh     (carry .klc)
-set -uo pipefail
-cd "$(dirname "$0")/../.."
-OUT="${OUT:-/tmp/kernel_lab_gpu}"; mkdir -p "$OUT"
-[ -d .klc ] && export KERNEL_LAB_CACHE_DIR="$PWD/.klc"
-export PYTHONUNBUFFERED=1 PYTHONWARNINGS=ignore
-python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1
+. "$(dirname "$0")/preamble.sh"
 for spec in "block_slots|slots|--kind block_slots" "persist_slots|slots|--kind persist_slots" \
             "pick|persist_cluster|"; do
   IFS='|' read -r name k flags <<<"$spec"

@@ -5,15 +5,9 @@
 # log_softmax on two shapes.
 #   bash bench/variants/apply.sh bench/ab_variants stagger   (head: apply.sh makes it)
 #   bash bench/run27/stagger_call.sh     (carry bench/ab_variants and .klc)
-set -uo pipefail
-cd "$(dirname "$0")/../.."
-OUT="${OUT:-/tmp/kernel_lab_gpu}"; mkdir -p "$OUT"
-[ -d .klc ] && export KERNEL_LAB_CACHE_DIR="$PWD/.klc"
-export PYTHONUNBUFFERED=1 PYTHONWARNINGS=ignore
-python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1
+. "$(dirname "$0")/preamble.sh"
 V=bench/ab_variants
 AB=(--variant head=$V/head --variant stagger=$V/stagger)
-ab() { timeout 150 python3 bench/ab_kernels.py "$@" 2>&1 | grep -vE "^(check|  )"; }
 echo "== kernel 2c (persist_slots 1024 x 8 + slots)"
 ab "${AB[@]}" --kind persist_slots --threads 1024 --shape bfloat16:131072 --shape float32:65536
 echo "== kernel 3c (persist_slots 2 x 512 x 8 + 8)"

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 
 import torch
 
-from kernel_lab import jit
 from kernel_lab.cuda_common import (
     ALL_DTYPES,
     ctype,
@@ -431,14 +430,10 @@ def fast_launch(
                     extra=(vec,))
     elif cfg.kind == "block":
         launch_rows(src, expr, out, (x2d,), grid=m, block=cfg.threads, extra=(vec,))
-    elif cfg.kind == "block_slots":
-        smem = cfg.shared_mem()
-        if smem:  # dynamic + static past 48 KB needs the opt-in (remembered per function):
-            # 1024 x 8 + 3 slots is 48 KB of slots alone (CUDA_ERROR_INVALID_VALUE without it)
-            jit.set_max_dynamic_shared(src.function(expr, device_index(out)), smem)
+    elif cfg.kind == "block_slots":  # launch_rows raises the shared-memory limit
         launch_rows(src, expr, out, (x2d,), grid=m * cfg.cluster, block=cfg.threads,
-                    extra=(vec, i32(cfg.slots)), shared_mem=smem)
-    elif cfg.kind == "persist_slots":  # resident_groups sets the shared-memory opt-in
+                    extra=(vec, i32(cfg.slots)), shared_mem=cfg.shared_mem())
+    elif cfg.kind == "persist_slots":
         grid = persistent_grid(src, expr, cfg.threads, cfg.cluster, cfg.shared_mem(), m,
                                device_index(out), max_groups)
         launch_rows(src, expr, out, (x2d,), grid=grid, block=cfg.threads,
