@@ -100,7 +100,7 @@
 //    Math:   2-byte softmax keeps every exp rounded to T (one exp an element): the registers'
 //            relative to their max, the slots' relative to theirs, written back into the slots
 //            (a max pass and an exp pass: four shared-memory accesses a slot window). With two
-//            exps an element its softmax read 91-92.5 % at 2 x 512 x 8 + 8-11, 94-94.6 with one
+//            exps an element its softmax read 90-92.5 % at 2 x 512 x 8 + 8-11, 93.8-94.6 with one
 //            (twenty-seventh run): fp16 / bf16 rows of ~106.5K-163.8K run it.
 // 3. <p>_cluster<T, VPT, CL>: long rows. A cluster of CL CTAs (compile-time __cluster_dims__,
 //    grid = M * CL blocks) owns one row; CTA rank c, thread t holds windows

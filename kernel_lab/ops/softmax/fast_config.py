@@ -154,7 +154,7 @@ class PersistShape(NamedTuple):
 # one-CTA rule (<= 1024 x 4, 92-93.5 %, against 96-96.6): it went (only those picks changed, N
 # 2049-300000).
 # Twenty-seventh run: kernel 3b with its exps in T took the 2-byte rows of ~106.5k-163.8k (tune
-# 93.7-95.3 % against 91.7-94.8); the x 16 rule (8 x <= 160, rows on lines) had no other rows
+# 93.7-95.3 % against 90.9-94.8); the x 16 rule (8 x <= 160, rows on lines) had no other rows
 # and went (no pick changed, N 2049-300000 checked). 2-byte rows still here: the odd ones of
 # ~57.3k-59.4k that neither block x 8 nor 512 x 8 + 6 takes (2 x 928-960 x 4).
 PERSIST_SHAPES = {  # by itemsize
