@@ -26,7 +26,8 @@
 //             sum loop and scales them (exp_maxsum / exp_scale: 1 exp per element in all; what
 //             is kept: Kept) - in fp32 registers up to 64 per thread (7b: 32), past that
 //             fp16/bf16 keep them rounded to T in the values' registers (exp_maxsum_in_t:
-//             <= 1.5 ulp, not 0.5; kernel 3b's slots too); elsewhere (fp32 and kernels 2 x 8,
+//             <= 1.5 ulp, not 0.5; kernel 3b's slots too; kernel 3b's fp32 keeps them in its
+//             fp32 values' registers and slots, exact); elsewhere (fp32 and kernels 2 x 8,
 //             2b, 2c / 3c) it recomputes exp(x - max) (2 per element);
 //             log_softmax keeps x and writes (x - max) - log(sum).
 //   Bytes:    2 * M * N * sizeof(T) for every kernel (the wide kernel: plus the re-read of
@@ -97,11 +98,13 @@
 //    Why:    rows too long for one SM's registers and shared memory together (fp32 131072,
 //            2-byte 262144: 512 KB) or whose one-CTA form leaves one CTA an SM (2-byte 131072 on
 //            1024 x 8 + 8: 90-91 %), on CTAs of <= 512 threads, two an SM (twenty-sixth run).
-//    Math:   2-byte softmax keeps every exp rounded to T (one exp an element): the registers'
-//            relative to their max, the slots' relative to theirs, written back into the slots
-//            (a max pass and an exp pass: four shared-memory accesses a slot window). With two
-//            exps an element its softmax read 90-92.5 % at 2 x 512 x 8 + 8-11, 93.8-94.6 with one
-//            (twenty-seventh run): fp16 / bf16 rows of ~106.5K-163.8K run it.
+//    Math:   softmax keeps every exp in T (one exp an element; rounded in fp16 / bf16, exact in
+//            fp32): the registers' relative to their max, the slots' relative to theirs, written
+//            back into the slots (a max pass and an exp pass: four shared-memory accesses a slot
+//            window). With two exps an element its 2-byte softmax read 90-92.5 % at 2 x 512 x 8
+//            + 8-11, 93.8-94.6 with one (twenty-seventh run): fp16 / bf16 rows of ~106.5K-163.8K
+//            run it. fp32 (twenty-eighth run): 2 x 1024 x 8 + 8 93.0 -> 94.0 at 131072; fp32
+//            rows of ~53.2K-106.5K run it (95-96 % where kernel 5 read 92-94).
 // 3. <p>_cluster<T, VPT, CL>: long rows. A cluster of CL CTAs (compile-time __cluster_dims__,
 //    grid = M * CL blocks) owns one row; CTA rank c, thread t holds windows
 //    k * CL * blockDim.x + c * blockDim.x + t. Each CTA reduces its (max, sum) to shared memory,
@@ -377,10 +380,11 @@ enum Kept : int {
 // y = round(round(e) * exp(m_t - M) / S) rounds twice: relative error <= 2u (2^-7 bf16, 2^-10
 // fp16; the checks allow 1.2e-2 / 2e-3), within 1.5 ulp of T instead of 0.5. T keeps e's
 // range: bf16 in bf16 (fp32's exponents: no probability flushed), fp16 in fp16 (y <= e, so an
-// e that fp16 flushes is a y it flushes too).
+// e that fp16 flushes is a y it flushes too). With fp32 T (kernel 3b) e is kept exactly, in
+// the values' own registers: no rounding, no registers beside them.
 template <typename T, int K>
 __device__ __forceinline__ MaxSum<acc_t<T>> exp_maxsum_in_t(Vec<T> (&r)[K]) {
-  static_assert(sizeof(T) == 2, "fp32 / fp64 exps do not fit in the values' registers");
+  static_assert(sizeof(T) <= 4, "fp64 rows never take a kept-exps path");
   using A = acc_t<T>;
   const A m = opaque_max(r);
   const A ms = safe_max(m);
@@ -595,13 +599,13 @@ __device__ __forceinline__ void row_on_chip_slots(T* __restrict__ y, const T* __
 #pragma unroll
   for (int k = 0; k < VPT; ++k) r[k] = load_window(xr, k * step + base, n, h, 1, neg_inf_t<T>());
 
-  // 3. This thread's (max, sum), then the CTA's (the cluster's). Kernel 3b's 2-byte softmax
-  // keeps every exp rounded to T (one exp an element, <= 1.5 ulp as kernel 5 x 16): the
+  // 3. This thread's (max, sum), then the CTA's (the cluster's). Kernel 3b's softmax keeps
+  // every exp in T (one exp an element; 2-byte: rounded, <= 1.5 ulp as kernel 5 x 16): the
   // registers' relative to their max (in r), the slots' relative to the slots' max, written
   // back into the slots (a max pass, an exp pass: four shared-memory accesses a slot window, not
   // two). Twenty-seventh run, A/B: 2 x 512 x 8 + 8-11 at 128256-151936 +2.6-3.8 points; kernel
-  // 2b level (+-0.4), so it keeps its raw values.
-  constexpr bool kKeep = E<A>::kScalesExp && sizeof(T) == 2 && CL > 1;
+  // 2b level (+-0.4), so it keeps its raw values. Twenty-eighth run: fp32 (exact) +0.2-1.0.
+  constexpr bool kKeep = E<A>::kScalesExp && sizeof(T) <= 4 && CL > 1;
   MaxSum<A> mine_ms, reg_ms, slot_ms;
   if constexpr (kKeep) {
     reg_ms = exp_maxsum_in_t(r);

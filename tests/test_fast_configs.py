@@ -74,8 +74,13 @@ def test_long_rows_take_the_retuned_cluster_shapes():
     f32, bf16, f16 = torch.float32, torch.bfloat16, torch.float16
     picks = [  # (N, dtype, rows on 16 bytes, the launch)
         (50257, f32, False, "block_slots 1024x8+5"),  # twenty-fifth run: see below
-        (53249, f32, True, "persist 8x128x16 late"),
-        (65536, f32, True, "persist 8x128x16 late"),
+        (53249, f32, True, "block_slots 2x512x8+6"),  # twenty-eighth run: kernel 3b, below
+        (65536, f32, True, "block_slots 2x512x8+8"),
+        (81920, f32, True, "block_slots 2x512x8+12"),
+        (81921, f32, True, "block_slots 2x1024x8+3"),
+        (100000, f32, True, "block_slots 2x1024x8+5"),
+        (106496, f32, True, "block_slots 2x1024x8+5"),
+        (106497, f32, True, "persist 8x224x16 late"),
         (131072, f32, True, "persist 8x1024x4 late"),  # twenty-second run: 94.1-94.6 vs 93.2-93.4
         (128256, f32, True, "persist 8x1024x4 late"),  # >= 992 threads x 4 (not measured)
         (122880, f32, True, "persist 8x256x16 late"),  # 960 threads x 4: the x 16 rule
@@ -127,7 +132,7 @@ def test_long_rows_take_the_retuned_cluster_shapes():
         assert fc.fast_softmax_config(n, dtype) == fc.CHUNK_DEFAULT, (n, dtype)
     assert fc.fast_softmax_config(1 << 20, f32, aligned=False, vec=False).kind == "wide"
     assert fc.fast_softmax_config(1 << 20, torch.float64).kind == "wide"
-    for n in range(53249, 163841, 7919):  # every fp32 cluster row: 8 CTAs, late
+    for n in range(106497, 163841, 7919):  # every fp32 cluster row: 8 CTAs, late
         c = fc.fast_softmax_config(n, f32)
         assert (c.kind, c.cluster, c.late) == ("persist", 8, True), (n, c)
 
@@ -140,9 +145,11 @@ def test_rows_past_one_ctas_registers_keep_a_few_windows_in_shared_memory():
     8x128x16 late 92.3). Twenty-sixth run: the odd fp16 / bf16 rows of ~20.5k-26.6k that block x 8
     leaves (352-416 threads) run 256 x 8 + 3-6 (24001 96.6 / 95.8 vs 1x768x4 92.4 / 91.8).
     Twenty-seventh run: fp16 / bf16 rows past 1024 x 8 + 5 up to 2 x 512 x 8 + 12 (N ~106.5K-
-    163.8K) run kernel 3b, 2 x 512 x 8 + 6-12 (151936 93.8 vs kernel 5's 92.3). Never more slots
-    than that, never in another 16-byte phase than the output, and the rows between stay on
-    block x 8 / persistent."""
+    163.8K) run kernel 3b, 2 x 512 x 8 + 6-12 (151936 93.8 vs kernel 5's 92.3). Twenty-eighth
+    run (kernel 3b's fp32 exps kept): fp32 rows past 1024 x 8 + 13 run kernel 3b, 2 x 512 x 8 +
+    5-12 up to N ~81.9K (61001 96.1 vs kernel 5's 93.1), then 2 x 1024 x 8 + 1-5 up to ~106.5K
+    (90000 94.9 vs 93.4). Never more slots than that, never in another 16-byte phase than the
+    output, and the rows between stay on block x 8 / persistent."""
     for dtype in (torch.float16, torch.bfloat16, torch.float32):
         w = vec_width(dtype)
         for n in list(range(16385, 170000, 997)) + list(range(20400, 26700, 7)):
@@ -154,9 +161,17 @@ def test_rows_past_one_ctas_registers_keep_a_few_windows_in_shared_memory():
                 two_byte_512 = dtype.itemsize == 2 and 32768 < n <= 57344
                 assert vec and c.vpt == fc.BLOCK_SLOTS_VPT, (n, c)
                 nwl = fc.line_windows(n, dtype, aligned)
-                if c.cluster > 1:  # kernel 3b: 2-byte rows past 1024 x 8 + 5
-                    assert (w, c.cluster, c.threads) == (8, 2, 512), (n, c)
+                if c.cluster > 1 and w == 8:  # kernel 3b: 2-byte rows past 1024 x 8 + 5
+                    assert (c.cluster, c.threads) == (2, 512), (n, c)
                     assert 106496 < n <= 163840 and 6 <= c.slots <= 12, (n, c)
+                    assert c.capacity() >= nwl > c.capacity() - 2 * c.threads, (n, c)
+                    continue
+                if c.cluster > 1:  # kernel 3b: fp32 rows past 1024 x 8 + 13
+                    assert c.cluster == 2 and 53248 - 32 < n <= 106496, (n, c)
+                    if c.threads == 512:
+                        assert 5 <= c.slots <= 12 and n <= 81920, (n, c)
+                    else:
+                        assert c.threads == 1024 and 1 <= c.slots <= 5 and n > 81920 - 32, (n, c)
                     assert c.capacity() >= nwl > c.capacity() - 2 * c.threads, (n, c)
                     continue
                 assert 1 <= c.slots <= (6 if two_byte_256 or two_byte_512 else 5), (n, c)

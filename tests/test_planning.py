@@ -14,7 +14,7 @@ def test_plan_rows_name_the_config_and_its_kernel():
     header, rows = planning.plan_rows("softmax", torch.float32, [65536, 151936])
     assert header == ["N", "auto (CUDA)", "fast_softmax"]
     assert rows[0] == ["65536", "fast_softmax",
-                       "persist 8x128x16 late: fast_softmax_persist_cluster<float, 16, 8>"]
+                       "block_slots 2x512x8+8: fast_softmax_cluster_slots<float, 8, 2>"]
     assert rows[1][2] == "persist 8x320x16 late: fast_softmax_persist_cluster<float, 16, 8>"
     _, rows = planning.plan_rows("log_softmax", torch.float32, [151936])
     assert rows[0][2] == "persist 8x320x16 late: log_softmax_persist_cluster<float, 16, 8>"

@@ -526,8 +526,9 @@ def fast_softmax_config(
       fp32/fp16/bf16: ``block_slots`` where BLOCK_SLOTS_RULES take the row (a CTA of 512 or
       1024 threads x 8 vectors and at most 5-6 slots a thread: fp32 N 32769-53248, fp16/bf16
       32769-57344 and 65537-106496, in line windows; 256 threads: the odd fp16/bf16 rows of
-      ~20.5K-26.6K that block x 8 leaves; fp16/bf16 ~106.5K-163.8K: a cluster of 2 CTAs of 512
-      x 8 + 6-12, kernel 3b), else ``persist``, the first
+      ~20.5K-26.6K that block x 8 leaves; a cluster of 2 CTAs a row, kernel 3b: fp16/bf16
+      ~106.5K-163.8K on 512 x 8 + 6-12, fp32 ~53.2K-81.9K on 512 x 8 + 5-12 and ~81.9K-106.5K
+      on 1024 x 8 + 1-5), else ``persist``, the first
       PERSIST_SHAPES rule that holds the row - fp32: one
       CTA of <= 1024 threads x 8 vectors, 992-1024 x 4 in 8 CTAs (N 122881-131072), then <= 320
       x 16 in 8 CTAs; fp16/bf16: <= 1024 x 4 in 2 or 4 (the odd rows of ~57.3K-59.4K) - threads
@@ -639,6 +640,14 @@ BLOCK_X8_THREADS = {  # by rows on 16 bytes
 # 94.0 / bf16 151936 93.8 against kernel 5's 93.7 / 94.1 / 93.6 / 92.3 (log_softmax, call 1:
 # 94.3 / 95.2 / 93.5 / 93.7 against 92.8 / 94.7 / 93.5 / 91.7): the fp16 / bf16 rows past the
 # 1024 x 8 + 5 rule up to 2 x 512 x 8 + 12 (N ~106.5K-163.8K) take it.
+# Twenty-eighth run: kernel 3b keeps its fp32 softmax exps too (one exp an element, exact in fp32;
+# A/B in one process: 2 x 1024 x 8 + 8 at 131072 93.0 -> 94.0, 2 x 512 x 8 + 8 at 65536 95.2 ->
+# 95.4; log_softmax byte-identical). Tune (softmax / log_softmax, % of copy): fp32 rows past the
+# 1024 x 8 + 13 rule on 2 x 512 x 8 + 6-12 - 54001 95.7 / 95.5, 58000 95.3 / 95.2, 61001 96.1 /
+# 96.2, 65536 95.3 / 95.5, 70001 95.4 / 95.6, 75000 94.8 / 94.8, 81920 94.9 / 95.2 - against
+# kernel 5 (8 x 128-160 x 16 late) 91.8-94.4 / 90.2-92.4; then 2 x 1024 x 8 + 3 / + 5 at 90000 /
+# 100000 94.9 / 95.5 and 93.5 / 94.3 against 93.4 / 91.5 and 93.2 / 91.9. At 131072 (+ 8) level
+# with kernel 5 (94.0 vs 94.2): fp32 rows past 2 x 1024 x 8 + 5 (N ~106.5K) keep kernel 5.
 class SlotsRule(NamedTuple):
     threads: int
     above: int  # line windows (line_windows): rows of more ...
@@ -647,7 +656,8 @@ class SlotsRule(NamedTuple):
 
 
 BLOCK_SLOTS_RULES = {  # by itemsize
-    4: (SlotsRule(1024, 8192, 1024 * 13),),
+    4: (SlotsRule(1024, 8192, 1024 * 13), SlotsRule(512, 1024 * 13, 1024 * 20, cluster=2),
+        SlotsRule(1024, 1024 * 20, 2048 * 13, cluster=2)),
     2: (SlotsRule(256, 2048, 256 * 14), SlotsRule(512, 4096, 512 * 14),
         SlotsRule(1024, 8192, 1024 * 13), SlotsRule(512, 1024 * 13, 1024 * 20, cluster=2)),
     8: (),
