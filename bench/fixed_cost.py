@@ -1,0 +1,111 @@
+"""How a kernel's time grows with the row count: its steady speed and its fixed cost per call.
+
+    python bench/fixed_cost.py --out DIR [--shapes bfloat16:131072,float32:65536]
+
+For every (dtype, N): the device-to-device copy ``y.copy_(x)`` and the config
+``fast_softmax_config`` picks (or ``--cfg``'s shapes), each timed by CUDA events around
+back-to-back launches (``tune_long_rows.med_ms``) at many row counts M: a coarse ladder from
+M0 / 4 to 2 * M0 (M0 = 2^28 / N, the sweeps' tensor) and a fine grid of M0 +- 132 rows (one
+row an SM of the H200) to show steps of whole waves. A least-squares line t = a + b * M for
+each gives the fixed cost a (us a call: pipeline fill and drain, the last wave, the launch)
+and the steady speed 2 * N * itemsize / b (GB/s, read + write). The summary line per shape:
+
+    bfloat16 131072 <cfg>: at M0 93.9 % of copy; steady 97.1 %; fixed 7.9 us (copy 1.2 us)
+
+so a miss of the issue's 95 % splits into the part a longer tensor would not see (the fixed
+cost, paid once a call) and the part it would (the steady speed). Writes DIR/fixed_cost.jsonl
+(one line per timing) and DIR/fixed_cost.json (the fits).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+from tune_long_rows import med_ms
+
+from kernel_lab.benchmarking import parse_dtype
+from kernel_lab.ops.softmax import cuda_variants as cv
+from kernel_lab.ops.softmax import fast_config as fc
+
+SHAPES = ("bfloat16:128256", "bfloat16:131072", "bfloat16:151936", "bfloat16:262144",
+          "float16:131072", "float32:131072", "float32:65536", "bfloat16:65536",
+          "bfloat16:16384")
+
+
+def row_counts(m0: int, sms: int) -> list[int]:
+    coarse = [max(1, int(m0 * f)) for f in (0.25, 0.5, 0.75, 1.25, 1.5, 2.0)]
+    fine = [m0 + d for d in range(-sms, sms + 1, max(1, sms // 11))]
+    return sorted({m for m in coarse + fine if m >= 1})
+
+
+def fit(ms: list[int], ts: list[float]) -> tuple[float, float]:
+    """t = a + b * M by least squares; returns (a, b) in the units of ts."""
+    b, a = np.polyfit(np.asarray(ms, float), np.asarray(ts, float), 1)
+    return float(a), float(b)
+
+
+def measure(dtype: torch.dtype, n: int, total_log2: int, log) -> dict:
+    m0 = max(1, (1 << total_log2) // n)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    counts = row_counts(m0, sms)
+    big = torch.randn(max(counts), n, device="cuda", dtype=dtype)
+    out = torch.empty_like(big)
+    aligned = n * big.element_size() % 16 == 0
+    cfg = fc.fast_softmax_config(n, dtype, aligned, True)
+    dname = str(dtype).replace("torch.", "")
+    rows = []
+    for m in counts:
+        x, y = big[:m], out[:m]
+        t_copy = med_ms(lambda x=x, y=y: y.copy_(x))
+        t_kern = med_ms(lambda x=x, y=y: cv.fast_launch(y, x, cfg))
+        ref = torch.softmax(x[-1:].double(), -1)
+        err = (y[-1:].double() - ref).abs().max().item()
+        r = {"dtype": dname, "N": n, "M": m, "cfg": cfg.label(), "copy_ms": t_copy,
+             "kern_ms": t_kern, "pct": round(100 * t_copy / t_kern, 2), "err": err}
+        log.write(json.dumps(r) + "\n")
+        rows.append(r)
+    a_k, b_k = fit(counts, [r["kern_ms"] for r in rows])
+    a_c, b_c = fit(counts, [r["copy_ms"] for r in rows])
+    row_bytes = 2 * n * big.element_size()
+    at_m0 = next(r for r in rows if r["M"] == m0)
+    return {"dtype": dname, "N": n, "M0": m0, "cfg": cfg.label(), "pct_at_m0": at_m0["pct"],
+            "steady_pct": round(100 * b_c / b_k, 2),
+            "steady_gbs": round(row_bytes / b_k / 1e6),
+            "copy_steady_gbs": round(row_bytes / b_c / 1e6),
+            "fixed_us": round(1e3 * a_k, 2), "copy_fixed_us": round(1e3 * a_c, 2),
+            "fixed_share_at_m0": round(100 * a_k / at_m0["kern_ms"], 2),
+            "max_err": max(r["err"] for r in rows),
+            "by_m": {r["M"]: r["pct"] for r in rows}}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default="bench/fixed_cost_out")
+    ap.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated DTYPE:N")
+    ap.add_argument("--total-log2", type=int, default=28, help="M0 = 2^this / N")
+    args = ap.parse_args()
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fits = []
+    with open(out_dir / "fixed_cost.jsonl", "w") as log:
+        for spec in args.shapes.split(","):
+            dname, n = spec.split(":")
+            f = measure(parse_dtype(dname), int(n), args.total_log2, log)
+            fits.append(f)
+            print(f"{f['dtype']} {f['N']} {f['cfg']}: at M0={f['M0']} {f['pct_at_m0']} % of copy;"
+                  f" steady {f['steady_pct']} % ({f['steady_gbs']} / {f['copy_steady_gbs']} GB/s);"
+                  f" fixed {f['fixed_us']} us (copy {f['copy_fixed_us']} us,"
+                  f" {f['fixed_share_at_m0']} % of the call at M0); max err {f['max_err']:.1e}",
+                  flush=True)
+    (out_dir / "fixed_cost.json").write_text(json.dumps(fits, indent=1))
+    print("== by M (% of copy)")
+    for f in fits:
+        print(f"{f['dtype']} {f['N']}: " + " ".join(f"{m}:{p}" for m, p in f["by_m"].items()))
+
+
+if __name__ == "__main__":
+    main()
