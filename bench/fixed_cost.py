@@ -15,12 +15,18 @@ and the steady speed 2 * N * itemsize / b (GB/s, read + write). The summary line
 so a miss of the issue's 95 % splits into the part a longer tensor would not see (the fixed
 cost, paid once a call) and the part it would (the steady speed). Writes DIR/fixed_cost.jsonl
 (one line per timing) and DIR/fixed_cost.json (the fits).
+
+A shape may name its config after '@' (KIND,THREADS,VPT,CLUSTER,SLOTS), e.g.
+``bfloat16:262144@block_slots,512,8,4,8``. ``--stagger 'none;block_slots;block_slots,block'``
+times each set of ``cuda_variants.STAGGERED_KINDS`` (the kinds that start their first wave in
+phases) in turn at every M - an A/B in one process - with a fit and a summary line each.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -48,63 +54,89 @@ def fit(ms: list[int], ts: list[float]) -> tuple[float, float]:
     return float(a), float(b)
 
 
-def measure(dtype: torch.dtype, n: int, total_log2: int, log) -> dict:
+def parse_shape(spec: str) -> tuple[torch.dtype, int, fc.FastConfig | None]:
+    shape, _, given = spec.partition("@")
+    dname, n = shape.split(":")
+    cfg = None
+    if given:
+        kind, threads, vpt, cluster, slots = given.split(",")
+        cfg = fc.FastConfig(kind, threads=int(threads), vpt=int(vpt), cluster=int(cluster),
+                            slots=int(slots))
+    return parse_dtype(dname), int(n), cfg
+
+
+def measure(spec: str, total_log2: int, stagger: list[set[str]], log) -> list[dict]:
+    dtype, n, cfg = parse_shape(spec)
     m0 = max(1, (1 << total_log2) // n)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     counts = row_counts(m0, sms)
     big = torch.randn(max(counts), n, device="cuda", dtype=dtype)
     out = torch.empty_like(big)
     aligned = n * big.element_size() % 16 == 0
-    cfg = fc.fast_softmax_config(n, dtype, aligned, True)
+    cfg = cfg or fc.fast_softmax_config(n, dtype, aligned, True)
     dname = str(dtype).replace("torch.", "")
-    rows = []
+    sets = stagger or [set(cv.STAGGERED_KINDS)]
+    rows = {i: [] for i in range(len(sets))}
     for m in counts:
         x, y = big[:m], out[:m]
         t_copy = med_ms(lambda x=x, y=y: y.copy_(x))
-        t_kern = med_ms(lambda x=x, y=y: cv.fast_launch(y, x, cfg))
-        ref = torch.softmax(x[-1:].double(), -1)
-        err = (y[-1:].double() - ref).abs().max().item()
-        r = {"dtype": dname, "N": n, "M": m, "cfg": cfg.label(), "copy_ms": t_copy,
-             "kern_ms": t_kern, "pct": round(100 * t_copy / t_kern, 2), "err": err}
-        log.write(json.dumps(r) + "\n")
-        rows.append(r)
-    a_k, b_k = fit(counts, [r["kern_ms"] for r in rows])
-    a_c, b_c = fit(counts, [r["copy_ms"] for r in rows])
-    row_bytes = 2 * n * big.element_size()
-    at_m0 = next(r for r in rows if r["M"] == m0)
-    return {"dtype": dname, "N": n, "M0": m0, "cfg": cfg.label(), "pct_at_m0": at_m0["pct"],
-            "steady_pct": round(100 * b_c / b_k, 2),
+        for i, kinds in enumerate(sets):  # each set in turn at this M: drift cancels
+            cv.STAGGERED_KINDS = kinds
+            t_kern = med_ms(lambda x=x, y=y: cv.fast_launch(y, x, cfg))
+            ref = torch.softmax(x[-1:].double(), -1)
+            err = (y[-1:].double() - ref).abs().max().item()
+            r = {"dtype": dname, "N": n, "M": m, "cfg": cfg.label(),
+                 "stagger": ",".join(sorted(kinds)) or "none", "copy_ms": t_copy,
+                 "kern_ms": t_kern, "pct": round(100 * t_copy / t_kern, 2), "err": err}
+            log.write(json.dumps(r) + "\n")
+            rows[i].append(r)
+    fits = []
+    for rs in rows.values():
+        a_k, b_k = fit(counts, [r["kern_ms"] for r in rs])
+        a_c, b_c = fit(counts, [r["copy_ms"] for r in rs])
+        row_bytes = 2 * n * big.element_size()
+        at_m0 = next(r for r in rs if r["M"] == m0)
+        fits.append({
+            "dtype": dname, "N": n, "M0": m0, "cfg": cfg.label(), "stagger": rs[0]["stagger"],
+            "pct_at_m0": at_m0["pct"], "steady_pct": round(100 * b_c / b_k, 2),
             "steady_gbs": round(row_bytes / b_k / 1e6),
             "copy_steady_gbs": round(row_bytes / b_c / 1e6),
             "fixed_us": round(1e3 * a_k, 2), "copy_fixed_us": round(1e3 * a_c, 2),
             "fixed_share_at_m0": round(100 * a_k / at_m0["kern_ms"], 2),
-            "max_err": max(r["err"] for r in rows),
-            "by_m": {r["M"]: r["pct"] for r in rows}}
+            "max_err": max(r["err"] for r in rs), "by_m": {r["M"]: r["pct"] for r in rs}})
+    return fits
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="bench/fixed_cost_out")
-    ap.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated DTYPE:N")
+    ap.add_argument("--shapes", default=",".join(SHAPES),
+                    help="comma-separated DTYPE:N[@KIND,THREADS,VPT,CLUSTER,SLOTS]")
     ap.add_argument("--total-log2", type=int, default=28, help="M0 = 2^this / N")
+    ap.add_argument("--stagger", default="",
+                    help="semicolon-separated sets of STAGGERED_KINDS timed in turn ('none': "
+                    "the empty set); default: the launcher's own set")
     args = ap.parse_args()
+    stagger = [set() if part.strip() == "none" else {k for k in part.split(",") if k}
+               for part in args.stagger.split(";") if part.strip()]
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     fits = []
     with open(out_dir / "fixed_cost.jsonl", "w") as log:
-        for spec in args.shapes.split(","):
-            dname, n = spec.split(":")
-            f = measure(parse_dtype(dname), int(n), args.total_log2, log)
-            fits.append(f)
-            print(f"{f['dtype']} {f['N']} {f['cfg']}: at M0={f['M0']} {f['pct_at_m0']} % of copy;"
-                  f" steady {f['steady_pct']} % ({f['steady_gbs']} / {f['copy_steady_gbs']} GB/s);"
-                  f" fixed {f['fixed_us']} us (copy {f['copy_fixed_us']} us,"
-                  f" {f['fixed_share_at_m0']} % of the call at M0); max err {f['max_err']:.1e}",
-                  flush=True)
+        for spec in re.split(r",(?=[a-z0-9]+:)", args.shapes):  # commas inside '@...' stay
+            for f in measure(spec, args.total_log2, stagger, log):
+                fits.append(f)
+                print(f"{f['dtype']} {f['N']} {f['cfg']} [{f['stagger']}]: at M0={f['M0']} "
+                      f"{f['pct_at_m0']} % of copy; steady {f['steady_pct']} % "
+                      f"({f['steady_gbs']} / {f['copy_steady_gbs']} GB/s); fixed "
+                      f"{f['fixed_us']} us (copy {f['copy_fixed_us']} us, "
+                      f"{f['fixed_share_at_m0']} % of the call at M0); max err "
+                      f"{f['max_err']:.1e}", flush=True)
     (out_dir / "fixed_cost.json").write_text(json.dumps(fits, indent=1))
     print("== by M (% of copy)")
     for f in fits:
-        print(f"{f['dtype']} {f['N']}: " + " ".join(f"{m}:{p}" for m, p in f["by_m"].items()))
+        print(f"{f['dtype']} {f['N']} [{f['stagger']}]: "
+              + " ".join(f"{m}:{p}" for m, p in f["by_m"].items()))
 
 
 if __name__ == "__main__":

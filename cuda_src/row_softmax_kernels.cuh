@@ -45,7 +45,9 @@
 //    Changed from warp_softmax: 16-byte accesses, several rows per warp, row length <= G*VPT*W.
 // 2. <p>_block<T, VPT>: mid rows. Block b owns row b; thread t holds windows t + k * blockDim.x.
 //    One block all-reduce (2 barriers, 32 (max, sum) pairs of static shared memory). Launch:
-//    M blocks of 64..1024. Changed from vec_softmax: aligned windows, split max/sum merge.
+//    M blocks of 64..1024; (wave_rows, wave_ns): the first wave in phases, or (0, 0) (kernels
+//    2, 3, 2b, 3b; stagger_first_wave). Changed from vec_softmax: aligned windows, split max/sum
+//    merge.
 //    fp16/bf16 x 8 (64 elements a thread in 64 registers at 1024 threads, rows of 16K-64K): the
 //    raw packed values stay, the epilogue runs vector by vector just before each store (two
 //    exps for softmax), spill-free: 94-99 % of copy where its CTAs share an SM or hold >= 112 KB.
@@ -70,8 +72,10 @@
 //            the online fold read each slot twice, not three times: +0-2 points at 2-5 slots,
 //            +1-4 at 8-11).
 //    Launch: M blocks of blockDim.x, dynamic shared memory slots * blockDim.x * 16 B (> 48 KB
-//            needs the attribute; the launcher sets it). Precond: vec != 0 (input and output
-//            rows in the same 16-byte phase; any phase), as kernel 5.
+//            needs the attribute; the launcher sets it); the first wave in 8 phases of its load
+//            time (stagger_first_wave: A/B +2.0-2.5 % at 2-byte 131072 / 151936 on kernel 3b,
+//            twenty-ninth run). Precond: vec != 0 (input and output rows in the same 16-byte
+//            phase; any phase), as kernel 5.
 // 2c. <p>_persist_slots<T, VPT> (3c: <p>_persist_cluster_slots<T, VPT, CL>, CL = 2 or 4):
 //    kernel 2b (3b) persistent, rows rolled through its registers and slots.
 //    Ownership: the grid holds only the resident CTAs (clusters); CTA (cluster) q of Q owns rows
@@ -491,11 +495,31 @@ constexpr int kRowOnChipKept = sizeof(T) == 2 && !kRowOnChipEachVector<T, VPT>
                                    ? kKeptFor<E, T, VPT * Vec<T>::N, 32>
                                    : kKeptValues;
 
+// Kernels 2, 3, 2b, 3b: the first wave in phases (twenty-ninth run). A launch's first wave -
+// rows [0, wave_rows), the CTAs (clusters) resident at once - would load together, reduce
+// together and store together, DRAM idle in between: a fixed cost of ~12-15 us a call at 2-byte
+// 128K-152K on kernel 3b against the copy's 3-6 (bench/fixed_cost.py). Row r of it waits
+// phase / 8 of wave_ns (the wave's load time at the copy's speed: the launcher's estimate),
+// phase = r * 8 / wave_rows, before its first load: A/B +2.0-2.5 % at 2-byte 131072 / 151936
+// (kernel 3b). wave_rows == 0: no wait (the launcher's choice per kind). Every thread of the
+// CTA (cluster) waits the same phase; the rows after the first wave start as CTAs retire.
+constexpr int kFirstWavePhases = 8;
+__device__ __forceinline__ void stagger_first_wave(long long row, long long wave_rows,
+                                                   long long wave_ns) {
+  if (row >= wave_rows) return;
+  const long long phase = row * kFirstWavePhases / wave_rows;
+  if (phase == 0) return;
+  const unsigned long long wait = (unsigned long long)(wave_ns * phase / kFirstWavePhases);
+  const unsigned long long t0 = global_ns();
+  while (global_ns() - t0 < wait) __nanosleep(256);
+}
+
 // Kernels 2 and 3: a row held by one CTA (CL == 1) or one cluster (CL > 1).
 template <template <typename> class E, typename T, int VPT, int CL>
 __device__ __forceinline__ void row_on_chip(T* __restrict__ y, const T* __restrict__ x, int n,
                                             long long stride, int vec, long long row,
-                                            unsigned rank) {
+                                            unsigned rank, long long wave_rows,
+                                            long long wave_ns) {
   using A = acc_t<T>;
   __shared__ MaxSum<A> red[32];
   __shared__ A part[2];
@@ -504,6 +528,7 @@ __device__ __forceinline__ void row_on_chip(T* __restrict__ y, const T* __restri
   const int h = row_head(xr, vec);
   const int base = rank * blockDim.x + threadIdx.x, step = CL * blockDim.x;
   const T fill = neg_inf_t<T>();
+  stagger_first_wave(row, wave_rows, wave_ns);
 
   constexpr int kKept = kRowOnChipKept<E, T, VPT>;
   Vec<T> r[VPT];
@@ -579,7 +604,8 @@ __device__ __forceinline__ MaxSum<acc_t<T>> regs_then_slots_maxsum(Vec<T> (&r)[V
 template <template <typename> class E, typename T, int VPT, int CL>
 __device__ __forceinline__ void row_on_chip_slots(T* __restrict__ y, const T* __restrict__ x,
                                                   int n, long long stride, long long row,
-                                                  int slots, unsigned rank) {
+                                                  int slots, unsigned rank, long long wave_rows,
+                                                  long long wave_ns) {
   using A = acc_t<T>;
   constexpr int W = Vec<T>::N;
   __shared__ MaxSum<A> red[32];
@@ -591,6 +617,7 @@ __device__ __forceinline__ void row_on_chip_slots(T* __restrict__ y, const T* __
   const int t = threadIdx.x, base = rank * blockDim.x + t, step = CL * blockDim.x;
   const int first = VPT * step + base;
   uint4* mine = row_slots + t;
+  stagger_first_wave(row, wave_rows, wave_ns);
 
   // 1. The slot windows' copies in flight (whole aligned slots; masked on every read).
   copy_slots(shared_addr(mine), line_slots(xr), first, step, slots, nwin);
@@ -1486,14 +1513,17 @@ template <typename T, int VPT> struct PersistThreads {
   template <typename T, int VPT>                                                                 \
   __global__ void __launch_bounds__(klab::rowk::MaxThreads<VPT>::value)                          \
       P##_block(T* __restrict__ y, const T* __restrict__ x, long long rows, int n,               \
-                long long stride, int vec) {                                                     \
-    klab::rowk::row_on_chip<EPI, T, VPT, 1>(y, x, n, stride, vec, blockIdx.x, 0);                \
+                long long stride, int vec, long long wave_rows, long long wave_ns) {             \
+    klab::rowk::row_on_chip<EPI, T, VPT, 1>(y, x, n, stride, vec, blockIdx.x, 0, wave_rows,      \
+                                            wave_ns);                                            \
   }                                                                                              \
   template <typename T, int VPT>                                                                 \
   __global__ void __launch_bounds__(klab::rowk::MaxThreads<VPT>::value)                          \
       P##_block_slots(T* __restrict__ y, const T* __restrict__ x, long long rows, int n,         \
-                      long long stride, int vec, int slots) {                                    \
-    klab::rowk::row_on_chip_slots<EPI, T, VPT, 1>(y, x, n, stride, blockIdx.x, slots, 0);        \
+                      long long stride, int vec, int slots, long long wave_rows,                 \
+                      long long wave_ns) {                                                       \
+    klab::rowk::row_on_chip_slots<EPI, T, VPT, 1>(y, x, n, stride, blockIdx.x, slots, 0,         \
+                                                  wave_rows, wave_ns);                           \
   }                                                                                              \
   template <typename T, int VPT>                                                                 \
   __global__ void __launch_bounds__(klab::rowk::MaxThreads<VPT>::value)                          \
@@ -1510,16 +1540,17 @@ template <typename T, int VPT> struct PersistThreads {
   template <typename T, int VPT, int CL>                                                         \
   __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(klab::rowk::MaxThreads<VPT>::value) \
       P##_cluster_slots(T* __restrict__ y, const T* __restrict__ x, long long rows, int n,       \
-                        long long stride, int vec, int slots) {                                  \
+                        long long stride, int vec, int slots, long long wave_rows,               \
+                        long long wave_ns) {                                                     \
     klab::rowk::row_on_chip_slots<EPI, T, VPT, CL>(y, x, n, stride, blockIdx.x / CL, slots,      \
-                                                   klab::cluster_rank());                        \
+                                                   klab::cluster_rank(), wave_rows, wave_ns);    \
   }                                                                                              \
   template <typename T, int VPT, int CL>                                                         \
   __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(klab::rowk::MaxThreads<VPT>::value) \
       P##_cluster(T* __restrict__ y, const T* __restrict__ x, long long rows, int n,             \
-                  long long stride, int vec) {                                                   \
+                  long long stride, int vec, long long wave_rows, long long wave_ns) {           \
     klab::rowk::row_on_chip<EPI, T, VPT, CL>(y, x, n, stride, vec, blockIdx.x / CL,              \
-                                             klab::cluster_rank());                              \
+                                             klab::cluster_rank(), wave_rows, wave_ns);          \
   }                                                                                              \
   template <typename T, int VPT>                                                                 \
   __global__ void __launch_bounds__(klab::rowk::PersistThreads<T, VPT>::value)                          \

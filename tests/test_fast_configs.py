@@ -404,6 +404,42 @@ def test_block_slots_kernels_hold_rows_that_fill_them(dtype, threads, slots, cl)
     _slots_rows_match(cfg, dtype, seed=2468, m=7, groups=(None,))
 
 
+def _stagger_cases():
+    """(dtype, config): kernels 2b / 3b at their rules' shapes, kernels 2 / 3 (block, cluster)."""
+    for dt in (torch.float32, torch.bfloat16):
+        cluster_vpt = 16 if dt == torch.float32 else 4  # kernel 3's instantiations
+        for cfg in (fc.FastConfig("block_slots", threads=1024, vpt=8, slots=5),
+                    fc.FastConfig("block_slots", threads=512, vpt=8, slots=8, cluster=2),
+                    fc.FastConfig("block", threads=1024, vpt=8),
+                    fc.FastConfig("cluster", threads=256, vpt=cluster_vpt, cluster=4)):
+            yield pytest.param(dt, cfg, id=f"{dt}-{cfg.label()}")
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype,cfg", list(_stagger_cases()))
+def test_first_wave_phases_change_no_result(monkeypatch, dtype, cfg):
+    """Kernels 2, 3, 2b, 3b with more rows than are resident at once: the first wave starts in
+    phases, the later rows at once. softmax and log_softmax match the float64 references and are
+    the same bits as every row launched at once (the kind outside STAGGERED_KINDS); outputs
+    poisoned with NaN first."""
+    n = cfg.capacity() * vec_width(dtype) - 37
+    gen = torch.Generator(device="cuda").manual_seed(1357 + cfg.threads)
+    for kernels, ref_fn, tol in BOTH_OPS:
+        expr = cfg.expr(cv.ctype(dtype), kernels.prefix)
+        m = pc.resident_groups(kernels.src, expr, cfg.threads, cfg.cluster, cfg.shared_mem(),
+                               0) + 29
+        xs = torch.randn(m, n, device="cuda", generator=gen).to(dtype)
+        outs = []
+        for kinds in ({cfg.kind}, set()):
+            monkeypatch.setattr(cv, "STAGGERED_KINDS", kinds)
+            out = torch.full_like(xs, float("nan"))
+            cv.fast_launch(out, xs, cfg, kernels=kernels)
+            outs.append(out)
+        res = check(outs[0], ref_fn(xs), dtype, tol)
+        assert res.ok, f"{kernels.prefix} {cfg.label()} m={m}: {res.message}"
+        assert torch.equal(outs[0], outs[1]), f"{kernels.prefix} {cfg.label()}: phases changed bits"
+
+
 @pytest.mark.parametrize("threads,slots,cl", [(1024, 3, 1), (512, 6, 1), (512, 6, 2), (256, 1, 1)])
 def test_block_slots_launch_opts_in_to_its_shared_memory(monkeypatch, threads, slots, cl):
     """The block_slots launch raises the kernel's dynamic shared-memory limit for any slots: 48 KB
@@ -417,8 +453,11 @@ def test_block_slots_launch_opts_in_to_its_shared_memory(monkeypatch, threads, s
     calls = []
     monkeypatch.setattr(cuda_common.jit, "set_max_dynamic_shared",
                         lambda fn, n: calls.append(("opt", n)))
-    monkeypatch.setattr(cuda_common.interop, "launch", lambda *a, **k: calls.append(("launch", k)))
+    monkeypatch.setattr(cuda_common.interop, "launch",
+                        lambda *a, **k: calls.append(("launch", {**k, "args": a[3]})))
     monkeypatch.setattr(cuda_common, "device_index", lambda t: 0)
+    monkeypatch.setattr(cv, "device_index", lambda t: 0)
+    monkeypatch.setattr(cv, "first_wave", lambda *a: (2, 1234))  # no occupancy API on a CPU
 
     class Src:
         def function(self, expr, dev):
@@ -430,6 +469,41 @@ def test_block_slots_launch_opts_in_to_its_shared_memory(monkeypatch, threads, s
     cv.fast_launch(torch.empty_like(x), x, cfg, 1, cv.RowKernels(Src(), "fast_softmax"))
     assert calls[0] == ("opt", threads * slots * 16)
     assert calls[1][0] == "launch" and calls[1][1]["shared_mem"] == threads * slots * 16
+    assert calls[1][1]["args"][-3:] == (slots, 2, 1234)  # slots, then the first wave's phases
+
+
+def test_block_slots_first_wave_in_phases(monkeypatch):
+    """Kernels 2b / 3b get (wave_rows, wave_ns): the rows resident at once (at most M) and their
+    load time at FIRST_WAVE_BYTES_PER_NS; kinds outside STAGGERED_KINDS launch every row at
+    once (0, 0). CPU: the occupancy answer and the launch are stubs."""
+    from kernel_lab import cuda_common
+    from kernel_lab.ops.softmax import persistent
+
+    monkeypatch.setattr(persistent, "resident_groups", lambda *a: 132)
+    row = 131072 * 2
+    assert persistent.first_wave(None, "k", 512, 2, 65536, 2048, row, 0) == (
+        132, 132 * row // persistent.FIRST_WAVE_BYTES_PER_NS)
+    assert persistent.first_wave(None, "k", 512, 2, 65536, 7, row, 0) == (
+        7, 7 * row // persistent.FIRST_WAVE_BYTES_PER_NS)
+
+    launches = []
+    monkeypatch.setattr(cuda_common.jit, "set_max_dynamic_shared", lambda fn, n: None)
+    monkeypatch.setattr(cuda_common.interop, "launch", lambda *a, **k: launches.append(a[3]))
+    monkeypatch.setattr(cuda_common, "device_index", lambda t: 0)
+    monkeypatch.setattr(cv, "device_index", lambda t: 0)
+    monkeypatch.setattr(cv, "first_wave", lambda src, expr, t, cl, smem, m, rb, dev: (m, rb))
+
+    class Src:
+        def function(self, expr, dev):
+            return expr
+
+    cfg = fc.FastConfig("block_slots", threads=512, vpt=8, slots=8, cluster=2)
+    x = torch.zeros(5, 131072, dtype=torch.bfloat16)
+    cv.fast_launch(torch.empty_like(x), x, cfg, 1, cv.RowKernels(Src(), "fast_softmax"))
+    assert launches[-1][-2:] == (5, 131072 * 2)  # the launch's rows and one row's bytes
+    monkeypatch.setattr(cv, "STAGGERED_KINDS", set())
+    cv.fast_launch(torch.empty_like(x), x, cfg, 1, cv.RowKernels(Src(), "fast_softmax"))
+    assert launches[-1][-2:] == (0, 0)
 
 
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")

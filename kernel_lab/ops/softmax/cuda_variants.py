@@ -28,7 +28,7 @@ from kernel_lab.cuda_common import (
     vec_aligned,
     vec_width,
 )
-from kernel_lab.interop import i32
+from kernel_lab.interop import i32, i64
 from kernel_lab.registry import register
 from kernel_lab.rows import normalize_dim, rowwise
 
@@ -55,7 +55,7 @@ from .fast_config import (
     vector_windows,
     wide_config,
 )
-from .persistent import allow_non_portable_cluster, persistent_grid
+from .persistent import allow_non_portable_cluster, first_wave, persistent_grid
 
 _T = [ctype(dt) for dt in ALL_DTYPES]
 WARP_EPT = (1, 2, 4, 8, 16, 32)  # elements per lane: rows up to 32 * 32 = 1024
@@ -395,6 +395,23 @@ def fast_choice(out: torch.Tensor, x2d: torch.Tensor) -> tuple[FastConfig, int]:
     return cfg, phase
 
 
+# The kinds whose launch starts its first wave in 8 phases of its load time (kernels 2, 3, 2b,
+# 3b take the arguments; row_softmax_kernels.cuh, stagger_first_wave; twenty-ninth run: kernel
+# 3b +2.0-2.5 % at 2-byte 131072 / 151936, the fixed cost a call down). The others launch every
+# row at once (wave_rows 0); tests and A/Bs change the set.
+STAGGERED_KINDS = {"block_slots"}
+
+
+def _wave(cfg: FastConfig, out: torch.Tensor, x2d: torch.Tensor, src, expr: str) -> tuple:
+    """(wave_rows, wave_ns) of a kernel 2 / 3 / 2b / 3b launch: its first wave in phases
+    (persistent.first_wave) for STAGGERED_KINDS, else (0, 0): every row at once."""
+    if cfg.kind not in STAGGERED_KINDS:
+        return i64(0), i64(0)
+    rows, ns = first_wave(src, expr, cfg.threads, cfg.cluster, cfg.shared_mem(), out.shape[0],
+                          out.shape[1] * x2d.element_size(), device_index(out))
+    return i64(rows), i64(ns)
+
+
 def fast_launch(
     out: torch.Tensor,
     x2d: torch.Tensor,
@@ -429,10 +446,12 @@ def fast_launch(
         launch_rows(src, expr, out, (x2d,), grid=-(-m // rows_per_block), block=cfg.threads,
                     extra=(vec,))
     elif cfg.kind == "block":
-        launch_rows(src, expr, out, (x2d,), grid=m, block=cfg.threads, extra=(vec,))
+        launch_rows(src, expr, out, (x2d,), grid=m, block=cfg.threads,
+                    extra=(vec, *_wave(cfg, out, x2d, src, expr)))
     elif cfg.kind == "block_slots":  # launch_rows raises the shared-memory limit
         launch_rows(src, expr, out, (x2d,), grid=m * cfg.cluster, block=cfg.threads,
-                    extra=(vec, i32(cfg.slots)), shared_mem=cfg.shared_mem())
+                    extra=(vec, i32(cfg.slots), *_wave(cfg, out, x2d, src, expr)),
+                    shared_mem=cfg.shared_mem())
     elif cfg.kind == "persist_slots":
         grid = persistent_grid(src, expr, cfg.threads, cfg.cluster, cfg.shared_mem(), m,
                                device_index(out), max_groups)
@@ -442,7 +461,7 @@ def fast_launch(
         if cfg.cluster > 8:
             allow_non_portable_cluster(src, expr, device_index(out))
         launch_rows(src, expr, out, (x2d,), grid=m * cfg.cluster, block=cfg.threads,
-                    extra=(vec,))
+                    extra=(vec, *_wave(cfg, out, x2d, src, expr)))
     elif cfg.kind in ("persist", "pipe"):  # kernel 5 also takes `late`
         late = (i32(int(cfg.late)),) if cfg.kind == "persist" else ()
         grid = persistent_grid(src, expr, cfg.threads, cfg.cluster, cfg.shared_mem(), m,

@@ -78,6 +78,21 @@ def resident_groups(src, expr: str, threads: int, cluster: int, smem: int, dev: 
     return got
 
 
+# The first wave in phases (kernels 2b / 3b, twenty-ninth run): the wave's load time is
+# estimated at the H200's measured copy speed (4.2-4.3 TB/s); on another GPU only the phases'
+# spacing is off, not the answer.
+FIRST_WAVE_BYTES_PER_NS = 4300
+
+
+def first_wave(src, expr: str, threads: int, cluster: int, smem: int, m: int, row_bytes: int,
+               dev: int) -> tuple[int, int]:
+    """(wave_rows, wave_ns) for a kernel that starts its first wave in phases: the rows resident
+    at once (:func:`resident_groups`, at most ``m``) and the time they take to load at
+    :data:`FIRST_WAVE_BYTES_PER_NS` (``row_bytes`` each)."""
+    rows = min(m, resident_groups(src, expr, threads, cluster, smem, dev))
+    return rows, rows * row_bytes // FIRST_WAVE_BYTES_PER_NS
+
+
 def _max_active_clusters(func: int, threads: int, smem: int, cluster: int, dev: int) -> int:
     """cuOccupancyMaxActiveClusters through ctypes (CuPy does not wrap it); 0 if unavailable."""
     import ctypes
