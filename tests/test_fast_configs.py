@@ -422,7 +422,7 @@ def test_first_wave_phases_change_no_result(monkeypatch, dtype, cfg):
     phases, the later rows at once. softmax and log_softmax match the float64 references and are
     the same bits as every row launched at once (the kind outside STAGGERED_KINDS); outputs
     poisoned with NaN first."""
-    n = cfg.capacity() * vec_width(dtype) - 37
+    n = cfg.capacity() * vec_width(dtype) - fc.LINE_BYTES // dtype.itemsize - 3  # any line head
     gen = torch.Generator(device="cuda").manual_seed(1357 + cfg.threads)
     for kernels, ref_fn, tol in BOTH_OPS:
         expr = cfg.expr(cv.ctype(dtype), kernels.prefix)
@@ -474,8 +474,9 @@ def test_block_slots_launch_opts_in_to_its_shared_memory(monkeypatch, threads, s
 
 def test_block_slots_first_wave_in_phases(monkeypatch):
     """Kernels 2b / 3b get (wave_rows, wave_ns): the rows resident at once (at most M) and their
-    load time at FIRST_WAVE_BYTES_PER_NS; kinds outside STAGGERED_KINDS launch every row at
-    once (0, 0). CPU: the occupancy answer and the launch are stubs."""
+    load time at FIRST_WAVE_BYTES_PER_NS; kinds outside STAGGERED_KINDS and rows under
+    STAGGER_MIN_ROW_BYTES launch every row at once (0, 0). CPU: the occupancy answer and the
+    launch are stubs."""
     from kernel_lab import cuda_common
     from kernel_lab.ops.softmax import persistent
 
@@ -504,6 +505,13 @@ def test_block_slots_first_wave_in_phases(monkeypatch):
     monkeypatch.setattr(cv, "STAGGERED_KINDS", set())
     cv.fast_launch(torch.empty_like(x), x, cfg, 1, cv.RowKernels(Src(), "fast_softmax"))
     assert launches[-1][-2:] == (0, 0)
+    monkeypatch.setattr(cv, "STAGGERED_KINDS", {"block"})  # kernel 2: rows of >= 8 KB only
+    for n, wave in ((4096, (5, 8192)), (4095, (0, 0)), (1024, (0, 0))):
+        x = torch.zeros(5, n, dtype=torch.float16 if n == 4095 else torch.bfloat16)
+        x = x.float() if n == 1024 else x
+        cfg = fc.FastConfig("block", threads=128, vpt=4)
+        cv.fast_launch(torch.empty_like(x), x, cfg, 1, cv.RowKernels(Src(), "fast_softmax"))
+        assert launches[-1][-2:] == wave, n
 
 
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")

@@ -396,19 +396,23 @@ def fast_choice(out: torch.Tensor, x2d: torch.Tensor) -> tuple[FastConfig, int]:
 
 
 # The kinds whose launch starts its first wave in 8 phases of its load time (kernels 2, 3, 2b,
-# 3b take the arguments; row_softmax_kernels.cuh, stagger_first_wave; twenty-ninth run: kernel
-# 3b +2.0-2.5 % at 2-byte 131072 / 151936, the fixed cost a call down). The others launch every
-# row at once (wave_rows 0); tests and A/Bs change the set.
-STAGGERED_KINDS = {"block_slots"}
+# 3b take the arguments; row_softmax_kernels.cuh, stagger_first_wave), for rows of at least
+# STAGGER_MIN_ROW_BYTES. Twenty-ninth run, A/B in one process (H200, M*N = 2^28): block_slots
+# +0.6-2.7 points (2-byte 128256-151936 94-95 -> 96-97.3 %), block +0.5-0.9 at 32K-64K, +0.2 at
+# 4K-8K, level (-0.2) at 2-byte 1024: short rows launch at once. The others (kernel 3, no pick
+# uses it) launch every row at once (wave_rows 0); tests and A/Bs change the set.
+STAGGERED_KINDS = {"block_slots", "block"}
+STAGGER_MIN_ROW_BYTES = 8192
 
 
 def _wave(cfg: FastConfig, out: torch.Tensor, x2d: torch.Tensor, src, expr: str) -> tuple:
     """(wave_rows, wave_ns) of a kernel 2 / 3 / 2b / 3b launch: its first wave in phases
     (persistent.first_wave) for STAGGERED_KINDS, else (0, 0): every row at once."""
-    if cfg.kind not in STAGGERED_KINDS:
+    row_bytes = out.shape[1] * x2d.element_size()
+    if cfg.kind not in STAGGERED_KINDS or row_bytes < STAGGER_MIN_ROW_BYTES:
         return i64(0), i64(0)
     rows, ns = first_wave(src, expr, cfg.threads, cfg.cluster, cfg.shared_mem(), out.shape[0],
-                          out.shape[1] * x2d.element_size(), device_index(out))
+                          row_bytes, device_index(out))
     return i64(rows), i64(ns)
 
 
