@@ -80,10 +80,11 @@ def test_long_rows_take_the_retuned_cluster_shapes():
         (81921, f32, True, "block_slots 2x1024x8+3"),
         (100000, f32, True, "block_slots 2x1024x8+5"),
         (106496, f32, True, "block_slots 2x1024x8+5"),
-        (106497, f32, True, "persist 8x224x16 late"),
-        (131072, f32, True, "persist 8x1024x4 late"),  # twenty-second run: 94.1-94.6 vs 93.2-93.4
-        (128256, f32, True, "persist 8x1024x4 late"),  # >= 992 threads x 4 (not measured)
-        (122880, f32, True, "persist 8x256x16 late"),  # 960 threads x 4: the x 16 rule
+        (106497, f32, True, "block_slots 2x1024x8+6"),  # twenty-ninth run: kernel 3b, below
+        (122880, f32, True, "block_slots 2x1024x8+7"),
+        (128256, f32, True, "block_slots 2x1024x8+8"),
+        (131072, f32, True, "block_slots 2x1024x8+8"),
+        (131073, f32, True, "persist 8x288x16 late"),  # past kernel 3b's rule: kernel 5
         (151936, f32, True, "persist 8x320x16 late"),
         (32000, bf16, True, "block 512x8"),  # twenty-fourth run: block x 8, see below
         (32768, f16, True, "block 512x8"),
@@ -103,7 +104,13 @@ def test_long_rows_take_the_retuned_cluster_shapes():
         (151936, bf16, True, "block_slots 2x512x8+11"),
         (151936, f16, True, "block_slots 2x512x8+11"),
         (163840, bf16, True, "block_slots 2x512x8+12"),
-        (163841, bf16, True, "chunks_reg 448x8 ahead 1"),  # 2-byte 163841-: chunks, below
+        (163841, bf16, True, "chunks_reg 448x8 ahead 1"),  # 2-byte 163841-212992: chunks
+        (212992, f16, True, "chunks_reg 480x8 ahead 1"),
+        (212993, f16, True, "block_slots 4x512x8+6"),  # twenty-ninth run: kernel 3b on 4 CTAs
+        (229376, bf16, True, "block_slots 4x512x8+6"),
+        (262144, bf16, True, "block_slots 4x512x8+8"),
+        (262144, f16, True, "block_slots 4x512x8+8"),
+        (262145, bf16, True, "chunks_reg 480x8 ahead 1"),
         (1048576, bf16, True, "chunks_reg 512x8 ahead 1"),  # 2 MB rows: 32 full chunks
         (1048576, f16, True, "chunks_reg 512x8 ahead 1"),
     ]
@@ -120,19 +127,20 @@ def test_long_rows_take_the_retuned_cluster_shapes():
     for n, dtype in ((1048577, bf16), (1 << 20, f32), (1 << 20, bf16), (1 << 21, f16),
                      (327681, f32), (524288, f32), ((1 << 20) + 1, f32), ((1 << 21) + 1, bf16),
                      (163841, f32), (262144, f32), (327680, f32), (262145, bf16),
-                     (524288, f16), (524288, bf16), (262144, bf16), (200000, f16),
+                     (524288, f16), (524288, bf16), (196608, bf16), (200000, f16),
                      (163841, bf16), (170001, f16)):
         assert_fitted_chunks(n, dtype)
     # eighteenth run: the CTA sized down so that the row's chunks come out full (bf16 200000:
-    # 7 chunks of 448 x 8, 89.8 % of copy vs 512 x 8's 87.3; 245760: 480 x 8, 92.5 vs 91.3)
-    for n, dtype, threads in ((200000, bf16, 448), (245760, bf16, 480), (180000, f16, 480),
-                              (1 << 20, f32, 512), (262144, bf16, 512), (163841, f32, 480)):
+    # 7 chunks of 448 x 8, 89.8 % of copy vs 512 x 8's 87.3; 245760: 480 x 8, 92.5 vs 91.3; 2-byte
+    # 212993-262144 run kernel 3b on 4 CTAs since the twenty-ninth run)
+    for n, dtype, threads in ((200000, bf16, 448), (262145, bf16, 480), (180000, f16, 480),
+                              (1 << 20, f32, 512), (524288, bf16, 512), (163841, f32, 480)):
         assert fc.fast_softmax_config(n, dtype).threads == threads, (n, dtype)
     for n, dtype in ((1 << 21, f32), (1200000, f32), (2500000, f16), (1 << 22, bf16)):
         assert fc.fast_softmax_config(n, dtype) == fc.CHUNK_DEFAULT, (n, dtype)
     assert fc.fast_softmax_config(1 << 20, f32, aligned=False, vec=False).kind == "wide"
     assert fc.fast_softmax_config(1 << 20, torch.float64).kind == "wide"
-    for n in range(106497, 163841, 7919):  # every fp32 cluster row: 8 CTAs, late
+    for n in range(131073, 163841, 7919):  # every fp32 cluster row: 8 CTAs, late
         c = fc.fast_softmax_config(n, f32)
         assert (c.kind, c.cluster, c.late) == ("persist", 8, True), (n, c)
 
@@ -148,11 +156,13 @@ def test_rows_past_one_ctas_registers_keep_a_few_windows_in_shared_memory():
     163.8K) run kernel 3b, 2 x 512 x 8 + 6-12 (151936 93.8 vs kernel 5's 92.3). Twenty-eighth
     run (kernel 3b's fp32 exps kept): fp32 rows past 1024 x 8 + 13 run kernel 3b, 2 x 512 x 8 +
     5-12 up to N ~81.9K (61001 96.1 vs kernel 5's 93.1), then 2 x 1024 x 8 + 1-5 up to ~106.5K
-    (90000 94.9 vs 93.4). Never more slots than that, never in another 16-byte phase than the
-    output, and the rows between stay on block x 8 / persistent."""
+    (90000 94.9 vs 93.4). Twenty-ninth run (first wave in phases): fp32 up to 2 x 1024 x 8 + 8
+    (131072 96.2 vs kernel 5's 95.1), 2-byte ~213K-262144 on 4 x 512 x 8 + 6-8 (262144 bf16 94.7
+    vs chunks_reg 94.0). Never more slots than that, never in another 16-byte phase than the
+    output, and the rows between stay on block x 8 / persistent / chunks."""
     for dtype in (torch.float16, torch.bfloat16, torch.float32):
         w = vec_width(dtype)
-        for n in list(range(16385, 170000, 997)) + list(range(20400, 26700, 7)):
+        for n in list(range(16385, 270000, 997)) + list(range(20400, 26700, 7)):
             for aligned, vec in ((True, True), (False, True), (False, False)):
                 c = fc.fast_softmax_config(n, dtype, aligned, vec)
                 if c.kind != "block_slots":
@@ -161,17 +171,22 @@ def test_rows_past_one_ctas_registers_keep_a_few_windows_in_shared_memory():
                 two_byte_512 = dtype.itemsize == 2 and 32768 < n <= 57344
                 assert vec and c.vpt == fc.BLOCK_SLOTS_VPT, (n, c)
                 nwl = fc.line_windows(n, dtype, aligned)
+                if c.cluster == 4:  # kernel 3b on 4 CTAs: 2-byte rows past 4 x 512 x 8 + 5
+                    assert w == 8 and c.threads == 512, (n, c)
+                    assert 212992 - 64 < n <= 262144 and 6 <= c.slots <= 8, (n, c)
+                    assert c.capacity() >= nwl > c.capacity() - 4 * c.threads, (n, c)
+                    continue
                 if c.cluster > 1 and w == 8:  # kernel 3b: 2-byte rows past 1024 x 8 + 5
                     assert (c.cluster, c.threads) == (2, 512), (n, c)
                     assert 106496 < n <= 163840 and 6 <= c.slots <= 12, (n, c)
                     assert c.capacity() >= nwl > c.capacity() - 2 * c.threads, (n, c)
                     continue
                 if c.cluster > 1:  # kernel 3b: fp32 rows past 1024 x 8 + 13
-                    assert c.cluster == 2 and 53248 - 32 < n <= 106496, (n, c)
+                    assert c.cluster == 2 and 53248 - 32 < n <= 131072, (n, c)
                     if c.threads == 512:
                         assert 5 <= c.slots <= 12 and n <= 81920, (n, c)
                     else:
-                        assert c.threads == 1024 and 1 <= c.slots <= 5 and n > 81920 - 32, (n, c)
+                        assert c.threads == 1024 and 1 <= c.slots <= 8 and n > 81920 - 32, (n, c)
                     assert c.capacity() >= nwl > c.capacity() - 2 * c.threads, (n, c)
                     continue
                 assert 1 <= c.slots <= (6 if two_byte_256 or two_byte_512 else 5), (n, c)
@@ -381,7 +396,9 @@ def _slots_rows_match(cfg: fc.FastConfig, dtype: torch.dtype, seed: int, m: int,
 # rule: 2 x 512 x 8 + 6-12).
 SLOTS_SHAPES = ((96, 1, 1), (96, 9, 1), (256, 6, 1), (512, 5, 1), (1024, 3, 1), (1024, 8, 1),
                 (1024, 13, 1), (96, 3, 2), (512, 6, 2), (512, 8, 2), (512, 12, 2), (1024, 3, 2),
-                (64, 5, 4), (512, 8, 4))  # (1024, 3, 2): the fp32 rule's 2 x 1024 x 8 + 1-5
+                (1024, 8, 2), (64, 5, 4), (512, 6, 4), (512, 8, 4))
+# (1024, 3, 2) / (1024, 8, 2): the fp32 rule's 2 x 1024 x 8 + 1-8; (512, 6-8, 4): the 2-byte
+# rule's 4 x 512 x 8 + 6-8
 
 
 def _slots_cases():

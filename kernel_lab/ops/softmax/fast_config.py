@@ -647,7 +647,14 @@ BLOCK_X8_THREADS = {  # by rows on 16 bytes
 # 96.2, 65536 95.3 / 95.5, 70001 95.4 / 95.6, 75000 94.8 / 94.8, 81920 94.9 / 95.2 - against
 # kernel 5 (8 x 128-160 x 16 late) 91.8-94.4 / 90.2-92.4; then 2 x 1024 x 8 + 3 / + 5 at 90000 /
 # 100000 94.9 / 95.5 and 93.5 / 94.3 against 93.4 / 91.5 and 93.2 / 91.9. At 131072 (+ 8) level
-# with kernel 5 (94.0 vs 94.2): fp32 rows past 2 x 1024 x 8 + 5 (N ~106.5K) keep kernel 5.
+# with kernel 5 (94.0 vs 94.2): fp32 rows past 2 x 1024 x 8 + 5 (N ~106.5K) kept kernel 5.
+# Twenty-ninth run: kernels 2b / 3b start their first wave in phases (cuda_variants
+# STAGGERED_KINDS: the fixed cost a call 12-15 -> 6-8 us). Tune (softmax, % of copy): fp32
+# 128256 / 131072 on 2 x 1024 x 8 + 8 95.7 / 96.2 against kernel 5's 94.5 / 95.1 (151936: + 11
+# level, 94.8 / 94.8), so fp32 rows up to 2 x 1024 x 8 + 8 (N 131072) take kernel 3b; 2-byte
+# 229376 / 262144 on 4 x 512 x 8 + 6 / + 8 bf16 93.0 / 94.7, fp16 93.0 / 95.0 against
+# chunks_reg's 92.6 / 94.0, 92.5 / 94.6 (196608 on + 4: bf16 90.1 against 90.9), so 2-byte rows
+# past 4 x 512 x 8 + 5 up to + 8 (N ~213K-262144) take kernel 3b on 4 CTAs.
 class SlotsRule(NamedTuple):
     threads: int
     above: int  # line windows (line_windows): rows of more ...
@@ -657,9 +664,10 @@ class SlotsRule(NamedTuple):
 
 BLOCK_SLOTS_RULES = {  # by itemsize
     4: (SlotsRule(1024, 8192, 1024 * 13), SlotsRule(512, 1024 * 13, 1024 * 20, cluster=2),
-        SlotsRule(1024, 1024 * 20, 2048 * 13, cluster=2)),
+        SlotsRule(1024, 1024 * 20, 2048 * 16, cluster=2)),
     2: (SlotsRule(256, 2048, 256 * 14), SlotsRule(512, 4096, 512 * 14),
-        SlotsRule(1024, 8192, 1024 * 13), SlotsRule(512, 1024 * 13, 1024 * 20, cluster=2)),
+        SlotsRule(1024, 8192, 1024 * 13), SlotsRule(512, 1024 * 13, 1024 * 20, cluster=2),
+        SlotsRule(512, 2048 * 13, 2048 * 16, cluster=4)),
     8: (),
 }
 
