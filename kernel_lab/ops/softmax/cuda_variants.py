@@ -398,7 +398,7 @@ def fast_choice(out: torch.Tensor, x2d: torch.Tensor) -> tuple[FastConfig, int]:
 # The kinds whose launch starts its first wave in 8 phases of its load time (kernels 2, 3, 2b,
 # 3b take the arguments; row_softmax_kernels.cuh, stagger_first_wave), for rows of at least
 # STAGGER_MIN_ROW_BYTES. Twenty-ninth run, A/B in one process (H200, M*N = 2^28): block_slots
-# +0.6-2.7 points (2-byte 128256-151936 94-95 -> 96-97.3 %), block +0.5-0.9 at 32K-64K, +0.2 at
+# +0.6-2.7 points (2-byte 128256-151936 94-95 -> 96-97.3 %), block +0.4-0.9 at 32K-64K, +0.2 at
 # 4K-8K, level (-0.2) at 2-byte 1024: short rows launch at once. The others (kernel 3, no pick
 # uses it) launch every row at once (wave_rows 0); tests and A/Bs change the set.
 STAGGERED_KINDS = {"block_slots", "block"}
