@@ -54,7 +54,19 @@ def fit(ms: list[int], ts: list[float]) -> tuple[float, float]:
     return float(a), float(b)
 
 
+def split_shapes(text: str) -> list[str]:
+    """--shapes' specs: commas split them, but not the ones inside a spec's '@...' config."""
+    return [spec for spec in re.split(r",(?=[a-z0-9]+:)", text) if spec]
+
+
+def parse_stagger(text: str) -> list[set[str]]:
+    """--stagger's kind sets: 'none;block_slots;block_slots,block' -> [set(), {...}, {...}]."""
+    return [set() if part.strip() == "none" else {k.strip() for k in part.split(",") if k.strip()}
+            for part in text.split(";") if part.strip()]
+
+
 def parse_shape(spec: str) -> tuple[torch.dtype, int, fc.FastConfig | None]:
+    """'DTYPE:N[@KIND,THREADS,VPT,CLUSTER,SLOTS]' -> (dtype, N, the config or None: the pick)."""
     shape, _, given = spec.partition("@")
     dname, n = shape.split(":")
     cfg = None
@@ -117,13 +129,18 @@ def main() -> None:
                     help="semicolon-separated sets of STAGGERED_KINDS timed in turn ('none': "
                     "the empty set); default: the launcher's own set")
     args = ap.parse_args()
-    stagger = [set() if part.strip() == "none" else {k for k in part.split(",") if k}
-               for part in args.stagger.split(";") if part.strip()]
+    stagger = parse_stagger(args.stagger)
+    unknown = {k for kinds in stagger for k in kinds} - {"block", "block_slots", "cluster"}
+    if unknown:
+        ap.error(f"--stagger: kinds {sorted(unknown)} take no first-wave phases (block, "
+                 "block_slots, cluster do)")
+    if not torch.cuda.is_available():
+        raise SystemExit("fixed_cost.py: no CUDA GPU here (it times kernels against the copy)")
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     fits = []
     with open(out_dir / "fixed_cost.jsonl", "w") as log:
-        for spec in re.split(r",(?=[a-z0-9]+:)", args.shapes):  # commas inside '@...' stay
+        for spec in split_shapes(args.shapes):
             for f in measure(spec, args.total_log2, stagger, log):
                 fits.append(f)
                 print(f"{f['dtype']} {f['N']} {f['cfg']} [{f['stagger']}]: at M0={f['M0']} "

@@ -422,6 +422,41 @@ def _bench_script(code: str) -> list[str]:
     return r.stdout.splitlines()
 
 
+def test_fixed_cost_parses_its_shapes_row_counts_and_kind_sets():
+    """bench/fixed_cost.py (twenty-ninth run): shapes split on commas but not inside a spec's
+    '@config', the config parsed, the row counts (a ladder from M0 / 4 to 2 M0 and M0 +- one SM
+    count in steps), a least-squares line recovered, --stagger's kind sets, and a kind with no
+    first-wave phases refused before any GPU work."""
+    code = (
+        "import fixed_cost as f\n"
+        "print(f.split_shapes('bfloat16:131072,bfloat16:262144@block_slots,512,8,4,8,"
+        "float32:65536'))\n"
+        "d, n, c = f.parse_shape('bfloat16:262144@block_slots,512,8,4,8')\n"
+        "print([str(d), n, c.label(), f.parse_shape('float32:65536')[2]])\n"
+        "r = f.row_counts(2048, 132)\n"
+        "print([r[0], r[-1], 2048 in r, min(r[3:-3]), max(r[3:-3]), len(r)])\n"
+        "a, b = f.fit([10, 20, 40], [1.5 + 0.25 * m for m in (10, 20, 40)])\n"
+        "print([round(a, 9), round(b, 9)])\n"
+        "print(sorted(map(sorted, f.parse_stagger('none; block_slots ;block_slots,block'))))\n")
+    lines = _bench_script(code)
+    assert ast.literal_eval(lines[0]) == [
+        "bfloat16:131072", "bfloat16:262144@block_slots,512,8,4,8", "float32:65536"]
+    assert ast.literal_eval(lines[1]) == ["torch.bfloat16", 262144, "block_slots 4x512x8+8", None]
+    assert ast.literal_eval(lines[2]) == [512, 4096, True, 1916, 2180, 29]
+    assert ast.literal_eval(lines[3]) == [1.5, 0.25]
+    assert ast.literal_eval(lines[4]) == [[], ["block", "block_slots"], ["block_slots"]]
+    r = subprocess.run([sys.executable, "fixed_cost.py", "--stagger", "persist"],
+                       cwd=REPO / "bench", text=True, capture_output=True, timeout=120)
+    assert r.returncode == 2 and "take no first-wave phases" in r.stderr, r.stderr
+    if not torch.cuda.is_available():  # CI: one line, no traceback, nothing written
+        r = subprocess.run([sys.executable, "fixed_cost.py", "--shapes", "float32:1024",
+                            "--out", str(REPO / "bench" / "no_such_dir")],
+                           cwd=REPO / "bench", text=True, capture_output=True, timeout=120)
+        assert r.returncode == 1 and r.stderr.strip() == (
+            "fixed_cost.py: no CUDA GPU here (it times kernels against the copy)"), r.stderr
+        assert not (REPO / "bench" / "no_such_dir").exists()
+
+
 def test_tune_backward_times_the_shape_the_op_launches():
     """bench/tune_backward.py's "default" row is the registered op's own shape: odd rows
     (50257 fp32: not 16-byte aligned, one phase) are sized with room for a line head (up to 7
