@@ -29,6 +29,13 @@
 #   stagger  the persistent kernels' groups (2c / 3c, 5) wait (q % 8) / 8 of a row period before
 #            their first row (twenty-seventh run: +3.4 % for 2c at one CTA an SM, level or -1
 #            elsewhere; bash bench/run27/stagger_call.sh)
+#   chunkwave  kernel 7b (chunk_rows_reg): CTA q's first chunk requests wait (q * 8 / Q) / 8 of
+#            the first wave's load time, as kernels 2 / 2b / 3b's first wave in phases (twenty-
+#            ninth run, `stagger_first_wave`: their fixed cost a call 12-15 -> 6-8 us; kernel 7b
+#            pays 11-13 us at bf16 262144 against the copy's 3). Staged, not yet timed:
+#            bash bench/run29/next_call.sh
+# (firstwave, firstwave4: the twenty-ninth run's first A/B of kernels 2b / 3b; now the kernels'
+# own code, retired: in git at 8cff2ee.)
 # A patch that no longer applies fails loudly; bench/ab_variants/ is git-ignored (carry it to
 # the GPU machine).
 set -euo pipefail
