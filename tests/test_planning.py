@@ -13,8 +13,8 @@ from kernel_lab.ops.softmax import fast_config as fc
 def test_plan_rows_name_the_config_and_its_kernel():
     header, rows = planning.plan_rows("softmax", torch.float32, [65536, 151936])
     assert header == ["N", "auto (CUDA)", "fast_softmax"]
-    assert rows[0] == ["65536", "fast_softmax",
-                       "block_slots 2x512x8+8: fast_softmax_cluster_slots<float, 8, 2>"]
+    assert rows[0] == ["65536", "fast_softmax", "block_slots 2x512x8+8, phased start: "
+                       "fast_softmax_cluster_slots<float, 8, 2>"]
     assert rows[1][2] == "persist 8x320x16 late: fast_softmax_persist_cluster<float, 16, 8>"
     _, rows = planning.plan_rows("log_softmax", torch.float32, [151936])
     assert rows[0][2] == "persist 8x320x16 late: log_softmax_persist_cluster<float, 16, 8>"
@@ -26,6 +26,20 @@ def test_plan_rows_name_the_config_and_its_kernel():
             assert rows[0][2] == f"chunks_reg 512x8 ahead 1: {prefix}_chunks_reg<{t}, 8>", rows
 
 
+def test_plan_marks_the_launches_that_start_their_first_wave_in_phases():
+    """Kernels 2 / 2b / 3b (block, block_slots) on rows of >= 8 KB start the first wave in
+    phases (twenty-ninth run); the plan says so, and only there."""
+    _, rows = planning.plan_rows("softmax", torch.bfloat16, [1024, 4096, 131072, 1 << 20])
+    cells = [r[2] for r in rows]
+    assert cells[0] == "block 32x4: fast_softmax_block<__nv_bfloat16, 4>"  # 2 KB rows
+    assert cells[1] == "block 128x4, phased start: fast_softmax_block<__nv_bfloat16, 4>"
+    assert cells[2].startswith("block_slots 2x512x8+8, phased start: ")
+    assert cells[3].startswith("chunks_reg 512x8 ahead 1: ")  # kernel 7b: no phases
+    _, rows = planning.plan_rows("log_softmax", torch.float32, [131072])
+    assert rows[0][2] == ("block_slots 2x1024x8+8, phased start: "
+                          "log_softmax_cluster_slots<float, 8, 2>")
+
+
 def test_plan_follows_the_launchers_own_rules():
     """Odd rows (50257: not 16-byte aligned, one phase) plan as the op sizes them."""
     for n in (1, 100, 4096, 32000, 50257, 131072, 151936, 1 << 20):
@@ -34,7 +48,8 @@ def test_plan_follows_the_launchers_own_rules():
             fwd = fc.fast_softmax_config(n, dt, aligned, True)
             bwd = bc.backward_config(n, dt, aligned, phase=True)
             _, rows = planning.plan_rows("softmax", dt, [n])
-            assert rows[0][2].startswith(fwd.label() + ": "), (n, dt)
+            assert rows[0][2].startswith(fwd.label() + ": ") or rows[0][2].startswith(
+                fwd.label() + ", phased start: "), (n, dt)
             _, rows = planning.plan_rows("softmax_backward", dt, [n])
             assert rows[0][2].startswith(bwd.label() + ": "), (n, dt)
 

@@ -329,9 +329,11 @@ fused_softmax_backward.launch_plan = fused_backward_plan
 def fast_plan(n: int, dtype: torch.dtype, prefix: str = "fast_softmax") -> str:
     """What fast_softmax (``prefix`` log_softmax: log_softmax) launches for contiguous rows of
     n (``python -m kernel_lab plan``): input and output in one phase, rows on 128-byte lines
-    when n * itemsize is a multiple of 128."""
+    when n * itemsize is a multiple of 128. "phased start": the launch's first wave starts in
+    phases (STAGGERED_KINDS)."""
     cfg = fast_softmax_config(n, dtype, _contiguous_rows(n, dtype), True)
-    return f"{cfg.label()}: {cfg.expr(ctype(dtype), prefix)}"
+    phased = cfg.kind in STAGGERED_KINDS and n * dtype.itemsize >= STAGGER_MIN_ROW_BYTES
+    return f"{cfg.label()}{', phased start' if phased else ''}: {cfg.expr(ctype(dtype), prefix)}"
 
 
 def check_backward_persist(dx, y2d, dy2d, cfg: BackwardConfig) -> None:
