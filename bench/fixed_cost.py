@@ -87,21 +87,25 @@ def measure(spec: str, total_log2: int, stagger: list[set[str]], log) -> list[di
     aligned = n * big.element_size() % 16 == 0
     cfg = cfg or fc.fast_softmax_config(n, dtype, aligned, True)
     dname = str(dtype).replace("torch.", "")
-    sets = stagger or [set(cv.STAGGERED_KINDS)]
+    own_kinds = cv.STAGGERED_KINDS
+    sets = stagger or [set(own_kinds)]
     rows = {i: [] for i in range(len(sets))}
-    for m in counts:
-        x, y = big[:m], out[:m]
-        t_copy = med_ms(lambda x=x, y=y: y.copy_(x))
-        for i, kinds in enumerate(sets):  # each set in turn at this M: drift cancels
-            cv.STAGGERED_KINDS = kinds
-            t_kern = med_ms(lambda x=x, y=y: cv.fast_launch(y, x, cfg))
-            ref = torch.softmax(x[-1:].double(), -1)
-            err = (y[-1:].double() - ref).abs().max().item()
-            r = {"dtype": dname, "N": n, "M": m, "cfg": cfg.label(),
-                 "stagger": ",".join(sorted(kinds)) or "none", "copy_ms": t_copy,
-                 "kern_ms": t_kern, "pct": round(100 * t_copy / t_kern, 2), "err": err}
-            log.write(json.dumps(r) + "\n")
-            rows[i].append(r)
+    try:
+        for m in counts:
+            x, y = big[:m], out[:m]
+            t_copy = med_ms(lambda x=x, y=y: y.copy_(x))
+            for i, kinds in enumerate(sets):  # each set in turn at this M: drift cancels
+                cv.STAGGERED_KINDS = kinds
+                t_kern = med_ms(lambda x=x, y=y: cv.fast_launch(y, x, cfg))
+                ref = torch.softmax(x[-1:].double(), -1)
+                err = (y[-1:].double() - ref).abs().max().item()
+                r = {"dtype": dname, "N": n, "M": m, "cfg": cfg.label(),
+                     "stagger": ",".join(sorted(kinds)) or "none", "copy_ms": t_copy,
+                     "kern_ms": t_kern, "pct": round(100 * t_copy / t_kern, 2), "err": err}
+                log.write(json.dumps(r) + "\n")
+                rows[i].append(r)
+    finally:
+        cv.STAGGERED_KINDS = own_kinds  # the launcher's own set again
     fits = []
     for rs in rows.values():
         a_k, b_k = fit(counts, [r["kern_ms"] for r in rs])

@@ -457,6 +457,27 @@ def test_fixed_cost_parses_its_shapes_row_counts_and_kind_sets():
         assert not (REPO / "bench" / "no_such_dir").exists()
 
 
+def test_tune_summary_lines_per_shape_and_the_registered_variants(tmp_path):
+    """bench/tune_summary.py (the device calls' summary of tune_long_rows.py): a line per (dtype,
+    N, op) with every shape's % of copy, the pick marked * and a wrong output WRONG, then the
+    registered variants' line."""
+    d = tmp_path / "tune1"
+    d.mkdir()
+    rows = [{"dtype": "bfloat16", "op": "softmax", "N": 262144, "cfg": "chunks_reg 512x8 ahead 1",
+             "pct": 94.0, "copy": 4203, "ok": True, "default": True},
+            {"dtype": "bfloat16", "op": "softmax", "N": 262144, "cfg": "block_slots 4x512x8+8",
+             "pct": 94.7, "copy": 4203, "ok": False, "default": False},
+            {"dtype": "bfloat16", "N": 262144, "fast_pct": 94.1, "log_pct": 93.4}]
+    (d / "tune.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    r = subprocess.run([sys.executable, "tune_summary.py", str(tmp_path)], cwd=REPO / "bench",
+                       text=True, capture_output=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [
+        "bfloat16 262144 softmax (copy 4203): chunks_reg 512x8 ahead 1* 94.0 | "
+        "block_slots 4x512x8+8 94.7 WRONG",
+        "bfloat16 262144 registered: fast_softmax 94.1, log_softmax 93.4"]
+
+
 def test_tune_backward_times_the_shape_the_op_launches():
     """bench/tune_backward.py's "default" row is the registered op's own shape: odd rows
     (50257 fp32: not 16-byte aligned, one phase) are sized with room for a line head (up to 7

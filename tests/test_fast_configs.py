@@ -475,6 +475,7 @@ def test_block_slots_launch_opts_in_to_its_shared_memory(monkeypatch, threads, s
     monkeypatch.setattr(cuda_common, "device_index", lambda t: 0)
     monkeypatch.setattr(cv, "device_index", lambda t: 0)
     monkeypatch.setattr(cv, "first_wave", lambda *a: (2, 1234))  # no occupancy API on a CPU
+    monkeypatch.setattr(cv, "_WAVES", {})
 
     class Src:
         def function(self, expr, dev):
@@ -509,25 +510,36 @@ def test_block_slots_first_wave_in_phases(monkeypatch):
     monkeypatch.setattr(cuda_common.interop, "launch", lambda *a, **k: launches.append(a[3]))
     monkeypatch.setattr(cuda_common, "device_index", lambda t: 0)
     monkeypatch.setattr(cv, "device_index", lambda t: 0)
-    monkeypatch.setattr(cv, "first_wave", lambda src, expr, t, cl, smem, m, rb, dev: (m, rb))
+    asked = []
+    monkeypatch.setattr(cv, "first_wave", lambda src, expr, t, cl, smem, m, rb, dev:
+                        asked.append(m) or (m, rb))
+    monkeypatch.setattr(cv, "_WAVES", {})
 
     class Src:
-        def function(self, expr, dev):
-            return expr
+        loaded = "v1"  # the loaded function: a hot reload gives another
 
+        def function(self, expr, dev):
+            return (expr, self.loaded)
+
+    src = Src()
     cfg = fc.FastConfig("block_slots", threads=512, vpt=8, slots=8, cluster=2)
     x = torch.zeros(5, 131072, dtype=torch.bfloat16)
-    cv.fast_launch(torch.empty_like(x), x, cfg, 1, cv.RowKernels(Src(), "fast_softmax"))
+    cv.fast_launch(torch.empty_like(x), x, cfg, 1, cv.RowKernels(src, "fast_softmax"))
     assert launches[-1][-2:] == (5, 131072 * 2)  # the launch's rows and one row's bytes
+    cv.fast_launch(torch.empty_like(x), x, cfg, 1, cv.RowKernels(src, "fast_softmax"))
+    assert launches[-1][-2:] == (5, 131072 * 2) and asked == [5]  # memoized per launch shape
+    src.loaded = "v2"  # reloaded: asked again (its registers, so its residency, may differ)
+    cv.fast_launch(torch.empty_like(x), x, cfg, 1, cv.RowKernels(src, "fast_softmax"))
+    assert asked == [5, 5]
     monkeypatch.setattr(cv, "STAGGERED_KINDS", set())
-    cv.fast_launch(torch.empty_like(x), x, cfg, 1, cv.RowKernels(Src(), "fast_softmax"))
+    cv.fast_launch(torch.empty_like(x), x, cfg, 1, cv.RowKernels(src, "fast_softmax"))
     assert launches[-1][-2:] == (0, 0)
     monkeypatch.setattr(cv, "STAGGERED_KINDS", {"block"})  # kernel 2: rows of >= 8 KB only
     for n, wave in ((4096, (5, 8192)), (4095, (0, 0)), (1024, (0, 0))):
         x = torch.zeros(5, n, dtype=torch.float16 if n == 4095 else torch.bfloat16)
         x = x.float() if n == 1024 else x
         cfg = fc.FastConfig("block", threads=128, vpt=4)
-        cv.fast_launch(torch.empty_like(x), x, cfg, 1, cv.RowKernels(Src(), "fast_softmax"))
+        cv.fast_launch(torch.empty_like(x), x, cfg, 1, cv.RowKernels(src, "fast_softmax"))
         assert launches[-1][-2:] == wave, n
 
 

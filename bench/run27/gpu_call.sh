@@ -25,16 +25,4 @@ grep -E "^(FAILED|ERROR)" "$OUT/tests.log" | cut -c1-250 | head -30
 tail -n 2 "$OUT/tests.log"
 for f in "$OUT"/tune*.log; do echo "== $(basename "$f")"; grep -E '^ERR' "$f" | cut -c1-200; done
 # every timing, a line per (dtype, N, op): % of copy per shape, the default pick marked *
-python3 - "$OUT" <<'PY'
-import json, sys
-from pathlib import Path
-for f in sorted(Path(sys.argv[1]).glob("tune*/tune.jsonl")):
-    rows, by = [json.loads(line) for line in f.read_text().splitlines()], {}
-    for r in rows:
-        if "cfg" in r:
-            cfg = r["cfg"].split(": ")[-1]
-            by.setdefault((r["dtype"], r["N"], r["op"], r["copy"]), []).append(
-                f"{cfg}{'*' if r['default'] else ''} {r['pct']}{'' if r['ok'] else ' WRONG'}")
-    for (d, n, op, copy), cells in by.items():
-        print(f"{d} {n} {op} (copy {copy}): " + " | ".join(cells))
-PY
+python3 bench/tune_summary.py "$OUT"

@@ -23,17 +23,4 @@ echo "== tests"
 grep -E "^(FAILED|ERROR)" "$OUT/tests.log" | cut -c1-250 | head -30
 tail -n 1 "$OUT/tests.log"
 for f in "$OUT"/tune*.log; do echo "== $(basename "$f")"; grep -E '^ERR' "$f" | cut -c1-200; done
-python3 - "$OUT" <<'PY'
-import json, sys
-from pathlib import Path
-for f in sorted(Path(sys.argv[1]).glob("tune*/tune.jsonl")):
-    rows, by = [json.loads(line) for line in f.read_text().splitlines()], {}
-    for r in rows:
-        if "cfg" in r:
-            by.setdefault((r["dtype"], r["N"], r["copy"]), []).append(
-                f"{r['cfg']}{'*' if r['default'] else ''} {r['pct']}{'' if r['ok'] else ' WRONG'}")
-        else:
-            print(f"{r['dtype']} {r['N']} registered: fast {r['fast_pct']} log {r['log_pct']}")
-    for (d, n, copy), cells in by.items():
-        print(f"{d} {n} (copy {copy}): " + " | ".join(cells))
-PY
+python3 bench/tune_summary.py "$OUT"  # every timing: % of copy per shape, the pick marked *

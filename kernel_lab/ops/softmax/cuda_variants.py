@@ -407,15 +407,33 @@ STAGGERED_KINDS = {"block_slots", "block"}
 STAGGER_MIN_ROW_BYTES = 8192
 
 
-def _wave(cfg: FastConfig, out: torch.Tensor, x2d: torch.Tensor, src, expr: str) -> tuple:
-    """(wave_rows, wave_ns) of a kernel 2 / 3 / 2b / 3b launch: its first wave in phases
-    (persistent.first_wave) for STAGGERED_KINDS, else (0, 0): every row at once."""
-    row_bytes = out.shape[1] * x2d.element_size()
-    if cfg.kind not in STAGGERED_KINDS or row_bytes < STAGGER_MIN_ROW_BYTES:
-        return i64(0), i64(0)
-    rows, ns = first_wave(src, expr, cfg.threads, cfg.cluster, cfg.shared_mem(), out.shape[0],
-                          row_bytes, device_index(out))
-    return i64(rows), i64(ns)
+_NO_WAVE = (i64(0), i64(0))
+# (loaded function, device, CTA shape, M, row bytes) -> _wave's kernel arguments: the per-call
+# path pays one lookup, not the occupancy query and the arithmetic (a hot reload loads a new
+# function, so a new key); cleared past _WAVES_MAX entries.
+_WAVES: dict[tuple, tuple] = {}
+_WAVES_MAX = 4096
+
+
+def _wave(cfg: FastConfig, x2d: torch.Tensor, src, expr: str, m: int, n: int) -> tuple:
+    """(wave_rows, wave_ns) of a kernel 2 / 3 / 2b / 3b launch over ``m`` rows of ``n``: its
+    first wave in phases (persistent.first_wave) for STAGGERED_KINDS and rows of at least
+    STAGGER_MIN_ROW_BYTES, else (0, 0): every row at once."""
+    if cfg.kind not in STAGGERED_KINDS:
+        return _NO_WAVE
+    row_bytes = n * x2d.element_size()
+    if row_bytes < STAGGER_MIN_ROW_BYTES:
+        return _NO_WAVE
+    dev = device_index(x2d)
+    key = (src.function(expr, dev), dev, cfg.threads, cfg.cluster, m, row_bytes)
+    got = _WAVES.get(key)
+    if got is None:
+        if len(_WAVES) >= _WAVES_MAX:
+            _WAVES.clear()
+        rows, ns = first_wave(src, expr, cfg.threads, cfg.cluster, cfg.shared_mem(), m,
+                              row_bytes, dev)
+        got = _WAVES[key] = (i64(rows), i64(ns))
+    return got
 
 
 def fast_launch(
@@ -453,10 +471,10 @@ def fast_launch(
                     extra=(vec,))
     elif cfg.kind == "block":
         launch_rows(src, expr, out, (x2d,), grid=m, block=cfg.threads,
-                    extra=(vec, *_wave(cfg, out, x2d, src, expr)))
+                    extra=(vec, *_wave(cfg, x2d, src, expr, m, n)))
     elif cfg.kind == "block_slots":  # launch_rows raises the shared-memory limit
         launch_rows(src, expr, out, (x2d,), grid=m * cfg.cluster, block=cfg.threads,
-                    extra=(vec, i32(cfg.slots), *_wave(cfg, out, x2d, src, expr)),
+                    extra=(vec, i32(cfg.slots), *_wave(cfg, x2d, src, expr, m, n)),
                     shared_mem=cfg.shared_mem())
     elif cfg.kind == "persist_slots":
         grid = persistent_grid(src, expr, cfg.threads, cfg.cluster, cfg.shared_mem(), m,
@@ -467,7 +485,7 @@ def fast_launch(
         if cfg.cluster > 8:
             allow_non_portable_cluster(src, expr, device_index(out))
         launch_rows(src, expr, out, (x2d,), grid=m * cfg.cluster, block=cfg.threads,
-                    extra=(vec, *_wave(cfg, out, x2d, src, expr)))
+                    extra=(vec, *_wave(cfg, x2d, src, expr, m, n)))
     elif cfg.kind in ("persist", "pipe"):  # kernel 5 also takes `late`
         late = (i32(int(cfg.late)),) if cfg.kind == "persist" else ()
         grid = persistent_grid(src, expr, cfg.threads, cfg.cluster, cfg.shared_mem(), m,

@@ -70,7 +70,7 @@ class PersistShape(NamedTuple):
     ``lines_only``: only rows that start on 128-byte lines (odd rows skip the rule); ``late``:
     the next row's copies issued while the messages fly (None: CTAs of <= LATE_MAX_THREADS);
     ``min_fill``: only where the row fills at least this share of the shape's windows (threads
-    come in warps); ``least``: only where the row needs CTAs of at least this many threads."""
+    come in warps)."""
 
     vpt: int
     most: int
@@ -79,7 +79,6 @@ class PersistShape(NamedTuple):
     lines_only: bool = False
     late: bool | None = None
     min_fill: float = 0.0
-    least: int = 0  # rows whose CTAs would have fewer threads skip the rule
 
 
 # Rows longer than the one-CTA kernel holds: the first PERSIST_SHAPES rule that holds the row,
@@ -157,9 +156,12 @@ class PersistShape(NamedTuple):
 # 93.7-95.3 % against 90.9-94.8); the x 16 rule (8 x <= 160, rows on lines) had no other rows
 # and went (no pick changed, N 2049-300000 checked). 2-byte rows still here: the odd ones of
 # ~57.3k-59.4k that neither block x 8 nor 512 x 8 + 6 takes (2 x 928-960 x 4).
+# Twenty-ninth run: kernel 3b (first wave in phases) took the fp32 rows up to 131072, so the fp32
+# 8 x 992-1024 x 4 rule had no rows left, nor had the one-CTA x 8 rule since kernel 2b (twenty-
+# fifth run): both went, with the `least` field only the x 4 rule used (no pick changed, N
+# 2049-300000 in three dtypes, rows on and off 16 bytes, checked).
 PERSIST_SHAPES = {  # by itemsize
-    4: (PersistShape(8, 1024, (1,)), PersistShape(4, 1024, (8,), least=992),
-        PersistShape(16, 320, (8,))),
+    4: (PersistShape(16, 320, (8,)),),
     2: (PersistShape(4, 1024, (2, 4)),),
 }
 # 2-byte CTAs of more than 512 threads issue their copies right after the local (max, sum), not
@@ -527,11 +529,10 @@ def fast_softmax_config(
       1024 threads x 8 vectors and at most 5-6 slots a thread: fp32 N 32769-53248, fp16/bf16
       32769-57344 and 65537-106496, in line windows; 256 threads: the odd fp16/bf16 rows of
       ~20.5K-26.6K that block x 8 leaves; a cluster of 2 CTAs a row, kernel 3b: fp16/bf16
-      ~106.5K-163.8K on 512 x 8 + 6-12, fp32 ~53.2K-81.9K on 512 x 8 + 5-12 and ~81.9K-106.5K
-      on 1024 x 8 + 1-5), else ``persist``, the first
-      PERSIST_SHAPES rule that holds the row - fp32: one
-      CTA of <= 1024 threads x 8 vectors, 992-1024 x 4 in 8 CTAs (N 122881-131072), then <= 320
-      x 16 in 8 CTAs; fp16/bf16: <= 1024 x 4 in 2 or 4 (the odd rows of ~57.3K-59.4K) - threads
+      ~106.5K-163.8K on 512 x 8 + 6-12, fp32 ~53.2K-81.9K on 512 x 8 + 5-12 and ~81.9K-131072
+      on 1024 x 8 + 1-8; on 4 CTAs: fp16/bf16 ~213K-262144 on 512 x 8 + 6-8), else
+      ``persist``, the first PERSIST_SHAPES rule that holds the row - fp32: <= 320 x 16 in 8
+      CTAs; fp16/bf16: <= 1024 x 4 in 2 or 4 (the odd rows of ~57.3K-59.4K) - threads
       = the multiple of 32 that just covers the row, next row's copies issued late (2-byte CTAs:
       only up to LATE_MAX_THREADS);
     * longer rows of those dtypes (fp32 > 163840, 2-byte > 163840): ``chunks_reg``,
@@ -577,8 +578,7 @@ def fast_softmax_config(
                 continue
             most = min(rule.most, persist_max_threads(rule.vpt, dtype))
             shape = cluster_shape(nwl, rule.vpt, most, rule.clusters)
-            if shape and nwl >= rule.min_fill * shape[0] * shape[1] * rule.vpt \
-                    and shape[1] >= rule.least:
+            if shape and nwl >= rule.min_fill * shape[0] * shape[1] * rule.vpt:
                 late = rule.late
                 if late is None:
                     late = shape[1] <= LATE_MAX_THREADS.get(es, 1024)
@@ -649,7 +649,7 @@ BLOCK_X8_THREADS = {  # by rows on 16 bytes
 # 100000 94.9 / 95.5 and 93.5 / 94.3 against 93.4 / 91.5 and 93.2 / 91.9. At 131072 (+ 8) level
 # with kernel 5 (94.0 vs 94.2): fp32 rows past 2 x 1024 x 8 + 5 (N ~106.5K) kept kernel 5.
 # Twenty-ninth run: kernels 2b / 3b start their first wave in phases (cuda_variants
-# STAGGERED_KINDS: the fixed cost a call 12-15 -> 6-8 us). Tune (softmax, % of copy): fp32
+# STAGGERED_KINDS: kernel 3b's fixed cost a call 12-15 -> 6-8.4 us). Tune (softmax, % of copy): fp32
 # 128256 / 131072 on 2 x 1024 x 8 + 8 95.7 / 96.2 against kernel 5's 94.5 / 95.1 (151936: + 11
 # level, 94.8 / 94.8), so fp32 rows up to 2 x 1024 x 8 + 8 (N 131072) take kernel 3b; 2-byte
 # 229376 / 262144 on 4 x 512 x 8 + 6 / + 8 bf16 93.0 / 94.7, fp16 93.0 / 95.0 against

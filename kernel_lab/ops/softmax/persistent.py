@@ -78,7 +78,7 @@ def resident_groups(src, expr: str, threads: int, cluster: int, smem: int, dev: 
     return got
 
 
-# The first wave in phases (kernels 2b / 3b, twenty-ninth run): the wave's load time is
+# The first wave in phases (kernels 2, 2b, 3b; twenty-ninth run): the wave's load time is
 # estimated at the H200's measured copy speed (4.2-4.3 TB/s); on another GPU only the phases'
 # spacing is off, not the answer.
 FIRST_WAVE_BYTES_PER_NS = 4300
