@@ -83,12 +83,25 @@ def candidates(n: int, dtype: torch.dtype, aligned: bool) -> dict[str, fc.FastCo
             for threads in BLOCK_SLOTS_THREADS:  # rows that need a slot, slots that fit a CTA
                 most_slots = min(fc.MAX_CTA_SHARED // (16 * threads), SLOTS_MOST)
                 per = cl * threads
-                if per * fc.BLOCK_SLOTS_VPT < nwl <= per * (fc.BLOCK_SLOTS_VPT + most_slots):
+                # clusters also with no slot where the registers alone just hold the row
+                least = per * (fc.BLOCK_SLOTS_VPT - (cl > 1))
+                if least < nwl <= per * (fc.BLOCK_SLOTS_VPT + most_slots):
                     c = fc.block_slots_config(nwl, threads, cluster=cl)
                     out.setdefault(c.label(), c)
                     # kernels 2c / 3c: the same CTAs persistent, rows rolled through them
                     c = fc.block_slots_config(nwl, threads, cluster=cl, kind="persist_slots")
                     out.setdefault(c.label(), c)
+    # kernel 3 (a row on a cluster, registers only) on 8 and 16 CTAs. Thirtieth run (first wave
+    # in phases; SLOTS_CL then held 8 too): 40-82 % at fp32 151936-262144 and 2-byte
+    # 196608-262144, kernel 3b on 8 x 256-1024 CTAs 66-94.6 - a cluster spread over more than two
+    # SMs waits for that many free slots in one GPC at every launch (NOTES, thirtieth run)
+    if nw >= 16384:
+        big = fc._fast_vpt_cap(dtype)
+        for cl in (8, 16):
+            shape = fc.cluster_shape(nw, big, fc.block_max_threads(big), (cl,))
+            if shape and shape[1] >= 128:
+                c = fc.FastConfig("cluster", threads=shape[1], vpt=big, cluster=cl)
+                out.setdefault(c.label(), c)
     for vpt in fc.PERSIST_VPT[dtype.itemsize]:
         for cl in fc.PERSIST_CL:
             c = fc.persist_config(nwl, vpt, cl)

@@ -22,7 +22,7 @@
 //            checks it against the resident grid, `chunks_fit`; a wait of 10 s traps).
 // Launch:    grid = min(rows * chunks, resident CTAs), blockDim.x <= 512 (two chunks' y and dy
 //            in registers: 16 * VPT each), dynamic shared memory ahead * 2 * blockDim.x * VPT *
-//            16 B, `sums` zeroed, 8 B per chunk.
+//            16 B, `sums` 8 B per chunk, none of its words carrying `epoch` (chunk_sync.cuh).
 // Bytes:     3 * M * N * sizeof(T) + 8 B per chunk (the stream kernel: 5 * M * N, the second read
 //            partly from L2).
 // Preconds:  rows of y, dy and dx in the same 16-byte phase (any N); `line` = 1 only if every row
@@ -55,15 +55,15 @@ __device__ __forceinline__ void load_row_sums(RowSums& rs, const unsigned long l
 // l + 32, ..., then a warp all-reduce: the same sum on every CTA, so every chunk of a row scales
 // by the same value) and publish the sum in *fin; then a CTA barrier. The first try reads the
 // early words `rs`, retries load everything again.
-__device__ __forceinline__ void chunk_row_sum(const unsigned long long* p, int chunks,
-                                              float* fin, const RowSums& rs) {
+__device__ __forceinline__ void chunk_row_sum(const unsigned long long* p, unsigned epoch,
+                                              int chunks, float* fin, const RowSums& rs) {
   if (threadIdx.x < 32) {
     const int lane = threadIdx.x & 31;
     retry_until_in([&](int attempt) {
       float s = 0.0f;
       bool in = true;
       auto take = [&](unsigned long long w) {
-        in = in && flagged(w);
+        in = in && flagged(w, epoch);
         s += flagged_value(w);
       };
 #pragma unroll
@@ -92,7 +92,7 @@ __device__ __forceinline__ void chunk_rows(T* __restrict__ dx, const T* __restri
                                            const T* __restrict__ dy, long long rows, int n,
                                            long long y_stride, long long dy_stride, int line,
                                            int chunks, unsigned long long* __restrict__ sums,
-                                           int ahead) {
+                                           unsigned epoch, int ahead) {
   using A = acc_t<T>;
   static_assert(sizeof(A) == 4, "the chunks' words hold fp32 sums");
   constexpr int W = Vec<T>::N;
@@ -156,12 +156,12 @@ __device__ __forceinline__ void chunk_rows(T* __restrict__ dx, const T* __restri
       if (next.row < rows) fetch(next, b);  // every value read from the slots is consumed
       cp_async_commit();
       s = block_allreduce(s, SumOp{}, A(0), red);
-      if (threadIdx.x == 0) store_flagged(sums + now.row * chunks + now.c, s);
+      if (threadIdx.x == 0) store_flagged(sums + now.row * chunks + now.c, s, epoch);
     } else {
       cp_async_commit();  // one group per step, as the waits count them
     }
     if (t > 0) {  // phase 2
-      chunk_row_sum(sums + last.row * chunks, chunks, &fin[t & 1], rs);
+      chunk_row_sum(sums + last.row * chunks, epoch, chunks, &fin[t & 1], rs);
       const A s = fin[t & 1];
       const T* yr = y + last.row * y_stride;
       T* dxr = dx + last.row * (long long)n;
@@ -215,7 +215,8 @@ __device__ __forceinline__ void chunk_rows(T* __restrict__ dx, const T* __restri
   __global__ void __launch_bounds__(512)                                                        \
       P##_chunks(T* __restrict__ dx, const T* __restrict__ y, const T* __restrict__ dy,         \
                  long long rows, int n, long long y_stride, long long dy_stride, int line,      \
-                 int chunks, unsigned long long* __restrict__ sums, int ahead) {                \
+                 int chunks, unsigned long long* __restrict__ sums, unsigned epoch,             \
+                 int ahead) {                                                                   \
     klab::bwd::chunk_rows<G, T, VPT>(dx, y, dy, rows, n, y_stride, dy_stride, line, chunks,     \
-                                     sums, ahead);                                              \
+                                     sums, epoch, ahead);                                       \
   }

@@ -3,17 +3,20 @@
 // and a cursor over the grid's items. Users: row_softmax_kernels.cuh (kernels 7 and 7b: a (max,
 // sum) pair per chunk) and backward_chunks.cuh (a sum per chunk).
 //
-// A chunk's value is a 64-bit word: its fp32 bits with a flag of 1 in the high half, stored
-// relaxed at gpu scope into a zeroed buffer. A reader that sees the flag has the value (64-bit
-// accesses are single-copy atomic), so neither side needs a fence. (A release add to an arrival
-// count compiled to a fence that waited for the thread's earlier stores to be acknowledged:
-// ~2 us a chunk, H200.)
+// A chunk's value is a 64-bit word: its fp32 bits with the launch's epoch in the high half,
+// stored relaxed at gpu scope. The epoch is a nonzero 32-bit number the launcher gives each
+// launch (kernel_lab/ops/softmax/flag_words.py): the buffer is reused from launch to launch on a
+// stream, and a word written by an earlier launch carries an earlier epoch, so it reads as not
+// yet in - no zeroing kernel before each launch (a zeroed buffer and epoch 1 work as well). A
+// reader that sees its epoch has the value (64-bit accesses are single-copy atomic), so neither
+// side needs a fence. (A release add to an arrival count compiled to a fence that waited for the
+// thread's earlier stores to be acknowledged: ~2 us a chunk, H200.)
 #pragma once
 
 namespace klab {
 
-__device__ __forceinline__ void store_flagged(unsigned long long* p, float v) {
-  const unsigned long long w = (1ull << 32) | __float_as_uint(v);
+__device__ __forceinline__ void store_flagged(unsigned long long* p, float v, unsigned epoch) {
+  const unsigned long long w = (static_cast<unsigned long long>(epoch) << 32) | __float_as_uint(v);
   asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(p), "l"(w) : "memory");
 }
 __device__ __forceinline__ unsigned long long load_flagged(const unsigned long long* p) {
@@ -21,7 +24,9 @@ __device__ __forceinline__ unsigned long long load_flagged(const unsigned long l
   asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];" : "=l"(w) : "l"(p) : "memory");
   return w;
 }
-__device__ __forceinline__ bool flagged(unsigned long long w) { return (w >> 32) != 0; }
+__device__ __forceinline__ bool flagged(unsigned long long w, unsigned epoch) {
+  return static_cast<unsigned>(w >> 32) == epoch;
+}
 __device__ __forceinline__ float flagged_value(unsigned long long w) {
   return __uint_as_float(static_cast<unsigned>(w));
 }

@@ -196,14 +196,16 @@
 //            c * blockDim.x * VPT + k * blockDim.x + t, k < VPT, copied into its own slots.
 //    Steps:  phase 1 reduces the chunk of step t from its slots (block all-reduce) and
 //            publishes its (max, sum) pair in global memory (`pairs`: each value in a 64-bit
-//            word with a flag, no fence); phase 2 takes the chunk of step t - lag: waits until
-//            its row's pairs are all flagged, merges them in chunk order,
+//            word with the launch's `epoch`, no fence: chunk_sync.cuh); phase 2 takes the chunk
+//            of step t - lag: waits until its row's pairs all carry the epoch, merges them in
+//            chunk order,
 //            applies the epilogue to the chunk's slots and stores; those slots then take the
 //            chunk of step t - lag + bufs. bufs = lag + 1 + ahead slot sets, `ahead` chunks in
 //            flight. No CTA waits on another that waits on it while chunks <= lag * Q + 1 (the
 //            launcher checks it against the resident grid; a wait of 10 s traps).
 //    Launch: grid = min(rows * chunks, resident CTAs), dynamic shared memory bufs * blockDim.x
-//            * VPT * 16 B; `pairs` zeroed, 16 B per chunk.
+//            * VPT * 16 B; `pairs` 16 B per chunk, none of its words carrying `epoch` (the
+//            launcher's buffer of the stream, reused: flag_words.py; or zeroed, epoch 1).
 //    Bytes:  2 * M * N * sizeof(T) + 16 B per chunk; two exps per element (phase 1 and 2).
 //    Why:    the cluster kernels (5, 6) wait per row for the slowest of up to 16 CTAs and
 //            leave the SM without loads in flight while they do; here every wait is `lag`
@@ -1266,8 +1268,8 @@ __device__ __forceinline__ void load_row_pairs(RowPairs<K>& rp, const unsigned l
 // chunks l, l + 32, ...: the same result on every CTA) and publish the row's (max, sum) in `fin`.
 // The first try reads the early pairs `rp`; retries load everything again.
 template <int K>
-__device__ __forceinline__ void chunk_row_stats(const unsigned long long* pairs, long long row,
-                                                int chunks, MaxSum<float>* fin,
+__device__ __forceinline__ void chunk_row_stats(const unsigned long long* pairs, unsigned epoch,
+                                                long long row, int chunks, MaxSum<float>* fin,
                                                 const RowPairs<K>& rp) {
   if (threadIdx.x < 32) {
     const unsigned long long* p = pairs + 2 * row * chunks;
@@ -1276,7 +1278,7 @@ __device__ __forceinline__ void chunk_row_stats(const unsigned long long* pairs,
       MaxSum<float> st = maxsum_identity<float>();
       bool in = true;
       auto take = [&](unsigned long long a, unsigned long long b) {
-        in = in && flagged(a) && flagged(b);
+        in = in && flagged(a, epoch) && flagged(b, epoch);
         st = merge(st, MaxSum<float>{flagged_value(a), flagged_value(b)});
       };
 #pragma unroll
@@ -1333,8 +1335,8 @@ template <typename T, int VPT> struct ChunkRequests {
 template <template <typename> class E, typename T, int VPT>
 __device__ __forceinline__ void chunk_rows(T* __restrict__ y, const T* __restrict__ x,
                                            long long rows, int n, long long stride, int chunks,
-                                           unsigned long long* __restrict__ pairs, int lag,
-                                           int ahead) {
+                                           unsigned long long* __restrict__ pairs,
+                                           unsigned epoch, int lag, int ahead) {
   using A = acc_t<T>;
   static_assert(sizeof(A) == 4, "pairs hold fp32 (max, sum)");
   constexpr int W = Vec<T>::N;
@@ -1368,8 +1370,8 @@ __device__ __forceinline__ void chunk_rows(T* __restrict__ y, const T* __restric
       MaxSum<A> st = row_maxsum(r);
       st = block_allreduce(st, MergeOp{}, id<T>(), red);
       if (threadIdx.x == 0) {
-        store_flagged(pairs + 2 * i1, st.m);
-        store_flagged(pairs + 2 * i1 + 1, st.s);
+        store_flagged(pairs + 2 * i1, st.m, epoch);
+        store_flagged(pairs + 2 * i1 + 1, st.s, epoch);
       }
     }
     if (i2 >= 0) {  // phase 2
@@ -1379,7 +1381,7 @@ __device__ __forceinline__ void chunk_rows(T* __restrict__ y, const T* __restric
       const int h = line_head(xr), nwin = (n + h + W - 1) / W;
       const int base = static_cast<int>(i2 - row * chunks) * span + threadIdx.x;
       const int b = (t - lag) % bufs;
-      chunk_row_stats(pairs, row, chunks, &fin[t & 1], rp);
+      chunk_row_stats(pairs, epoch, row, chunks, &fin[t & 1], rp);
       const E<A> epi(fin[t & 1]);
       const uint4* mine = chunk_slots + b * set_slots + threadIdx.x;
 #pragma unroll
@@ -1417,7 +1419,7 @@ template <template <typename> class E, typename T, int VPT>
 __device__ __forceinline__ void chunk_rows_reg(T* __restrict__ y, const T* __restrict__ x,
                                                long long rows, int n, long long stride,
                                                int chunks, unsigned long long* __restrict__ pairs,
-                                               int ahead) {
+                                               unsigned epoch, int ahead) {
   using A = acc_t<T>;
   static_assert(sizeof(A) == 4, "pairs hold fp32 (max, sum)");
   constexpr int W = Vec<T>::N;
@@ -1462,8 +1464,8 @@ __device__ __forceinline__ void chunk_rows_reg(T* __restrict__ y, const T* __res
       st = block_allreduce(st, MergeOp{}, id<T>(), red);
       if (threadIdx.x == 0) {
         const long long i = now.row * chunks + now.c;
-        store_flagged(pairs + 2 * i, st.m);
-        store_flagged(pairs + 2 * i + 1, st.s);
+        store_flagged(pairs + 2 * i, st.m, epoch);
+        store_flagged(pairs + 2 * i + 1, st.s, epoch);
       }
     } else {
       cp_async_commit();  // one group per step, as the waits count them
@@ -1473,7 +1475,7 @@ __device__ __forceinline__ void chunk_rows_reg(T* __restrict__ y, const T* __res
       T* yr = y + last.row * (long long)n;
       const int h = line_head(xr), nwin = (n + h + W - 1) / W;
       const int base = last.c * span + threadIdx.x;
-      chunk_row_stats(pairs, last.row, chunks, &fin[t & 1], rp);
+      chunk_row_stats(pairs, epoch, last.row, chunks, &fin[t & 1], rp);
       const bool inside = windows_inside<T, VPT>(base, step, n, h);
       store_row<E, kKept>(yr, held.r, held.e, held.m_thread, fin[t & 1], inside, opaque(base),
                          step, n, h, nwin);
@@ -1573,16 +1575,18 @@ template <typename T, int VPT> struct PersistThreads {
   template <typename T, int VPT>                                                                 \
   __global__ void __launch_bounds__(1024)                                                        \
       P##_chunks(T* __restrict__ y, const T* __restrict__ x, long long rows, int n,              \
-                 long long stride, int vec, int chunks, unsigned long long* pairs, int lag,      \
-                 int ahead) {                                                                    \
-    klab::rowk::chunk_rows<EPI, T, VPT>(y, x, rows, n, stride, chunks, pairs, lag, ahead);      \
+                 long long stride, int vec, int chunks, unsigned long long* pairs,           \
+                 unsigned epoch, int lag, int ahead) {                                           \
+    klab::rowk::chunk_rows<EPI, T, VPT>(y, x, rows, n, stride, chunks, pairs, epoch, lag,       \
+                                        ahead);                                                  \
   }                                                                                              \
   template <typename T, int VPT>                                                                 \
   __global__ void __launch_bounds__(512)                                                         \
       P##_chunks_reg(T* __restrict__ y, const T* __restrict__ x, long long rows, int n,          \
                      long long stride, int vec, int chunks, unsigned long long* pairs,           \
-                     int ahead) {                                                                \
-    klab::rowk::chunk_rows_reg<EPI, T, VPT>(y, x, rows, n, stride, chunks, pairs, ahead);       \
+                     unsigned epoch, int ahead) {                                                \
+    klab::rowk::chunk_rows_reg<EPI, T, VPT>(y, x, rows, n, stride, chunks, pairs, epoch,        \
+                                            ahead);                                              \
   }                                                                                              \
   template <typename T, int CL>                                                                  \
   __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(1024)                             \

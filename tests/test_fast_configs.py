@@ -11,6 +11,7 @@ gives a persistent group one or two rows.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from conftest import HAS_CUDA
@@ -806,10 +807,10 @@ def test_chunk_kernel_any_row(kind, dtype, vpt, threads, lag, ahead):
 
 
 def test_chunk_launch_checks_the_grid(monkeypatch):
-    """CPU: the chunk kernel launches min(chunks of all rows, resident) CTAs with a zeroed pair
-    of flagged words per chunk; a caller's own config whose rows have more chunks than
-    lag x CTAs + 1 is refused (the kernel would wait on itself), the default pick falls back to
-    the wide kernel."""
+    """CPU: the chunk kernel launches min(chunks of all rows, resident) CTAs with a pair of
+    flagged words per chunk and the launch's epoch (flag_words.py); a caller's own config whose
+    rows have more chunks than lag x CTAs + 1 is refused (the kernel would wait on itself), the
+    default pick falls back to the wide kernel."""
     launched = []
     monkeypatch.setattr(pc, "resident_groups", lambda src, expr, threads, cl, smem, dev: 5)
     monkeypatch.setattr(cv, "device_index", lambda t: 0)
@@ -823,6 +824,7 @@ def test_chunk_launch_checks_the_grid(monkeypatch):
     chunks = fc.row_chunks(cfg, x.shape[1], x.dtype, line=cv._rows_on_lines(x))
     assert expr == "fast_softmax_chunks<float, 2>" and (grid, block, smem) == (5, 64, 8192)
     assert [int(e) for e in extra[:2]] == [1, chunks] and [int(e) for e in extra[-2:]] == [2, 1]
+    assert isinstance(extra[3], np.uint32) and extra[3] >= 1  # the epoch, after the words
     with pytest.raises(ValueError, match="wait on itself"):
         cv.fast_launch(torch.empty(3, 65536), torch.randn(3, 65536), cfg)  # 128+ chunks
     cv.fast_launch(torch.empty(3, 65536), torch.randn(3, 65536), cfg, 1)  # the default path
@@ -833,7 +835,7 @@ def test_chunk_launch_checks_the_grid(monkeypatch):
     assert reg.shared_mem() == 3 * 512 * 8 * 16 and reg.label() == "chunks_reg 512x8 ahead 3"
     cv.fast_launch(torch.empty_like(x), x, reg)
     expr, grid, block, extra, smem = launched[-1]
-    assert expr == "fast_softmax_chunks_reg<float, 8>" and len(extra) == 4  # no lag argument
+    assert expr == "fast_softmax_chunks_reg<float, 8>" and len(extra) == 5  # no lag argument
     with pytest.raises(ValueError, match="chunks_reg needs"):
         fc.FastConfig("chunks_reg", threads=1024, vpt=4)
 

@@ -55,6 +55,7 @@ from .fast_config import (
     vector_windows,
     wide_config,
 )
+from .flag_words import flag_words
 from .persistent import allow_non_portable_cluster, first_wave, persistent_grid
 
 _T = [ctype(dt) for dt in ALL_DTYPES]
@@ -273,9 +274,9 @@ def backward_launch(dx, y2d, dy2d, cfg: BackwardConfig | tuple, aligned: bool,
             backward_launch(dx, y2d, dy2d, BackwardConfig("stream", 1024, None), aligned,
                             kernels=kernels)
             return
-        # per chunk, its partial sum as a 64-bit word that carries a flag: zeroed = not yet in
-        sums = torch.zeros(m * chunks, dtype=torch.int64, device=dx.device)
-        extra = (i32(int(line)), i32(chunks), sums.data_ptr(), i32(stages))
+        # per chunk, its partial sum as a 64-bit word that carries the launch's epoch
+        sums, epoch = flag_words(m * chunks, dx.device)
+        extra = (i32(int(line)), i32(chunks), sums.data_ptr(), epoch, i32(stages))
     else:
         grid = m
     launch_rows(src, expr, dx, (y2d, dy2d), grid=grid, block=threads, extra=extra,
@@ -509,11 +510,11 @@ def fast_launch(
             # this GPU holds too few CTAs for the default pick: the wide kernel
             fast_launch(out, x2d, wide_config(vector_windows(n, x2d.dtype)), phase, kernels)
             return
-        # per chunk, (max, sum) as two 64-bit words that carry a flag: zeroed = not yet in
-        pairs = torch.zeros(m * chunks, 2, dtype=torch.int64, device=out.device)
+        # per chunk, (max, sum) as two 64-bit words that carry the launch's epoch
+        pairs, epoch = flag_words(2 * m * chunks, out.device)
         lag = (i32(cfg.lag),) if cfg.kind == "chunks" else ()  # chunks_reg: always 1
         launch_rows(src, expr, out, (x2d,), grid=grid, block=cfg.threads,
-                    extra=(vec, i32(chunks), pairs.data_ptr(), *lag, i32(cfg.ahead)),
+                    extra=(vec, i32(chunks), pairs.data_ptr(), epoch, *lag, i32(cfg.ahead)),
                     shared_mem=cfg.shared_mem())
     else:
         raise ValueError(f"unknown FastConfig kind {cfg.kind!r}")

@@ -1,0 +1,89 @@
+"""A/B: the chunk kernels with their flagged words zeroed for every call (a fill kernel before
+each launch, ``flag_words.REUSE = False``) against one buffer kept per stream (``True``).
+
+    python bench/ab_flag_words.py [--shape bfloat16:524288 ...] [--rounds 7]
+
+Forward shapes (``DTYPE:N``, M = 2^28 / N) run the op's pick, or with ``@chunks`` the chunk rule's
+shape whatever the pick (``bfloat16:262144@chunks``); ``bwd:DTYPE:N`` runs the softmax backward's
+pick. In each round the copy and both settings are timed in turn (tune_long_rows.med_ms: CUDA
+events around back-to-back calls); each line gives the median % of copy (forward) or us a call,
+and the ratio kept / zeroed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+
+import torch
+
+from kernel_lab.benchmarking import parse_dtype
+from kernel_lab.ops.softmax import backward_config as bc
+from kernel_lab.ops.softmax import cuda_variants as cv
+from kernel_lab.ops.softmax import fast_config as fc
+from kernel_lab.ops.softmax import flag_words as fw
+
+try:  # run as a script from the repository root
+    from tune_long_rows import med_ms
+except ImportError:  # pragma: no cover - imported as bench.ab_flag_words
+    from bench.tune_long_rows import med_ms
+
+SHAPES = ("bfloat16:196608", "bfloat16:262144", "bfloat16:262144@chunks", "float16:262144",
+          "float16:262144@chunks", "bfloat16:262145", "bfloat16:524288", "float16:524288",
+          "bfloat16:1048576", "float32:196608", "float32:262144", "float32:524288",
+          "float32:1048576", "bwd:float32:262144", "bwd:bfloat16:524288")
+
+
+def case(spec: str):
+    """(label, the call, bytes a call moves) for one --shape."""
+    backward = spec.startswith("bwd:")
+    spec = spec.removeprefix("bwd:")
+    shape, _, forced = spec.partition("@")
+    dname, n = shape.split(":")
+    dtype, n = parse_dtype(dname), int(n)
+    m = max(1, (1 << 28) // n)
+    x = torch.randn(m, n, device="cuda", dtype=dtype)
+    out = torch.empty_like(x)
+    if backward:
+        y, dy = torch.softmax(x.float(), -1).to(dtype), torch.randn_like(x)
+        cfg = bc.backward_config(n, dtype, True)
+        return (f"backward {dname} {m}x{n} {cfg.label()}",
+                lambda: cv.backward_launch(out, y, dy, cfg, True), 3 * x.numel() * x.itemsize, x)
+    cfg = cv.fast_choice(out, x)[0]
+    if forced == "chunks":
+        cfg = fc.chunk_config(n, dtype, cv._rows_on_lines(x))
+    return (f"softmax {dname} {m}x{n} {cfg.label()}", lambda: cv.fast_launch(out, x, cfg, 1),
+            2 * x.numel() * x.itemsize, x)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--shape", action="append", help=f"DTYPE:N[@chunks] or bwd:DTYPE:N "
+                    f"(repeatable; default: {' '.join(SHAPES)})")
+    ap.add_argument("--rounds", type=int, default=7)
+    a = ap.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("ab_flag_words.py: no CUDA GPU here")
+    for spec in a.shape or SHAPES:
+        label, call, nbytes, x = case(spec)
+        y = torch.empty_like(x)
+        t = {False: [], True: []}
+        copies = []
+        for _ in range(a.rounds):
+            copies.append(med_ms(lambda x=x, y=y: y.copy_(x)))
+            for reuse in (False, True):
+                fw.REUSE = reuse
+                t[reuse].append(med_ms(call))
+        fw.REUSE = True
+        copy_gbs = 2 * x.numel() * x.itemsize / statistics.median(copies) / 1e6
+        cells = []
+        for reuse, name in ((False, "zeroed"), (True, "kept")):
+            ms = statistics.median(t[reuse])
+            cells.append(f"{name} {ms * 1e3:.1f} us {nbytes / ms / 1e6 / copy_gbs * 100:.1f} %")
+        ratio = statistics.median(t[False]) / statistics.median(t[True])
+        print(f"{label} | copy {copy_gbs:,.0f} GB/s | " + " | ".join(cells)
+              + f" | kept x{ratio:.3f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
