@@ -83,9 +83,7 @@ def candidates(n: int, dtype: torch.dtype, aligned: bool) -> dict[str, fc.FastCo
             for threads in BLOCK_SLOTS_THREADS:  # rows that need a slot, slots that fit a CTA
                 most_slots = min(fc.MAX_CTA_SHARED // (16 * threads), SLOTS_MOST)
                 per = cl * threads
-                # clusters also with no slot where the registers alone just hold the row
-                least = per * (fc.BLOCK_SLOTS_VPT - (cl > 1))
-                if least < nwl <= per * (fc.BLOCK_SLOTS_VPT + most_slots):
+                if per * fc.BLOCK_SLOTS_VPT < nwl <= per * (fc.BLOCK_SLOTS_VPT + most_slots):
                     c = fc.block_slots_config(nwl, threads, cluster=cl)
                     out.setdefault(c.label(), c)
                     # kernels 2c / 3c: the same CTAs persistent, rows rolled through them
