@@ -72,6 +72,14 @@ def test_streams_keep_their_own_buffers(monkeypatch):
     assert fw.flag_words(4, CPU)[1] == 2
 
 
+def test_threads_on_one_stream_never_share_an_epoch():
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(8) as pool:
+        epochs = list(pool.map(lambda _: int(fw.flag_words(4, CPU)[1]), range(400)))
+    assert sorted(epochs) == list(range(1, 401))
+
+
 @pytest.mark.parametrize("why", ["capture", "no reuse"])
 def test_capture_and_no_reuse_zero_a_buffer_for_every_launch(monkeypatch, why):
     if why == "capture":

@@ -15,9 +15,13 @@ fill runs between calls.
 - While a CUDA graph is being captured the launch gets a zeroed buffer of its own and epoch 1:
   a replay repeats the captured fill, where a kept epoch would be stale on the second replay.
 - ``REUSE = False`` zeroes a buffer for every launch (the former behaviour; the A/B baseline).
+- Threads that launch on one stream (the autograd engine's and the caller's) take their epochs
+  under a lock: two launches never share one.
 """
 
 from __future__ import annotations
+
+import threading
 
 import numpy as np
 import torch
@@ -27,8 +31,9 @@ REUSE = True
 # the largest epoch: a 32-bit word's high half, 0 reserved for "never written"
 EPOCH_LIMIT = 2**32 - 1
 
-# (device index, stream handle) -> [buffer, the last epoch handed out]
+# (device index, stream handle) -> [buffer, the last epoch handed out, {count: view}]
 _BUFFERS: dict[tuple[int | None, int], list] = {}
+_LOCK = threading.Lock()
 
 
 def flag_words(count: int, device: torch.device) -> tuple[torch.Tensor, np.uint32]:
@@ -37,13 +42,20 @@ def flag_words(count: int, device: torch.device) -> tuple[torch.Tensor, np.uint3
     if not REUSE or _capturing(device):
         return torch.zeros(count, dtype=torch.int64, device=device), np.uint32(1)
     key = (device.index, _stream_handle(device))
-    entry = _BUFFERS.get(key)
-    if entry is None or entry[0].numel() < count or entry[1] >= EPOCH_LIMIT:
-        # grown to a power of two so that a few row counts do not reallocate on every call
-        size = 1 << max(count - 1, 1).bit_length()
-        entry = _BUFFERS[key] = [torch.zeros(size, dtype=torch.int64, device=device), 0]
-    entry[1] += 1
-    return entry[0][:count], np.uint32(entry[1])
+    with _LOCK:
+        entry = _BUFFERS.get(key)
+        if entry is None or entry[0].numel() < count or entry[1] >= EPOCH_LIMIT:
+            # grown to a power of two so that a few row counts do not reallocate on every call
+            size = 1 << max(count - 1, 1).bit_length()
+            words = torch.zeros(size, dtype=torch.int64, device=device)
+            entry = _BUFFERS[key] = [words, 0, {}]
+        entry[1] += 1
+        view = entry[2].get(count)
+        if view is None:  # the buffer's first `count` words: one view a count, not one a call
+            if len(entry[2]) >= 64:
+                entry[2].clear()
+            view = entry[2][count] = entry[0][:count]
+        return view, np.uint32(entry[1])
 
 
 def _capturing(device: torch.device) -> bool:
