@@ -91,8 +91,8 @@ def candidates(n: int, dtype: torch.dtype, aligned: bool) -> dict[str, fc.FastCo
                     out.setdefault(c.label(), c)
     # kernel 3 (a row on a cluster, registers only) on 8 and 16 CTAs. Thirtieth run (first wave
     # in phases; SLOTS_CL then held 8 too): 40-82 % at fp32 151936-262144 and 2-byte
-    # 196608-262144, kernel 3b on 8 x 256-1024 CTAs 66-94.6 - a cluster spread over more than two
-    # SMs waits for that many free slots in one GPC at every launch (NOTES, thirtieth run)
+    # 196608-262144, kernel 3b on 8 x 256-1024 CTAs 66-94.6 - likely a cluster spread over more than
+    # two SMs waiting for that many free slots in one GPC at every launch (NOTES, thirtieth run)
     if nw >= 16384:
         big = fc._fast_vpt_cap(dtype)
         for cl in (8, 16):
