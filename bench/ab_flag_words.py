@@ -5,15 +5,13 @@ each launch, ``flag_words.REUSE = False``) against one buffer kept per stream (`
 
 Forward shapes (``DTYPE:N``, M = 2^28 / N) run the op's pick, or with ``@chunks`` the chunk rule's
 shape whatever the pick (``bfloat16:262144@chunks``); ``bwd:DTYPE:N`` runs the softmax backward's
-pick. In each round the copy and both settings are timed in turn (tune_long_rows.med_ms: CUDA
-events around back-to-back calls); each line gives the median % of copy (forward) or us a call,
-and the ratio kept / zeroed.
+pick. Timed as bench/ab_kernels.py times variants (time_case: the copy and both settings in turn
+in each round); each line gives the median GB/s, % of copy and the ratio kept / zeroed.
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
 
 import torch
 
@@ -24,9 +22,9 @@ from kernel_lab.ops.softmax import fast_config as fc
 from kernel_lab.ops.softmax import flag_words as fw
 
 try:  # run as a script from the repository root
-    from tune_long_rows import med_ms
+    from ab_kernels import time_case
 except ImportError:  # pragma: no cover - imported as bench.ab_flag_words
-    from bench.tune_long_rows import med_ms
+    from bench.ab_kernels import time_case
 
 SHAPES = ("bfloat16:196608", "bfloat16:262144", "bfloat16:262144@chunks", "float16:262144",
           "float16:262144@chunks", "bfloat16:262145", "bfloat16:524288", "float16:524288",
@@ -35,7 +33,7 @@ SHAPES = ("bfloat16:196608", "bfloat16:262144", "bfloat16:262144@chunks", "float
 
 
 def case(spec: str):
-    """(label, the call, bytes a call moves) for one --shape."""
+    """(label, the call, bytes a call moves, its input x) for one --shape."""
     backward = spec.startswith("bwd:")
     spec = spec.removeprefix("bwd:")
     shape, _, forced = spec.partition("@")
@@ -56,6 +54,14 @@ def case(spec: str):
             2 * x.numel() * x.itemsize, x)
 
 
+def reusing(reuse: bool, call):
+    """``call`` with flag_words.REUSE set to ``reuse``."""
+    def run():
+        fw.REUSE = reuse
+        call()
+    return run
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--shape", action="append", help=f"DTYPE:N[@chunks] or bwd:DTYPE:N "
@@ -66,23 +72,10 @@ def main() -> None:
         raise SystemExit("ab_flag_words.py: no CUDA GPU here")
     for spec in a.shape or SHAPES:
         label, call, nbytes, x = case(spec)
-        y = torch.empty_like(x)
-        t = {False: [], True: []}
-        copies = []
-        for _ in range(a.rounds):
-            copies.append(med_ms(lambda x=x, y=y: y.copy_(x)))
-            for reuse in (False, True):
-                fw.REUSE = reuse
-                t[reuse].append(med_ms(call))
+        calls = {"zeroed": reusing(False, call), "kept": reusing(True, call)}
+        print(time_case(label, x, torch.empty_like(x), None, calls, list(calls), a.rounds,
+                        mb=nbytes / 1e6), flush=True)
         fw.REUSE = True
-        copy_gbs = 2 * x.numel() * x.itemsize / statistics.median(copies) / 1e6
-        cells = []
-        for reuse, name in ((False, "zeroed"), (True, "kept")):
-            ms = statistics.median(t[reuse])
-            cells.append(f"{name} {ms * 1e3:.1f} us {nbytes / ms / 1e6 / copy_gbs * 100:.1f} %")
-        ratio = statistics.median(t[False]) / statistics.median(t[True])
-        print(f"{label} | copy {copy_gbs:,.0f} GB/s | " + " | ".join(cells)
-              + f" | kept x{ratio:.3f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -168,15 +168,18 @@ def compile_only(a: argparse.Namespace) -> None:
                   f"{time.perf_counter() - t0:.1f} s", flush=True)
 
 
-def time_case(label: str, x: torch.Tensor, y: torch.Tensor, cfg: fc.FastConfig,
-              kernels: dict, names: list[str], rounds: int) -> str:
-    """One line: each variant's median GB/s, % of copy (half its spread) and ratio to the first."""
-    mb = 2 * x.numel() * x.element_size() / 1e6
+def time_case(label: str, x: torch.Tensor, y: torch.Tensor, cfg: fc.FastConfig | None,
+              kernels: dict, names: list[str], rounds: int, mb: float | None = None) -> str:
+    """One line: each variant's median GB/s, % of copy (half its spread) and ratio to the first.
+    A variant is RowKernels (launched on ``cfg``) or a callable (called as is); ``mb``: the MB a
+    call moves (default one read and one write of x, as the copy of x into y)."""
+    copy_mb = 2 * x.numel() * x.element_size() / 1e6
+    mb = copy_mb if mb is None else mb
     pct = {name: [] for name in names}
     gbs = {name: [] for name in names}
     copies = []
     for _ in range(rounds):
-        copy = mb / med_ms(lambda: y.copy_(x))
+        copy = copy_mb / med_ms(lambda: y.copy_(x))
         copies.append(copy)
         for name in names:
             k = kernels[name]

@@ -422,6 +422,29 @@ def _bench_script(code: str) -> list[str]:
     return r.stdout.splitlines()
 
 
+def test_launcher_ab_scripts_set_what_they_race_and_need_a_gpu():
+    """bench/ab_flag_words.py and bench/ab_first_wave.py (thirtieth run): each setting's call sets
+    the launcher state it races (flagged words kept or zeroed; the phases' spacing, none at 0,
+    with the launch memo cleared), and without a GPU each says so in one line."""
+    code = (
+        "import ab_flag_words as a, ab_first_wave as b\n"
+        "from kernel_lab.ops.softmax import flag_words as fw, cuda_variants as cv, "
+        "persistent as pc\n"
+        "seen = []\n"
+        "a.reusing(False, lambda: seen.append(fw.REUSE))(); "
+        "a.reusing(True, lambda: seen.append(fw.REUSE))()\n"
+        "print(seen)\n"
+        "cv._WAVES['k'] = 1; b.set_rate(2150, {'block'})\n"
+        "print(pc.FIRST_WAVE_BYTES_PER_NS, sorted(cv.STAGGERED_KINDS), len(cv._WAVES))\n"
+        "b.set_rate(0, {'block'}); print(sorted(cv.STAGGERED_KINDS))\n")
+    assert _bench_script(code) == ["[False, True]", "2150 ['block'] 0", "[]"]
+    if not torch.cuda.is_available():
+        for script in ("ab_flag_words.py", "ab_first_wave.py"):
+            r = subprocess.run([sys.executable, script], cwd=REPO / "bench", text=True,
+                               capture_output=True, timeout=120)
+            assert r.returncode != 0 and f"{script}: no CUDA GPU here" in r.stderr, r.stderr
+
+
 def test_fixed_cost_parses_its_shapes_row_counts_and_kind_sets():
     """bench/fixed_cost.py (twenty-ninth run): shapes split on commas but not inside a spec's
     '@config', the config parsed, the row counts (a ladder from M0 / 4 to 2 M0 and M0 +- one SM

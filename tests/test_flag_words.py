@@ -102,7 +102,7 @@ BOTH_OPS = [(cv.FAST_KERNELS, lambda x: torch.softmax(x.double(), -1), None),
 
 def _poison_kept_buffers(gen: torch.Generator) -> None:
     """Every kept word: a random value under an earlier epoch (or under none: 0)."""
-    for words, epoch, _views in fw._BUFFERS.values():
+    for words, epoch in fw._BUFFERS.values():
         old = torch.randint(0, int(epoch) + 1, words.shape, device=words.device, generator=gen)
         bits = torch.randint(0, 2**31, words.shape, device=words.device, generator=gen)
         words.copy_((old << 32) | bits)

@@ -333,8 +333,8 @@ def fast_plan(n: int, dtype: torch.dtype, prefix: str = "fast_softmax") -> str:
     when n * itemsize is a multiple of 128. "phased start": the launch's first wave starts in
     phases (STAGGERED_KINDS)."""
     cfg = fast_softmax_config(n, dtype, _contiguous_rows(n, dtype), True)
-    phased = cfg.kind in STAGGERED_KINDS and n * dtype.itemsize >= STAGGER_MIN_ROW_BYTES
-    return f"{cfg.label()}{', phased start' if phased else ''}: {cfg.expr(ctype(dtype), prefix)}"
+    phased = ", phased start" if _phased(cfg, n * dtype.itemsize) else ""
+    return f"{cfg.label()}{phased}: {cfg.expr(ctype(dtype), prefix)}"
 
 
 def check_backward_persist(dx, y2d, dy2d, cfg: BackwardConfig) -> None:
@@ -408,6 +408,11 @@ STAGGERED_KINDS = {"block_slots", "block"}
 STAGGER_MIN_ROW_BYTES = 8192
 
 
+def _phased(cfg: FastConfig, row_bytes: int) -> bool:
+    """Whether a launch of ``cfg`` on rows of ``row_bytes`` starts its first wave in phases."""
+    return cfg.kind in STAGGERED_KINDS and row_bytes >= STAGGER_MIN_ROW_BYTES
+
+
 _NO_WAVE = (i64(0), i64(0))
 # (loaded function, device, CTA shape, M, row bytes) -> _wave's kernel arguments: the per-call
 # path pays one lookup, not the occupancy query and the arithmetic (a hot reload loads a new
@@ -420,10 +425,8 @@ def _wave(cfg: FastConfig, x2d: torch.Tensor, src, expr: str, m: int, n: int) ->
     """(wave_rows, wave_ns) of a kernel 2 / 3 / 2b / 3b launch over ``m`` rows of ``n``: its
     first wave in phases (persistent.first_wave) for STAGGERED_KINDS and rows of at least
     STAGGER_MIN_ROW_BYTES, else (0, 0): every row at once."""
-    if cfg.kind not in STAGGERED_KINDS:
-        return _NO_WAVE
     row_bytes = n * x2d.element_size()
-    if row_bytes < STAGGER_MIN_ROW_BYTES:
+    if not _phased(cfg, row_bytes):
         return _NO_WAVE
     dev = device_index(x2d)
     key = (src.function(expr, dev), dev, cfg.threads, cfg.cluster, m, row_bytes)

@@ -31,7 +31,7 @@ REUSE = True
 # the largest epoch: a 32-bit word's high half, 0 reserved for "never written"
 EPOCH_LIMIT = 2**32 - 1
 
-# (device index, stream handle) -> [buffer, the last epoch handed out, {count: view}]
+# (device index, stream handle) -> [buffer, the last epoch handed out]
 _BUFFERS: dict[tuple[int | None, int], list] = {}
 _LOCK = threading.Lock()
 
@@ -47,15 +47,9 @@ def flag_words(count: int, device: torch.device) -> tuple[torch.Tensor, np.uint3
         if entry is None or entry[0].numel() < count or entry[1] >= EPOCH_LIMIT:
             # grown to a power of two so that a few row counts do not reallocate on every call
             size = 1 << max(count - 1, 1).bit_length()
-            words = torch.zeros(size, dtype=torch.int64, device=device)
-            entry = _BUFFERS[key] = [words, 0, {}]
+            entry = _BUFFERS[key] = [torch.zeros(size, dtype=torch.int64, device=device), 0]
         entry[1] += 1
-        view = entry[2].get(count)
-        if view is None:  # the buffer's first `count` words: one view a count, not one a call
-            if len(entry[2]) >= 64:
-                entry[2].clear()
-            view = entry[2][count] = entry[0][:count]
-        return view, np.uint32(entry[1])
+        return entry[0][:count], np.uint32(entry[1])
 
 
 def _capturing(device: torch.device) -> bool:
