@@ -1,0 +1,111 @@
+"""A/B of launch configs at one shape, in one process: the op's pick against hand-named configs,
+each optionally on a capped persistent grid.
+
+    python bench/ab_configs.py --shape bfloat16:262144 \\
+        --cfg pick --cfg block_slots,1024,8,2,8 --cfg chunks_reg,512,8,1,0 \\
+        --cfg chunks_reg,512,8,1,0,groups=256 [--rounds 7]
+
+A --cfg is ``pick`` (fast_softmax's choice) or ``KIND,THREADS,VPT,CLUSTER,SLOTS`` with optional
+``ahead=A`` / ``late=1`` / ``groups=G`` (``fast_launch``'s ``max_groups``: at most G resident CTAs
+or clusters on a persistent grid). M = 2^28 / N rows (``--total-log2``). Timed as
+bench/ab_kernels.py times variants (``time_case``: the copy and every config in turn in each
+round); the line gives each config's median GB/s, % of copy and ratio to the first, and below it
+each config's grid: the resident groups and the blocks launched.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+from kernel_lab.benchmarking import parse_dtype
+from kernel_lab.ops.softmax import cuda_variants as cv
+from kernel_lab.ops.softmax import fast_config as fc
+from kernel_lab.ops.softmax import persistent
+
+try:  # run as a script from the repository root
+    from ab_kernels import time_case
+except ImportError:  # pragma: no cover - imported as bench.ab_configs
+    from bench.ab_kernels import time_case
+
+PERSISTENT_KINDS = ("persist", "pipe", "wide", "persist_slots", "chunks", "chunks_reg")
+
+
+def parse_cfg(text: str) -> tuple[fc.FastConfig | None, int | None]:
+    """'pick' -> (None, None); 'KIND,THREADS,VPT,CLUSTER,SLOTS[,ahead=A][,late=1][,groups=G]' ->
+    (the config, G or None)."""
+    if text == "pick":
+        return None, None
+    parts = text.split(",")
+    if len(parts) < 5:
+        raise ValueError(f"--cfg {text!r}: want KIND,THREADS,VPT,CLUSTER,SLOTS[,key=value...]")
+    kind, threads, vpt, cluster, slots = parts[:5]
+    extra = dict(p.split("=", 1) for p in parts[5:])
+    unknown = set(extra) - {"ahead", "late", "groups"}
+    if unknown:
+        raise ValueError(f"--cfg {text!r}: unknown {sorted(unknown)} (ahead, late, groups)")
+    cfg = fc.FastConfig(kind, threads=int(threads), vpt=int(vpt), cluster=int(cluster),
+                        slots=int(slots), ahead=int(extra.get("ahead", 1)),
+                        late=bool(int(extra.get("late", 0))))
+    groups = int(extra["groups"]) if "groups" in extra else None
+    return cfg, groups
+
+
+def grid_note(cfg: fc.FastConfig, x: torch.Tensor, groups: int | None) -> str:
+    """Resident groups of ``cfg`` on this GPU and the blocks a launch over x's rows uses."""
+    m, n = x.shape
+    src = cv.FAST_KERNELS.src
+    expr = cfg.expr(cv.ctype(x.dtype), cv.FAST_KERNELS.prefix)
+    dev = x.device.index or 0
+    resident = persistent.resident_groups(src, expr, cfg.threads, cfg.cluster, cfg.shared_mem(),
+                                          dev)
+    if cfg.kind in ("chunks", "chunks_reg"):
+        items = m * fc.row_chunks(cfg, n, x.dtype, cv._rows_on_lines(x))
+        grid = min(items, resident, groups or resident)
+        return (f"{resident} resident CTAs, grid {grid}, {items} chunks: "
+                f"{items / grid:.2f} steps")
+    if cfg.kind in PERSISTENT_KINDS:
+        grid = min(m, resident, groups or resident)
+        return f"{resident} resident groups, grid {grid}, {m / grid:.2f} rows each"
+    return f"{resident} resident groups of {cfg.cluster}: {m / resident:.2f} waves"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--shape", action="append", required=True, help="DTYPE:N (repeatable)")
+    ap.add_argument("--cfg", action="append", required=True,
+                    help="pick or KIND,THREADS,VPT,CLUSTER,SLOTS[,ahead=A][,late=1][,groups=G] "
+                         "(repeatable; the first is the baseline)")
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--total-log2", type=int, default=28)
+    a = ap.parse_args()
+    specs = [(text, *parse_cfg(text)) for text in a.cfg]  # bad --cfg fails before any GPU work
+    if not torch.cuda.is_available():
+        raise SystemExit("ab_configs.py: no CUDA GPU here")
+    for shape in a.shape:
+        dname, n = shape.split(":")
+        dtype, n = parse_dtype(dname), int(n)
+        x = torch.randn(max(1, (1 << a.total_log2) // n), n, device="cuda", dtype=dtype)
+        y = torch.empty_like(x)
+        ref = torch.softmax(x.float(), -1)
+        calls, notes = {}, []
+        for text, cfg, groups in specs:
+            cfg = cfg or cv.fast_choice(y, x)[0]
+            name = cfg.label() + (f" groups {groups}" if groups else "")
+            if text == "pick":
+                name = f"pick {name}"
+            y.fill_(float("nan"))  # poisoned: the check sees only what this config wrote
+            cv.fast_launch(y, x, cfg, max_groups=groups)  # checks the config holds the row
+            torch.testing.assert_close(y.float(), ref, atol=2e-3, rtol=2e-2)
+            calls[name] = lambda x=x, y=y, cfg=cfg, groups=groups: cv.fast_launch(
+                y, x, cfg, 1, max_groups=groups)
+            notes.append(f"  {name}: {grid_note(cfg, x, groups)}")
+        del ref
+        print(time_case(f"softmax {dname} {x.shape[0]}x{n}", x, y, None, calls, list(calls),
+                        a.rounds), flush=True)
+        print("\n".join(notes), flush=True)
+
+
+if __name__ == "__main__":
+    main()
