@@ -80,7 +80,10 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--total-log2", type=int, default=28)
     a = ap.parse_args()
-    specs = [(text, *parse_cfg(text)) for text in a.cfg]  # bad --cfg fails before any GPU work
+    try:  # a bad --cfg fails before any GPU work
+        specs = [(text, *parse_cfg(text)) for text in a.cfg]
+    except ValueError as e:
+        ap.error(str(e))
     if not torch.cuda.is_available():
         raise SystemExit("ab_configs.py: no CUDA GPU here")
     for shape in a.shape:

@@ -445,6 +445,37 @@ def test_launcher_ab_scripts_set_what_they_race_and_need_a_gpu():
             assert r.returncode != 0 and f"{script}: no CUDA GPU here" in r.stderr, r.stderr
 
 
+def test_ab_configs_parses_its_configs_and_refuses_bad_ones_before_the_gpu():
+    """bench/ab_configs.py (thirty-first run): 'pick', a config with ahead / late / groups, and the
+    errors - too few fields, an unknown key, a config FastConfig refuses - as argparse errors
+    before any GPU work; without a GPU one line."""
+    code = (
+        "import ab_configs as a\n"
+        "print(a.parse_cfg('pick'))\n"
+        "c, g = a.parse_cfg('chunks_reg,512,8,1,0,ahead=2,groups=128')\n"
+        "print([c.label(), c.ahead, g])\n"
+        "c, g = a.parse_cfg('persist,256,8,8,0,late=1')\n"
+        "print([c.kind, c.cluster, c.late, g])\n"
+        "for bad in ('chunks_reg,512,8', 'chunks_reg,512,8,1,0,lag=2', 'chunks_reg,1024,8,1,0'):\n"
+        "    try:\n"
+        "        a.parse_cfg(bad)\n"
+        "    except ValueError as e:\n"
+        "        print('refused', str(e).split(':')[0])\n")
+    assert _bench_script(code) == [
+        "(None, None)", "['chunks_reg 512x8 ahead 2', 2, 128]", "['persist', 8, True, None]",
+        "refused --cfg 'chunks_reg,512,8'", "refused --cfg 'chunks_reg,512,8,1,0,lag=2'",
+        "refused chunks_reg needs lag 1, 1 <= ahead <= 8 and <= 512 threads, not 1, 1, 1024"]
+    r = subprocess.run([sys.executable, "ab_configs.py", "--shape", "bfloat16:262144", "--cfg",
+                        "chunks_reg,512"], cwd=REPO / "bench", text=True, capture_output=True,
+                       timeout=120)
+    assert r.returncode == 2 and "want KIND,THREADS,VPT,CLUSTER,SLOTS" in r.stderr, r.stderr
+    if not torch.cuda.is_available():
+        r = subprocess.run([sys.executable, "ab_configs.py", "--shape", "bfloat16:262144",
+                            "--cfg", "pick"], cwd=REPO / "bench", text=True,
+                           capture_output=True, timeout=120)
+        assert r.returncode == 1 and r.stderr.strip() == "ab_configs.py: no CUDA GPU here"
+
+
 def test_fixed_cost_parses_its_shapes_row_counts_and_kind_sets():
     """bench/fixed_cost.py (twenty-ninth run): shapes split on commas but not inside a spec's
     '@config', the config parsed, the row counts (a ladder from M0 / 4 to 2 M0 and M0 +- one SM
