@@ -34,6 +34,12 @@
 #            ninth run, `stagger_first_wave`: their fixed cost a call 12-15 -> 6-8 us; kernel 7b
 #            pays 11-13 us at bf16 262144 against the copy's 3). Staged, not yet timed:
 #            bash bench/run29/next_call.sh
+#   chunks2cta  kernel 7b (chunk_rows_reg) at VPT <= 4 on two CTAs an SM: __launch_bounds__(512,
+#            2), exps rounded to T (2-byte) or raw values (fp32) (thirty-first run: 512 x 4 77 ->
+#            85.5 % at bf16 262144, under 512 x 8's 94.4; bash bench/run31/call4.sh)
+#   polyexp  half of the 2-byte kept exps (kernels 3b, 7b) by exp_poly, a degree-4 polynomial
+#            exp2 on the FMA pipe (thirty-first run: kernel 3b -2.5 to -4.4, 7b -13 points;
+#            bash bench/run31/call5.sh)
 # (firstwave, firstwave4: the twenty-ninth run's first A/B of kernels 2b / 3b; now the kernels'
 # own code, retired: in git at 8cff2ee.)
 # A patch that no longer applies fails loudly; bench/ab_variants/ is git-ignored (carry it to
