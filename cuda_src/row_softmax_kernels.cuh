@@ -603,16 +603,6 @@ __device__ __forceinline__ MaxSum<acc_t<T>> regs_then_slots_maxsum(Vec<T> (&r)[V
 // comment). CTA `rank` of CL, thread t: base = rank * blockDim.x + t, step = CL * blockDim.x;
 // window v of the row (line heads): registers for v = k * step + base, k < VPT; slot j of this
 // thread (mine[j * blockDim.x]) for v = (VPT + j) * step + base, j < slots.
-// True when every one of this thread's `count` windows base + k * step (k < count) is a whole
-// window of the row: no element outside [0, n), none past its last window. Warp-uniform (called
-// by whole warps): such warps load, copy, read and store with no per-window checks.
-template <typename T>
-__device__ __forceinline__ bool all_windows_whole(int base, int step, int count, int n, int h) {
-  constexpr int W = Vec<T>::N;
-  const bool whole = base * W - h >= 0 && (base + (count - 1) * step + 1) * W - h <= n;
-  return __all_sync(0xffffffffu, whole);
-}
-
 template <template <typename> class E, typename T, int VPT, int CL>
 __device__ __forceinline__ void row_on_chip_slots(T* __restrict__ y, const T* __restrict__ x,
                                                   int n, long long stride, long long row,
@@ -629,115 +619,84 @@ __device__ __forceinline__ void row_on_chip_slots(T* __restrict__ y, const T* __
   const int t = threadIdx.x, base = rank * blockDim.x + t, step = CL * blockDim.x;
   const int first = VPT * step + base;
   uint4* mine = row_slots + t;
-  // Every window of the warp whole (all warps but the row's first and last, or those past a
-  // row shorter than the shape): the unchecked paths (thirty-first run: the checks were ~2 of
-  // ~12 instructions an element).
-  const bool whole = all_windows_whole<T>(base, step, VPT + slots, n, h);
   stagger_first_wave(row, wave_rows, wave_ns);
 
-  // Kernel 3b's softmax keeps every exp in T (one exp an element; 2-byte: rounded, <= 1.5 ulp as
-  // kernel 5 x 16): the registers' relative to their max (in r), the slots' relative to the
-  // slots' max, written back into the slots (a max pass, an exp pass: four shared-memory
-  // accesses a slot window, not two). Twenty-seventh run, A/B: 2 x 512 x 8 + 8-11 at
-  // 128256-151936 +2.6-3.8 points; kernel 2b level (+-0.4), so it keeps its raw values.
-  // Twenty-eighth run: fp32 (exact) +0.2-1.0.
-  constexpr bool kKeep = E<A>::kScalesExp && sizeof(T) <= 4 && CL > 1;
+  // 1. The slot windows' copies in flight (whole aligned slots; masked on every read).
+  copy_slots(shared_addr(mine), line_slots(xr), first, step, slots, nwin);
+  auto slot = [&](int j) { return slot_window<T>(mine, j, false, first + j * step, n, h, nwin); };
+  // 2. The register windows, plain 16-byte loads.
   Vec<T> r[VPT];
-  MaxSum<A> reg_ms, slot_ms;
-  // This thread's window j of the slots (checked: masked outside the row). The lambdas below
-  // take `whole` as a constant argument: inlined, each call site compiles one path.
-  auto slot = [&](bool whole, int j) {
-    if (whole) {
-      Vec<T> v;
-      v.raw = mine[j * blockDim.x];
-      return v;
-    } else {
-      return slot_window<T>(mine, j, false, first + j * step, n, h, nwin);
-    }
-  };
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) r[k] = load_window(xr, k * step + base, n, h, 1, neg_inf_t<T>());
 
-  // 1-3. The slot windows' copies in flight (whole aligned slots; masked on every read when
-  // not whole), the register windows' plain 16-byte loads, then this thread's (max, sum).
-  auto gather = [&](bool w) -> MaxSum<A> {
-    const uint4* src = line_slots(xr);
-    if (w) {
-      const unsigned dst = shared_addr(mine), dst_step = blockDim.x * sizeof(uint4);
-      for (int j = 0; j < slots; ++j) cp_async16(dst + j * dst_step, src + first + j * step);
-      cp_async_commit();
-#pragma unroll
-      for (int k = 0; k < VPT; ++k) r[k] = load_vec_once(xr + ((k * step + base) * W - h));
-    } else {
-      copy_slots(shared_addr(mine), src, first, step, slots, nwin);
-#pragma unroll
-      for (int k = 0; k < VPT; ++k)
-        r[k] = load_window(xr, k * step + base, n, h, 1, neg_inf_t<T>());
-    }
-    if constexpr (kKeep) {
-      reg_ms = exp_maxsum_in_t(r);
-      cp_async_wait_all();
-      A ms = neg_inf<A>();
+  // 3. This thread's (max, sum), then the CTA's (the cluster's). Kernel 3b's softmax keeps
+  // every exp in T (one exp an element; 2-byte: rounded, <= 1.5 ulp as kernel 5 x 16): the
+  // registers' relative to their max (in r), the slots' relative to the slots' max, written
+  // back into the slots (a max pass, an exp pass: four shared-memory accesses a slot window, not
+  // two). Twenty-seventh run, A/B: 2 x 512 x 8 + 8-11 at 128256-151936 +2.6-3.8 points; kernel
+  // 2b level (+-0.4), so it keeps its raw values. Twenty-eighth run: fp32 (exact) +0.2-1.0.
+  constexpr bool kKeep = E<A>::kScalesExp && sizeof(T) <= 4 && CL > 1;
+  MaxSum<A> mine_ms, reg_ms, slot_ms;
+  if constexpr (kKeep) {
+    reg_ms = exp_maxsum_in_t(r);
+    cp_async_wait_all();
+    A ms = neg_inf<A>();
 #pragma unroll 4
-      for (int j = 0; j < slots; ++j) {
-        const Vec<T> v = slot(w, j);
+    for (int j = 0; j < slots; ++j) {
+      const Vec<T> w = slot(j);
 #pragma unroll
-        for (int i = 0; i < W; ++i) ms = amax(ms, v.get(i));
-      }
-      const A mss = safe_max(ms);
-      A ss = A(0);
-#pragma unroll 4
-      for (int j = 0; j < slots; ++j) {
-        const Vec<T> v = slot(w, j);
-        A e[W];
-#pragma unroll
-        for (int i = 0; i < W; ++i) {
-          e[i] = exp_acc(v.get(i) - mss);
-          ss += e[i];
-        }
-        mine[j * blockDim.x] = vec_of<T>([&](int i) { return e[i]; }).raw;
-      }
-      slot_ms = {ms, ss};
-      return merge(reg_ms, slot_ms);
-    } else {
-      return regs_then_slots_maxsum(r, [&](int j) { return slot(w, j); }, slots);
+      for (int i = 0; i < W; ++i) ms = amax(ms, w.get(i));
     }
-  };
-  const MaxSum<A> mine_ms = whole ? gather(true) : gather(false);
+    const A mss = safe_max(ms);
+    A ss = A(0);
+#pragma unroll 4
+    for (int j = 0; j < slots; ++j) {
+      const Vec<T> w = slot(j);
+      A e[W];
+#pragma unroll
+      for (int i = 0; i < W; ++i) {
+        e[i] = exp_acc(w.get(i) - mss);
+        ss += e[i];
+      }
+      mine[j * blockDim.x] = vec_of<T>([&](int i) { return e[i]; }).raw;
+    }
+    slot_ms = {ms, ss};
+    mine_ms = merge(reg_ms, slot_ms);
+  } else {
+    mine_ms = regs_then_slots_maxsum(r, slot, slots);
+  }
+  const A m = mine_ms.m;
   MaxSum<A> st = block_allreduce(mine_ms, MergeOp{}, id<T>(), red);
   if constexpr (CL > 1) st = cluster_row_pair<A, CL>(st, part);
 
-  // 4. The epilogue, registers then slots: the kept exps scaled (softmax on clusters), else the
-  // raw values (two exps per element).
-  auto scatter = [&](bool w) {
-    auto store = [&](int v, const Vec<T>& o) {
-      if (w) store_vec(yr + (v * W - h), o);
-      else store_window(yr, v, n, h, 1, o);
-    };
-    const A unused[1][W] = {};
-    if constexpr (kKeep) {
-      write_row<E, kKeptExpsInT>(r, unused, reg_ms.m, st,
-                                 [&](int k, const Vec<T>& o) { store(k * step + base, o); });
-      const A f = exp_scale(slot_ms.m, st);
+  // 4. The epilogue, registers then slots: the kept exps scaled (2-byte softmax), else the raw
+  // values (two exps per element).
+  const A unused[1][W] = {};
+  if constexpr (kKeep) {
+    write_row<E, kKeptExpsInT>(r, unused, reg_ms.m, st, [&](int k, const Vec<T>& v) {
+      store_window(yr, k * step + base, n, h, 1, v);
+    });
+    const A f = exp_scale(slot_ms.m, st);
 #pragma unroll 4
-      for (int j = 0; j < slots; ++j) {
-        Vec<T> o;
-        o.raw = mine[j * blockDim.x];
-        o = vec_of<T>([&](int i) { return o.get(i) * f; });
-        store(first + j * step, o);
-      }
-    } else {
-      write_row<E, kKeptValues, kRowOnChipEachVector<T, VPT>>(
-          r, unused, mine_ms.m, st, [&](int k, const Vec<T>& o) { store(k * step + base, o); });
-      const E<A> epi(st);
-#pragma unroll 4
-      for (int j = 0; j < slots; ++j) {
-        Vec<T> o = slot(w, j);
-        apply_epilogue(o, epi);
-        store(first + j * step, o);
-      }
+    for (int j = 0; j < slots; ++j) {
+      Vec<T> w;
+      w.raw = mine[j * blockDim.x];
+      w = vec_of<T>([&](int i) { return w.get(i) * f; });
+      store_window(yr, first + j * step, n, h, 1, w);
     }
-  };
-  if (whole) scatter(true);
-  else scatter(false);
+  } else {
+    write_row<E, kKeptValues, kRowOnChipEachVector<T, VPT>>(r, unused, m, st,
+                                                            [&](int k, const Vec<T>& v) {
+      store_window(yr, k * step + base, n, h, 1, v);
+    });
+    const E<A> epi(st);
+#pragma unroll 4
+    for (int j = 0; j < slots; ++j) {
+      Vec<T> w = slot(j);
+      apply_epilogue(w, epi);
+      store_window(yr, first + j * step, n, h, 1, w);
+    }
+  }
   if constexpr (CL > 1) cluster_wait();  // peers are done with our `part`
 }
 

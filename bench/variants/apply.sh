@@ -40,6 +40,10 @@
 #   polyexp  half of the 2-byte kept exps (kernels 3b, 7b) by exp_poly, a degree-4 polynomial
 #            exp2 on the FMA pipe (thirty-first run: kernel 3b -2.5 to -4.4, 7b -13 points;
 #            bash bench/run31/call5.sh)
+#   wholewarps  kernels 2b / 3b (row_on_chip_slots): warps whose windows are all whole load,
+#            copy, read and store with no per-window checks (all_windows_whole; both paths in
+#            one kernel) (thirty-first run: -5 to -7 points at most picks, fp32 131072 +1.1;
+#            correct: 1158 tests passed; bash bench/run31/call6.sh)
 # (firstwave, firstwave4: the twenty-ninth run's first A/B of kernels 2b / 3b; now the kernels'
 # own code, retired: in git at 8cff2ee.)
 # A patch that no longer applies fails loudly; bench/ab_variants/ is git-ignored (carry it to
