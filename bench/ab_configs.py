@@ -52,6 +52,18 @@ def parse_cfg(text: str) -> tuple[fc.FastConfig | None, int | None]:
     return cfg, groups
 
 
+def parse_shape(text: str) -> tuple[str, torch.dtype, int]:
+    """'DTYPE:N' -> (the dtype's name, the dtype, N)."""
+    dname, sep, n = text.partition(":")
+    try:
+        if not sep or int(n) < 1:
+            raise ValueError
+        return dname, parse_dtype(dname), int(n)
+    except (ValueError, KeyError) as e:
+        why = f" ({e})" if str(e) else ""
+        raise ValueError(f"--shape {text!r}: want DTYPE:N, e.g. bfloat16:262144{why}") from e
+
+
 def grid_note(cfg: fc.FastConfig, x: torch.Tensor, groups: int | None) -> str:
     """Resident groups of ``cfg`` on this GPU and the blocks a launch over x's rows uses."""
     m, n = x.shape
@@ -80,15 +92,14 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--total-log2", type=int, default=28)
     a = ap.parse_args()
-    try:  # a bad --cfg fails before any GPU work
+    try:  # a bad --cfg or --shape fails before any GPU work
         specs = [(text, *parse_cfg(text)) for text in a.cfg]
+        shapes = [parse_shape(text) for text in a.shape]
     except ValueError as e:
         ap.error(str(e))
     if not torch.cuda.is_available():
         raise SystemExit("ab_configs.py: no CUDA GPU here")
-    for shape in a.shape:
-        dname, n = shape.split(":")
-        dtype, n = parse_dtype(dname), int(n)
+    for dname, dtype, n in shapes:
         x = torch.randn(max(1, (1 << a.total_log2) // n), n, device="cuda", dtype=dtype)
         y = torch.empty_like(x)
         ref = torch.softmax(x.float(), -1)

@@ -469,6 +469,10 @@ def test_ab_configs_parses_its_configs_and_refuses_bad_ones_before_the_gpu():
                         "chunks_reg,512"], cwd=REPO / "bench", text=True, capture_output=True,
                        timeout=120)
     assert r.returncode == 2 and "want KIND,THREADS,VPT,CLUSTER,SLOTS" in r.stderr, r.stderr
+    for shape in ("bfloat16", "bfloat16:x", "nosuchtype:1024"):
+        r = subprocess.run([sys.executable, "ab_configs.py", "--shape", shape, "--cfg", "pick"],
+                           cwd=REPO / "bench", text=True, capture_output=True, timeout=120)
+        assert r.returncode == 2 and "want DTYPE:N" in r.stderr, (shape, r.stderr)
     if not torch.cuda.is_available():
         r = subprocess.run([sys.executable, "ab_configs.py", "--shape", "bfloat16:262144",
                             "--cfg", "pick"], cwd=REPO / "bench", text=True,
