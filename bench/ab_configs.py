@@ -65,20 +65,21 @@ def parse_shape(text: str) -> tuple[str, torch.dtype, int]:
 
 
 def grid_note(cfg: fc.FastConfig, x: torch.Tensor, groups: int | None) -> str:
-    """Resident groups of ``cfg`` on this GPU and the blocks a launch over x's rows uses."""
+    """Resident groups of ``cfg`` on this GPU and the grid a launch over x's rows uses (the
+    launcher's own ``persistent_grid``)."""
     m, n = x.shape
     src = cv.FAST_KERNELS.src
     expr = cfg.expr(cv.ctype(x.dtype), cv.FAST_KERNELS.prefix)
     dev = x.device.index or 0
-    resident = persistent.resident_groups(src, expr, cfg.threads, cfg.cluster, cfg.shared_mem(),
-                                          dev)
+    smem = cfg.shared_mem()
+    resident = persistent.resident_groups(src, expr, cfg.threads, cfg.cluster, smem, dev)
     if cfg.kind in ("chunks", "chunks_reg"):
         items = m * fc.row_chunks(cfg, n, x.dtype, cv._rows_on_lines(x))
-        grid = min(items, resident, groups or resident)
-        return (f"{resident} resident CTAs, grid {grid}, {items} chunks: "
-                f"{items / grid:.2f} steps")
+        grid = persistent.persistent_grid(src, expr, cfg.threads, 1, smem, items, dev, groups)
+        return f"{resident} resident CTAs, grid {grid}, {items} chunks: {items / grid:.2f} steps"
     if cfg.kind in PERSISTENT_KINDS:
-        grid = min(m, resident, groups or resident)
+        grid = persistent.persistent_grid(src, expr, cfg.threads, cfg.cluster, smem, m, dev,
+                                          groups) // cfg.cluster
         return f"{resident} resident groups, grid {grid}, {m / grid:.2f} rows each"
     return f"{resident} resident groups of {cfg.cluster}: {m / resident:.2f} waves"
 

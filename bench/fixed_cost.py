@@ -16,7 +16,8 @@ so a miss of the issue's 95 % splits into the part a longer tensor would not see
 cost, paid once a call) and the part it would (the steady speed). Writes DIR/fixed_cost.jsonl
 (one line per timing) and DIR/fixed_cost.json (the fits).
 
-A shape may name its config after '@' (KIND,THREADS,VPT,CLUSTER,SLOTS), e.g.
+A shape may name its config after '@' (KIND,THREADS,VPT,CLUSTER,SLOTS[,ahead=A][,late=1], as
+bench/ab_configs.py reads it), e.g.
 ``bfloat16:262144@block_slots,512,8,4,8``. ``--stagger 'none;block_slots;block_slots,block'``
 times each set of ``cuda_variants.STAGGERED_KINDS`` (the kinds that start their first wave in
 phases) in turn at every M - an A/B in one process - with a fit and a summary line each.
@@ -31,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from ab_configs import parse_cfg  # the config grammar (KIND,THREADS,VPT,CLUSTER,SLOTS[,...])
 from tune_long_rows import med_ms
 
 from kernel_lab.benchmarking import parse_dtype
@@ -69,11 +71,9 @@ def parse_shape(spec: str) -> tuple[torch.dtype, int, fc.FastConfig | None]:
     """'DTYPE:N[@KIND,THREADS,VPT,CLUSTER,SLOTS]' -> (dtype, N, the config or None: the pick)."""
     shape, _, given = spec.partition("@")
     dname, n = shape.split(":")
-    cfg = None
-    if given:
-        kind, threads, vpt, cluster, slots = given.split(",")
-        cfg = fc.FastConfig(kind, threads=int(threads), vpt=int(vpt), cluster=int(cluster),
-                            slots=int(slots))
+    cfg, groups = parse_cfg(given) if given else (None, None)
+    if groups is not None:
+        raise ValueError(f"{spec!r}: groups= caps a grid in ab_configs.py, not here")
     return parse_dtype(dname), int(n), cfg
 
 

@@ -38,11 +38,11 @@
 #            2), exps rounded to T (2-byte) or raw values (fp32) (thirty-first run: 512 x 4 77 ->
 #            85.5 % at bf16 262144, under 512 x 8's 94.4; bash bench/run31/call4.sh)
 #   polyexp  half of the 2-byte kept exps (kernels 3b, 7b) by exp_poly, a degree-4 polynomial
-#            exp2 on the FMA pipe (thirty-first run: kernel 3b -2.5 to -4.4, 7b -13 points;
+#            exp2 on the FMA pipe (thirty-first run: kernel 3b -2.5 to -4.3, 7b -12.6 to -13.7 points;
 #            bash bench/run31/call5.sh)
 #   wholewarps  kernels 2b / 3b (row_on_chip_slots): warps whose windows are all whole load,
 #            copy, read and store with no per-window checks (all_windows_whole; both paths in
-#            one kernel) (thirty-first run: -5 to -7 points at most picks, fp32 131072 +1.1;
+#            one kernel) (thirty-first run: -4.3 to -6.8 points at most picks, fp32 131072 +1.1;
 #            correct: 1158 tests passed; bash bench/run31/call6.sh)
 # (firstwave, firstwave4: the twenty-ninth run's first A/B of kernels 2b / 3b; now the kernels'
 # own code, retired: in git at 8cff2ee.)
