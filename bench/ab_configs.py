@@ -41,6 +41,8 @@ def parse_cfg(text: str) -> tuple[fc.FastConfig | None, int | None]:
     if len(parts) < 5:
         raise ValueError(f"--cfg {text!r}: want KIND,THREADS,VPT,CLUSTER,SLOTS[,key=value...]")
     kind, threads, vpt, cluster, slots = parts[:5]
+    if any("=" not in p for p in parts[5:]):
+        raise ValueError(f"--cfg {text!r}: past the fifth field, key=value (ahead, late, groups)")
     extra = dict(p.split("=", 1) for p in parts[5:])
     unknown = set(extra) - {"ahead", "late", "groups"}
     if unknown:
