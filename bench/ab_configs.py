@@ -6,8 +6,7 @@ each optionally on a capped persistent grid.
         --cfg chunks_reg,512,8,1,0,groups=256 [--rounds 7]
 
 A --cfg is ``pick`` (fast_softmax's choice) or ``KIND,THREADS,VPT,CLUSTER,SLOTS`` with optional
-``ahead=A`` / ``late=1`` / ``tail=0`` (chunks_reg with its last step not split:
-fast_config.split_tail) / ``groups=G`` (``fast_launch``'s ``max_groups``: at most G resident CTAs
+``ahead=A`` / ``late=1`` / ``groups=G`` (``fast_launch``'s ``max_groups``: at most G resident CTAs
 or clusters on a persistent grid). M = 2^28 / N rows (``--total-log2``). Timed as
 bench/ab_kernels.py times variants (``time_case``: the copy and every config in turn in each
 round); the line gives each config's median GB/s, % of copy and ratio to the first, and below it
@@ -34,8 +33,8 @@ PERSISTENT_KINDS = ("persist", "pipe", "wide", "persist_slots", "chunks", "chunk
 
 
 def parse_cfg(text: str) -> tuple[fc.FastConfig | None, int | None]:
-    """'pick' -> (None, None); 'KIND,THREADS,VPT,CLUSTER,SLOTS[,ahead=A][,late=1][,tail=0]
-    [,groups=G]' -> (the config, G or None). tail=0: chunks_reg without its last step split."""
+    """'pick' -> (None, None); 'KIND,THREADS,VPT,CLUSTER,SLOTS[,ahead=A][,late=1][,groups=G]' ->
+    (the config, G or None)."""
     if text == "pick":
         return None, None
     parts = text.split(",")
@@ -43,16 +42,14 @@ def parse_cfg(text: str) -> tuple[fc.FastConfig | None, int | None]:
         raise ValueError(f"--cfg {text!r}: want KIND,THREADS,VPT,CLUSTER,SLOTS[,key=value...]")
     kind, threads, vpt, cluster, slots = parts[:5]
     if any("=" not in p for p in parts[5:]):
-        raise ValueError(f"--cfg {text!r}: past the fifth field, key=value (ahead, late, tail, "
-                         "groups)")
+        raise ValueError(f"--cfg {text!r}: past the fifth field, key=value (ahead, late, groups)")
     extra = dict(p.split("=", 1) for p in parts[5:])
-    unknown = set(extra) - {"ahead", "late", "tail", "groups"}
+    unknown = set(extra) - {"ahead", "late", "groups"}
     if unknown:
-        raise ValueError(f"--cfg {text!r}: unknown {sorted(unknown)} (ahead, late, tail, groups)")
+        raise ValueError(f"--cfg {text!r}: unknown {sorted(unknown)} (ahead, late, groups)")
     cfg = fc.FastConfig(kind, threads=int(threads), vpt=int(vpt), cluster=int(cluster),
                         slots=int(slots), ahead=int(extra.get("ahead", 1)),
-                        late=bool(int(extra.get("late", 0))),
-                        tail=bool(int(extra.get("tail", 1))))
+                        late=bool(int(extra.get("late", 0))))
     groups = int(extra["groups"]) if "groups" in extra else None
     return cfg, groups
 
@@ -93,8 +90,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--shape", action="append", required=True, help="DTYPE:N (repeatable)")
     ap.add_argument("--cfg", action="append", required=True,
-                    help="pick or KIND,THREADS,VPT,CLUSTER,SLOTS[,ahead=A][,late=1][,tail=0]"
-                         "[,groups=G] (repeatable; the first is the baseline)")
+                    help="pick or KIND,THREADS,VPT,CLUSTER,SLOTS[,ahead=A][,late=1][,groups=G] "
+                         "(repeatable; the first is the baseline)")
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--total-log2", type=int, default=28)
     a = ap.parse_args()

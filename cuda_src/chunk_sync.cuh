@@ -70,45 +70,6 @@ struct ChunkCursor {
       ++row;
     }
   }
-  // Whether this item comes before item (end_row, end_c).
-  __device__ __forceinline__ bool before(long long end_row, int end_c) const {
-    return row < end_row || (row == end_row && c < end_c);
-  }
 };
-
-// A launch's last, mostly empty step shared out (kernel 7b). Item after item in rows * chunks
-// order, a grid of Q CTAs runs ceil(items / Q) steps; when items % Q is small, a few CTAs run
-// the last step's whole chunks alone while the rest of the grid idles (2-byte 262144 on 132
-// CTAs: 8192 items, 62 full steps and 8 chunks: ~1.5 % of the call). So the rows from
-// `main_rows` on (the tail) are cut finer, into tail_chunks chunks of tail_threads threads'
-// windows each (the CTA's other threads own none of them), sized by the launcher to fill the
-// last step on every CTA. Items keep their order (the main rows' chunks, then the tail's), so
-// item i's pair is still at pairs + 2 i. No tail: main_rows = rows.
-// Built from kernel parameters (read from the constant bank, no registers held). (end_row, end_c):
-// the cursor past the last item, main_rows * chunks + (rows - main_rows) * tail_chunks.
-struct SplitTail {
-  long long main_rows, end_row;
-  int end_c, tail_chunks, tail_threads;
-};
-
-// Item `u` (a cursor over rows * chunks, in the main rows' chunk units) where it really lies.
-struct ChunkItem {
-  long long row;    // the tensor row
-  long long first;  // the row's first item: its pairs start at pairs + 2 * first
-  int chunks;       // chunks of that row
-  int c;            // this item's chunk of it
-  int threads;      // the CTA's threads that own its windows: thread t < threads owns windows
-                    // c * threads * VPT + k * threads + t, k < VPT
-};
-__device__ __forceinline__ ChunkItem chunk_item(const ChunkCursor& u, int chunks,
-                                                const SplitTail& tail) {
-  if (u.row < tail.main_rows)
-    return {u.row, u.row * chunks, chunks, u.c, static_cast<int>(blockDim.x)};
-  // a tail item: its place j in the tail is under two steps' items (< 2^31, 32-bit division)
-  const unsigned j = static_cast<unsigned>(u.row - tail.main_rows) * chunks + u.c,
-                 r = j / static_cast<unsigned>(tail.tail_chunks);
-  return {tail.main_rows + r, tail.main_rows * chunks + r * tail.tail_chunks, tail.tail_chunks,
-          static_cast<int>(j - r * tail.tail_chunks), tail.tail_threads};
-}
 
 }  // namespace klab

@@ -224,13 +224,6 @@
 //            bf16 2^20 87.4 -> 92.0 % of copy, fp32 90.0 -> 91.3). Where the step still waits
 //            (Nsight): warp 0 gathering the row's pairs behind a barrier (14 % of stall samples),
 //            the block all-reduce's barriers (6 %), stores holding their registers (5-11 %).
-//    Tail:   the launch's last step shared out (chunk_sync.cuh, SplitTail; the launcher's
-//            fast_config.split_tail): the rows past the grid's last whole step are cut into
-//            finer chunks of fewer threads (the CTA's other threads own no window of them), as
-//            many as the last step has places, so that step is a small piece on every CTA, not
-//            a whole chunk on a few while the rest idle (2-byte 262144 x 1024 rows on 132
-//            CTAs: 62 steps and then 8 whole chunks; now the last row in 128 chunks of 32
-//            threads). Items keep their order, so item i's pair is still at pairs + 2 i.
 #pragma once
 
 #include "chunk_sync.cuh"
@@ -1271,14 +1264,15 @@ __device__ __forceinline__ void load_row_pairs(RowPairs<K>& rp, const unsigned l
   }
 }
 
-// Warp 0 of the CTA: wait until all `chunks` pairs of a row (from p on) are in, merge them (lane
-// l takes chunks l, l + 32, ...: the same result on every CTA) and publish the row's (max, sum)
-// in `fin`. The first try reads the early pairs `rp`; retries load everything again.
+// Warp 0 of the CTA: wait until all `chunks` pairs of row `row` are in, merge them (lane l takes
+// chunks l, l + 32, ...: the same result on every CTA) and publish the row's (max, sum) in `fin`.
+// The first try reads the early pairs `rp`; retries load everything again.
 template <int K>
-__device__ __forceinline__ void chunk_row_stats(const unsigned long long* p, unsigned epoch,
-                                                int chunks, MaxSum<float>* fin,
+__device__ __forceinline__ void chunk_row_stats(const unsigned long long* pairs, unsigned epoch,
+                                                long long row, int chunks, MaxSum<float>* fin,
                                                 const RowPairs<K>& rp) {
   if (threadIdx.x < 32) {
+    const unsigned long long* p = pairs + 2 * row * chunks;
     const int lane = threadIdx.x & 31;
     retry_until_in([&](int attempt) {
       MaxSum<float> st = maxsum_identity<float>();
@@ -1322,14 +1316,10 @@ template <typename T, int VPT> struct ChunkRequests {
   }
   // Chunk c of row `row` into slot set b, with no commit.
   __device__ __forceinline__ void fetch(long long row, int c, int b) const {
-    fetch_at(row, c * span + threadIdx.x, step, b);
-  }
-  // This thread's windows base + k * wstep (k < VPT) of row `row` into slot set b, no commit.
-  __device__ __forceinline__ void fetch_at(long long row, int base, int wstep, int b) const {
     constexpr int W = Vec<T>::N;
     const T* xr = x + row * stride;
     prefetch_row<T, VPT>(slots + b * set_slots + threadIdx.x, xr, (n + line_head(xr) + W - 1) / W,
-                         base, wstep);
+                         c * span + threadIdx.x, step);
   }
 };
 
@@ -1391,7 +1381,7 @@ __device__ __forceinline__ void chunk_rows(T* __restrict__ y, const T* __restric
       const int h = line_head(xr), nwin = (n + h + W - 1) / W;
       const int base = static_cast<int>(i2 - row * chunks) * span + threadIdx.x;
       const int b = (t - lag) % bufs;
-      chunk_row_stats(pairs + 2 * row * chunks, epoch, chunks, &fin[t & 1], rp);
+      chunk_row_stats(pairs, epoch, row, chunks, &fin[t & 1], rp);
       const E<A> epi(fin[t & 1]);
       const uint4* mine = chunk_slots + b * set_slots + threadIdx.x;
 #pragma unroll
@@ -1429,7 +1419,7 @@ template <template <typename> class E, typename T, int VPT>
 __device__ __forceinline__ void chunk_rows_reg(T* __restrict__ y, const T* __restrict__ x,
                                                long long rows, int n, long long stride,
                                                int chunks, unsigned long long* __restrict__ pairs,
-                                               unsigned epoch, int ahead, SplitTail tail) {
+                                               unsigned epoch, int ahead) {
   using A = acc_t<T>;
   static_assert(sizeof(A) == 4, "pairs hold fp32 (max, sum)");
   constexpr int W = Vec<T>::N;
@@ -1442,27 +1432,10 @@ __device__ __forceinline__ void chunk_rows_reg(T* __restrict__ y, const T* __res
   const int set_slots = blockDim.x * VPT, step = blockDim.x, span = blockDim.x * VPT;
   const long long dr = Q / chunks;  // a step moves every cursor on by Q items
   const int dc = static_cast<int>(Q - dr * chunks);
-  auto in_grid = [&](const ChunkCursor& u) { return u.before(tail.end_row, tail.end_c); };
-  // This thread's first window of item `it` and its window step; no window of it: the row's
-  // window count `nwin` (every window past the row: skipped or -inf).
-  auto first_window = [&](const ChunkItem& it, int nwin) {
-    const int t = threadIdx.x;
-    return t < it.threads ? it.c * it.threads * VPT + t : nwin;
-  };
 
   const ChunkRequests<T, VPT> request{chunk_slots, x,         stride, rows * chunks, n,
                                       chunks,      set_slots, span,   step};
-  // this thread's slots of item `u` into slot set b, no commit
-  auto fetch = [&](const ChunkCursor& u, int b) {
-    const ChunkItem it = chunk_item(u, chunks, tail);
-    if (static_cast<int>(threadIdx.x) < it.threads)
-      request.fetch_at(it.row, it.c * it.threads * VPT + threadIdx.x, it.threads, b);
-  };
-  for (int b = 0; b < ahead; ++b) {
-    const ChunkCursor u(q + b * Q, chunks);
-    if (in_grid(u)) fetch(u, b);
-    cp_async_commit();
-  }
+  for (int b = 0; b < ahead; ++b) request(q + b * Q, b);
 
   // Step t: phase 1 takes item q + t Q (cursor `now`), phase 2 item q + (t - 1) Q (`held`'s
   // chunk, cursor `last`), the slots just read take item q + (t + ahead) Q (`next`).
@@ -1473,28 +1446,24 @@ __device__ __forceinline__ void chunk_rows_reg(T* __restrict__ y, const T* __res
   // step, spilled 48 B in bf16 and lost 0.3 % - seventeenth H200 run. The same body written
   // inline in the loop, not as this lambda, compiles to 24 B of spills in 2-byte x 8.)
   auto one_step = [&](long long t, Held& cur, Held& held) -> bool {
-    if (t > 0 && !in_grid(last)) return false;
+    if (t > 0 && last.row >= rows) return false;
     RowPairs<2> rp;  // phase 2's pairs, loaded before phase 1 (warp 0)
-    if (t > 0 && threadIdx.x < 32) {
-      const ChunkItem it = chunk_item(last, chunks, tail);
-      load_row_pairs(rp, pairs + 2 * it.first, it.chunks);
-    }
-    if (in_grid(now)) {  // phase 1
-      const ChunkItem it = chunk_item(now, chunks, tail);
-      const T* xr = x + it.row * stride;
+    if (t > 0 && threadIdx.x < 32) load_row_pairs(rp, pairs + 2 * last.row * chunks, chunks);
+    if (now.row < rows) {  // phase 1
+      const T* xr = x + now.row * stride;
       const int h = line_head(xr), nwin = (n + h + W - 1) / W;
-      const int base = first_window(it, nwin);
-      const bool inside = windows_inside<T, VPT>(base, it.threads, n, h);
+      const int base = now.c * span + threadIdx.x;
+      const bool inside = windows_inside<T, VPT>(base, step, n, h);
       cp_async_wait_pending(ahead - 1);  // this thread's copies of item `now` have landed
       read_slots(cur.r, chunk_slots + b * set_slots + threadIdx.x, inside, n, h, nwin, base,
-                 it.threads);
+                 step);
       MaxSum<A> st = kept_maxsum<kKept>(cur.r, cur.e);  // consumes every value read from the
       cur.m_thread = st.m;
-      if (in_grid(next)) fetch(next, b);  // slots, so they can take the chunk `ahead` steps on
-      cp_async_commit();
+      if (next.row < rows) request.fetch(next.row, next.c, b);  // slots, so they can take
+      cp_async_commit();                                          // the chunk `ahead` steps on
       st = block_allreduce(st, MergeOp{}, id<T>(), red);
       if (threadIdx.x == 0) {
-        const long long i = now.row * chunks + now.c;  // = it.first + it.c: items keep order
+        const long long i = now.row * chunks + now.c;
         store_flagged(pairs + 2 * i, st.m, epoch);
         store_flagged(pairs + 2 * i + 1, st.s, epoch);
       }
@@ -1502,15 +1471,14 @@ __device__ __forceinline__ void chunk_rows_reg(T* __restrict__ y, const T* __res
       cp_async_commit();  // one group per step, as the waits count them
     }
     if (t > 0) {  // phase 2
-      const ChunkItem it = chunk_item(last, chunks, tail);
-      const T* xr = x + it.row * stride;
-      T* yr = y + it.row * (long long)n;
+      const T* xr = x + last.row * stride;
+      T* yr = y + last.row * (long long)n;
       const int h = line_head(xr), nwin = (n + h + W - 1) / W;
-      const int base = first_window(it, nwin);
-      chunk_row_stats(pairs + 2 * it.first, epoch, it.chunks, &fin[t & 1], rp);
-      const bool inside = windows_inside<T, VPT>(base, it.threads, n, h);
+      const int base = last.c * span + threadIdx.x;
+      chunk_row_stats(pairs, epoch, last.row, chunks, &fin[t & 1], rp);
+      const bool inside = windows_inside<T, VPT>(base, step, n, h);
       store_row<E, kKept>(yr, held.r, held.e, held.m_thread, fin[t & 1], inside, opaque(base),
-                         it.threads, n, h, nwin);
+                         step, n, h, nwin);
     }
     last = now;
     now.advance(dr, dc, chunks);
@@ -1616,11 +1584,9 @@ template <typename T, int VPT> struct PersistThreads {
   __global__ void __launch_bounds__(512)                                                         \
       P##_chunks_reg(T* __restrict__ y, const T* __restrict__ x, long long rows, int n,          \
                      long long stride, int vec, int chunks, unsigned long long* pairs,           \
-                     unsigned epoch, int ahead, long long main_rows, long long end_row,      \
-                     int end_c, int tail_chunks, int tail_threads) {                             \
-    klab::rowk::chunk_rows_reg<EPI, T, VPT>(                                                     \
-        y, x, rows, n, stride, chunks, pairs, epoch, ahead,                                      \
-        klab::SplitTail{main_rows, end_row, end_c, tail_chunks, tail_threads});                  \
+                     unsigned epoch, int ahead) {                                                \
+    klab::rowk::chunk_rows_reg<EPI, T, VPT>(y, x, rows, n, stride, chunks, pairs, epoch,        \
+                                            ahead);                                              \
   }                                                                                              \
   template <typename T, int CL>                                                                  \
   __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(1024)                             \

@@ -456,7 +456,6 @@ def test_ab_configs_parses_its_configs_and_refuses_bad_ones_before_the_gpu():
         "print([c.label(), c.ahead, g])\n"
         "c, g = a.parse_cfg('persist,256,8,8,0,late=1')\n"
         "print([c.kind, c.cluster, c.late, g])\n"
-        "print(a.parse_cfg('chunks_reg,512,8,1,0,tail=0')[0].label())\n"
         "for bad in ('chunks_reg,512,8', 'chunks_reg,512,8,1,0,lag=2', 'chunks_reg,512,8,1,0,2',\n"
         "            'chunks_reg,1024,8,1,0'):\n"
         "    try:\n"
@@ -465,7 +464,6 @@ def test_ab_configs_parses_its_configs_and_refuses_bad_ones_before_the_gpu():
         "        print('refused', str(e).split(':')[0])\n")
     assert _bench_script(code) == [
         "(None, None)", "['chunks_reg 512x8 ahead 2', 2, 128]", "['persist', 8, True, None]",
-        "chunks_reg 512x8 ahead 1 whole tail",
         "refused --cfg 'chunks_reg,512,8'", "refused --cfg 'chunks_reg,512,8,1,0,lag=2'",
         "refused --cfg 'chunks_reg,512,8,1,0,2'",
         "refused chunks_reg needs lag 1, 1 <= ahead <= 8 and <= 512 threads, not 1, 1, 1024"]

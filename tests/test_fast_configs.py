@@ -806,87 +806,6 @@ def test_chunk_kernel_any_row(kind, dtype, vpt, threads, lag, ahead):
                                     f"groups={groups}: {res.message}")
 
 
-def _tail_groups(m: int, chunks: int, nwl: int, cfg: fc.FastConfig) -> int:
-    """A grid (max_groups) on which kernel 7b splits the last rows of m into finer chunks - the
-    one with the most such rows - or 0 if none does."""
-    best, most = 0, 0
-    for g in range(2, min(m * chunks, 64)):
-        main, tc, _ = fc.split_tail(m, chunks, g, nwl, cfg.threads, cfg.vpt)
-        if tc != chunks and m - main > most:
-            best, most = g, m - main
-    return best
-
-
-def _tail_cases():
-    for dt in fc.PERSIST_DTYPES:
-        for vpt in fc.CHUNK_REG_VPT:
-            for threads in (64, 448, 512):
-                yield pytest.param(dt, vpt, threads, id=f"{dt}-v{vpt}-t{threads}")
-
-
-@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
-@pytest.mark.parametrize("dtype,vpt,threads", list(_tail_cases()))
-def test_chunk_reg_tail_rows_in_finer_chunks(dtype, vpt, threads):
-    """Kernel 7b's last rows in finer chunks (fc.split_tail), on grids where that happens: rows
-    of whole chunks, odd rows (every line head), rows apart, -inf / NaN / +1e4 rows among both
-    the main and the tail rows, softmax and log_softmax, output poisoned; and the same tensor
-    with the tail off (``tail=False``)."""
-    w = vec_width(dtype)
-    cap = threads * vpt * w  # elements per chunk
-    gen = torch.Generator(device="cuda").manual_seed(threads + 10 * vpt + 7)
-    m = 23
-    for n in (3 * cap, 3 * cap - 67, 5 * cap + 7):
-        buf = torch.randn(m, n + (128 + 16) // dtype.itemsize, device="cuda",
-                          generator=gen).to(dtype)
-        for x in (buf[:, :n].contiguous(), buf[:, :n]):  # dense rows; rows apart
-            x = x.clone() if x.is_contiguous() else x
-            _edge_rows(x)
-            _edge_rows(x[m - 5:])  # the tail rows too (a view: written in place)
-            line = cv._rows_on_lines(x)
-            for tail in (True, False):
-                cfg = fc.FastConfig("chunks_reg", threads=threads, vpt=vpt, tail=tail)
-                chunks = fc.row_chunks(cfg, n, dtype, line)
-                groups = _tail_groups(m, chunks, fc.line_windows(n, dtype, line=line), cfg)
-                assert groups, (n, chunks)  # the premise: some grid splits the tail
-                for kernels, ref_fn, tol in BOTH_OPS:
-                    out = torch.full(x.shape, float("nan"), device="cuda", dtype=dtype)
-                    cv.fast_launch(out, x, cfg, kernels=kernels, max_groups=groups)
-                    res = check(out, ref_fn(x), dtype, tol)
-                    assert res.ok, (f"{kernels.prefix} {cfg.label()} n={n} {x.stride()} "
-                                    f"groups={groups}: {res.message}")
-
-
-def test_split_tail_fills_the_last_step():
-    """CPU: kernel 7b's tail (fc.split_tail) - the rows past the grid's last whole step cut into
-    finer chunks, all of which fit the last step's places, never more chunks a row than CTAs
-    (no CTA waits on itself), covering the row, on whole warps; no tail where the last step is
-    even or the pieces would be no finer."""
-    # 2-byte 262144 x 1024 on 132 CTAs: 8192 chunks, 62 whole steps and 8 chunks; now the last
-    # row in 128 chunks of 32 threads. fp32 262144: 16 chunks a row, the last in 128 of 64.
-    assert fc.split_tail(1024, 8, 132, 32768, 512, 8) == (1023, 128, 32)
-    assert fc.split_tail(1024, 16, 132, 65536, 512, 8) == (1023, 128, 64)
-    assert fc.split_tail(1000, 8, 132, 32768, 512, 8) == (990, 13, 320)  # 10 rows, 13 each
-    assert fc.split_tail(1056, 8, 132, 32768, 512, 8) == (1056, 8, 512)  # 64 even steps
-    assert fc.split_tail(8, 8, 132, 32768, 512, 8) == (8, 8, 512)  # under one step
-    checked = 0
-    for rows in (1, 2, 5, 23, 64, 257, 1000):
-        for chunks in (1, 2, 3, 8, 33, 65):
-            for grid in (1, 2, 7, 66, 131, 132):
-                for threads, vpt in ((64, 8), (448, 8), (512, 4)):
-                    nwl = chunks * threads * vpt - (chunks > 1) * 37  # a last chunk not full
-                    main, tc, tt = fc.split_tail(rows, chunks, grid, nwl, threads, vpt)
-                    if (main, tc, tt) == (rows, chunks, threads):
-                        continue
-                    checked += 1
-                    items = rows * chunks
-                    total = main * chunks + (rows - main) * tc
-                    assert 0 <= main < rows and main * chunks <= items // grid * grid
-                    assert chunks < tc <= grid and tc * tt * vpt >= nwl
-                    assert tt % 32 == 0 and 32 <= tt < threads
-                    assert total <= (items // grid + 1) * grid  # all in the last step
-    assert checked > 100
-
-
 def test_chunk_launch_checks_the_grid(monkeypatch):
     """CPU: the chunk kernel launches min(chunks of all rows, resident) CTAs with a pair of
     flagged words per chunk and the launch's epoch (flag_words.py); a caller's own config whose
@@ -916,23 +835,7 @@ def test_chunk_launch_checks_the_grid(monkeypatch):
     assert reg.shared_mem() == 3 * 512 * 8 * 16 and reg.label() == "chunks_reg 512x8 ahead 3"
     cv.fast_launch(torch.empty_like(x), x, reg)
     expr, grid, block, extra, smem = launched[-1]
-    # no lag argument; 3 items on 3 CTAs, no tail: (ahead, main_rows, end row / chunk,
-    # tail_chunks, tail_threads) = (3, 3 rows, (3, 0), chunks, threads)
-    assert expr == "fast_softmax_chunks_reg<float, 8>" and len(extra) == 10
-    assert [int(e) for e in extra[4:]] == [3, 3, 3, 0, 1, 512] and grid == 3
-    # 23 rows of 4 chunks (3 of 4096 windows and a head) on 5 CTAs: 18 whole steps, 2 places
-    # left; the last row (22) goes in 5 chunks of 320 threads instead, the last step full
-    y = torch.randn(23, 3 * 16384)
-    cv.fast_launch(torch.empty_like(y), y, reg)
-    expr, grid, block, extra, smem = launched[-1]
-    assert grid == 5 and [int(e) for e in extra[4:]] == [3, 22, 23, 1, 5, 320]
-    assert int(extra[1]) == 4 and int(extra[3]) >= 1  # chunks, the epoch
-    with pytest.raises(ValueError, match="only chunks_reg"):
-        fc.FastConfig("chunks", threads=64, vpt=2, tail=False)
-    whole = fc.FastConfig("chunks_reg", threads=512, vpt=8, tail=False)
-    assert whole.label() == "chunks_reg 512x8 ahead 1 whole tail"
-    cv.fast_launch(torch.empty_like(y), y, whole)
-    assert [int(e) for e in launched[-1][3][4:]] == [1, 23, 23, 0, 4, 512]
+    assert expr == "fast_softmax_chunks_reg<float, 8>" and len(extra) == 5  # no lag argument
     with pytest.raises(ValueError, match="chunks_reg needs"):
         fc.FastConfig("chunks_reg", threads=1024, vpt=4)
 

@@ -51,7 +51,6 @@ from .fast_config import (
     line_windows,
     row_chunks,
     row_kernel_exprs,
-    split_tail,
     vec_config,
     vector_windows,
     wide_config,
@@ -503,7 +502,6 @@ def fast_launch(
         launch_rows(src, expr, out, (x2d,), grid=grid, block=cfg.threads,
                     extra=(vec, i32(cfg.vpt)), shared_mem=cfg.shared_mem())
     elif cfg.kind in ("chunks", "chunks_reg"):
-        nwl = line_windows(n, x2d.dtype, line=_rows_on_lines(x2d))
         chunks = row_chunks(cfg, n, x2d.dtype, _rows_on_lines(x2d))
         grid = persistent_grid(src, expr, cfg.threads, 1, cfg.shared_mem(), m * chunks,
                                device_index(out), max_groups)
@@ -515,20 +513,11 @@ def fast_launch(
             # this GPU holds too few CTAs for the default pick: the wide kernel
             fast_launch(out, x2d, wide_config(vector_windows(n, x2d.dtype)), phase, kernels)
             return
-        if cfg.kind == "chunks":
-            items, kind_args = m * chunks, (i32(cfg.lag), i32(cfg.ahead))
-        else:  # chunks_reg: lag 1; its last step shared out (split_tail) unless cfg.tail is off
-            main_rows, tail_chunks, tail_threads = (
-                split_tail(m, chunks, grid, nwl, cfg.threads, cfg.vpt) if cfg.tail
-                else (m, chunks, cfg.threads))
-            items = main_rows * chunks + (m - main_rows) * tail_chunks
-            end_row, end_c = divmod(items, chunks)  # the cursor past the last item
-            kind_args = (i32(cfg.ahead), i64(main_rows), i64(end_row), i32(end_c),
-                         i32(tail_chunks), i32(tail_threads))
         # per chunk, (max, sum) as two 64-bit words that carry the launch's epoch
-        pairs, epoch = flag_words(2 * items, out.device)
+        pairs, epoch = flag_words(2 * m * chunks, out.device)
+        lag = (i32(cfg.lag),) if cfg.kind == "chunks" else ()  # chunks_reg: always 1
         launch_rows(src, expr, out, (x2d,), grid=grid, block=cfg.threads,
-                    extra=(vec, i32(chunks), pairs.data_ptr(), epoch, *kind_args),
+                    extra=(vec, i32(chunks), pairs.data_ptr(), epoch, *lag, i32(cfg.ahead)),
                     shared_mem=cfg.shared_mem())
     else:
         raise ValueError(f"unknown FastConfig kind {cfg.kind!r}")

@@ -277,7 +277,6 @@ class FastConfig:
     lag: int = 1  # chunks: steps a chunk waits in shared memory for its row's (max, sum)
     ahead: int = 1  # chunks: chunks in flight into shared memory
     slots: int = 0  # block_slots: 16-byte windows per thread in shared memory
-    tail: bool = True  # chunks_reg: the launch's last step shared out (split_tail)
 
     def __post_init__(self):
         if self.stages not in (1, 2):
@@ -292,8 +291,6 @@ class FastConfig:
             raise ValueError(f"chunks_reg needs lag 1, 1 <= ahead <= 8 and <= "
                              f"{CHUNK_REG_MAX_THREADS} threads, not {self.lag}, {self.ahead}, "
                              f"{self.threads}")
-        if not self.tail and self.kind != "chunks_reg":
-            raise ValueError(f"only chunks_reg splits its last step (tail), not {self.kind!r}")
         if self.kind in SLOTS_KINDS and self.cluster not in (1, *SLOTS_CL):
             raise ValueError(f"{self.kind} runs on 1 CTA a row or clusters of {SLOTS_CL}, not "
                              f"{self.cluster}")
@@ -363,8 +360,7 @@ class FastConfig:
         if self.kind == "chunks":
             return f"chunks {self.threads}x{self.vpt} lag {self.lag} ahead {self.ahead}"
         if self.kind == "chunks_reg":
-            whole = "" if self.tail else " whole tail"
-            return f"chunks_reg {self.threads}x{self.vpt} ahead {self.ahead}{whole}"
+            return f"chunks_reg {self.threads}x{self.vpt} ahead {self.ahead}"
         if self.kind in SLOTS_KINDS:
             cl = f"{self.cluster}x" if self.cluster > 1 else ""
             return f"{self.kind} {cl}{self.threads}x{self.vpt}+{self.slots}"
@@ -420,34 +416,6 @@ def row_chunks(cfg: "FastConfig", n: int, dtype: torch.dtype, line: bool) -> int
     """chunks: the chunks of ``cfg.threads * cfg.vpt`` windows a row of ``n`` is cut into (line
     heads, as the persistent kernels)."""
     return -(-line_windows(n, dtype, line=line) // (cfg.threads * cfg.vpt))
-
-
-def split_tail(rows: int, chunks: int, grid: int, nwl: int, threads: int,
-               vpt: int) -> tuple[int, int, int]:
-    """Kernel 7b's last step shared out over the grid (chunk_sync.cuh, SplitTail):
-    ``(main_rows, tail_chunks, tail_threads)`` for ``rows`` rows of ``chunks`` chunks of
-    ``threads`` x ``vpt`` windows (``nwl`` windows a row) on ``grid`` CTAs.
-
-    The grid runs the items (row, chunk) in order, ``grid`` a step. When rows * chunks is not a
-    multiple of ``grid`` the last step has only a few chunks, each a whole step's work for its
-    CTA while the others idle (2-byte 262144 x 1024 rows on 132 CTAs: 62 steps, then 8 chunks).
-    So the rows from ``main_rows`` on (the tail: those past the last whole step) are cut into
-    ``tail_chunks`` chunks of ``tail_threads`` threads each, as many as the free places of the
-    last step hold (at most ``grid``, so no CTA waits on itself), each a small piece. No tail
-    (an even last step, fewer items than ``grid``, or pieces no finer): ``(rows, chunks,
-    threads)``."""
-    items = rows * chunks
-    full = items // grid
-    if full == 0 or items % grid == 0:
-        return rows, chunks, threads
-    main_rows = full * grid // chunks
-    free = (full + 1) * grid - main_rows * chunks  # places from the main rows' end to a step's
-    per_row = min(free // (rows - main_rows), grid)
-    tail_threads = min(threads, max(32, round32(-(-nwl // (per_row * vpt)))))
-    tail_chunks = -(-nwl // (tail_threads * vpt))
-    if tail_chunks <= chunks:
-        return rows, chunks, threads
-    return main_rows, tail_chunks, tail_threads
 
 
 def chunks_fit(chunks: int, lag: int, groups: int) -> bool:
