@@ -444,20 +444,13 @@ __device__ __forceinline__ void mask_outside_row(int e0, int n, acc_t<T> fill, V
 // the two paths runs both, one after the other - on rows off their 128-byte line, the row's first
 // warp (up to 7 windows before the row) and the warp of its last window did, every row - and the
 // CTA's (max, sum) barrier waits for that warp.
-// No division: windows [0, ends_in) end inside the row, so past the head only the row's last
-// window, when partial (ends_in = nwin - 1), can fail - VPT compares against it, on such rows
-// only. (The thread's last window in the row by (nwin - 1 - base) / step was a signed division
-// by the runtime step: ~25 instructions and a MUFU round trip, twice a step in kernel 7b.)
 template <typename T, int VPT>
 __device__ __forceinline__ bool windows_inside(int base, int step, int n, int h) {
   constexpr int W = Vec<T>::N;
-  const unsigned nh = static_cast<unsigned>(n + h);  // >= 0: unsigned, so / W is a shift
-  const int nwin = static_cast<int>((nh + W - 1) / W), ends_in = static_cast<int>(nh / W);
+  const int nwin = (n + h + W - 1) / W;
+  const int last = min(VPT - 1, (nwin - 1 - base) / step) * step + base;
   // base >= nwin (no window in the row): the checked path, which skips them all
-  bool whole = base < nwin && base * W - h >= 0;
-  if (ends_in < nwin) {  // the row's last window is partial: is it one of this thread's?
-    for (int v = base, k = 0; k < VPT; ++k, v += step) whole = whole && v != ends_in;
-  }
+  const bool whole = base < nwin && base * W - h >= 0 && (last + 1) * W - h <= n;
   return __all_sync(0xffffffffu, whole);
 }
 
