@@ -40,7 +40,7 @@ NS = (1024, 2048, 4096, 8192, 16384, 32000, 32768, 50257, 65536, 128256, 131072,
 
 def med_ms(fn, reps: int = 9, k: int = 5) -> float:
     fn()
-    torch.cuda.synchronize()
+    torch.cuda.current_stream().synchronize()  # this stream only (occupy_sms.py spins on another)
     e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     ts = []
     for _ in range(reps):

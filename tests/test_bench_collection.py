@@ -482,6 +482,24 @@ def test_ab_configs_parses_its_configs_and_refuses_bad_ones_before_the_gpu():
         assert r.returncode == 1 and r.stderr.strip() == "ab_configs.py: no CUDA GPU here"
 
 
+def test_occupy_sms_refuses_bad_arguments_before_the_gpu():
+    """bench/occupy_sms.py (thirty-second run): a bad --shape, --cfg or --occupy is an argparse
+    error before any GPU work; without a GPU one line."""
+    for args, why in ((["--shape", "bf16", "--cfg", "pick", "--occupy", "8"], "want DTYPE:N"),
+                      (["--shape", "bfloat16:1024", "--cfg", "chunks_reg,512", "--occupy", "8"],
+                       "want KIND,THREADS,VPT,CLUSTER,SLOTS"),
+                      (["--shape", "bfloat16:1024", "--cfg", "pick", "--occupy", "-1"],
+                       "SM counts >= 0")):
+        r = subprocess.run([sys.executable, "occupy_sms.py", *args], cwd=REPO / "bench",
+                           text=True, capture_output=True, timeout=120)
+        assert r.returncode == 2 and why in r.stderr, (args, r.stderr)
+    if not torch.cuda.is_available():
+        r = subprocess.run([sys.executable, "occupy_sms.py", "--shape", "bfloat16:1024", "--cfg",
+                            "pick", "--occupy", "0"], cwd=REPO / "bench", text=True,
+                           capture_output=True, timeout=120)
+        assert r.returncode == 1 and r.stderr.strip() == "occupy_sms.py: no CUDA GPU here"
+
+
 def test_fixed_cost_parses_its_shapes_row_counts_and_kind_sets():
     """bench/fixed_cost.py (twenty-ninth run): shapes split on commas but not inside a spec's
     '@config', the config parsed, the row counts (a ladder from M0 / 4 to 2 M0 and M0 +- one SM
