@@ -44,6 +44,10 @@
 #            copy, read and store with no per-window checks (all_windows_whole; both paths in
 #            one kernel) (thirty-first run: -4.3 to -6.8 points at most picks, fp32 131072 +1.1;
 #            correct: 1158 tests passed; bash bench/run31/call6.sh)
+#   rowpairs1 / nextcursor / fewerregs  kernel 7b (chunk_rows_reg) with fewer live registers: warp
+#            0's early pairs for 32 chunks, not 64 / the cursor of the item `ahead` steps on derived
+#            when used / both (thirty-second run: 2-byte -0.2 to -4.5 points, fp32 level but rows of
+#            64 chunks -5 with rowpairs1; bash bench/run32/call3.sh)
 # (firstwave, firstwave4: the twenty-ninth run's first A/B of kernels 2b / 3b; now the kernels'
 # own code, retired: in git at 8cff2ee.)
 # A patch that no longer applies fails loudly; bench/ab_variants/ is git-ignored (carry it to
