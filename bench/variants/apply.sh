@@ -46,8 +46,8 @@
 #            correct: 1158 tests passed; bash bench/run31/call6.sh)
 #   rowpairs1 / nextcursor / fewerregs  kernel 7b (chunk_rows_reg) with fewer live registers: warp
 #            0's early pairs for 32 chunks, not 64 / the cursor of the item `ahead` steps on derived
-#            when used / both (thirty-second run: 2-byte -0.2 to -4.5 points, fp32 level but rows of
-#            64 chunks -5 with rowpairs1; bash bench/run32/call3.sh)
+#            when used / both (thirty-second run: 2-byte -0.2 to -4.8 points; fp32 level, but rows
+#            of 64 chunks -5.1 / -6.7 with rowpairs1 / fewerregs; bash bench/run32/call3.sh)
 # (firstwave, firstwave4: the twenty-ninth run's first A/B of kernels 2b / 3b; now the kernels'
 # own code, retired: in git at 8cff2ee.)
 # A patch that no longer applies fails loudly; bench/ab_variants/ is git-ignored (carry it to
