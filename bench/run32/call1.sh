@@ -10,6 +10,7 @@
 # ~95.5) and ahead of kernel 3b (94.5); 2-byte 2^20 x 256 (8192 chunks) the same +1.0-1.5; fp32
 # 262144 / 2^20 (16384 chunks, 124.1 steps) +0.5-0.8; bf16 196608 (chunks_reg 384 x 8, 8
 # chunks, 8192) +1.
+# Runs on the tree at 53c9779 (the split tail and `tail=0`; reverted in 55c6b4e): git checkout 53c9779.
 . "$(dirname "$0")/../run27/preamble.sh"
 timeout 200 python3 -m pytest -q -n 16 -p no:cacheprovider tests/test_fast_configs.py \
   tests/test_flag_words.py -k "tail or chunk or flag" >"$OUT/tests.txt" 2>&1

@@ -10,6 +10,7 @@
 # Prediction: kernel 7b (chunks_reg) +1 to +3 points at 2-byte 262144-2^20 (50 of ~700
 # instructions a step, and the MUFU latency in front of each phase's warp vote), fp32 +0.5-1.5;
 # kernel 5 (fp32 151936, one division a row) level within 0.5.
+# Runs on the tree at 3a8c770 (the division-free check; reverted in 9ff17e8): git checkout 3a8c770.
 . "$(dirname "$0")/../run27/preamble.sh"
 timeout 280 python3 -m pytest -q -n 16 -p no:cacheprovider tests/test_fast_configs.py \
   tests/test_backward_configs.py tests/test_flag_words.py >"$OUT/tests.txt" 2>&1
