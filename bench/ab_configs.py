@@ -86,14 +86,37 @@ def grid_note(cfg: fc.FastConfig, x: torch.Tensor, groups: int | None) -> str:
     return f"{resident} resident groups of {cfg.cluster}: {m / resident:.2f} waves"
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_race_arguments(ap: argparse.ArgumentParser, rounds: int) -> None:
+    """--shape, --cfg, --rounds and --total-log2 (this script's and bench/occupy_sms.py's)."""
     ap.add_argument("--shape", action="append", required=True, help="DTYPE:N (repeatable)")
     ap.add_argument("--cfg", action="append", required=True,
                     help="pick or KIND,THREADS,VPT,CLUSTER,SLOTS[,ahead=A][,late=1][,groups=G] "
                          "(repeatable; the first is the baseline)")
-    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--rounds", type=int, default=rounds)
     ap.add_argument("--total-log2", type=int, default=28)
+
+
+def checked_calls(specs: list, x: torch.Tensor, y: torch.Tensor) -> dict:
+    """name -> (call, cfg, groups) for each parsed --cfg on x into y: each config's output
+    poisoned, then checked against softmax (which also checks that the config holds the row)."""
+    ref = torch.softmax(x.float(), -1)
+    out = {}
+    for text, cfg, groups in specs:
+        cfg = cfg or cv.fast_choice(y, x)[0]
+        name = ("pick " if text == "pick" else "") + cfg.label() + (
+            f" groups {groups}" if groups else "")
+        y.fill_(float("nan"))  # poisoned: the check sees only what this config wrote
+        cv.fast_launch(y, x, cfg, max_groups=groups)
+        torch.testing.assert_close(y.float(), ref, atol=2e-3, rtol=2e-2)
+        out[name] = (lambda cfg=cfg, groups=groups: cv.fast_launch(y, x, cfg, 1,
+                                                                   max_groups=groups),
+                     cfg, groups)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_race_arguments(ap, rounds=7)
     a = ap.parse_args()
     try:  # a bad --cfg or --shape fails before any GPU work
         specs = [(text, *parse_cfg(text)) for text in a.cfg]
@@ -105,23 +128,12 @@ def main() -> None:
     for dname, dtype, n in shapes:
         x = torch.randn(max(1, (1 << a.total_log2) // n), n, device="cuda", dtype=dtype)
         y = torch.empty_like(x)
-        ref = torch.softmax(x.float(), -1)
-        calls, notes = {}, []
-        for text, cfg, groups in specs:
-            cfg = cfg or cv.fast_choice(y, x)[0]
-            name = cfg.label() + (f" groups {groups}" if groups else "")
-            if text == "pick":
-                name = f"pick {name}"
-            y.fill_(float("nan"))  # poisoned: the check sees only what this config wrote
-            cv.fast_launch(y, x, cfg, max_groups=groups)  # checks the config holds the row
-            torch.testing.assert_close(y.float(), ref, atol=2e-3, rtol=2e-2)
-            calls[name] = lambda x=x, y=y, cfg=cfg, groups=groups: cv.fast_launch(
-                y, x, cfg, 1, max_groups=groups)
-            notes.append(f"  {name}: {grid_note(cfg, x, groups)}")
-        del ref
+        runs = checked_calls(specs, x, y)
+        calls = {name: call for name, (call, _, _) in runs.items()}
         print(time_case(f"softmax {dname} {x.shape[0]}x{n}", x, y, None, calls, list(calls),
                         a.rounds), flush=True)
-        print("\n".join(notes), flush=True)
+        print("\n".join(f"  {name}: {grid_note(cfg, x, groups)}"
+                        for name, (_, cfg, groups) in runs.items()), flush=True)
 
 
 if __name__ == "__main__":

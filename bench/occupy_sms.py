@@ -21,13 +21,11 @@ import time
 import torch
 
 try:  # run as a script from the repository root
-    from ab_configs import parse_cfg, parse_shape
+    from ab_configs import add_race_arguments, checked_calls, parse_cfg, parse_shape
     from ab_kernels import time_case
 except ImportError:  # pragma: no cover - imported as bench.occupy_sms
-    from bench.ab_configs import parse_cfg, parse_shape
+    from bench.ab_configs import add_race_arguments, checked_calls, parse_cfg, parse_shape
     from bench.ab_kernels import time_case
-
-from kernel_lab.ops.softmax import cuda_variants as cv
 
 # One CTA per SM (it takes all the shared memory a CTA may have), spinning on the global timer
 # for `ns` nanoseconds; CTA b writes its SM id to sm[b].
@@ -68,14 +66,9 @@ def occupy(k: int, stream: torch.cuda.Stream) -> torch.Tensor:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--shape", action="append", required=True, help="DTYPE:N (repeatable)")
-    ap.add_argument("--cfg", action="append", required=True,
-                    help="pick or KIND,THREADS,VPT,CLUSTER,SLOTS[,ahead=A][,late=1][,groups=G] "
-                         "(as bench/ab_configs.py; repeatable)")
+    add_race_arguments(ap, rounds=11)
     ap.add_argument("--occupy", type=int, action="append", required=True, metavar="K",
                     help="SMs to hold while timing (repeatable; 0: none)")
-    ap.add_argument("--rounds", type=int, default=11)
-    ap.add_argument("--total-log2", type=int, default=28)
     a = ap.parse_args()
     try:  # a bad --cfg, --shape or --occupy fails before any GPU work
         specs = [(text, *parse_cfg(text)) for text in a.cfg]
@@ -93,18 +86,7 @@ def main() -> None:
     for dname, dtype, n in shapes:
         x = torch.randn(max(1, (1 << a.total_log2) // n), n, device="cuda", dtype=dtype)
         y = torch.empty_like(x)
-        ref = torch.softmax(x.float(), -1)
-        calls = {}
-        for text, cfg, groups in specs:
-            cfg = cfg or cv.fast_choice(y, x)[0]
-            name = ("pick " if text == "pick" else "") + cfg.label() + (
-                f" groups {groups}" if groups else "")
-            y.fill_(float("nan"))  # poisoned: the check sees only what this config wrote
-            cv.fast_launch(y, x, cfg, max_groups=groups)
-            torch.testing.assert_close(y.float(), ref, atol=2e-3, rtol=2e-2)
-            calls[name] = lambda x=x, y=y, cfg=cfg, groups=groups: cv.fast_launch(
-                y, x, cfg, 1, max_groups=groups)
-        del ref
+        calls = {name: call for name, (call, _, _) in checked_calls(specs, x, y).items()}
         for k in a.occupy:
             sm = occupy(k, side) if k else None
             time.sleep(0.05)  # the occupying CTAs are resident before the first timed call
