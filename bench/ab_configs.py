@@ -19,10 +19,11 @@ import argparse
 
 import torch
 
+from kernel_lab import occupancy as persistent
 from kernel_lab.benchmarking import parse_dtype
 from kernel_lab.ops.softmax import cuda_variants as cv
-from kernel_lab.ops.softmax import fast_config as fc
-from kernel_lab.ops.softmax import persistent
+from kernel_lab.rowkernels import forward_config as fc
+from kernel_lab.rowkernels import launch as rk
 
 try:  # run as a script from the repository root
     from ab_kernels import time_case
@@ -76,7 +77,7 @@ def grid_note(cfg: fc.FastConfig, x: torch.Tensor, groups: int | None) -> str:
     smem = cfg.shared_mem()
     resident = persistent.resident_groups(src, expr, cfg.threads, cfg.cluster, smem, dev)
     if cfg.kind in ("chunks", "chunks_reg"):
-        items = m * fc.row_chunks(cfg, n, x.dtype, cv._rows_on_lines(x))
+        items = m * fc.row_chunks(cfg, n, x.dtype, rk._rows_on_lines(x))
         grid = persistent.persistent_grid(src, expr, cfg.threads, 1, smem, items, dev, groups)
         return f"{resident} resident CTAs, grid {grid}, {items} chunks: {items / grid:.2f} steps"
     if cfg.kind in PERSISTENT_KINDS:
@@ -102,14 +103,14 @@ def checked_calls(specs: list, x: torch.Tensor, y: torch.Tensor) -> dict:
     ref = torch.softmax(x.float(), -1)
     out = {}
     for text, cfg, groups in specs:
-        cfg = cfg or cv.fast_choice(y, x)[0]
+        cfg = cfg or rk.fast_choice(y, x)[0]
         name = ("pick " if text == "pick" else "") + cfg.label() + (
             f" groups {groups}" if groups else "")
         y.fill_(float("nan"))  # poisoned: the check sees only what this config wrote
-        cv.fast_launch(y, x, cfg, max_groups=groups)
+        rk.fast_launch(y, x, cfg, max_groups=groups, kernels=cv.FAST_KERNELS)
         torch.testing.assert_close(y.float(), ref, atol=2e-3, rtol=2e-2)
-        out[name] = (lambda cfg=cfg, groups=groups: cv.fast_launch(y, x, cfg, 1,
-                                                                   max_groups=groups),
+        out[name] = (lambda cfg=cfg, groups=groups: rk.fast_launch(y, x, cfg, 1,
+                                                                   max_groups=groups, kernels=cv.FAST_KERNELS),
                      cfg, groups)
     return out
 

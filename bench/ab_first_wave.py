@@ -14,9 +14,10 @@ import argparse
 
 import torch
 
+from kernel_lab import occupancy as pc
 from kernel_lab.benchmarking import parse_dtype
 from kernel_lab.ops.softmax import cuda_variants as cv
-from kernel_lab.ops.softmax import persistent as pc
+from kernel_lab.rowkernels import launch as rk
 
 try:  # run as a script from the repository root
     from ab_kernels import time_case
@@ -29,12 +30,12 @@ SHAPES = ("bfloat16:262144", "float16:262144", "bfloat16:131072", "bfloat16:1519
 
 def set_rate(rate: int, kinds: set[str]) -> None:
     """Phases at ``rate`` bytes a ns (0: none); the launch memo forgets the old spacing."""
-    cv._WAVES.clear()
+    rk._WAVES.clear()
     if rate:
         pc.FIRST_WAVE_BYTES_PER_NS = rate
-        cv.STAGGERED_KINDS = kinds
+        rk.STAGGERED_KINDS = kinds
     else:
-        cv.STAGGERED_KINDS = set()
+        rk.STAGGERED_KINDS = set()
 
 
 def main() -> None:
@@ -48,7 +49,7 @@ def main() -> None:
     if not torch.cuda.is_available():
         raise SystemExit("ab_first_wave.py: no CUDA GPU here")
     rates = [int(r) for r in a.rates.split(",")]
-    head_rate, head_kinds = pc.FIRST_WAVE_BYTES_PER_NS, set(cv.STAGGERED_KINDS)
+    head_rate, head_kinds = pc.FIRST_WAVE_BYTES_PER_NS, set(rk.STAGGERED_KINDS)
     current = [None]
 
     def at_rate(rate: int, launch):
@@ -64,8 +65,8 @@ def main() -> None:
         dtype, n = parse_dtype(dname), int(n)
         x = torch.randn(max(1, (1 << 28) // n), n, device="cuda", dtype=dtype)
         y = torch.empty_like(x)
-        cfg = cv.fast_choice(y, x)[0]
-        launch = lambda x=x, y=y, cfg=cfg: cv.fast_launch(y, x, cfg, 1)  # noqa: E731
+        cfg = rk.fast_choice(y, x)[0]
+        launch = lambda x=x, y=y, cfg=cfg: rk.fast_launch(y, x, cfg, 1, kernels=cv.FAST_KERNELS)  # noqa: E731
         calls = {f"{r or 'none'}": at_rate(r, launch) for r in rates}
         print(time_case(f"softmax {dname} {x.shape[0]}x{n} {cfg.label()}", x, y, cfg, calls,
                         list(calls), a.rounds), flush=True)

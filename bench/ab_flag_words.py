@@ -15,11 +15,12 @@ import argparse
 
 import torch
 
+from kernel_lab import flag_words as fw
 from kernel_lab.benchmarking import parse_dtype
-from kernel_lab.ops.softmax import backward_config as bc
 from kernel_lab.ops.softmax import cuda_variants as cv
-from kernel_lab.ops.softmax import fast_config as fc
-from kernel_lab.ops.softmax import flag_words as fw
+from kernel_lab.rowkernels import backward_config as bc
+from kernel_lab.rowkernels import forward_config as fc
+from kernel_lab.rowkernels import launch as rk
 
 try:  # run as a script from the repository root
     from ab_kernels import time_case
@@ -46,11 +47,11 @@ def case(spec: str):
         y, dy = torch.softmax(x.float(), -1).to(dtype), torch.randn_like(x)
         cfg = bc.backward_config(n, dtype, True)
         return (f"backward {dname} {m}x{n} {cfg.label()}",
-                lambda: cv.backward_launch(out, y, dy, cfg, True), 3 * x.numel() * x.itemsize, x)
-    cfg = cv.fast_choice(out, x)[0]
+                lambda: rk.backward_launch(out, y, dy, cfg, True, kernels=cv.BACKWARD_KERNELS), 3 * x.numel() * x.itemsize, x)
+    cfg = rk.fast_choice(out, x)[0]
     if forced == "chunks":
-        cfg = fc.chunk_config(n, dtype, cv._rows_on_lines(x))
-    return (f"softmax {dname} {m}x{n} {cfg.label()}", lambda: cv.fast_launch(out, x, cfg, 1),
+        cfg = fc.chunk_config(n, dtype, rk._rows_on_lines(x))
+    return (f"softmax {dname} {m}x{n} {cfg.label()}", lambda: rk.fast_launch(out, x, cfg, 1, kernels=cv.FAST_KERNELS),
             2 * x.numel() * x.itemsize, x)
 
 

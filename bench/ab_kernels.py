@@ -35,7 +35,8 @@ from kernel_lab import jit, registry
 from kernel_lab.benchmarking import parse_dtype
 from kernel_lab.cuda_common import CudaSource
 from kernel_lab.ops.softmax import cuda_variants as cv
-from kernel_lab.ops.softmax import fast_config as fc
+from kernel_lab.rowkernels import forward_config as fc
+from kernel_lab.rowkernels import launch as rk
 
 try:  # run as a script from the repository root
     from tune_long_rows import OPS as TUNE_OPS
@@ -105,14 +106,14 @@ def main() -> None:
         dtype, n = parse_dtype(dname), int(ns)
         x = torch.randn(max(1, (1 << a.total_log2) // n), n, device="cuda", dtype=dtype)
         y = torch.empty_like(x)
-        cfg = cv.fast_choice(y, x)[0] if a.kind is None else given_config(a, n, dtype)
+        cfg = rk.fast_choice(y, x)[0] if a.kind is None else given_config(a, n, dtype)
         expr = cfg.expr(cv.ctype(dtype), prefix)
         kernels = {}
         for name, path in a.variant:
             print(f"check {name}: {dname} {n} {cfg.label()}", flush=True)  # names a crash
-            k = cv.RowKernels(CudaSource((path / src_file).resolve(), (expr,)), prefix)
+            k = rk.RowKernels(CudaSource((path / src_file).resolve(), (expr,)), prefix)
             y.fill_(float("nan"))
-            cv.fast_launch(y, x, cfg, 1, kernels=k)
+            rk.fast_launch(y, x, cfg, 1, kernels=k)
             at = jit.function_attributes(k.src.function(expr, x.device.index))
             print(f"  {expr}: {at['num_regs']} registers, {at['local_size_bytes']} B local",
                   flush=True)
@@ -183,7 +184,7 @@ def time_case(label: str, x: torch.Tensor, y: torch.Tensor, cfg: fc.FastConfig |
         copies.append(copy)
         for name in names:
             k = kernels[name]
-            g = mb / med_ms(k if callable(k) else lambda k=k: cv.fast_launch(y, x, cfg, 1,
+            g = mb / med_ms(k if callable(k) else lambda k=k: rk.fast_launch(y, x, cfg, 1,
                                                                              kernels=k))
             gbs[name].append(g)
             pct[name].append(100 * g / copy)

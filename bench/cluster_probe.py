@@ -16,7 +16,7 @@ import argparse
 
 import torch
 
-from kernel_lab.ops.softmax import persistent as pc
+from kernel_lab import occupancy as pc
 
 
 def main() -> None:

@@ -37,7 +37,8 @@ from tune_long_rows import med_ms
 
 from kernel_lab.benchmarking import parse_dtype
 from kernel_lab.ops.softmax import cuda_variants as cv
-from kernel_lab.ops.softmax import fast_config as fc
+from kernel_lab.rowkernels import forward_config as fc
+from kernel_lab.rowkernels import launch as rk
 
 SHAPES = ("bfloat16:128256", "bfloat16:131072", "bfloat16:151936", "bfloat16:262144",
           "float16:131072", "float32:131072", "float32:65536", "bfloat16:65536",
@@ -87,7 +88,7 @@ def measure(spec: str, total_log2: int, stagger: list[set[str]], log) -> list[di
     aligned = n * big.element_size() % 16 == 0
     cfg = cfg or fc.fast_softmax_config(n, dtype, aligned, True)
     dname = str(dtype).replace("torch.", "")
-    own_kinds = cv.STAGGERED_KINDS
+    own_kinds = rk.STAGGERED_KINDS
     sets = stagger or [set(own_kinds)]
     rows = {i: [] for i in range(len(sets))}
     try:
@@ -95,8 +96,8 @@ def measure(spec: str, total_log2: int, stagger: list[set[str]], log) -> list[di
             x, y = big[:m], out[:m]
             t_copy = med_ms(lambda x=x, y=y: y.copy_(x))
             for i, kinds in enumerate(sets):  # each set in turn at this M: drift cancels
-                cv.STAGGERED_KINDS = kinds
-                t_kern = med_ms(lambda x=x, y=y: cv.fast_launch(y, x, cfg))
+                rk.STAGGERED_KINDS = kinds
+                t_kern = med_ms(lambda x=x, y=y: rk.fast_launch(y, x, cfg, kernels=cv.FAST_KERNELS))
                 ref = torch.softmax(x[-1:].double(), -1)
                 err = (y[-1:].double() - ref).abs().max().item()
                 r = {"dtype": dname, "N": n, "M": m, "cfg": cfg.label(),
@@ -105,7 +106,7 @@ def measure(spec: str, total_log2: int, stagger: list[set[str]], log) -> list[di
                 log.write(json.dumps(r) + "\n")
                 rows[i].append(r)
     finally:
-        cv.STAGGERED_KINDS = own_kinds  # the launcher's own set again
+        rk.STAGGERED_KINDS = own_kinds  # the launcher's own set again
     fits = []
     for rs in rows.values():
         a_k, b_k = fit(counts, [r["kern_ms"] for r in rs])

@@ -7,7 +7,7 @@ bench/ab_kernels.py reads for the same kernel and shape (sweep18 fp32 2048: 94 %
 nineteenth run's A/B: 97.5 %), while triton_fused read the same in both. Per shape, in one
 process and the same rounds (CUDA events, tune_long_rows.med_ms), M*N = 2^28:
 
-  bare      cv.fast_launch into one preallocated output, the kernel built alone (ab_kernels)
+  bare      rk.fast_launch into one preallocated output, the kernel built alone (ab_kernels)
   module    the same, from the process-wide module (every instantiation, as fast_softmax)
   call      fast_softmax(x): the variant as the registry calls it (a new output each call)
   harness   the benchmark's own timer (benchmarking.calibrate / time_rounds) around ``call``
@@ -33,6 +33,7 @@ from kernel_lab import benchmarking as bm
 from kernel_lab import registry
 from kernel_lab.cuda_common import CudaSource
 from kernel_lab.ops.softmax import cuda_variants as cv
+from kernel_lab.rowkernels import launch as rk
 
 try:  # run as a script from the repository root
     from ab_kernels import variant
@@ -53,7 +54,7 @@ def new_output_call(x: torch.Tensor, cfg, phase: int,
     """fast_softmax's own call (a new output each time) with ``kernels`` built elsewhere."""
     def call() -> torch.Tensor:
         out = torch.empty_like(x)
-        cv.fast_launch(out, x, cfg, phase, kernels=kernels)
+        rk.fast_launch(out, x, cfg, phase, kernels=kernels)
         return out
     return call
 
@@ -72,18 +73,18 @@ def race(spec: str, rounds: int, variants: list[tuple[str, Path]],
     else:
         x = torch.randn(*shape, device="cuda", dtype=dtype)
     y = torch.empty_like(x)
-    cfg, phase = cv.fast_choice(y, x)
+    cfg, phase = rk.fast_choice(y, x)
     expr = (cfg.expr(cv.ctype(dtype)),)
-    alone = cv.RowKernels(CudaSource(cv.FAST.path, expr), "fast_softmax")
+    alone = rk.RowKernels(CudaSource(cv.FAST.path, expr), "fast_softmax")
     ways = {
-        "bare": lambda: cv.fast_launch(y, x, cfg, phase, kernels=alone),
-        "module": lambda: cv.fast_launch(y, x, cfg, phase),
+        "bare": lambda: rk.fast_launch(y, x, cfg, phase, kernels=alone),
+        "module": lambda: rk.fast_launch(y, x, cfg, phase, kernels=cv.FAST_KERNELS),
         "call": lambda: fast(x),
         "triton": lambda: triton(x),
     }
     for name, path in variants:
         ways[name] = new_output_call(
-            x, cfg, phase, cv.RowKernels(CudaSource(path.resolve(), expr), "fast_softmax"))
+            x, cfg, phase, rk.RowKernels(CudaSource(path.resolve(), expr), "fast_softmax"))
     for name, fn in ways.items():
         y.fill_(float("nan"))
         out = fn()

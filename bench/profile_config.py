@@ -24,9 +24,10 @@ import argparse
 import torch
 
 from kernel_lab.benchmarking import parse_dtype
-from kernel_lab.ops.softmax import backward_config as bc
 from kernel_lab.ops.softmax import cuda_variants as cv
-from kernel_lab.ops.softmax import fast_config as fc
+from kernel_lab.rowkernels import backward_config as bc
+from kernel_lab.rowkernels import forward_config as fc
+from kernel_lab.rowkernels import launch as rk
 
 
 def main() -> None:
@@ -62,10 +63,11 @@ def main() -> None:
             cfg = bc.backward_config(a.n, dtype, aligned, phase=True)
         else:
             cfg = bc.BackwardConfig(a.kind, a.threads, a.vpt, a.cluster, a.stages)
-        launch, tensors = (lambda: cv.backward_launch(dx, y, dy, cfg, aligned)), 3
+        launch, tensors = (lambda: rk.backward_launch(dx, y, dy, cfg, aligned,
+            kernels=cv.BACKWARD_KERNELS)), 3
     else:
         if a.kind is None:
-            cfg, _ = cv.fast_choice(y, x)
+            cfg, _ = rk.fast_choice(y, x)
         elif a.kind in fc.SLOTS_KINDS and a.slots < 0:  # as few slots as hold the row
             cfg = fc.block_slots_config(fc.line_windows(a.n, dtype), a.threads, a.vpt,
                                         a.cluster, kind=a.kind)
@@ -73,7 +75,7 @@ def main() -> None:
             cfg = fc.FastConfig(a.kind, threads=a.threads, vpt=a.vpt, cluster=a.cluster,
                                 late=a.late, stages=a.stages, lag=a.lag, ahead=a.ahead,
                                 slots=max(a.slots, 0))
-        launch, tensors = (lambda: cv.fast_launch(y, x, cfg, 1)), 2
+        launch, tensors = (lambda: rk.fast_launch(y, x, cfg, 1, kernels=cv.FAST_KERNELS)), 2
     times = []
     for _ in range(a.launches):
         e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

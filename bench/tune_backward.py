@@ -24,9 +24,9 @@ import re
 
 import torch
 
-from kernel_lab.ops.softmax import backward_config as bc
-from kernel_lab.ops.softmax import cuda_variants as cv
-from kernel_lab.ops.softmax import fast_config as fc
+from kernel_lab.rowkernels import backward_config as bc
+from kernel_lab.rowkernels import forward_config as fc
+from kernel_lab.rowkernels import launch as rk
 
 try:  # run as a script from the repository root
     from tune_long_rows import med_ms
@@ -104,7 +104,7 @@ def measure(n: int, dtype: torch.dtype, total_log2: int, extra_threads: tuple[in
     rows = []
     for label, cfg, g in runs:
         try:
-            ms = med_ms(lambda cfg=cfg, g=g: cv.backward_launch(dx, y, dy, cfg, aligned,
+            ms = med_ms(lambda cfg=cfg, g=g: rk.backward_launch(dx, y, dy, cfg, aligned,
                                                                max_groups=g, kernels=kernels))
         except Exception as ex:  # noqa: BLE001 - record and keep going
             rows.append((label, str(ex)[:80]))

@@ -29,10 +29,11 @@ import torch
 
 import kernel_lab
 from kernel_lab import jit
+from kernel_lab import occupancy as pc
 from kernel_lab.ops.log_softmax import cuda_variants as lcv
 from kernel_lab.ops.softmax import cuda_variants as cv
-from kernel_lab.ops.softmax import fast_config as fc
-from kernel_lab.ops.softmax import persistent as pc
+from kernel_lab.rowkernels import forward_config as fc
+from kernel_lab.rowkernels import launch as rk
 
 NS = (1024, 2048, 4096, 8192, 16384, 32000, 32768, 50257, 65536, 128256, 131072, 151936,
       262144, 524288, 1048576)
@@ -209,7 +210,8 @@ def measure(n: int, dtype: torch.dtype, args, resident: dict) -> tuple[dict, lis
     ops = [(op, OPS[op]) for op in args.ops.split(",")]
     for (label, c, g), (op, (kernels, log)) in [(r, o) for r in runs for o in ops]:
         try:
-            t = med_ms(lambda c=c, g=g, k=kernels: cv.fast_launch(y, x, c, 1, k, max_groups=g))
+            t = med_ms(lambda c=c, g=g, k=kernels: rk.fast_launch(y, x, c, 1, k, max_groups=g,
+                kernels=cv.FAST_KERNELS))
             ok = sane(y, x, log)
         except Exception as ex:  # noqa: BLE001
             print(f"ERR {dname} {n} {op} {label}: {ex}", flush=True)

@@ -18,7 +18,8 @@ import torch
 
 import kernel_lab
 from kernel_lab.ops.softmax import cuda_variants as cv
-from kernel_lab.ops.softmax import fast_config as fc
+from kernel_lab.rowkernels import forward_config as fc
+from kernel_lab.rowkernels import launch as rk
 
 try:  # run as a script from the repository root
     from tune_long_rows import med_ms, sane
@@ -57,7 +58,7 @@ def measure(n: int, dtype: torch.dtype, total_log2: int) -> tuple[float, list[tu
     for label, c in candidates(n, dtype).items():
         label += " *" if c == default else ""
         try:
-            ms = med_ms(lambda c=c: cv.fast_launch(y, x, c, 1))
+            ms = med_ms(lambda c=c: rk.fast_launch(y, x, c, 1, kernels=cv.FAST_KERNELS))
             rows.append((label, round(100 * mb / ms / copy, 1), sane(y, x, False)))
         except Exception as ex:  # noqa: BLE001 - record and keep going
             print(f"ERR {dtype} {n} {label}: {ex}", flush=True)

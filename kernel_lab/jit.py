@@ -44,7 +44,7 @@ RELOAD_CHECK_S = float(os.environ.get("KERNEL_LAB_RELOAD_CHECK_MS", "1")) / 1000
 
 def cuda_src_dir() -> Path:
     """The lab's own kernel folder (a checkout's ``cuda_src/`` or the installed package's)."""
-    import cuda_src
+    from . import cuda_src
 
     return Path(next(iter(cuda_src.__path__))).resolve()
 

@@ -15,12 +15,13 @@ import torch
 from conftest import HAS_CUDA
 
 import kernel_lab
+from kernel_lab import occupancy as pc
 from kernel_lab.cuda_common import ALL_DTYPES, ctype, vec_width
 from kernel_lab.ops.log_softmax import cuda_variants as lcv
-from kernel_lab.ops.softmax import backward_config as bc
 from kernel_lab.ops.softmax import cuda_variants as cv
-from kernel_lab.ops.softmax import fast_config as fc
-from kernel_lab.ops.softmax import persistent as pc
+from kernel_lab.rowkernels import backward_config as bc
+from kernel_lab.rowkernels import forward_config as fc
+from kernel_lab.rowkernels import launch as rk
 
 NS = (1, 127, 4096, 16384, 16385, 20000, 32000, 50257, 65536, 151936, 262144, 524288, 1048576)
 # Both ops on the persistent kernel: (op, variant, kernels for backward_launch, y from logits).
@@ -198,7 +199,7 @@ def test_every_persistent_backward_kernel_loops_over_rows(op_name, dtype, vpt, c
                 continue  # two stages of y and dy do not fit one SM's shared memory
             dx = torch.full_like(y, float("nan"))
             cfg = bc.BackwardConfig("persist", threads, vpt, cl, stages)
-            cv.backward_launch(dx, y, dy, cfg, True, max_groups=groups, kernels=kernels)
+            rk.backward_launch(dx, y, dy, cfg, True, max_groups=groups, kernels=kernels)
             res = op.check(dx, y, dy)
             assert res.ok, f"{op_name} {dtype} {cfg.label()} groups={groups}: {res.message}"
 
@@ -209,7 +210,7 @@ def test_backward_config_names_its_fields_and_rejects_bad_stages():
     assert tuple(cfg) == (cfg.kind, cfg.threads, cfg.vpt, cfg.cluster, cfg.stages)
     y = torch.zeros(2, 64)
     with pytest.raises(ValueError, match="stages"):
-        cv.backward_launch(y, y, y, ("persist", 64, 4, 8, 3), True)
+        rk.backward_launch(y, y, y, ("persist", 64, 4, 8, 3), True, kernels=cv.BACKWARD_KERNELS)
 
 
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
@@ -232,7 +233,7 @@ def test_odd_rows_run_persistent_and_exact(op_name, dtype, n):
     assert op.check(dx, y, dy).ok
     for groups in (2, 5):
         dx = torch.full_like(y, float("nan"))
-        cv.backward_launch(dx, y, dy, cfg, False, max_groups=groups, kernels=kernels)
+        rk.backward_launch(dx, y, dy, cfg, False, max_groups=groups, kernels=kernels)
         res = op.check(dx, y, dy)
         assert res.ok, f"{variant} {dtype} n={n} {cfg.label()} groups={groups}: {res.message}"
     ybuf = torch.empty(m * n + 1, device="cuda", dtype=dtype)
@@ -243,7 +244,7 @@ def test_odd_rows_run_persistent_and_exact(op_name, dtype, n):
     dx = kernel_lab.run(variant, ys, dys)  # dx's phase differs: not persistent
     assert op.check(dx, ys, dys).ok
     with pytest.raises(ValueError, match="phase"):
-        cv.backward_launch(torch.empty_like(y), ys, dys, cfg, False, kernels=kernels)
+        rk.backward_launch(torch.empty_like(y), ys, dys, cfg, False, kernels=kernels)
 
 
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
@@ -265,10 +266,10 @@ def test_line_heads_and_vector_heads_agree(op_name, dtype, n):
         y, dy = ybuf[w:].view(m, n), dybuf[dy_off:].view(m, n)
         y.copy_(make_y(torch.randn(m, n, device="cuda", generator=gen)))
         dy.copy_(torch.randn(m, n, device="cuda", generator=gen))
-        assert cv._same_line_phase(y, dy) == (dy_off == w)
+        assert rk._same_line_phase(y, dy) == (dy_off == w)
         for groups in (3, None):
             dx = torch.full((m, n), float("nan"), device="cuda", dtype=dtype)
-            cv.backward_launch(dx, y, dy, cfg, False, max_groups=groups, kernels=kernels)
+            rk.backward_launch(dx, y, dy, cfg, False, max_groups=groups, kernels=kernels)
             res = op.check(dx, y, dy)
             assert res.ok, f"{dtype} n={n} dy +{dy_off} {cfg.label()} groups={groups}: " \
                            f"{res.message}"
@@ -282,11 +283,11 @@ def test_same_line_phase():
     def rows(elem, stride=96):  # 4 fp32 rows of 96 elements from buf[line0 + elem]
         return buf.as_strided((4, 96), (stride, 1), line0 + elem)
 
-    assert cv._same_line_phase(rows(0), rows(1024))
-    assert cv._same_line_phase(rows(4), rows(1028))  # both 16 bytes into a line
-    assert not cv._same_line_phase(rows(4), rows(1032))
-    assert not cv._same_line_phase(rows(0, 100), rows(1024))  # strides differ by 16 bytes
-    assert cv._same_line_phase(rows(0, 100)[:1], rows(1024)[:1])  # one row: bases only
+    assert rk._same_line_phase(rows(0), rows(1024))
+    assert rk._same_line_phase(rows(4), rows(1028))  # both 16 bytes into a line
+    assert not rk._same_line_phase(rows(4), rows(1032))
+    assert not rk._same_line_phase(rows(0, 100), rows(1024))  # strides differ by 16 bytes
+    assert rk._same_line_phase(rows(0, 100)[:1], rows(1024)[:1])  # one row: bases only
 
 
 def test_persistent_backward_shape_check():
@@ -298,14 +299,14 @@ def test_persistent_backward_shape_check():
         cfg = bc.BackwardConfig("persist", 64, 4, 2)
         n = 64 * 4 * 2 * w  # exactly the shape's windows
         y = torch.zeros(3, n, dtype=dtype)
-        cv.check_backward_persist(y, y, y, cfg)
+        rk.check_backward_persist(y, y, y, cfg)
         odd = torch.zeros(3, n - 1, dtype=dtype)  # rows 1, 2 start mid-slot: one more window
         with pytest.raises(ValueError, match="spans"):
-            cv.check_backward_persist(odd, odd, odd, bc.BackwardConfig("persist", 64, 4, 2))
-        cv.check_backward_persist(odd, odd, odd, bc.BackwardConfig("persist", 96, 4, 2))
+            rk.check_backward_persist(odd, odd, odd, bc.BackwardConfig("persist", 64, 4, 2))
+        rk.check_backward_persist(odd, odd, odd, bc.BackwardConfig("persist", 96, 4, 2))
         buf = torch.zeros(3 * n + 1, dtype=dtype)
         with pytest.raises(ValueError, match="phase"):
-            cv.check_backward_persist(y, buf[1:].view(3, n), y, cfg)
+            rk.check_backward_persist(y, buf[1:].view(3, n), y, cfg)
 
 
 @pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
@@ -405,14 +406,14 @@ def test_chunk_backward_forced_shapes(op_name, dtype):
     ]
     for n, y_off, dy_off in cases:
         y, dy = _chunk_inputs(make_y, 13, n, dtype, gen, y_off, dy_off)
-        chunks = cv.backward_row_chunks(bc.BackwardConfig("chunks", 64, 4), n, y,
-                                        cv._same_line_phase(y, dy))
+        chunks = rk.backward_row_chunks(bc.BackwardConfig("chunks", 64, 4), n, y,
+                                        rk._same_line_phase(y, dy))
         assert chunks >= 6
         for ahead, groups in ((1, chunks - 1), (2, chunks - 1), (3, chunks + 1), (4, None),
                               (1, None)):
             cfg = bc.BackwardConfig("chunks", 64, 4, 1, ahead)
             dx = torch.full(y.shape, float("nan"), device="cuda", dtype=dtype)
-            cv.backward_launch(dx, y, dy, cfg, y_off == 0 and n % w == 0, max_groups=groups,
+            rk.backward_launch(dx, y, dy, cfg, y_off == 0 and n % w == 0, max_groups=groups,
                                kernels=kernels)
             res = op.check(dx, y, dy)
             assert res.ok, f"{op_name} {dtype} n={n} +{y_off}/+{dy_off} {cfg.label()} " \
@@ -460,15 +461,15 @@ def test_chunk_backward_too_few_ctas(op_name):
     cfg = bc.BackwardConfig("chunks", 64, 4, 1, 2)
     dx = torch.full_like(y, float("nan"))
     with pytest.raises(ValueError, match="wait on itself"):
-        cv.backward_launch(dx, y, dy, cfg, True, max_groups=6, kernels=kernels)
-    cv.backward_launch(dx, y, dy, cfg, True, max_groups=6, phase=True, kernels=kernels)
+        rk.backward_launch(dx, y, dy, cfg, True, max_groups=6, kernels=kernels)
+    rk.backward_launch(dx, y, dy, cfg, True, max_groups=6, phase=True, kernels=kernels)
     res = op.check(dx, y, dy)
     assert res.ok, res.message
-    cv.backward_launch(dx, y, dy, cfg, True, max_groups=7, kernels=kernels)  # 8 <= 7 + 1
+    rk.backward_launch(dx, y, dy, cfg, True, max_groups=7, kernels=kernels)  # 8 <= 7 + 1
     assert op.check(dx, y, dy).ok
     buf = torch.empty(y.numel() + 1, device="cuda")
     with pytest.raises(ValueError, match="phase"):
-        cv.backward_launch(dx, buf[1:].view(y.shape), dy, cfg, False, kernels=kernels)
+        rk.backward_launch(dx, buf[1:].view(y.shape), dy, cfg, False, kernels=kernels)
 
 
 def test_backward_row_chunks_cover_every_row():
@@ -485,7 +486,7 @@ def test_backward_row_chunks_cover_every_row():
                 lead = (-buf.data_ptr() % 128) // es  # first element on a 128-byte line
                 y = buf[lead + off:lead + off + 5 * n].view(5, n)
                 for line in (True, False):
-                    chunks = cv.backward_row_chunks(cfg, n, y, line)
+                    chunks = rk.backward_row_chunks(cfg, n, y, line)
                     unit = 128 if line else 16
                     most = max((r.data_ptr() % unit // es + n + w - 1) // w for r in y)
                     assert most <= chunks * span, (dtype, n, off, line, chunks)

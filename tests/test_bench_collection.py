@@ -428,15 +428,15 @@ def test_launcher_ab_scripts_set_what_they_race_and_need_a_gpu():
     with the launch memo cleared), and without a GPU each says so in one line."""
     code = (
         "import ab_flag_words as a, ab_first_wave as b\n"
-        "from kernel_lab.ops.softmax import flag_words as fw, cuda_variants as cv, "
+        "from kernel_lab import flag_words as fw, cuda_variants as cv, "
         "persistent as pc\n"
         "seen = []\n"
         "a.reusing(False, lambda: seen.append(fw.REUSE))(); "
         "a.reusing(True, lambda: seen.append(fw.REUSE))()\n"
         "print(seen)\n"
-        "cv._WAVES['k'] = 1; b.set_rate(2150, {'block'})\n"
-        "print(pc.FIRST_WAVE_BYTES_PER_NS, sorted(cv.STAGGERED_KINDS), len(cv._WAVES))\n"
-        "b.set_rate(0, {'block'}); print(sorted(cv.STAGGERED_KINDS))\n")
+        "rk._WAVES['k'] = 1; b.set_rate(2150, {'block'})\n"
+        "print(pc.FIRST_WAVE_BYTES_PER_NS, sorted(rk.STAGGERED_KINDS), len(rk._WAVES))\n"
+        "b.set_rate(0, {'block'}); print(sorted(rk.STAGGERED_KINDS))\n")
     assert _bench_script(code) == ["[False, True]", "2150 ['block'] 0", "[]"]
     if not torch.cuda.is_available():
         for script in ("ab_flag_words.py", "ab_first_wave.py"):
@@ -561,7 +561,7 @@ def test_tune_backward_times_the_shape_the_op_launches():
     (50257 fp32: not 16-byte aligned, one phase) are sized with room for a line head (up to 7
     windows before the row: 12572), as the op sizes them, not as aligned rows (which once
     labelled a shape the op never ran)."""
-    code = ("import torch, tune_backward as t; from kernel_lab.ops.softmax import backward_config "
+    code = ("import torch, tune_backward as t; from kernel_lab.rowkernels import backward_config "
             "as bc; c = t.candidates(50257, torch.float32, (), aligned=False); "
             "d = [k for k in c if k.startswith('default')]; "
             "print(d[0], bc.backward_config(50257, torch.float32, False, True).label()); "
@@ -576,7 +576,7 @@ def test_tune_backward_times_chunks_and_the_stream_on_long_rows():
     shape is the default, each chunk CTA size comes fitted to the row (no emptier last chunk
     than one CTA size smaller would leave) with 1-4 chunks in flight where shared memory holds
     them, and the two-pass stream is timed beside them."""
-    code = ("import torch, tune_backward as t; from kernel_lab.ops.softmax import fast_config "
+    code = ("import torch, tune_backward as t; from kernel_lab.rowkernels import forward_config "
             "as fc; c = t.candidates(1 << 20, torch.float32); nw = 1 << 18; "
             "ch = [v for v in c.values() if v.kind == 'chunks']; "
             "print(next(k for k in c if k.startswith('default'))); "

@@ -329,8 +329,8 @@ def test_benchmark_records_name_the_kernels_a_call_launched():
     expression and launch shape of what one call ran - here fast_softmax's config for the
     shape, and the fused backward's."""
     from kernel_lab import benchmarking as bm
-    from kernel_lab.ops.softmax import backward_config as bc
-    from kernel_lab.ops.softmax import fast_config as fc
+    from kernel_lab.rowkernels import backward_config as bc
+    from kernel_lab.rowkernels import forward_config as fc
 
     work = bm.make_workload(bm.Case("softmax", torch.float32, (64, 65536)), "cuda")
     attrs = bm.kernel_attributes(kernel_lab.get("fast_softmax"), work)

@@ -16,14 +16,15 @@ import pytest
 import torch
 from conftest import HAS_CUDA
 
+from kernel_lab import occupancy as pc
 from kernel_lab.cuda_common import ALL_DTYPES, vec_width
 from kernel_lab.ops.log_softmax import cuda_variants as lcv
 from kernel_lab.ops.log_softmax import op as log_op
-from kernel_lab.ops.softmax import backward_config as bc
 from kernel_lab.ops.softmax import cuda_variants as cv
-from kernel_lab.ops.softmax import fast_config as fc
-from kernel_lab.ops.softmax import persistent as pc
 from kernel_lab.reference import check
+from kernel_lab.rowkernels import backward_config as bc
+from kernel_lab.rowkernels import forward_config as fc
+from kernel_lab.rowkernels import launch as rk
 
 NS = sorted({1, 3, 7, 31, 127, 128, 129, 512, 781, 1023, 1024, 1823, 2048, 4096, 4097, 8192,
              16384, 16385, 24001, 32000, 32768, 50257, 65536, 90000, 128256, 131072, 151936, 262144,
@@ -321,7 +322,7 @@ def _loops_over_rows_exactly(cfg: fc.FastConfig, dtype: torch.dtype) -> None:
             ref = ref_fn(x)
             for groups in (3, None):  # 3 groups: each loops over ~8 rows
                 out = torch.full_like(x, float("nan"))
-                cv.fast_launch(out, x, cfg, kernels=kernels, max_groups=groups)
+                rk.fast_launch(out, x, cfg, kernels=kernels, max_groups=groups)
                 res = check(out, ref, dtype, tol)
                 assert res.ok, f"{kernels.prefix} {cfg} n={n} groups={groups}: {res.message}"
 
@@ -358,7 +359,7 @@ def test_block_kernels_hold_rows_that_fill_them(dtype, vpt, threads):
         x = _edge_rows(x)
         for kernels, ref_fn, tol in BOTH_OPS:
             out = torch.full_like(x, float("nan"))
-            cv.fast_launch(out, x, cfg, kernels=kernels)
+            rk.fast_launch(out, x, cfg, kernels=kernels)
             res = check(out, ref_fn(x), dtype, tol)
             assert res.ok, f"{kernels.prefix} {cfg.label()} n={n}: {res.message}"
 
@@ -384,7 +385,7 @@ def _slots_rows_match(cfg: fc.FastConfig, dtype: torch.dtype, seed: int, m: int,
                 ref = ref_fn(x)
                 for g in groups:
                     out = torch.full((m, n), float("nan"), device="cuda", dtype=dtype)
-                    cv.fast_launch(out, x, cfg, kernels=kernels, max_groups=g)
+                    rk.fast_launch(out, x, cfg, kernels=kernels, max_groups=g)
                     res = check(out, ref, dtype, tol)
                     assert res.ok, (f"{kernels.prefix} {cfg.label()} n={n} wide={wide} "
                                     f"groups={g}: {res.message}")
@@ -451,7 +452,7 @@ def test_first_wave_phases_change_no_result(monkeypatch, dtype, cfg):
         for kinds in ({cfg.kind}, set()):
             monkeypatch.setattr(cv, "STAGGERED_KINDS", kinds)
             out = torch.full_like(xs, float("nan"))
-            cv.fast_launch(out, xs, cfg, kernels=kernels)
+            rk.fast_launch(out, xs, cfg, kernels=kernels)
             outs.append(out)
         res = check(outs[0], ref_fn(xs), dtype, tol)
         assert res.ok, f"{kernels.prefix} {cfg.label()} m={m}: {res.message}"
@@ -485,7 +486,7 @@ def test_block_slots_launch_opts_in_to_its_shared_memory(monkeypatch, threads, s
     cfg = fc.FastConfig("block_slots", threads=threads, vpt=8, slots=slots, cluster=cl)
     n = cfg.capacity() * 8 - 128  # bf16, inside the shape
     x = torch.zeros(2, n, dtype=torch.bfloat16)
-    cv.fast_launch(torch.empty_like(x), x, cfg, 1, cv.RowKernels(Src(), "fast_softmax"))
+    rk.fast_launch(torch.empty_like(x), x, cfg, 1, rk.RowKernels(Src(), "fast_softmax"))
     assert calls[0] == ("opt", threads * slots * 16)
     assert calls[1][0] == "launch" and calls[1][1]["shared_mem"] == threads * slots * 16
     assert calls[1][1]["args"][-3:] == (slots, 2, 1234)  # slots, then the first wave's phases
@@ -497,7 +498,7 @@ def test_block_slots_first_wave_in_phases(monkeypatch):
     STAGGER_MIN_ROW_BYTES launch every row at once (0, 0). CPU: the occupancy answer and the
     launch are stubs."""
     from kernel_lab import cuda_common
-    from kernel_lab.ops.softmax import persistent
+    from kernel_lab import occupancy as persistent
 
     monkeypatch.setattr(persistent, "resident_groups", lambda *a: 132)
     row = 131072 * 2
@@ -525,22 +526,22 @@ def test_block_slots_first_wave_in_phases(monkeypatch):
     src = Src()
     cfg = fc.FastConfig("block_slots", threads=512, vpt=8, slots=8, cluster=2)
     x = torch.zeros(5, 131072, dtype=torch.bfloat16)
-    cv.fast_launch(torch.empty_like(x), x, cfg, 1, cv.RowKernels(src, "fast_softmax"))
+    rk.fast_launch(torch.empty_like(x), x, cfg, 1, rk.RowKernels(src, "fast_softmax"))
     assert launches[-1][-2:] == (5, 131072 * 2)  # the launch's rows and one row's bytes
-    cv.fast_launch(torch.empty_like(x), x, cfg, 1, cv.RowKernels(src, "fast_softmax"))
+    rk.fast_launch(torch.empty_like(x), x, cfg, 1, rk.RowKernels(src, "fast_softmax"))
     assert launches[-1][-2:] == (5, 131072 * 2) and asked == [5]  # memoized per launch shape
     src.loaded = "v2"  # reloaded: asked again (its registers, so its residency, may differ)
-    cv.fast_launch(torch.empty_like(x), x, cfg, 1, cv.RowKernels(src, "fast_softmax"))
+    rk.fast_launch(torch.empty_like(x), x, cfg, 1, rk.RowKernels(src, "fast_softmax"))
     assert asked == [5, 5]
     monkeypatch.setattr(cv, "STAGGERED_KINDS", set())
-    cv.fast_launch(torch.empty_like(x), x, cfg, 1, cv.RowKernels(src, "fast_softmax"))
+    rk.fast_launch(torch.empty_like(x), x, cfg, 1, rk.RowKernels(src, "fast_softmax"))
     assert launches[-1][-2:] == (0, 0)
     monkeypatch.setattr(cv, "STAGGERED_KINDS", {"block"})  # kernel 2: rows of >= 8 KB only
     for n, wave in ((4096, (5, 8192)), (4095, (0, 0)), (1024, (0, 0))):
         x = torch.zeros(5, n, dtype=torch.float16 if n == 4095 else torch.bfloat16)
         x = x.float() if n == 1024 else x
         cfg = fc.FastConfig("block", threads=128, vpt=4)
-        cv.fast_launch(torch.empty_like(x), x, cfg, 1, cv.RowKernels(src, "fast_softmax"))
+        rk.fast_launch(torch.empty_like(x), x, cfg, 1, rk.RowKernels(src, "fast_softmax"))
         assert launches[-1][-2:] == wave, n
 
 
@@ -589,7 +590,7 @@ def test_persist_slots_sizes_and_refusals(dtype):
                                 kind="persist_slots")
     x = torch.zeros(3 * 4000 + 1, dtype=dtype)[1:].view(3, 4000)  # off the output's phase
     with pytest.raises(ValueError, match="same 16-byte phase"):
-        cv.fast_launch(torch.empty(3, 4000, dtype=dtype), x, cfg)
+        rk.fast_launch(torch.empty(3, 4000, dtype=dtype), x, cfg, kernels=cv.FAST_KERNELS)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
@@ -617,11 +618,11 @@ def test_block_slots_sizes_and_refusals(dtype):
     buf = torch.zeros(3 * 4000 + 1, dtype=dtype)
     x = buf[1:].view(3, 4000)  # one element off the output's phase
     with pytest.raises(ValueError, match="same 16-byte phase"):
-        cv.fast_launch(torch.empty(3, 4000, dtype=dtype), x, cfg)
+        rk.fast_launch(torch.empty(3, 4000, dtype=dtype), x, cfg, kernels=cv.FAST_KERNELS)
     x = torch.zeros(2, 1024 * 20 * w, dtype=dtype)
     with pytest.raises(ValueError, match="more than a CTA may take"):  # refused where it is made
         big = fc.FastConfig("block_slots", threads=1024, vpt=8, slots=15)  # 240 KB of slots
-        cv.fast_launch(torch.empty_like(x), x, big)
+        rk.fast_launch(torch.empty_like(x), x, big, kernels=cv.FAST_KERNELS)
 
 
 def _pipe_cases():
@@ -658,7 +659,7 @@ def test_small_cta_does_not_shrink_a_large_ctas_shared_memory(dtype):
         line = fc.LINE_BYTES // dtype.itemsize  # odd rows start mid-line: 7 windows of slack
         x = torch.randn(5, cfg.capacity() * vec_width(dtype) - line - 3, device="cuda").to(dtype)
         out = torch.full_like(x, float("nan"))
-        cv.fast_launch(out, x, cfg)
+        rk.fast_launch(out, x, cfg, kernels=cv.FAST_KERNELS)
         res = check(out, torch.softmax(x.double(), -1), dtype)
         assert res.ok, f"{cfg} n={x.shape[1]}: {res.message}"
 
@@ -673,7 +674,7 @@ def test_a_config_too_small_for_the_row_is_refused(dtype):
     for n in (cfg.capacity() * w + 1, cfg.capacity() * w - 1):
         x = torch.zeros(3, n, dtype=dtype)
         with pytest.raises(ValueError, match="spans"):
-            cv.fast_launch(torch.empty_like(x), x, cfg)
+            rk.fast_launch(torch.empty_like(x), x, cfg, kernels=cv.FAST_KERNELS)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
@@ -690,12 +691,12 @@ def test_persistent_shapes_budget_a_line_head(dtype):
     off = -buf.data_ptr() % fc.LINE_BYTES // buf.element_size()
     for shift, ok in ((0, True), (w, False)):
         x = buf[off + shift:off + shift + 2 * n].view(2, n)
-        assert cv._rows_on_lines(x) == ok
+        assert rk._rows_on_lines(x) == ok
         if ok:
             assert fc.config_windows(cfg, n, dtype, True, True) == cfg.capacity()
         else:
             with pytest.raises(ValueError, match="spans"):
-                cv.fast_launch(torch.empty_like(x), x, cfg)
+                rk.fast_launch(torch.empty_like(x), x, cfg, kernels=cv.FAST_KERNELS)
     off_line = fc.fast_softmax_config(n, dtype, True, True, line=False)
     assert off_line.capacity() >= n // w + 7
     assert off_line.kind in ("persist", "block_slots", "chunks_reg")  # line heads
@@ -754,7 +755,7 @@ def test_wide_kernel_any_row(dtype, cl, threads, keep):
             for kernels, ref_fn, tol in BOTH_OPS:
                 for groups in (None, 2):
                     out = torch.full(x.shape, float("nan"), device="cuda", dtype=dtype)
-                    cv.fast_launch(out, x, cfg, kernels=kernels, max_groups=groups)
+                    rk.fast_launch(out, x, cfg, kernels=kernels, max_groups=groups)
                     res = check(out, ref_fn(x), dtype, tol)
                     assert res.ok, (f"{kernels.prefix} {cfg.label()} n={n} {x.stride()} "
                                     f"groups={groups}: {res.message}")
@@ -800,7 +801,7 @@ def test_chunk_kernel_any_row(kind, dtype, vpt, threads, lag, ahead):
                 ref = ref_fn(x)
                 for groups in (least, None):
                     out = torch.full(x.shape, float("nan"), device="cuda", dtype=dtype)
-                    cv.fast_launch(out, x, cfg, kernels=kernels, max_groups=groups)
+                    rk.fast_launch(out, x, cfg, kernels=kernels, max_groups=groups)
                     res = check(out, ref, dtype, tol)
                     assert res.ok, (f"{kernels.prefix} {cfg.label()} n={n} {x.stride()} "
                                     f"groups={groups}: {res.message}")
@@ -819,21 +820,24 @@ def test_chunk_launch_checks_the_grid(monkeypatch):
     cfg = fc.FastConfig("chunks", threads=64, vpt=2, lag=2, ahead=1)
     assert cfg.shared_mem() == 4 * 64 * 2 * 16 and cfg.label() == "chunks 64x2 lag 2 ahead 1"
     x = torch.randn(3, 64 * 2 * 4 * 6)  # 6 chunks (rows on lines: CPU tensors are 64-byte
-    cv.fast_launch(torch.empty_like(x), x, cfg)  # aligned, so budget a head): 7 <= 2 * 5 + 1
+    # aligned, so budget a head): 7 <= 2 * 5 + 1
+    rk.fast_launch(torch.empty_like(x), x, cfg, kernels=cv.FAST_KERNELS)
     expr, grid, block, extra, smem = launched[-1]
-    chunks = fc.row_chunks(cfg, x.shape[1], x.dtype, line=cv._rows_on_lines(x))
+    chunks = fc.row_chunks(cfg, x.shape[1], x.dtype, line=rk._rows_on_lines(x))
     assert expr == "fast_softmax_chunks<float, 2>" and (grid, block, smem) == (5, 64, 8192)
     assert [int(e) for e in extra[:2]] == [1, chunks] and [int(e) for e in extra[-2:]] == [2, 1]
     assert isinstance(extra[3], np.uint32) and extra[3] >= 1  # the epoch, after the words
     with pytest.raises(ValueError, match="wait on itself"):
-        cv.fast_launch(torch.empty(3, 65536), torch.randn(3, 65536), cfg)  # 128+ chunks
-    cv.fast_launch(torch.empty(3, 65536), torch.randn(3, 65536), cfg, 1)  # the default path
+        # 128+ chunks
+        rk.fast_launch(torch.empty(3, 65536), torch.randn(3, 65536), cfg, kernels=cv.FAST_KERNELS)
+    # the default path
+    rk.fast_launch(torch.empty(3, 65536), torch.randn(3, 65536), cfg, 1, kernels=cv.FAST_KERNELS)
     assert "_wide<" in launched[-1][0]
     with pytest.raises(ValueError, match="lag >= 1"):
         fc.FastConfig("chunks", threads=64, vpt=2, lag=0)
     reg = fc.FastConfig("chunks_reg", threads=512, vpt=8, ahead=3)  # only chunks in flight
     assert reg.shared_mem() == 3 * 512 * 8 * 16 and reg.label() == "chunks_reg 512x8 ahead 3"
-    cv.fast_launch(torch.empty_like(x), x, reg)
+    rk.fast_launch(torch.empty_like(x), x, reg, kernels=cv.FAST_KERNELS)
     expr, grid, block, extra, smem = launched[-1]
     assert expr == "fast_softmax_chunks_reg<float, 8>" and len(extra) == 5  # no lag argument
     with pytest.raises(ValueError, match="chunks_reg needs"):
@@ -862,8 +866,9 @@ def test_persistent_launches_size_their_grid(monkeypatch):
     for groups, want in ((None, 5), (2, 2), (9, 5)):
         launched.clear()
         for cfg in (persist, pipe, wide):
-            cv.fast_launch(torch.empty_like(x), x, cfg, max_groups=groups)
-        cv.backward_launch(torch.empty_like(x), x, x, backward, True, max_groups=groups)
+            rk.fast_launch(torch.empty_like(x), x, cfg, max_groups=groups, kernels=cv.FAST_KERNELS)
+        rk.backward_launch(torch.empty_like(x), x, x, backward, True, max_groups=groups,
+            kernels=cv.BACKWARD_KERNELS)
         assert [g for _, g, _, _ in launched] == [want * persist.cluster, want * pipe.cluster,
                                                   want * 16, want * backward.cluster], launched
         smem = [c.shared_mem() for c in (persist, pipe, wide)]
@@ -872,7 +877,8 @@ def test_persistent_launches_size_their_grid(monkeypatch):
         # pipe: stages; wide: kept windows; backward: vec, stages
         assert extras[-4:-1] == [(1, 1, 1), (1, 2), (1, wide.vpt)], extras
     launched.clear()
-    cv.fast_launch(torch.empty(3, 65536), torch.randn(3, 65536), wide)  # fewer rows than groups
+    # fewer rows than groups
+    rk.fast_launch(torch.empty(3, 65536), torch.randn(3, 65536), wide, kernels=cv.FAST_KERNELS)
     assert launched[0][1] == 3 * 16
 
 
@@ -939,7 +945,7 @@ def test_exps_kept_in_the_2byte_type_cost_at_most_one_more_ulp(dtype, cfg):
     x = torch.stack(rows).to(dtype)
     ref = torch.softmax(x.double(), -1)
     out = torch.full_like(x, float("nan"))
-    cv.fast_launch(out, x, cfg)
+    rk.fast_launch(out, x, cfg, kernels=cv.FAST_KERNELS)
     off = _ulps_off(out, ref)
     worst = off.max().item()
     assert worst <= 1.5, f"{cfg.label()}: {worst:.2f} ulp at {off.argmax().item()}"

@@ -15,13 +15,14 @@ import torch
 from conftest import HAS_CUDA
 
 import kernel_lab
+from kernel_lab import flag_words as fw
 from kernel_lab.ops.log_softmax import cuda_variants as lcv
 from kernel_lab.ops.log_softmax import op as log_op
-from kernel_lab.ops.softmax import backward_config as bc
 from kernel_lab.ops.softmax import cuda_variants as cv
-from kernel_lab.ops.softmax import fast_config as fc
-from kernel_lab.ops.softmax import flag_words as fw
 from kernel_lab.reference import check
+from kernel_lab.rowkernels import backward_config as bc
+from kernel_lab.rowkernels import forward_config as fc
+from kernel_lab.rowkernels import launch as rk
 
 CPU = torch.device("cpu")
 
@@ -122,7 +123,7 @@ def test_chunk_kernels_ignore_words_of_earlier_launches(dtype, cfg):
         for kernels, ref_fn, tol in BOTH_OPS:
             _poison_kept_buffers(gen)
             out = torch.full_like(x, float("nan"))
-            cv.fast_launch(out, x, cfg, kernels=kernels)
+            rk.fast_launch(out, x, cfg, kernels=kernels)
             res = check(out, ref_fn(x), dtype, tol)
             assert res.ok, f"{kernels.prefix} {cfg.label()} n={n}: {res.message}"
     assert fw._BUFFERS, "the launches kept no buffer"
@@ -143,7 +144,7 @@ def test_backward_chunks_ignore_words_of_earlier_launches(dtype, op_name, kernel
         dy = torch.randn(19, n, device="cuda", generator=gen).to(dtype)
         _poison_kept_buffers(gen)
         dx = torch.full_like(y, float("nan"))
-        cv.backward_launch(dx, y, dy, cfg, True, kernels=kernels)
+        rk.backward_launch(dx, y, dy, cfg, True, kernels=kernels)
         res = op.check(dx, y, dy)
         assert res.ok, f"{op_name} chunks n={n}: {res.message}"
 
@@ -154,10 +155,11 @@ def test_chunk_kernel_under_cuda_graph_replay():
     not the stream's kept one), and the stream's own launches after it stay right."""
     x = torch.randn(16, 4096, device="cuda")
     out = torch.empty_like(x)
-    cv.fast_launch(out, x, REG)  # warm up: the kernel loads before the capture
+    # warm up: the kernel loads before the capture
+    rk.fast_launch(out, x, REG, kernels=cv.FAST_KERNELS)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        cv.fast_launch(out, x, REG)
+        rk.fast_launch(out, x, REG, kernels=cv.FAST_KERNELS)
     for seed in range(3):
         x.copy_(torch.randn(16, 4096, device="cuda", generator=torch.Generator(
             device="cuda").manual_seed(seed)) * (seed + 1))
@@ -166,5 +168,5 @@ def test_chunk_kernel_under_cuda_graph_replay():
         res = check(out, torch.softmax(x.double(), -1), torch.float32)
         assert res.ok, f"replay {seed}: {res.message}"
         eager = torch.empty_like(x)
-        cv.fast_launch(eager, x, REG)
+        rk.fast_launch(eager, x, REG, kernels=cv.FAST_KERNELS)
         assert torch.equal(eager, out), f"replay {seed}: eager and graph differ"

@@ -70,8 +70,8 @@ def test_cuda_backward_fits_aligned_rows_exactly():
     """The CUDA backward's CTA covers an aligned row's ceil(N / W) windows with no idle half
     (one spare window only when rows may start mid-vector), and keeps fp32 16384 on chip."""
     from kernel_lab.ops.log_softmax.cuda_variants import row_config
-    from kernel_lab.ops.softmax.backward_config import BWD_MAX_THREADS
-    from kernel_lab.ops.softmax.fast_config import vector_windows
+    from kernel_lab.rowkernels.backward_config import BWD_MAX_THREADS
+    from kernel_lab.rowkernels.forward_config import vector_windows
 
     assert row_config(4096, torch.bfloat16, BWD_MAX_THREADS, aligned=True) == (128, 4)
     assert row_config(4096, torch.bfloat16, BWD_MAX_THREADS) == (256, 4)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import torch
 
 from kernel_lab import cli, planning, torch_ops
-from kernel_lab.ops.softmax import backward_config as bc
-from kernel_lab.ops.softmax import fast_config as fc
+from kernel_lab.rowkernels import backward_config as bc
+from kernel_lab.rowkernels import forward_config as fc
 
 
 def test_plan_rows_name_the_config_and_its_kernel():

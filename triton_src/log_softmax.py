@@ -10,7 +10,7 @@ latter rounds to ulp(max), which is 1e-3 for a row near 1e4 in fp32.
 import triton
 import triton.language as tl
 
-from triton_src.softmax import _acc, load_row_block, online_row_stats, row_block
+from .softmax import _acc, load_row_block, online_row_stats, row_block
 
 
 @triton.jit

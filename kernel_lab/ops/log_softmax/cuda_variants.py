@@ -30,7 +30,8 @@ from kernel_lab.cuda_common import (
     vec_width,
 )
 from kernel_lab.interop import i32
-from kernel_lab.ops.softmax.backward_config import (
+from kernel_lab.registry import register
+from kernel_lab.rowkernels.backward_config import (
     BWD_MAX_THREADS,
     BackwardConfig,
     backward_chunk_instantiations,
@@ -38,7 +39,8 @@ from kernel_lab.ops.softmax.backward_config import (
     backward_persist_config,
     backward_persist_instantiations,
 )
-from kernel_lab.ops.softmax.cuda_variants import (
+from kernel_lab.rowkernels.forward_config import VPT, row_kernel_exprs, vec_config
+from kernel_lab.rowkernels.launch import (
     RowKernels,
     backward_launch,
     backward_plan_note,
@@ -46,8 +48,6 @@ from kernel_lab.ops.softmax.cuda_variants import (
     fast_launch,
     fast_plan,
 )
-from kernel_lab.ops.softmax.fast_config import VPT, row_kernel_exprs, vec_config
-from kernel_lab.registry import register
 from kernel_lab.rows import rowwise
 
 _T = [ctype(dt) for dt in ALL_DTYPES]

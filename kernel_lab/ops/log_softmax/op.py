@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import torch
 
-from kernel_lab.ops.softmax.op import ALL_DTYPES, FLOAT_DTYPES, softmax_inputs
+from kernel_lab.inputs import ALL_DTYPES, FLOAT_DTYPES, randn
 from kernel_lab.reference import TOLERANCES as DEFAULT_TOLERANCES
 from kernel_lab.reference import Tolerance
 from kernel_lab.registry import Op, register_op
@@ -35,6 +35,11 @@ TOLERANCES: dict[torch.dtype, Tolerance] = {
     torch.float16: Tolerance(atol=6e-4, rtol=2e-3),  # 2^-11 = 4.9e-4: a sum rounded to fp16
     torch.bfloat16: Tolerance(atol=5e-3, rtol=1.2e-2),  # 2^-8 = 3.9e-3: ... rounded to bf16
 }
+
+
+def row_inputs(shape, dtype, device="cpu", generator=None) -> tuple[torch.Tensor]:
+    """Fresh N(0, 2^2) logits (never zeros, never a constant row)."""
+    return (randn(shape, dtype, device, generator),)
 
 
 def _round_overflow(ref: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -74,8 +79,8 @@ def log_softmax_backward_error_scale(y: torch.Tensor, dy: torch.Tensor, dim: int
 
 def log_softmax_backward_inputs(shape, dtype, device="cpu", generator=None):
     """(y, dy): y a real log_softmax output of N(0, 2^2) logits, dy fresh N(0, 1)."""
-    (x,) = softmax_inputs(shape, torch.float32, "cpu", generator)
-    (dy,) = softmax_inputs(shape, torch.float32, "cpu", generator)
+    (x,) = row_inputs(shape, torch.float32, "cpu", generator)
+    (dy,) = row_inputs(shape, torch.float32, "cpu", generator)
     y = torch.log_softmax(x, dim=-1)
     return y.to(device=device, dtype=dtype), (dy / 2).to(device=device, dtype=dtype)
 
@@ -92,7 +97,7 @@ def _big(dtype: torch.dtype) -> float:
 
 def log_softmax_edge_cases(dtype, device="cpu", generator=None) -> list:
     """-inf entries, all -inf rows, NaN, a shifted row, huge spreads, dominant logits, overflow."""
-    (x,) = softmax_inputs((7, 781), dtype, device, generator)
+    (x,) = row_inputs((7, 781), dtype, device, generator)
     x[0, ::3] = float("-inf")  # -inf entries give -inf exactly
     x[1] = float("-inf")  # an all -inf row gives NaN, like torch.log_softmax
     x[2, 5] = float("nan")  # NaN propagates to its whole row
@@ -102,13 +107,13 @@ def log_softmax_edge_cases(dtype, device="cpu", generator=None) -> list:
     x[5, ::2], x[5, 1::2] = _big(dtype), -_big(dtype)  # log-probs ~ -2*big: large but finite
     x[6, 7], x[6, 100:] = 0.0, -_big(dtype)  # log-probs near 0 and near -big in one row
     cases = [("inf_nan_rows", (x,), {})]
-    (big,) = softmax_inputs((3, 1823), dtype, device, generator)
+    (big,) = row_inputs((3, 1823), dtype, device, generator)
     big[0, -1] = 80.0 if dtype != torch.float16 else 11.0  # one dominant logit, at the tail
     big[1, 0] = 80.0 if dtype != torch.float16 else 11.0  # ... and at the head
     cases.append(("dominant_logit", (big,), {}))
     if dtype in (torch.float16, torch.bfloat16):  # the exact answer overflows: -inf, like torch
         top = torch.finfo(dtype).max
-        (ov,) = softmax_inputs((2, 127), dtype, device, generator)
+        (ov,) = row_inputs((2, 127), dtype, device, generator)
         ov[0, 0], ov[0, 1], ov[1, ::2] = top, -top, -top
         cases.append(("overflow_to_inf", (ov,), {}))
     return cases
@@ -116,13 +121,13 @@ def log_softmax_edge_cases(dtype, device="cpu", generator=None) -> list:
 
 def log_softmax_backward_edge_cases(dtype, device="cpu", generator=None) -> list:
     """y with -inf entries (exp(y) = 0: dx = dy exactly), an all -inf row (NaN), huge spreads."""
-    (x,) = softmax_inputs((4, 781), torch.float32, "cpu", generator)
+    (x,) = row_inputs((4, 781), torch.float32, "cpu", generator)
     x[0, ::3] = float("-inf")
     x[1] = float("-inf")
     x[2, ::2], x[2, 1::2] = 1e4, -1e4
     x[3, 0] = 80.0  # one probability of ~1: dx = dy - sum(dy) at that element
     y = torch.log_softmax(x, dim=-1).to(device=device, dtype=dtype)
-    (dy,) = softmax_inputs((4, 781), torch.float32, "cpu", generator)
+    (dy,) = row_inputs((4, 781), torch.float32, "cpu", generator)
     dy = (dy / 2).to(device=device, dtype=dtype)
     return [("neg_inf_logprobs", (y, dy), {})]
 
@@ -131,7 +136,7 @@ LOG_SOFTMAX = register_op(
     Op(
         name="log_softmax",
         reference=log_softmax_reference,
-        make_inputs=softmax_inputs,
+        make_inputs=row_inputs,
         bytes_moved=log_softmax_bytes,
         description="log_softmax(x, dim): (x - max) - log(sum(exp(x - max)))",
         kwargs={"dim": -1},

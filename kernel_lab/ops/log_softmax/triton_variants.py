@@ -10,10 +10,11 @@ from __future__ import annotations
 import torch
 import triton
 
-from kernel_lab.ops.softmax.triton_variants import _num_warps, rows_per_program
 from kernel_lab.registry import register
 from kernel_lab.rows import rowwise
-from triton_src import log_softmax as kernels
+from kernel_lab.triton_rows import num_warps as _num_warps
+from kernel_lab.triton_rows import rows_per_program
+from kernel_lab.triton_src import log_softmax as kernels
 
 from .op import ALL_DTYPES
 

@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import torch
 
+from kernel_lab.inputs import ALL_DTYPES, FLOAT_DTYPES, randn
 from kernel_lab.registry import Op, register_op
 
-FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-ALL_DTYPES = (torch.float64, *FLOAT_DTYPES)
+__all__ = ["ALL_DTYPES", "FLOAT_DTYPES", "SOFTMAX", "SOFTMAX_BACKWARD"]
 
-
-def _randn(shape, dtype, device, generator, scale=2.0):
-    x = torch.randn(shape, generator=generator, dtype=torch.float32)
-    return (x * scale).to(device=device, dtype=dtype)
+_randn = randn
 
 
 def softmax_reference(x: torch.Tensor, dim: int = -1) -> torch.Tensor:

@@ -11,23 +11,14 @@ import triton
 
 from kernel_lab.registry import register
 from kernel_lab.rows import rowwise
-from triton_src import softmax as kernels
+from kernel_lab.triton_rows import num_warps as _num_warps
+from kernel_lab.triton_rows import rows_per_program
+from kernel_lab.triton_src import softmax as kernels
 
 from .op import ALL_DTYPES
 
 SOURCE = "triton_src/softmax.py"
 FUSED_MAX_N = 65536  # beyond this one program's registers spill so badly it is pointless
-
-
-def _num_warps(block: int) -> int:
-    return 16 if block >= 32768 else 8 if block >= 8192 else 4
-
-
-def rows_per_program(n: int, block: int) -> int:
-    """Rows one backward program owns: 2048 // block (<= 16) for rows shorter than 512 that fit
-    one tile, so a program still moves a few KB (as triton_fused); one row otherwise, the shape
-    measured at 99-104 % of copy for N = 512-16384 (H200, 2026-11-30)."""
-    return max(1, min(16, 2048 // block)) if block >= n and block < 512 else 1
 
 
 def _fused_limit(x: torch.Tensor, dim: int = -1) -> str | None:

@@ -13,7 +13,7 @@ import torch
 
 from kernel_lab.cuda_common import vec_width
 
-from .fast_config import MAX_CTA_SHARED, cluster_shape, line_windows, round32, vec_config
+from .forward_config import MAX_CTA_SHARED, cluster_shape, line_windows, round32, vec_config
 
 BWD_MAX_THREADS = 512  # the one-CTA and one-row cluster kernels' CTA size limit
 BACKWARD_CL = (2, 4, 8, 16)

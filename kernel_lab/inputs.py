@@ -1,0 +1,14 @@
+"""Dtypes and random inputs shared by the ops' definitions (never zeros, never constant rows)."""
+
+from __future__ import annotations
+
+import torch
+
+FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+ALL_DTYPES = (torch.float64, *FLOAT_DTYPES)
+
+
+def randn(shape, dtype, device="cpu", generator=None, scale: float = 2.0) -> torch.Tensor:
+    """N(0, scale^2) values of ``shape`` drawn on the CPU (same values on every device)."""
+    x = torch.randn(shape, generator=generator, dtype=torch.float32)
+    return (x * scale).to(device=device, dtype=dtype)
