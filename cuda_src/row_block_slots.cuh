@@ -1,0 +1,226 @@
+// Kinds block_slots and persist_slots: a row in registers plus shared-memory slots.
+#pragma once
+
+#include "row_common.cuh"
+
+namespace klab {
+
+namespace rowk {
+
+// This thread's (max, sum) of a row held in registers r and `slots` slot windows (slot(j)):
+// registers first (their exps while the slots' copies still land), then each slot window folded
+// in as it is read (online: one rescale a window), one shared-memory read a slot.
+template <typename T, int VPT, typename Slot>
+__device__ __forceinline__ MaxSum<acc_t<T>> regs_then_slots_maxsum(Vec<T> (&r)[VPT], Slot slot,
+                                                                   int slots) {
+  using A = acc_t<T>;
+  constexpr int W = Vec<T>::N;
+  MaxSum<A> st = row_maxsum(r);
+  cp_async_wait_all();
+#pragma unroll 4
+  for (int j = 0; j < slots; ++j) {
+    const Vec<T> w = slot(j);
+    A v[W];
+#pragma unroll
+    for (int i = 0; i < W; ++i) v[i] = w.get(i);
+    online_update(st, v);
+  }
+  return st;
+}
+
+// Kernels 2b / 3b: kernel 2's (3's) row with its last windows in shared memory (see the header
+// comment). CTA `rank` of CL, thread t: base = rank * blockDim.x + t, step = CL * blockDim.x;
+// window v of the row (line heads): registers for v = k * step + base, k < VPT; slot j of this
+// thread (mine[j * blockDim.x]) for v = (VPT + j) * step + base, j < slots.
+template <template <typename> class E, typename T, int VPT, int CL>
+__device__ __forceinline__ void row_on_chip_slots(T* __restrict__ y, const T* __restrict__ x,
+                                                  int n, long long stride, long long row,
+                                                  int slots, unsigned rank, long long wave_rows,
+                                                  long long wave_ns) {
+  using A = acc_t<T>;
+  constexpr int W = Vec<T>::N;
+  __shared__ MaxSum<A> red[32];
+  __shared__ A part[2];
+  extern __shared__ __align__(128) uint4 row_slots[];  // slots * blockDim.x, on 128-byte lines
+  const T* xr = x + row * stride;
+  T* yr = y + row * (long long)n;
+  const int h = line_head(xr), nwin = (n + h + W - 1) / W;
+  const int t = threadIdx.x, base = rank * blockDim.x + t, step = CL * blockDim.x;
+  const int first = VPT * step + base;
+  uint4* mine = row_slots + t;
+  stagger_first_wave(row, wave_rows, wave_ns);
+
+  // 1. The slot windows' copies in flight (whole aligned slots; masked on every read).
+  copy_slots(shared_addr(mine), line_slots(xr), first, step, slots, nwin);
+  auto slot = [&](int j) { return slot_window<T>(mine, j, false, first + j * step, n, h, nwin); };
+  // 2. The register windows, plain 16-byte loads.
+  Vec<T> r[VPT];
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) r[k] = load_window(xr, k * step + base, n, h, 1, neg_inf_t<T>());
+
+  // 3. This thread's (max, sum), then the CTA's (the cluster's). Kernel 3b's softmax keeps
+  // every exp in T (one exp an element; 2-byte: rounded, <= 1.5 ulp as kernel 5 x 16): the
+  // registers' relative to their max (in r), the slots' relative to the slots' max, written
+  // back into the slots (a max pass, an exp pass: four shared-memory accesses a slot window, not
+  // two). Twenty-seventh run, A/B: 2 x 512 x 8 + 8-11 at 128256-151936 +2.6-3.8 points; kernel
+  // 2b level (+-0.4), so it keeps its raw values. Twenty-eighth run: fp32 (exact) +0.2-1.0.
+  constexpr bool kKeep = E<A>::kScalesExp && sizeof(T) <= 4 && CL > 1;
+  MaxSum<A> mine_ms, reg_ms, slot_ms;
+  if constexpr (kKeep) {
+    reg_ms = exp_maxsum_in_t(r);
+    cp_async_wait_all();
+    A ms = neg_inf<A>();
+#pragma unroll 4
+    for (int j = 0; j < slots; ++j) {
+      const Vec<T> w = slot(j);
+#pragma unroll
+      for (int i = 0; i < W; ++i) ms = amax(ms, w.get(i));
+    }
+    const A mss = safe_max(ms);
+    A ss = A(0);
+#pragma unroll 4
+    for (int j = 0; j < slots; ++j) {
+      const Vec<T> w = slot(j);
+      A e[W];
+#pragma unroll
+      for (int i = 0; i < W; ++i) {
+        e[i] = exp_acc(w.get(i) - mss);
+        ss += e[i];
+      }
+      mine[j * blockDim.x] = vec_of<T>([&](int i) { return e[i]; }).raw;
+    }
+    slot_ms = {ms, ss};
+    mine_ms = merge(reg_ms, slot_ms);
+  } else {
+    mine_ms = regs_then_slots_maxsum(r, slot, slots);
+  }
+  const A m = mine_ms.m;
+  MaxSum<A> st = block_allreduce(mine_ms, MergeOp{}, id<T>(), red);
+  if constexpr (CL > 1) st = cluster_row_pair<A, CL>(st, part);
+
+  // 4. The epilogue, registers then slots: the kept exps scaled (2-byte softmax), else the raw
+  // values (two exps per element).
+  const A unused[1][W] = {};
+  if constexpr (kKeep) {
+    write_row<E, kKeptExpsInT>(r, unused, reg_ms.m, st, [&](int k, const Vec<T>& v) {
+      store_window(yr, k * step + base, n, h, 1, v);
+    });
+    const A f = exp_scale(slot_ms.m, st);
+#pragma unroll 4
+    for (int j = 0; j < slots; ++j) {
+      Vec<T> w;
+      w.raw = mine[j * blockDim.x];
+      w = vec_of<T>([&](int i) { return w.get(i) * f; });
+      store_window(yr, first + j * step, n, h, 1, w);
+    }
+  } else {
+    write_row<E, kKeptValues, kRowOnChipEachVector<T, VPT>>(r, unused, m, st,
+                                                            [&](int k, const Vec<T>& v) {
+      store_window(yr, k * step + base, n, h, 1, v);
+    });
+    const E<A> epi(st);
+#pragma unroll 4
+    for (int j = 0; j < slots; ++j) {
+      Vec<T> w = slot(j);
+      apply_epilogue(w, epi);
+      store_window(yr, first + j * step, n, h, 1, w);
+    }
+  }
+  if constexpr (CL > 1) cluster_wait();  // peers are done with our `part`
+}
+
+// Kernels 2c / 3c: kernel 2b (3b) persistent, each window's storage refilled with the next
+// row's window as soon as it is stored (see the header comment). CTA (cluster) q of Q owns rows
+// q, q + Q, ...; inside a row windows are owned as in kernel 2b (3b): base = rank * blockDim.x
+// + t, step = CL * blockDim.x. Clusters exchange each row's (max, sum) as kernel 5 does
+// (ClusterInbox messages, no cluster barrier per row).
+template <template <typename> class E, typename T, int VPT, int CL>
+__device__ __forceinline__ void rolling_rows(T* __restrict__ y, const T* __restrict__ x,
+                                             long long rows, int n, long long stride,
+                                             int slots) {
+  using A = acc_t<T>;
+  constexpr int W = Vec<T>::N;
+  __shared__ MaxSum<A> red[32];
+  __shared__ ClusterInbox<A, CL> inbox;  // CL > 1: every CTA's (max, sum) of each row
+  extern __shared__ __align__(128) uint4 row_slots[];  // slots * blockDim.x, on 128-byte lines
+  const unsigned rank = CL > 1 ? cluster_rank() : 0u;
+  const int t = threadIdx.x, base = rank * blockDim.x + t, step = CL * blockDim.x;
+  const int first = VPT * step + base;
+  uint4* mine = row_slots + t;
+  const unsigned dst = shared_addr(mine), dst_step = blockDim.x * sizeof(uint4);
+  const long long q_step = gridDim.x / CL;
+  long long row = blockIdx.x / CL;
+  if constexpr (CL > 1) {
+    if (threadIdx.x == 0) inbox.init();
+    cluster_sync();  // every peer's inbox exists before the first message
+  }
+
+  // Prologue: the first row in flight, slots first, then registers (as kernel 2b).
+  Vec<T> r[VPT];
+  {
+    const T* xr = x + row * stride;
+    const int h = line_head(xr);
+    copy_slots(dst, line_slots(xr), first, step, slots, (n + h + W - 1) / W);
+#pragma unroll
+    for (int k = 0; k < VPT; ++k)
+      r[k] = load_window(xr, k * step + base, n, h, 1, neg_inf_t<T>());
+  }
+  for (int it = 0; row < rows; ++it, row += q_step) {
+    const T* xr = x + row * stride;
+    T* yr = y + row * (long long)n;
+    const int h = line_head(xr), nwin = (n + h + W - 1) / W;
+    const bool more = row + q_step < rows;  // the row this CTA takes next
+    const T* xn = more ? x + (row + q_step) * stride : xr;
+    const int hn = line_head(xn), nwin_next = (n + hn + W - 1) / W;
+    auto slot = [&](int j) { return slot_window<T>(mine, j, false, first + j * step, n, h, nwin); };
+
+    const MaxSum<A> mine_ms = regs_then_slots_maxsum(r, slot, slots);
+    const A m = mine_ms.m;
+    MaxSum<A> st = block_allreduce(mine_ms, MergeOp{}, id<T>(), red);
+    if constexpr (CL > 1) {  // inbox reuse: block_allreduce's first barrier orders the reads
+      if (threadIdx.x < 32) inbox.send(it, rank, st.m, st.s);
+      inbox.wait(it);
+      const int lane = threadIdx.x & 31;
+      st = warp_allreduce(lane < CL ? MaxSum<A>{inbox.a(it, lane), inbox.b(it, lane)} : id<T>(),
+                          MergeOp{});
+    }
+
+    // The epilogue, registers then slots; each window, once stored, takes the next row's:
+    // register window k - kReloadLag after window k is stored (kReloadLast: all of them after
+    // the slots), each slot right after it is stored.
+    constexpr int kReloadLag = 0;
+    constexpr bool kReloadLast = false;
+    auto reload = [&](int k) {
+      if (more) r[k] = load_window(xn, k * step + base, n, hn, 1, neg_inf_t<T>());
+    };
+    const A unused[1][W] = {};
+    write_row<E, kKeptValues, kRowOnChipEachVector<T, VPT>>(r, unused, m, st,
+                                                            [&](int k, const Vec<T>& v) {
+      store_window(yr, k * step + base, n, h, 1, v);
+      if (!kReloadLast && k >= kReloadLag) reload(k - kReloadLag);
+    });
+    if constexpr (!kReloadLast) {
+#pragma unroll
+      for (int k = VPT - kReloadLag; k < VPT; ++k) reload(k);
+    }
+    const E<A> epi(st);
+    const uint4* src = line_slots(xn);
+#pragma unroll 4
+    for (int j = 0; j < slots; ++j) {
+      Vec<T> w = slot(j);
+      apply_epilogue(w, epi);
+      const int v = first + j * step;
+      store_window(yr, v, n, h, 1, w);
+      // the slot's value is in registers and used: its copy of the next row may land now
+      if (more && v < nwin_next) cp_async16(dst + j * dst_step, src + v);
+    }
+    cp_async_commit();
+    if constexpr (kReloadLast) {
+#pragma unroll
+      for (int k = 0; k < VPT; ++k) reload(k);
+    }
+  }
+}
+
+}  // namespace rowk
+}  // namespace klab

@@ -1,0 +1,182 @@
+// What several row kernels share: cluster pair merge, first-wave stagger, slots, CTA caps.
+#pragma once
+
+#include "chunk_sync.cuh"
+#include "cluster.cuh"
+#include "row_epilogues.cuh"
+#include "softmax_common.cuh"
+
+namespace klab {
+
+namespace rowk {
+
+// Merge the CL CTAs' pairs of a cluster: every warp reads slot `p` of each peer over DSMEM.
+template <typename A, int CL>
+__device__ __forceinline__ MaxSum<A> cluster_merge(const A* slot) {
+  const int lane = threadIdx.x & 31;
+  MaxSum<A> st = maxsum_identity<A>();
+  if (lane < CL) {
+    const unsigned a = dsmem_map(slot, lane);
+    st = {dsmem_load(a, A()), dsmem_load(a + sizeof(A), A())};
+  }
+  return warp_allreduce(st, MergeOp{});
+}
+
+// A CTA's (max, sum) merged with its CL - 1 cluster peers' (kernels 3 and 3b): thread 0 publishes
+// it in `part`, one cluster barrier, every warp merges the peers' over DSMEM, then this CTA
+// arrives (done reading peers). The caller calls cluster_wait() before it exits: peers may still
+// be reading its `part`.
+template <typename A, int CL>
+__device__ __forceinline__ MaxSum<A> cluster_row_pair(MaxSum<A> st, A* part) {
+  if (threadIdx.x == 0) {
+    part[0] = st.m;
+    part[1] = st.s;
+  }
+  cluster_sync();  // every CTA's pair is now visible cluster-wide
+  st = cluster_merge<A, CL>(part);
+  cluster_arrive();  // done reading peers
+  return st;
+}
+
+// Kernels 2, 3, 2b, 3b: the first wave in phases (twenty-ninth run). A launch's first wave -
+// rows [0, wave_rows), the CTAs (clusters) resident at once - would load together, reduce
+// together and store together, DRAM idle in between: a fixed cost of ~12-15 us a call at 2-byte
+// 128K-152K on kernel 3b against the copy's 3-6 (bench/fixed_cost.py). Row r of it waits
+// phase / 8 of wave_ns (the wave's load time at the copy's speed: the launcher's estimate),
+// phase = r * 8 / wave_rows, before its first load: A/B +2.0-2.5 % at 2-byte 131072 / 151936
+// (kernel 3b). wave_rows == 0: no wait (the launcher's choice per kind). Every thread of the
+// CTA (cluster) waits the same phase; the rows after the first wave start as CTAs retire.
+constexpr int kFirstWavePhases = 8;
+__device__ __forceinline__ void stagger_first_wave(long long row, long long wave_rows,
+                                                   long long wave_ns) {
+  if (row >= wave_rows) return;
+  const long long phase = row * kFirstWavePhases / wave_rows;
+  if (phase == 0) return;
+  const unsigned long long wait = (unsigned long long)(wave_ns * phase / kFirstWavePhases);
+  const unsigned long long t0 = global_ns();
+  while (global_ns() - t0 < wait) __nanosleep(256);
+}
+
+// One window of this thread's slots (slot k: window v = k * step + base), masked outside the row
+// (kernels 2b and 5b).
+template <typename T>
+__device__ __forceinline__ Vec<T> slot_window(const uint4* mine, int k, bool inside, int v, int n,
+                                              int h, int nwin) {
+  Vec<T> r;
+  if (v < nwin) {
+    r.raw = mine[k * blockDim.x];
+    if (!inside) mask_outside_row(v * Vec<T>::N - h, n, neg_inf<acc_t<T>>(), r);
+  } else {
+    r.fill(neg_inf_t<T>());
+  }
+  return r;
+}
+
+// The row's aligned 16-byte slots from its first 128-byte line: slot v is window v (line heads).
+template <typename T> __device__ __forceinline__ const uint4* line_slots(const T* xr) {
+  return reinterpret_cast<const uint4*>(reinterpret_cast<size_t>(xr) & ~size_t(kLineBytes - 1));
+}
+
+// This thread's slot windows of a row in flight: slot j takes window first + j * step (whole
+// aligned 16-byte slots from the row's first line, masked on every read), one commit group.
+__device__ __forceinline__ void copy_slots(unsigned dst, const uint4* src, int first, int step,
+                                           int slots, int nwin) {
+  const unsigned dst_step = blockDim.x * sizeof(uint4);
+  for (int j = 0, v = first; j < slots && v < nwin; ++j, v += step)
+    cp_async16(dst + j * dst_step, src + v);
+  cp_async_commit();
+}
+
+// ---- kernel 5: persistent, next row prefetched into shared memory ---------------------------
+// The persistent kernels keep the sum loop's exps (one exp per element) in fp32 for up to 64
+// elements a thread (fp32 x 16, fp16/bf16 x 8: <= 128 registers at <= 512 threads); fp16/bf16
+// x 16 keep them rounded to T in the packed values' registers (kKeptFor, exp_maxsum_in_t: 64
+// registers of data where fp32 exps would need 128). The pipelined kernel (5b) keeps fp32 exps
+// up to 64 too, and the packed values past that (two exps).
+
+// This thread's slots: slot k at mine[k * blockDim.x] (consecutive threads, consecutive 16 B:
+// conflict-free). Window v = k * step + base of the row; slot v covers bytes [16v, 16v + 16) from
+// the start of the row's first 128-byte line.
+template <typename T, int VPT>
+__device__ __forceinline__ void prefetch_row(uint4* mine, const T* xr, int nwin, int base,
+                                             int step) {
+  // One source pointer and one shared address per row, stepped per window (the per-window
+  // 64-bit address and generic-to-shared conversion were ~9 instructions per copy).
+  const uint4* src = line_slots(xr) + base;
+  const unsigned dst = shared_addr(mine), dst_step = blockDim.x * sizeof(uint4);
+#pragma unroll
+  for (int k = 0; k < VPT; ++k)
+    if (k * step + base < nwin) cp_async16(dst + k * dst_step, src + k * step);
+}
+
+// Back from the slots into registers; elements outside [0, n) of the row become -inf.
+template <typename T, int VPT>
+__device__ __forceinline__ void read_prefetched(Vec<T> (&r)[VPT], const uint4* mine, int n, int h,
+                                                int nwin, int base, int step) {
+  using A = acc_t<T>;
+  constexpr int W = Vec<T>::N;
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) {
+    const int v = k * step + base;
+    const int e0 = v * W - h;
+    if (v < nwin) {
+      r[k].raw = mine[k * blockDim.x];
+      mask_outside_row(e0, n, neg_inf<A>(), r[k]);
+    } else {
+      r[k].fill(neg_inf_t<T>());
+    }
+  }
+}
+
+// read_prefetched for a warp whose windows are all whole where `inside` (windows_inside): one
+// 16-byte shared load per window, no per-window mask (the masked path was ~20 instructions a
+// window in kernel 7b: Nsight, seventeenth H200 run).
+template <typename T, int VPT>
+__device__ __forceinline__ void read_slots(Vec<T> (&r)[VPT], const uint4* mine, bool inside,
+                                           int n, int h, int nwin, int base, int step) {
+  if (inside) {
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+      if (k * step + base < nwin) r[k].raw = mine[k * blockDim.x];
+      else r[k].fill(neg_inf_t<T>());
+    }
+  } else {
+    read_prefetched(r, mine, n, h, nwin, opaque(base), step);
+  }
+}
+
+// Store a row's VPT windows (k * step + b) from registers (write_row): threads `inside` the row
+// use 16-byte stores (store_vec_cg: normal L2 priority, as the rows' cp.async reads) from one
+// pointer with a fixed stride, skipping windows past the row;
+// the others go through store_window (the row's partial first and last windows).
+template <template <typename> class E, int KEPT, typename T, int VPT, int KE>
+__device__ __forceinline__ void store_row(T* yr, Vec<T> (&r)[VPT],
+                                          const acc_t<T> (&e)[KE][Vec<T>::N], acc_t<T> m_thread,
+                                          MaxSum<acc_t<T>> st, bool inside, int b, int step,
+                                          int n, int h, int nwin) {
+  constexpr int W = Vec<T>::N;
+  if (inside) {
+    T* p = yr + (b * W - h);
+    const int jump = step * W;
+    write_row<E, KEPT>(r, e, m_thread, st, [&](int k, const Vec<T>& v) {
+      if (k * step + b < nwin) store_vec_cg(p + k * jump, v);
+    });
+  } else {
+    write_row<E, KEPT>(r, e, m_thread, st, [&](int k, const Vec<T>& v) {
+      store_window(yr, k * step + b, n, h, 1, v);
+    });
+  }
+}
+
+// 16 vectors per thread need > 64 registers: such blocks are capped at 512 threads.
+template <int VPT> struct MaxThreads {
+  static constexpr int value = VPT >= 16 ? 512 : 1024;
+};
+// The persistent kernels keep 64 or more elements per thread (fp32 x 16, fp16/bf16 x 8) in
+// fp32 registers: capped at 512 threads (128 registers).
+template <typename T, int VPT> struct PersistThreads {
+  static constexpr int value = VPT * Vec<T>::N >= 64 ? 512 : 1024;
+};
+
+}  // namespace rowk
+}  // namespace klab
