@@ -16,16 +16,34 @@ from .errors import (
     UnknownVariantError,
     UnsupportedInputError,
 )
-from .nn import LogSoftmax, Softmax
-from .registry import Op, Variant, get, get_op, ops, register, register_op, run, variants
-from .torch_ops import log_softmax, softmax  # torch.library custom ops: ~10 ms to import
+from .ops.log_softmax.api import LogSoftmax, log_softmax
+from .ops.softmax.api import Softmax, softmax
+from .registry import (
+    Auto,
+    Autograd,
+    Input,
+    Op,
+    Output,
+    Variant,
+    get,
+    get_op,
+    ops,
+    register,
+    register_op,
+    run,
+    variants,
+)
 
 __all__ = [
+    "Auto",
+    "Autograd",
     "DuplicateVariantError",
+    "Input",
     "KernelCompileError",
     "KernelLabError",
     "LogSoftmax",
     "Op",
+    "Output",
     "Softmax",
     "UnknownVariantError",
     "UnsupportedInputError",

@@ -16,16 +16,24 @@ import torch
 from . import registry
 from .reference import CheckResult
 
-DTYPE_NAMES = {
-    "float32": torch.float32,
-    "float16": torch.float16,
-    "bfloat16": torch.bfloat16,
-    "float64": torch.float64,
+DTYPE_NAMES = {  # every spelling the commands accept (bf16 and bfloat16 alike)
+    "float32": torch.float32, "fp32": torch.float32,
+    "float16": torch.float16, "fp16": torch.float16, "half": torch.float16,
+    "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+    "float64": torch.float64, "fp64": torch.float64,
 }
 
 
 def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).replace("torch.", "")
+
+
+def parse_dtype(name: str) -> torch.dtype:
+    """A dtype from any accepted spelling; ValueError naming them otherwise."""
+    try:
+        return DTYPE_NAMES[name.strip().lower()]
+    except KeyError:
+        raise ValueError(f"unknown dtype {name!r}; use one of {', '.join(DTYPE_NAMES)}") from None
 
 
 @dataclass(frozen=True)
@@ -78,9 +86,12 @@ CASES: tuple[Case, ...] = (
 )
 
 
-def cases_for(device: str | torch.device) -> list[Case]:
+def cases_for(device: str | torch.device, op: registry.Op | None = None) -> list[Case]:
+    """The shape cases for ``device``; an op without a ``dim`` keyword reduces over the last
+    dim only, so cases over other dims are left out for it."""
     on_gpu = torch.device(device).type == "cuda"
-    return [c for c in CASES if on_gpu or not c.gpu_only]
+    has_dim = op is None or "dim" in op.kwargs
+    return [c for c in CASES if (on_gpu or not c.gpu_only) and (has_dim or c.dim == -1)]
 
 
 def relayout(t: torch.Tensor, layout: str) -> torch.Tensor:
@@ -103,8 +114,13 @@ def relayout(t: torch.Tensor, layout: str) -> torch.Tensor:
 
 
 def make_case_inputs(op: registry.Op, case: Case, dtype: torch.dtype, device, generator):
+    """(inputs, kw) of ``case``: the op's rows inputs in the case's layout, its other inputs
+    (per-column parameters, indices) as the op made them."""
     inputs = op.make_inputs(case.shape, dtype, device, generator)
-    return tuple(relayout(t, case.layout) for t in inputs), {"dim": case.dim}
+    roles = [i.role for i in op.inputs] + ["rows"] * len(inputs)
+    kw = {"dim": case.dim} if "dim" in op.kwargs else {}
+    return tuple(relayout(t, case.layout) if role == "rows" else t
+                 for t, role in zip(inputs, roles)), kw
 
 
 def poison_allocator(like: torch.Tensor) -> None:
@@ -127,11 +143,12 @@ def run_checked(
     snapshot = [t.clone() for t in inputs]  # before the call: a variant must not write inputs
     poison_allocator(inputs[0])
     out = variant.fn(*inputs, **kw)
-    if isinstance(out, torch.Tensor) and out.is_cuda:
-        torch.cuda.synchronize(out.device)
+    if inputs[0].is_cuda:
+        torch.cuda.synchronize(inputs[0].device)
     result = op.check(out, *inputs, ref=ref, **kw)
     for before, after in zip(snapshot, inputs):
-        if not torch.equal(before.nan_to_num(), after.nan_to_num()):
+        if not torch.equal(before, after) and not torch.equal(before.nan_to_num(),
+                                                              after.nan_to_num()):
             return CheckResult(False, result.max_abs_err, result.max_rel_err,
                                "the variant modified its input"), out
     return result, out
@@ -144,100 +161,3 @@ def fresh_seed() -> int:
 
 def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-# -- CLI: list / check -----------------------------------------------------------------------
-def wide_console():
-    """A rich Console at least 140 columns wide (logs and pipes would get 80 and fold tables)."""
-    import shutil
-
-    from rich.console import Console
-
-    return Console(width=max(140, shutil.get_terminal_size().columns))
-
-
-def _probe_input(v: registry.Variant, device: str) -> torch.Tensor:
-    dtype = torch.float32 if torch.float32 in v.dtypes else v.dtypes[0]
-    return torch.empty((2, 8), dtype=dtype, device=device)
-
-
-def runs_here(v: registry.Variant) -> str:
-    """'yes', or the reason it cannot run on this machine."""
-    probe = _probe_input(v, default_device())
-    op = registry.get_op(v.op)
-    n_inputs = len(op.make_inputs((1, 1), probe.dtype, "cpu", None))
-    reason = v.supports(*([probe] * n_inputs))
-    return "yes" if reason is None else reason
-
-
-def list_main(args) -> int:
-    from rich.table import Table
-
-    console = wide_console()
-    names = [args.op] if getattr(args, "op", None) else registry.ops()
-    for op_name in names:
-        op = registry.get_op(op_name)
-        table = Table(title=f"{op.name}: {op.description}", title_justify="left")
-        for col in ("variant", "backend", "dtypes", "source", "runs here", "description"):
-            table.add_column(col, overflow="fold")
-        for v in registry.variants(op_name):
-            here = runs_here(v)
-            table.add_row(
-                v.name, v.backend, ",".join(dtype_name(d).replace("float", "f").replace(
-                    "bf", "bf") for d in v.dtypes), v.source or "-",
-                "[green]yes[/]" if here == "yes" else f"[yellow]no[/]: {here}", v.description,
-            )
-        console.print(table)
-    return 0
-
-
-def check_main(args) -> int:
-    from rich.table import Table
-
-    console = wide_console()
-    device = args.device or default_device()
-    seed = args.seed if args.seed is not None else fresh_seed()
-    dtypes = [DTYPE_NAMES[d] for d in (args.dtype or ["float32", "float16", "bfloat16"])]
-    if args.names:
-        chosen = [registry.get(n) for n in args.names]
-    else:
-        chosen = registry.variants(args.op)
-    table = Table(title=f"check on {device} (seed {seed})", title_justify="left")
-    for col in ("variant", "dtype", "cases", "result", "max abs err", "first failure"):
-        table.add_column(col, overflow="fold")
-    failures = 0
-    for v in chosen:
-        op = registry.get_op(v.op)
-        for dtype in dtypes:
-            if dtype not in v.dtypes:
-                continue
-            gen = torch.Generator().manual_seed(seed)
-            n_ok, n_run, worst, first_bad, skipped = 0, 0, 0.0, "", ""
-            todo = [(c.label, *make_case_inputs(op, c, dtype, device, gen)) for c in
-                    cases_for(device)]
-            if op.edge_cases:
-                todo += op.edge_cases(dtype, device, gen)
-            for label, inputs, kw in todo:
-                reason = v.supports(*inputs, **kw)
-                if reason is not None:
-                    skipped = reason
-                    continue
-                n_run += 1
-                try:
-                    res, _ = run_checked(v, inputs, kw)
-                except Exception as e:  # noqa: BLE001 - report, keep checking the others
-                    res = CheckResult(False, float("nan"), float("nan"), f"raised {e!r}")
-                if res.ok:
-                    n_ok += 1
-                    worst = max(worst, res.max_abs_err)
-                elif not first_bad:
-                    first_bad = f"{label}: {res.message}"
-            if n_run == 0:
-                table.add_row(v.name, dtype_name(dtype), "0", "[yellow]skip[/]", "-", skipped)
-                continue
-            ok = n_ok == n_run
-            failures += not ok
-            table.add_row(v.name, dtype_name(dtype), f"{n_ok}/{n_run}",
-                          "[green]pass[/]" if ok else "[red]FAIL[/]", f"{worst:.2e}", first_bad)
-    console.print(table)
-    return 1 if failures else 0

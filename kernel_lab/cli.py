@@ -25,9 +25,11 @@ def _parser() -> argparse.ArgumentParser:
     ck = sub.add_parser("check", help="run variants against the float64 reference")
     ck.add_argument("names", nargs="*", metavar="NAME", help="variants (default: all)")
     ck.add_argument("--op", help="only variants of this op")
-    ck.add_argument("--dtype", action="append", choices=["float32", "float16", "bfloat16",
-                    "float64"], help="dtypes to check (repeatable; default fp32, fp16, bf16)")
-    ck.add_argument("--device", default=None, help="cuda or cpu (default: cuda if present)")
+    ck.add_argument("--dtype", action="append", help="dtypes to check (repeatable; fp32 / "
+                    "float32, bf16 / bfloat16, fp16, fp64; default fp32, fp16, bf16)")
+    ck.add_argument("--device", default=None, choices=["cuda", "cpu"],
+                    help="cuda or cpu (default: cuda if present; Triton variants run in "
+                    "Triton's interpreter without a GPU)")
     ck.add_argument("--seed", type=int, default=None, help="seed (default: fresh each run)")
 
     from . import sweep
@@ -62,6 +64,10 @@ def main(argv: list[str] | None = None) -> int:
     from .errors import KernelLabError
 
     args = _parser().parse_args(argv)
+    if args.command == "check" and args.device != "cuda":
+        from .check_cli import interpret_triton_here
+
+        interpret_triton_here(sys.argv[1:] if argv is None else list(argv))
     try:
         return _dispatch(args)
     except KernelLabError as e:
@@ -71,11 +77,11 @@ def main(argv: list[str] | None = None) -> int:
 
 def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "list":
-        from .checking import list_main
+        from .check_cli import list_main
 
         return list_main(args)
     if args.command == "check":
-        from .checking import check_main
+        from .check_cli import check_main
 
         return check_main(args)
     if args.command == "bench":

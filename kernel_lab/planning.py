@@ -2,7 +2,7 @@
 
 Per op, dtype and row length N (contiguous rows): the variant ``kernel_lab.softmax`` & co. pick on
 CUDA with ``variant=None`` for a tensor of ``--numel`` elements (the first of
-``torch_ops.measured_preferences`` that is registered, takes the dtype and holds the row; the
+the op's ``auto.preferences`` that is registered, takes the dtype and holds the row; the
 default size is the sweeps' 2^28 elements, small tensors go to PyTorch's own kernel), and for every
 variant whose launcher declares a launch plan (``fn.launch_plan(n, dtype) -> str``: the CUDA
 launchers' configs, pure functions of N and dtype), the kernel and shape it launches. Shapes come
@@ -32,19 +32,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--numel", default=str(ELEMENTS), metavar="ELEMENTS",
                    help="tensor size the auto column assumes, in elements: max(1, ELEMENTS // N) "
                    f"rows of N (default 2^28 = {ELEMENTS}, the sweeps'; small tensors go to "
-                   "PyTorch's own kernel: torch_ops.prefers_pytorch)")
+                   "PyTorch's own kernel)")
 
 
 def auto_choice(op: str, n: int, dtype: torch.dtype, numel: int = ELEMENTS) -> str:
     """The variant the op's ``variant=None`` path takes on CUDA for contiguous rows of n, in a
-    tensor of ``max(1, numel // n)`` rows (CuPy assumed present): ``torch_ops.first_preference``
+    tensor of ``max(1, numel // n)`` rows (CuPy assumed present): ``dispatch.first_preference``
     with the variants' size limits (``check``) in place of ``supports``, which a meta tensor
     cannot pass."""
-    from . import torch_ops
+    from . import dispatch
 
     x = torch.empty(max(1, numel // n), n, dtype=dtype, device="meta")
-    return torch_ops.first_preference(op, x, -1, lambda v: dtype in v.dtypes and (
-        v.check is None or v.check(x) is None)).name
+    kw = {"dim": -1} if "dim" in registry.get_op(op).kwargs else {}
+    return dispatch.first_preference(op, (x,), kw, lambda v: dtype in v.dtypes and (
+        v.check is None or v.check(x, **kw) is None)).name
 
 
 def planned_variants(op: str) -> list[registry.Variant]:
@@ -68,11 +69,9 @@ def plan_rows(op: str, dtype: torch.dtype, ns: Sequence[int],
 
 def _parse(args: argparse.Namespace) -> tuple[list[str], list[torch.dtype], list[int], int]:
     """(ops, dtypes, row lengths, numel) from the arguments; ValueError / KernelLabError if bad."""
-    from . import torch_ops
-
     registry.ops()  # load the ops
     ops = args.op or [o for o in registry.ops() if planned_variants(o)
-                      or o in torch_ops.PREFERENCES]
+                      or registry.get_op(o).auto is not None]
     for o in ops:
         registry.get_op(o)  # an unknown op: UnknownVariantError with suggestions
     dtypes = [parse_dtype(d) for d in args.dtype.split(",") if d]

@@ -27,17 +27,84 @@ from .errors import DuplicateVariantError, UnknownVariantError, UnsupportedInput
 BACKENDS = ("torch", "compile", "triton", "cuda", "peer")
 
 
+ROLES = ("rows", "column", "index")
+
+
+@dataclass(frozen=True)
+class Input:
+    """One tensor input of an op and its role, which the registry checks before any launch.
+
+    ``rows``: shaped like the first input (the rows reduced over ``dim``); ``column``: a
+    per-column parameter of shape (N,), N the first input's length along ``dim``, same dtype;
+    ``index``: an integer tensor shaped like the first input without ``dim`` (one per row).
+    """
+
+    name: str
+    role: str = "rows"
+
+    def __post_init__(self) -> None:
+        if self.role not in ROLES:
+            raise ValueError(f"input {self.name!r}: role must be one of {ROLES}, not {self.role!r}")
+
+
+@dataclass(frozen=True)
+class Output:
+    """One output of an op: its name and how the checker compares it with the reference.
+
+    ``tolerances``: dtype -> reference.Tolerance (None: the op's table, else the lab's);
+    ``error_scale(*inputs, **kw)``: the magnitude rtol applies to, per element (None: |ref|).
+    """
+
+    name: str
+    tolerances: dict | None = None
+    error_scale: Callable[..., torch.Tensor] | None = None
+
+
+@dataclass(frozen=True)
+class Auto:
+    """An op's ``variant="auto"`` policy.
+
+    ``preferences(*inputs, **kw)``: variant names to try on CUDA, best first (the first that is
+    registered and supports the inputs runs); ``portable``: the variant for every other device
+    and the last resort.
+    """
+
+    preferences: Callable[..., Sequence[str]]
+    portable: str
+
+
+@dataclass(frozen=True)
+class Autograd:
+    """How an op differentiates, for the custom op and the eager path.
+
+    ``save(inputs, output, kw)``: the tensors the forward keeps. Then either ``backward``: the
+    name of the op whose output is the gradient of input ``grad_of`` (its inputs are
+    ``backward_inputs(saved, grad, kw)``; its variant is the call's ``backward_variant``), or
+    ``formula(saved, grad, kw)``: plain PyTorch returning one gradient (or None) per tensor
+    input - used for backward ops themselves (double backward).
+    """
+
+    save: Callable[..., tuple]
+    backward: str | None = None
+    backward_inputs: Callable[..., tuple] | None = None
+    grad_of: int = 0
+    formula: Callable[..., tuple] | None = None
+
+
 @dataclass(frozen=True)
 class Op:
     """An operation: its single float64 reference and what the suites need to exercise it.
 
-    ``make_inputs(shape, dtype, device, generator)`` returns the positional inputs for a call;
-    ``bytes_moved(*inputs)`` the fewest bytes a call must read plus write (for GB/s);
-    ``reference(*inputs, **kw)`` returns the float64 answer.
+    ``make_inputs(shape, dtype, device, generator)`` returns the positional inputs for a call
+    (``shape``: the rows input's shape); ``bytes_moved(*inputs, **kw)`` the fewest bytes a call
+    must read plus write (for GB/s); ``reference(*inputs, **kw)`` returns the float64 answer, a
+    tuple when the op has several ``outputs``. ``inputs`` declares each tensor input's role
+    (:class:`Input`); ``kwargs`` the default call keywords (their types make the custom op's
+    schema); ``auto`` and ``autograd`` make it a drop-in (:mod:`kernel_lab.custom_ops`).
     """
 
     name: str
-    reference: Callable[..., torch.Tensor]
+    reference: Callable[..., Any]
     make_inputs: Callable[..., tuple]
     bytes_moved: Callable[..., int]
     description: str = ""
@@ -48,16 +115,36 @@ class Op:
     # Per-op tolerance table (dtype -> reference.Tolerance); None = reference.TOLERANCES.
     tolerances: dict | None = None
     # error_scale(*inputs, **kw) -> float64 tensor: the magnitude rtol applies to per element
-    # (None = |reference|); see reference.check.
+    # (None = |reference|); see reference.check. Outputs may override both.
     error_scale: Callable[..., torch.Tensor] | None = None
+    inputs: tuple[Input, ...] = (Input("x"),)
+    outputs: tuple[Output, ...] = (Output("y"),)
+    auto: Auto | None = None
+    autograd: Autograd | None = None
 
-    def check(self, out: Any, *inputs: Any, ref: torch.Tensor | None = None, **kw: Any):
-        """Compare ``out`` with this op's float64 reference on ``inputs`` (one policy for all)."""
-        from .reference import check
+    def check(self, out: Any, *inputs: Any, ref: Any = None, **kw: Any):
+        """Compare ``out`` with this op's float64 reference on ``inputs``: every output under
+        its own tolerance; the first failing output names itself in the message."""
+        from .reference import CheckResult, check
 
         ref = self.reference(*inputs, **kw) if ref is None else ref
-        scale = self.error_scale(*inputs, **kw) if self.error_scale is not None else None
-        return check(out, ref, inputs[0].dtype, self.tolerances, scale=scale)
+        several = len(self.outputs) > 1
+        outs, refs = (out, ref) if several else ((out,), (ref,))
+        if several and (not isinstance(outs, (tuple, list)) or len(outs) != len(self.outputs)):
+            return CheckResult(False, float("inf"), float("inf"),
+                               f"expected {len(self.outputs)} outputs, got {type(out).__name__}")
+        worst_abs = worst_rel = worst_ratio = 0.0
+        for spec, o, r in zip(self.outputs, outs, refs):
+            scale_fn = spec.error_scale or (self.error_scale if not several else None)
+            scale = scale_fn(*inputs, **kw) if scale_fn is not None else None
+            res = check(o, r, inputs[0].dtype, spec.tolerances or self.tolerances, scale=scale)
+            if not res.ok:
+                return CheckResult(False, res.max_abs_err, res.max_rel_err,
+                                   f"{spec.name}: {res.message}" if several else res.message,
+                                   res.ratio)
+            worst_abs, worst_rel = max(worst_abs, res.max_abs_err), max(worst_rel, res.max_rel_err)
+            worst_ratio = max(worst_ratio, res.ratio)
+        return CheckResult(True, worst_abs, worst_rel, "ok", worst_ratio)
 
 
 @dataclass(frozen=True)
@@ -86,11 +173,10 @@ class Variant:
         if x.dtype not in self.dtypes:
             names = ", ".join(str(d).replace("torch.", "") for d in self.dtypes)
             return f"dtype {str(x.dtype).replace('torch.', '')} not supported (takes {names})"
-        for other in inputs[1:]:
-            if isinstance(other, torch.Tensor) and (
-                other.dtype != x.dtype or other.device != x.device or other.shape != x.shape
-            ):
-                return "all tensor inputs must share dtype, device and shape"
+        if len(inputs) > 1:
+            reason = _input_contract(_ops[self.op].inputs, inputs, kw.get("dim", -1))
+            if reason is not None:
+                return reason
         if self.needs_cuda and not x.is_cuda:
             if not (self.backend == "triton" and _triton_interpreting()):
                 return f"needs a CUDA tensor, got device {x.device}"
@@ -102,6 +188,29 @@ class Variant:
         return self.fn(*inputs, **kw)
 
 
+def _input_contract(specs: tuple[Input, ...], inputs: tuple, dim: int) -> str | None:
+    """Why ``inputs`` break their op's declared roles (:class:`Input`), or None."""
+    x = inputs[0]
+    n = x.shape[dim] if x.dim() and -x.dim() <= dim < x.dim() else None
+    for i, t in enumerate(inputs[1:], 1):
+        if not isinstance(t, torch.Tensor):
+            continue
+        spec = specs[i] if i < len(specs) else Input(f"input {i}")
+        if t.device != x.device:
+            return f"{spec.name} is on {t.device}, {specs[0].name} on {x.device}"
+        if spec.role == "rows" and (t.dtype != x.dtype or t.shape != x.shape):
+            return f"{spec.name} must have {specs[0].name}'s dtype and shape"
+        if spec.role == "column" and (t.dtype != x.dtype or tuple(t.shape) != (n,)):
+            return f"{spec.name} must be a ({n},) tensor of {specs[0].name}'s dtype"
+        if spec.role == "index":
+            if t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool:
+                return f"{spec.name} must be an integer tensor, got {t.dtype}"
+            rows = tuple(s for d, s in enumerate(x.shape) if d != dim % max(x.dim(), 1))
+            if tuple(t.shape) != rows:
+                return f"{spec.name} must have shape {rows} (one per row), got {tuple(t.shape)}"
+    return None
+
+
 def _triton_interpreting() -> bool:
     import os
 
@@ -110,6 +219,7 @@ def _triton_interpreting() -> bool:
 
 _ops: dict[str, Op] = {}
 _variants: dict[str, Variant] = {}
+_aliases: dict[str, str] = {}  # a former variant name -> its name now
 _lock = threading.RLock()
 _loaded = False
 
@@ -173,6 +283,14 @@ def register(
     return deco
 
 
+def alias(old: str, new: str) -> None:
+    """Let ``get(old)`` (and ``run(old, ...)``) find the variant now called ``new``."""
+    with _lock:
+        if old in _variants or old in _aliases:
+            raise DuplicateVariantError(f"{old!r} is already a variant or an alias")
+        _aliases[old] = new
+
+
 def _ensure_loaded() -> None:
     global _loaded
     if _loaded:
@@ -196,7 +314,7 @@ def get(name: str) -> Variant:
     """The variant called ``name``; raises :class:`UnknownVariantError` with suggestions."""
     _ensure_loaded()
     try:
-        return _variants[name]
+        return _variants[_aliases.get(name, name)]
     except KeyError:
         known = sorted(_variants)
         raise UnknownVariantError(
@@ -255,7 +373,7 @@ def run(name: str, *inputs: Any, **kw: Any) -> Any:
     """
     from . import interop
 
-    variant = _variants.get(name) if _loaded else None  # the per-call hot path
+    variant = _variants.get(name) if _loaded else None  # the per-call hot path (no alias)
     if variant is None:
         variant = get(name)
     tensors, back = interop.to_torch(inputs)

@@ -5,9 +5,16 @@ from __future__ import annotations
 
 import torch
 
-from kernel_lab import cli, planning, torch_ops
+from kernel_lab import cli, dispatch, planning
+from kernel_lab.ops.log_softmax import auto as log_auto
+from kernel_lab.ops.softmax import auto as softmax_auto
 from kernel_lab.rowkernels import backward_config as bc
 from kernel_lab.rowkernels import forward_config as fc
+
+# the ops' own "auto" tables, side by side
+PORTABLE = {**softmax_auto.PORTABLE, **log_auto.PORTABLE}
+SMALL_NUMEL = {**softmax_auto.SMALL_NUMEL, **log_auto.SMALL_NUMEL}
+TRITON_MIN_NUMEL = softmax_auto.TRITON_MIN_NUMEL
 
 
 def test_plan_rows_name_the_config_and_its_kernel():
@@ -68,20 +75,20 @@ def test_auto_choice_is_the_first_measured_preference_that_holds_the_row():
             "fused_softmax_backward"
     assert planning.auto_choice("softmax", 131072, torch.float16) == "fast_softmax"
     # triton_fused is first in the table at 32768 but holds rows of <= 65536 only: fine there
-    assert torch_ops.measured_preferences("softmax", torch.empty(8192, 32768, device="meta"))[0] \
+    assert dispatch.preferences("softmax", torch.empty(8192, 32768, device="meta"))[0] \
         == planning.auto_choice("softmax", 32768, torch.float32) == "triton_fused"
 
 
 def test_auto_choice_follows_the_tensor_size():
     """plan's --numel reaches the size rule: PyTorch's kernel for small tensors."""
     for op in ("softmax", "softmax_backward", "log_softmax", "log_softmax_backward"):
-        small = torch_ops.SMALL_NUMEL[op]
-        assert planning.auto_choice(op, 4096, torch.float32, small) == torch_ops.PORTABLE[op]
-        assert planning.auto_choice(op, 4096, torch.float32, 2 * small) != torch_ops.PORTABLE[op]
+        small = SMALL_NUMEL[op]
+        assert planning.auto_choice(op, 4096, torch.float32, small) == PORTABLE[op]
+        assert planning.auto_choice(op, 4096, torch.float32, 2 * small) != PORTABLE[op]
     # one row longer than the small limit is not small
-    one_row = 2 * torch_ops.SMALL_NUMEL["softmax"]
+    one_row = 2 * SMALL_NUMEL["softmax"]
     assert planning.auto_choice("softmax", one_row, torch.float32, 1) == "fast_softmax"
-    big = torch_ops.TRITON_MIN_NUMEL
+    big = TRITON_MIN_NUMEL
     assert planning.auto_choice("softmax", 1024, torch.bfloat16, big) == "triton_fused"
     assert planning.auto_choice("softmax", 1024, torch.bfloat16, big // 2) == "fast_softmax"
 

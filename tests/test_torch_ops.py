@@ -11,12 +11,19 @@ import torch
 from conftest import DEVICE, needs_cuda
 
 import kernel_lab
-from kernel_lab import torch_ops
+from kernel_lab import custom_ops, dispatch
 from kernel_lab.examples import train_tiny_attention as example
+from kernel_lab.ops.log_softmax import auto as log_auto
+from kernel_lab.ops.softmax import auto as softmax_auto
+
+# the ops' own "auto" tables, side by side
+PORTABLE = {**softmax_auto.PORTABLE, **log_auto.PORTABLE}
+SMALL_NUMEL = {**softmax_auto.SMALL_NUMEL, **log_auto.SMALL_NUMEL}
+TRITON_MIN_NUMEL = softmax_auto.TRITON_MIN_NUMEL
 
 LAB = {"softmax": kernel_lab.softmax, "log_softmax": kernel_lab.log_softmax}
 TORCH = {"softmax": torch.softmax, "log_softmax": torch.log_softmax}
-OPS = {"softmax": torch_ops.softmax_op, "log_softmax": torch_ops.log_softmax_op}
+OPS = {"softmax": custom_ops.define("softmax"), "log_softmax": custom_ops.define("log_softmax")}
 # (forward, backward) variant pairs to push through autograd; "auto" is torch's on a CPU.
 PAIRS = {
     "softmax": [("auto", "auto"), ("triton_fused", "triton_backward"), ("triton_online", "auto")],
@@ -69,7 +76,7 @@ def test_opcheck(op, fwd, bwd):
 
 @pytest.mark.parametrize("op", ["softmax", "log_softmax"])
 def test_opcheck_backward_ops(op):
-    backward = getattr(torch_ops, f"{op}_backward_op")
+    backward = custom_ops.define(f"{op}_backward")
     y = TORCH[op](torch.randn(4, 6, device=DEVICE), 0).requires_grad_()
     dy = torch.randn(4, 6, device=DEVICE, requires_grad=True)
     torch.library.opcheck(backward, (y, dy, 0, "auto"))
@@ -143,25 +150,25 @@ class _Recorder(torch.utils._python_dispatch.TorchDispatchMode):
 
 @pytest.mark.parametrize("op", ["softmax", "log_softmax"])
 def test_eager_calls_skip_the_custom_op_only_when_nothing_watches(op):
-    """Plain eager calls run the variant directly (nothing to record) or through _EagerRowOp
+    """Plain eager calls run the variant directly (nothing to record) or through _EagerOp
     (autograd records it); a dispatch mode or FakeTensorMode gets the custom op, so they see
     ``kernel_lab::<op>`` as before."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     x = torch.randn(3, 5, device=DEVICE, requires_grad=True)
-    assert torch_ops.eager_fast_path(x)
-    assert type(LAB[op](x).grad_fn).__name__ == "_EagerRowOpBackward"
+    assert custom_ops.eager_fast_path(x)
+    assert type(LAB[op](x).grad_fn).__name__ == "_EagerOpBackward"
     assert LAB[op](x.detach()).grad_fn is None
     with torch.no_grad():
         assert LAB[op](x).grad_fn is None
     with _Recorder() as rec:
-        assert not torch_ops.eager_fast_path(x)
+        assert not custom_ops.eager_fast_path(x)
         out = LAB[op](x.detach())
     assert f"kernel_lab.{op}.default" in rec.seen
     torch.testing.assert_close(out, TORCH[op](x.detach(), -1))
     with FakeTensorMode() as mode:
         fake = mode.from_tensor(torch.randn(2, 3, device=DEVICE))
-        assert not torch_ops.eager_fast_path(fake)
+        assert not custom_ops.eager_fast_path(fake)
         assert LAB[op](fake, 0).shape == (2, 3)
     with torch.profiler.profile() as prof:  # profiles still name the op
         LAB[op](x).sum().backward()
@@ -189,8 +196,8 @@ def test_eager_path_and_custom_op_agree_to_second_order(op):
 
 def test_auto_on_cpu_is_pytorch():
     x = torch.randn(2, 3)
-    assert torch_ops.choose_variant("softmax", x).name == "torch_eager"
-    assert torch_ops.choose_variant("log_softmax_backward", x, x).name == (
+    assert dispatch.choose_variant("softmax", x).name == "torch_eager"
+    assert dispatch.choose_variant("log_softmax_backward", x, x).name == (
         "torch_log_softmax_backward"
     )
 
@@ -257,15 +264,15 @@ def test_auto_prefers_cuda_kernels(op):
     a tensor past the small-size limit, and PyTorch's own kernel for a small one."""
     small = torch.randn(64, 1000, device="cuda")
     small_in = (small,) if not op.endswith("backward") else (torch.softmax(small, -1), small)
-    assert torch_ops.choose_variant(op, *small_in).name == torch_ops.PORTABLE[op]
+    assert dispatch.choose_variant(op, *small_in).name == PORTABLE[op]
     x = torch.randn(16384, 1000, device="cuda")  # 16.4M elements: past every small-size limit
     inputs = (x,) if not op.endswith("backward") else (torch.softmax(x, -1), x)
     registered = {v.name for v in kernel_lab.variants(op)}
-    expected = next(n for n in torch_ops.measured_preferences(op, inputs[0]) if n in registered
+    expected = next(n for n in dispatch.preferences(op, inputs[0]) if n in registered
                     and kernel_lab.get(n).supports(*inputs) is None)
-    assert torch_ops.choose_variant(op, *inputs).name == expected
+    assert dispatch.choose_variant(op, *inputs).name == expected
     cuda_names = [v.name for v in kernel_lab.variants(op, backend="cuda")]
-    first = torch_ops.measured_preferences(op, inputs[0])[0]
+    first = dispatch.preferences(op, inputs[0])[0]
     if first in cuda_names:
         assert expected == first
 
@@ -280,11 +287,11 @@ def test_cuda_auto_matches_torch(op, dtype):
     backward by up to 6 %; comparing the two bf16 pipelines failed once in the twenty-first
     run's suite)."""
     x = torch.randn(2100, 4097, device="cuda", dtype=dtype, requires_grad=True)
-    assert x.numel() > max(torch_ops.SMALL_NUMEL.values())  # auto runs the lab's, both ways
-    assert torch_ops.choose_variant(op, x).backend != "torch"
+    assert x.numel() > max(SMALL_NUMEL.values())  # auto runs the lab's, both ways
+    assert dispatch.choose_variant(op, x).backend != "torch"
     x_ref = x.detach().clone().requires_grad_()
     out, ref = LAB[op](x), TORCH[op](x_ref, -1)
-    assert torch_ops.choose_variant(f"{op}_backward", out, out).backend != "torch"
+    assert dispatch.choose_variant(f"{op}_backward", out, out).backend != "torch"
     dy = torch.randn_like(ref)
     (out * dy).sum().backward()
     (ref * dy).sum().backward()
@@ -313,7 +320,8 @@ def test_compile_cuda(mode, kernels):
     These tensors are small, so "auto" runs PyTorch's kernels: "cuda" names the lab's."""
     torch.manual_seed(0)
     lab = {"softmax": ("fast_softmax", "fused_softmax_backward"),
-           "log_softmax": ("log_softmax", "log_softmax_backward")} if kernels == "cuda" else {}
+           "log_softmax": ("fast_log_softmax", "fused_log_softmax_backward")} \
+        if kernels == "cuda" else {}
     model = _Block(**lab).cuda()
     compiled = torch.compile(model, fullgraph=True, mode=mode)
     for _ in range(4):  # warm-up, record, then replays
@@ -333,14 +341,14 @@ def test_compile_cuda(mode, kernels):
 def test_example_losses_match_cuda():
     """The lab's CUDA kernels by name: the example's tensors are small, so auto = PyTorch's."""
     ref, lab = example.compare(example.Config(steps=20, device="cuda"), "fast_softmax",
-                               "log_softmax", backward_variant="fused_softmax_backward",
-                               log_backward_variant="log_softmax_backward")
+                               "fast_log_softmax", backward_variant="fused_softmax_backward",
+                               log_backward_variant="fused_log_softmax_backward")
     assert max(abs(a - b) for a, b in zip(ref, lab)) < 1e-3
 
 
 def _first_choice(op: str, shape: tuple, dtype: torch.dtype = torch.float32) -> str:
     """measured_preferences' first name for a meta tensor of ``shape``."""
-    return torch_ops.measured_preferences(op, torch.empty(shape, dtype=dtype, device="meta"))[0]
+    return dispatch.preferences(op, torch.empty(shape, dtype=dtype, device="meta"))[0]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
@@ -363,21 +371,21 @@ def test_measured_preferences_follow_the_last_sweep(dtype):
                     32000: "fused_softmax_backward", 262144: "fused_softmax_backward"}
     log_back = {n: first("log_softmax_backward", n) for n in (128, 511, 512, 16384, 32000,
                                                                65536, 131072)}
-    lab = "log_softmax_backward"  # the softmax backward's persistent clusters from 16385
+    lab = "fused_log_softmax_backward"  # the softmax backward's clusters from 16385
     assert log_back == {128: "triton_log_softmax_backward", 511: "triton_log_softmax_backward",
                         512: lab, 16384: lab, 32000: lab, 65536: lab, 131072: lab}
 
 
-@pytest.mark.parametrize("op", sorted(torch_ops.PORTABLE))
+@pytest.mark.parametrize("op", sorted(PORTABLE))
 def test_small_tensors_prefer_pytorchs_own_kernel(op):
     """Launch-bound sizes (<= SMALL_NUMEL[op] elements, any shape): PyTorch's kernel first."""
-    limit = torch_ops.SMALL_NUMEL[op]
+    limit = SMALL_NUMEL[op]
     for shape in ((1, 8), (64, 32000), (limit // 4096, 4096), (limit,), (2, 1024, 1024)):
         x = torch.empty(shape, device="meta")
-        assert torch_ops.measured_preferences(op, x)[0] == torch_ops.PORTABLE[op], shape
+        assert dispatch.preferences(op, x)[0] == PORTABLE[op], shape
     for shape in ((limit // 4096 + 1, 4096), (2, limit)):
         x = torch.empty(shape, device="meta")
-        assert torch_ops.measured_preferences(op, x)[0] != torch_ops.PORTABLE[op], shape
+        assert dispatch.preferences(op, x)[0] != PORTABLE[op], shape
 
 
 def test_small_tensor_rules():
@@ -385,9 +393,9 @@ def test_small_tensor_rules():
     backward: 2^21 at any row); PyTorch's 2-byte softmax backward (inexact on short rows) is
     never picked; Triton's rows only in large tensors."""
     first = _first_choice
-    for op, lab in (("softmax", "fast_softmax"), ("log_softmax", "log_softmax"),
-                    ("log_softmax_backward", "log_softmax_backward")):
-        torch_name = torch_ops.PORTABLE[op]
+    for op, lab in (("softmax", "fast_softmax"), ("log_softmax", "fast_log_softmax"),
+                    ("log_softmax_backward", "fused_log_softmax_backward")):
+        torch_name = PORTABLE[op]
         assert first(op, (8192, 1024)) == torch_name, op  # 2^23, rows of 1024
         assert first(op, (8193, 1024)) == lab, op
         assert first(op, (1024, 4096)) == torch_name, op  # 2^22, longer rows
@@ -398,7 +406,7 @@ def test_small_tensor_rules():
         assert first("softmax_backward", (16, 1024), dt) == "fused_softmax_backward"
         assert first("softmax_backward", (16, 128), dt) == "triton_backward"
         assert first("log_softmax_backward", (16, 128), dt) == "torch_log_softmax_backward"
-    big = torch_ops.TRITON_MIN_NUMEL
+    big = TRITON_MIN_NUMEL
     for n, dt in ((128, torch.bfloat16), (1024, torch.float16), (32768, torch.float32)):
         assert first("softmax", (big // n, n), dt) == "triton_fused", (n, dt)
         assert first("softmax", (big // n // 2, n), dt) == "fast_softmax", (n, dt)

@@ -14,7 +14,7 @@ absolute, on losses falling from 2.1 to ~0.05): fp32 kernels differ from PyTorch
 bits, and a few dozen Adam steps carry that forward as ~1e-6.
 
 The tensors are small (a few thousand elements), so ``variant="auto"`` runs PyTorch's own
-kernels behind the custom ops, on a GPU too (``torch_ops.prefers_pytorch``: launch-bound sizes,
+kernels behind the custom ops, on a GPU too (each op's ``auto`` policy: launch-bound sizes,
 where PyTorch's C++ launch wins); the comparison then checks the op plumbing, autograd and
 compile. Name variants to train with the lab's kernels: on a CPU ``--variant torch_naive`` for
 different arithmetic, or Triton variant names with ``TRITON_INTERPRET=1`` set (slow: keep

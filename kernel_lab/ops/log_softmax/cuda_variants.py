@@ -30,7 +30,7 @@ from kernel_lab.cuda_common import (
     vec_width,
 )
 from kernel_lab.interop import i32
-from kernel_lab.registry import register
+from kernel_lab.registry import alias, register
 from kernel_lab.rowkernels.backward_config import (
     BWD_MAX_THREADS,
     BackwardConfig,
@@ -100,7 +100,7 @@ def log_backward_config(n: int, dtype: torch.dtype, aligned: bool,
 
 
 @register(
-    "log_softmax",
+    "fast_log_softmax",
     op="log_softmax",
     backend="cuda",
     dtypes=ALL_DTYPES,
@@ -108,7 +108,7 @@ def log_backward_config(n: int, dtype: torch.dtype, aligned: bool,
     "prefetching CTAs or clusters / wide, one read + one write (see fast_softmax_config)",
     source="cuda_src/log_softmax.cu",
 )
-def log_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+def fast_log_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     def launch(out, x2d):
         cfg, phase = fast_choice(out, x2d)
         fast_launch(out, x2d, cfg, phase, FORWARD_KERNELS)
@@ -116,11 +116,11 @@ def log_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     return rowwise(launch, x, dim=dim)
 
 
-log_softmax.launch_plan = functools.partial(fast_plan, prefix="log_softmax")
+fast_log_softmax.launch_plan = functools.partial(fast_plan, prefix="log_softmax")
 
 
 @register(
-    "log_softmax_backward",
+    "fused_log_softmax_backward",
     op="log_softmax_backward",
     backend="cuda",
     dtypes=ALL_DTYPES,
@@ -128,7 +128,8 @@ log_softmax.launch_plan = functools.partial(fast_plan, prefix="log_softmax")
     "fused_softmax_backward's persistent clusters: read once, dx written once",
     source="cuda_src/log_softmax_backward.cu",
 )
-def log_softmax_backward(y: torch.Tensor, dy: torch.Tensor, dim: int = -1) -> torch.Tensor:
+def fused_log_softmax_backward(y: torch.Tensor, dy: torch.Tensor,
+                               dim: int = -1) -> torch.Tensor:
     def launch(dx, y2d, dy2d):
         aligned = vec_aligned(dx, y2d, dy2d)
         phase = aligned or bool(same_vector_phase(dx, y2d, dy2d))
@@ -151,4 +152,8 @@ def log_backward_plan(n: int, dtype: torch.dtype) -> str:
             f"{backward_plan_note(cfg, n, dtype)}")
 
 
-log_softmax_backward.launch_plan = log_backward_plan
+fused_log_softmax_backward.launch_plan = log_backward_plan
+
+# the names these variants had when they shared their ops' names
+alias("log_softmax", "fast_log_softmax")
+alias("log_softmax_backward", "fused_log_softmax_backward")

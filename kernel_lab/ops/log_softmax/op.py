@@ -26,7 +26,9 @@ import torch
 from kernel_lab.inputs import ALL_DTYPES, FLOAT_DTYPES, randn
 from kernel_lab.reference import TOLERANCES as DEFAULT_TOLERANCES
 from kernel_lab.reference import Tolerance
-from kernel_lab.registry import Op, register_op
+from kernel_lab.registry import Autograd, Input, Op, Output, register_op
+
+from .auto import LOG_SOFTMAX_AUTO, LOG_SOFTMAX_BACKWARD_AUTO
 
 __all__ = ["ALL_DTYPES", "FLOAT_DTYPES", "LOG_SOFTMAX", "LOG_SOFTMAX_BACKWARD", "TOLERANCES"]
 
@@ -132,6 +134,14 @@ def log_softmax_backward_edge_cases(dtype, device="cpu", generator=None) -> list
     return [("neg_inf_logprobs", (y, dy), {})]
 
 
+def log_softmax_double_backward(saved, g, kw):
+    """Gradients of dx = dy - exp(y) * sum(dy) with respect to (y, dy), given g."""
+    y, dy = saved
+    dim = kw["dim"]
+    p = torch.exp(y)
+    return -g * p * dy.sum(dim, keepdim=True), g - (g * p).sum(dim, keepdim=True)
+
+
 LOG_SOFTMAX = register_op(
     Op(
         name="log_softmax",
@@ -142,6 +152,9 @@ LOG_SOFTMAX = register_op(
         kwargs={"dim": -1},
         edge_cases=log_softmax_edge_cases,
         tolerances=TOLERANCES,
+        auto=LOG_SOFTMAX_AUTO,
+        autograd=Autograd(save=lambda inputs, y, kw: (y,), backward="log_softmax_backward",
+                          backward_inputs=lambda saved, dy, kw: (saved[0], dy)),
     )
 )
 
@@ -156,5 +169,9 @@ LOG_SOFTMAX_BACKWARD = register_op(
         edge_cases=log_softmax_backward_edge_cases,
         tolerances=TOLERANCES,
         error_scale=log_softmax_backward_error_scale,
+        inputs=(Input("y"), Input("dy")),
+        outputs=(Output("dx"),),
+        auto=LOG_SOFTMAX_BACKWARD_AUTO,
+        autograd=Autograd(save=lambda inputs, dx, kw: inputs, formula=log_softmax_double_backward),
     )
 )

@@ -5,11 +5,13 @@ from __future__ import annotations
 import torch
 
 from kernel_lab.inputs import ALL_DTYPES, FLOAT_DTYPES, randn
-from kernel_lab.registry import Op, register_op
+from kernel_lab.registry import Autograd, Input, Op, Output, register_op
+
+from .auto import SOFTMAX_AUTO, SOFTMAX_BACKWARD_AUTO
 
 __all__ = ["ALL_DTYPES", "FLOAT_DTYPES", "SOFTMAX", "SOFTMAX_BACKWARD"]
 
-_randn = randn
+
 
 
 def softmax_reference(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
@@ -19,7 +21,7 @@ def softmax_reference(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
 
 def softmax_inputs(shape, dtype, device="cpu", generator=None) -> tuple[torch.Tensor]:
     """Fresh N(0, 2^2) logits (never zeros, never a constant row)."""
-    return (_randn(shape, dtype, device, generator),)
+    return (randn(shape, dtype, device, generator),)
 
 
 def softmax_bytes(x: torch.Tensor, dim: int = -1) -> int:
@@ -41,8 +43,8 @@ def softmax_backward_error_scale(y: torch.Tensor, dy: torch.Tensor, dim: int = -
 
 def softmax_backward_inputs(shape, dtype, device="cpu", generator=None):
     """(y, dy): y a real softmax output (rows sum to 1), dy fresh N(0, 1)."""
-    y = torch.softmax(_randn(shape, torch.float32, "cpu", generator), dim=-1)
-    dy = _randn(shape, torch.float32, "cpu", generator, scale=1.0)
+    y = torch.softmax(randn(shape, torch.float32, "cpu", generator), dim=-1)
+    dy = randn(shape, torch.float32, "cpu", generator, scale=1.0)
     return y.to(device=device, dtype=dtype), dy.to(device=device, dtype=dtype)
 
 
@@ -68,6 +70,14 @@ def softmax_edge_cases(dtype, device="cpu", generator=None) -> list:
     return cases
 
 
+def softmax_double_backward(saved, g, kw):
+    """Gradients of dx = y * (dy - <y, dy>) with respect to (y, dy), given g = d(loss)/dx."""
+    y, dy = saved
+    dim = kw["dim"]
+    yg = (y * g).sum(dim, keepdim=True)
+    return g * (dy - (y * dy).sum(dim, keepdim=True)) - dy * yg, y * (g - yg)
+
+
 SOFTMAX = register_op(
     Op(
         name="softmax",
@@ -77,6 +87,10 @@ SOFTMAX = register_op(
         description="softmax(x, dim): exp(x - max) / sum(exp(x - max))",
         kwargs={"dim": -1},
         edge_cases=softmax_edge_cases,
+        auto=SOFTMAX_AUTO,
+        # the backward needs y and dy, never x: keep the output only
+        autograd=Autograd(save=lambda inputs, y, kw: (y,), backward="softmax_backward",
+                          backward_inputs=lambda saved, dy, kw: (saved[0], dy)),
     )
 )
 
@@ -89,5 +103,9 @@ SOFTMAX_BACKWARD = register_op(
         description="dx = y * (dy - sum(dy * y)), the gradient of softmax",
         kwargs={"dim": -1},
         error_scale=softmax_backward_error_scale,
+        inputs=(Input("y"), Input("dy")),
+        outputs=(Output("dx"),),
+        auto=SOFTMAX_BACKWARD_AUTO,
+        autograd=Autograd(save=lambda inputs, dx, kw: inputs, formula=softmax_double_backward),
     )
 )

@@ -1,0 +1,168 @@
+"""``python -m kernel_lab list`` and ``check``: the registry as a table, and every variant
+against its op's float64 reference on this machine, with a progress bar and a summary line."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections import Counter
+
+import torch
+
+from . import registry
+from .checking import (
+    Case,
+    cases_for,
+    default_device,
+    dtype_name,
+    fresh_seed,
+    make_case_inputs,
+    parse_dtype,
+    run_checked,
+)
+from .errors import KernelLabError
+from .reference import CheckResult
+
+_PROBE = Case((2, 8))  # the shape `list` asks each variant about
+
+
+def wide_console():
+    """A rich Console at least 140 columns wide (logs and pipes would get 80 and fold tables)."""
+    import shutil
+
+    from rich.console import Console
+
+    return Console(width=max(140, shutil.get_terminal_size().columns))
+
+
+def _probe_inputs(v: registry.Variant, device: str) -> tuple:
+    dtype = torch.float32 if torch.float32 in v.dtypes else v.dtypes[0]
+    op = registry.get_op(v.op)
+    inputs, _ = make_case_inputs(op, _PROBE, dtype, "cpu", None)
+    return tuple(t.to(device) for t in inputs)
+
+
+def runs_here(v: registry.Variant) -> str:
+    """'yes', or the reason it cannot run on this machine."""
+    reason = v.supports(*_probe_inputs(v, default_device()))
+    return "yes" if reason is None else reason
+
+
+def list_main(args) -> int:
+    from rich.table import Table
+
+    console = wide_console()
+    names = [args.op] if getattr(args, "op", None) else registry.ops()
+    for op_name in names:
+        op = registry.get_op(op_name)
+        table = Table(title=f"{op.name}: {op.description}", title_justify="left")
+        for col in ("variant", "backend", "dtypes", "launcher", "kernel", "runs here"):
+            table.add_column(col, overflow="fold")
+        for v in registry.variants(op_name):
+            here = runs_here(v)
+            launcher = f"{v.fn.__module__}.{v.fn.__qualname__}"
+            table.add_row(
+                v.name, v.backend, ",".join(_short(d) for d in v.dtypes), launcher,
+                v.source or "-", "[green]yes[/]" if here == "yes" else f"[yellow]no[/]: {here}",
+            )
+        console.print(table)
+    return 0
+
+
+def _short(dtype: torch.dtype) -> str:
+    return {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16",
+            torch.float64: "fp64"}.get(dtype, dtype_name(dtype))
+
+
+def interpret_triton_here(argv: list[str]) -> None:
+    """On a machine without a CUDA GPU, run this command again with ``TRITON_INTERPRET=1`` so
+    the Triton variants run in Triton's interpreter (it must be set before triton loads)."""
+    if os.environ.get("TRITON_INTERPRET") == "1" or torch.cuda.is_available():
+        return
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    sys.stdout.flush()
+    os.execve(sys.executable, [sys.executable, "-m", "kernel_lab", *argv], env)
+
+
+def _chosen(args) -> list[registry.Variant]:
+    if args.names:
+        return [registry.get(n) for n in args.names]
+    return registry.variants(args.op)
+
+
+def check_main(args) -> int:
+    from rich.progress import Progress
+    from rich.table import Table
+
+    console = wide_console()
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise KernelLabError("--device cuda: no CUDA GPU is usable on this machine")
+    device = args.device or default_device()
+    seed = args.seed if args.seed is not None else fresh_seed()
+    try:
+        dtypes = [parse_dtype(d) for d in (args.dtype or ["float32", "float16", "bfloat16"])]
+    except ValueError as e:
+        raise KernelLabError(str(e)) from None
+    chosen = _chosen(args)
+    jobs = [(v, dt) for v in chosen for dt in dtypes if dt in v.dtypes]
+    table = Table(title=f"check on {device} (seed {seed})", title_justify="left")
+    for col in ("variant", "dtype", "cases", "result", "err / allowed", "first failure / skip"):
+        table.add_column(col, overflow="fold")
+    tally: Counter = Counter()
+    skip_reasons: Counter = Counter()
+    with Progress(console=console, transient=True) as progress:
+        task = progress.add_task("checking", total=len(jobs))
+        for v, dtype in jobs:
+            progress.update(task, description=f"{v.name} {dtype_name(dtype)}")
+            row, outcome, reason = _check_one(v, dtype, device, seed)
+            table.add_row(*row)
+            tally[outcome] += 1
+            if reason:
+                skip_reasons[reason] += 1
+            progress.advance(task)
+    console.print(table)
+    skips = "; ".join(f"{n} x {r}" for r, n in skip_reasons.most_common())
+    console.print(f"{sum(tally.values())} checked: {tally['pass']} passed, {tally['fail']} failed, "
+                  f"{tally['skip']} skipped" + (f" ({skips})" if skips else ""))
+    if tally["fail"]:
+        return 1
+    if args.names and not tally["pass"]:  # a named variant that cannot run here
+        print(f"kernel_lab check: {', '.join(args.names)} ran no case here: {skips or 'no dtype'}",
+              file=sys.stderr)
+        return 2
+    return 0
+
+
+def _check_one(v: registry.Variant, dtype: torch.dtype, device: str,
+               seed: int) -> tuple[list[str], str, str]:
+    """One (variant, dtype): its table row, 'pass' / 'fail' / 'skip', and the skip reason."""
+    op = registry.get_op(v.op)
+    gen = torch.Generator().manual_seed(seed)
+    todo = [(c.label, *make_case_inputs(op, c, dtype, device, gen))
+            for c in cases_for(device, op)]
+    if op.edge_cases:
+        todo += op.edge_cases(dtype, device, gen)
+    n_ok = n_run = 0
+    worst, first_bad, skipped = 0.0, "", ""
+    for label, inputs, kw in todo:
+        reason = v.supports(*inputs, **kw)
+        if reason is not None:
+            skipped = reason
+            continue
+        n_run += 1
+        try:
+            res, _ = run_checked(v, inputs, kw)
+        except Exception as e:  # noqa: BLE001 - report, keep checking the others
+            res = CheckResult(False, float("nan"), float("nan"), f"raised {e!r}")
+        if res.ok:
+            n_ok += 1
+            worst = max(worst, res.ratio)
+        elif not first_bad:
+            first_bad = f"{label}: {res.message}"
+    name = dtype_name(dtype)
+    if n_run == 0:
+        return [v.name, name, "0", "[yellow]skip[/]", "-", skipped], "skip", skipped
+    ok = n_ok == n_run
+    return ([v.name, name, f"{n_ok}/{n_run}", "[green]pass[/]" if ok else "[red]FAIL[/]",
+             f"{worst:.3f}", first_bad], "pass" if ok else "fail", "")
+

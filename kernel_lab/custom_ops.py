@@ -1,0 +1,210 @@
+"""Drop-in functions for any op: ``torch.library`` custom ops built from the op's declaration.
+
+:func:`define` turns an :class:`~kernel_lab.registry.Op` with an ``autograd`` spec into
+``torch.ops.kernel_lab.<op>`` (and its backward op, recursively), with a fake kernel and an
+autograd formula; :func:`call` is what a public function such as ``kernel_lab.softmax`` runs.
+So autograd, ``torch.compile(fullgraph=True)``, CUDA graphs and ``torch.library.opcheck`` all
+see ordinary ops. Nothing here names an op.
+
+Decisions:
+
+* The schema comes from the op: its tensor inputs (``Op.inputs``), its keywords (``Op.kwargs``,
+  typed by their defaults), then ``str variant`` and, if it has a backward op, ``str
+  backward_variant``. Variant names are strings, so dynamo traces them as constants and the
+  graph records which kernel runs; ``"auto"`` is resolved inside the op, on real tensors.
+* Outputs are always contiguous, and the fake kernel says so: compiled graphs rely on the fake
+  kernel's strides being the real ones.
+* Names are checked eagerly in :func:`call` (not while dynamo traces) and again in the fake
+  kernel, so ``torch.compile`` reports a misspelt variant at compile time.
+* Plain eager calls skip the dispatcher: the custom op's Python layers (schema binding, the
+  autograd wrapper) cost more than the kernels of small tensors take on an H200. Where nothing
+  needs to see the op - not compiling, no dispatch mode (FakeTensorMode, FlopCounterMode), no
+  functorch transform, plain tensors - the call runs the variant directly, or, when autograd
+  records it, :class:`_EagerOp` with the op's formula; double backward goes through the
+  backward custom op. Under the profiler the call is a ``kernel_lab::<op>`` range.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+from . import dispatch, registry
+from .dispatch import AUTO
+
+_SCHEMA_TYPES = {bool: "bool", int: "int", float: "float", str: "str"}
+_defined: dict[str, Any] = {}  # op name -> its torch.library custom op
+
+
+def _schema(op: registry.Op) -> str:
+    args = [f"Tensor {i.name}" for i in op.inputs]
+    for name, default in op.kwargs.items():
+        kind = _SCHEMA_TYPES.get(type(default))
+        if kind is None:
+            raise TypeError(f"op {op.name}: keyword {name!r} has no schema type ({default!r})")
+        args.append(f"{kind} {name}")
+    args.append("str variant")
+    if op.autograd is not None and op.autograd.backward is not None:
+        args.append("str backward_variant")
+    outs = ", ".join("Tensor" for _ in op.outputs)
+    return f"({', '.join(args)}) -> {outs if len(op.outputs) == 1 else f'({outs})'}"
+
+
+def _split(op: registry.Op, args: Sequence[Any]) -> tuple[tuple, dict, str, str]:
+    """(tensors, kw, variant, backward_variant) from a call in schema order."""
+    k, nk = len(op.inputs), len(op.kwargs)
+    kw = dict(zip(op.kwargs, args[k:k + nk]))
+    rest = list(args[k + nk:]) + [AUTO]
+    return tuple(args[:k]), kw, rest[0], rest[1]
+
+
+def _fake_outputs(op: registry.Op, tensors: tuple, kw: dict) -> Any:
+    """Empty contiguous outputs shaped like the real ones: the variant's own fake, else like
+    the first input (what every row op returns)."""
+    from .rows import normalize_dim
+
+    x = tensors[0]
+    if "dim" in kw:
+        normalize_dim(kw["dim"], x.dim())
+    outs = tuple(torch.empty_like(x, memory_format=torch.contiguous_format)
+                 for _ in op.outputs)
+    return outs[0] if len(outs) == 1 else outs
+
+
+def define(name: str) -> Any:
+    """``torch.ops.kernel_lab.<name>`` for the registered op ``name`` (defined once)."""
+    got = _defined.get(name)
+    if got is not None:
+        return got
+    op = registry.get_op(name)
+    grad = op.autograd
+    backward_op = define(grad.backward) if grad is not None and grad.backward else None
+
+    def impl(*args):
+        tensors, kw, variant, _ = _split(op, args)
+        return dispatch.run(name, variant, tensors, kw)
+
+    custom = torch.library.custom_op(f"kernel_lab::{name}", impl, mutates_args=(),
+                                     schema=_schema(op))
+
+    @custom.register_fake
+    def _(*args):
+        tensors, kw, variant, backward_variant = _split(op, args)
+        check_names(name, variant, backward_variant)
+        return _fake_outputs(op, tensors, kw)
+
+    if grad is not None:
+
+        def setup_context(ctx, inputs, output):
+            tensors, ctx.kw, _, ctx.backward_variant = _split(op, inputs)
+            ctx.save_for_backward(*grad.save(tensors, output, ctx.kw))
+
+        def backward_fn(ctx, g):
+            grads = _input_grads(op, ctx.saved_tensors, g, ctx.kw, ctx.backward_variant,
+                                 backward_op)
+            return (*grads, *[None] * (len(op.kwargs) + 1 + (backward_op is not None)))
+
+        custom.register_autograd(backward_fn, setup_context=setup_context)
+    _defined[name] = custom
+    return custom
+
+
+def _input_grads(op: registry.Op, saved: tuple, g: Any, kw: dict, backward_variant: str,
+                 backward_op: Any, eager: bool = False) -> tuple:
+    """One gradient (or None) per tensor input of ``op``: its formula, or its backward op run
+    by ``backward_variant`` (directly when ``eager``: no graph to record)."""
+    grad = op.autograd
+    if grad.formula is not None:
+        return tuple(grad.formula(saved, g, kw))
+    bop = registry.get_op(grad.backward)
+    inputs = grad.backward_inputs(saved, g, kw)
+    bkw = {k: kw.get(k, default) for k, default in bop.kwargs.items()}
+    if eager:
+        dx = dispatch.run(bop.name, backward_variant, inputs, bkw)
+    else:
+        more = (AUTO,) if _has_backward_variant(bop.name) else ()
+        dx = backward_op(*inputs, *bkw.values(), backward_variant, *more)
+    grads: list[Any] = [None] * len(op.inputs)
+    grads[grad.grad_of] = dx
+    return tuple(grads)
+
+
+def _has_backward_variant(name: str) -> bool:
+    a = registry.get_op(name).autograd
+    return a is not None and a.backward is not None
+
+
+def check_names(name: str, variant: str, backward_variant: str) -> None:
+    """Raise UnknownVariantError for a variant that does not compute ``name`` (or its backward)."""
+    if variant != AUTO:
+        dispatch.named_variant(name, variant)
+    grad = registry.get_op(name).autograd
+    if backward_variant != AUTO and grad is not None and grad.backward:
+        dispatch.named_variant(grad.backward, backward_variant)
+
+
+class _EagerOp(torch.autograd.Function):
+    """A custom op's forward and autograd formula without the dispatcher (module docstring,
+    "Plain eager calls"). ``backward`` runs the backward variant directly, or, when the
+    backward is itself differentiated (``create_graph``), through the backward custom op."""
+
+    @staticmethod
+    def forward(ctx, name, kw, variant, backward_variant, *tensors):
+        out = dispatch.run(name, variant, tensors, kw)
+        op = registry.get_op(name)
+        ctx.save_for_backward(*op.autograd.save(tensors, out, kw))
+        ctx.name, ctx.kw, ctx.backward_variant = name, kw, backward_variant
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        op = registry.get_op(ctx.name)
+        backward = op.autograd.backward
+        grads = _input_grads(op, ctx.saved_tensors, g, ctx.kw, ctx.backward_variant,
+                             define(backward) if backward else None,
+                             eager=not torch.is_grad_enabled())
+        return (None, None, None, None, *grads)
+
+
+def _functorch_active() -> bool:
+    active = getattr(torch._C, "_are_functorch_transforms_active", None)
+    return bool(active and active())
+
+
+def _nothing_watches(tensors: Sequence[Any]) -> bool:
+    """Plain tensors, and no dispatch mode or functorch transform that needs to see the op."""
+    return (all(type(t) is torch.Tensor for t in tensors)
+            and _get_current_dispatch_mode() is None and not _functorch_active())
+
+
+def eager_fast_path(*tensors: torch.Tensor) -> bool:
+    """Whether a call on ``tensors`` may skip the custom op (:class:`_EagerOp`)."""
+    return not torch.compiler.is_compiling() and _nothing_watches(tensors)
+
+
+def call(name: str, tensors: tuple, kw: dict, variant: str | None = None,
+         backward_variant: str | None = None) -> Any:
+    """Run op ``name`` as a drop-in: eager fast path, or its custom op when anything watches."""
+    variant, backward_variant = variant or AUTO, backward_variant or AUTO
+    custom = _defined.get(name) or define(name)
+    has_bwd_arg = _has_backward_variant(name)
+    args = (*tensors, *kw.values(), variant, *((backward_variant,) if has_bwd_arg else ()))
+    if torch.compiler.is_compiling():
+        return custom(*args)
+    check_names(name, variant, backward_variant)  # eager: fail before anything runs
+    if not _nothing_watches(tensors):
+        return custom(*args)
+    if torch.autograd.profiler._is_profiler_enabled:  # traces still name the op
+        with torch.profiler.record_function(f"kernel_lab::{name}"):
+            return _eager(name, tensors, kw, variant, backward_variant)
+    return _eager(name, tensors, kw, variant, backward_variant)
+
+
+def _eager(name: str, tensors: tuple, kw: dict, variant: str, backward_variant: str) -> Any:
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        if registry.get_op(name).autograd is not None:
+            return _EagerOp.apply(name, kw, variant, backward_variant, *tensors)
+    return dispatch.run(name, variant, tensors, kw)  # no graph to record

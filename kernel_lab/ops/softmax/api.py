@@ -1,0 +1,37 @@
+"""``kernel_lab.softmax`` and ``kernel_lab.Softmax``: drop-ins for ``torch.softmax`` and
+``torch.nn.Softmax``, differentiable and compilable (``torch.ops.kernel_lab.softmax``)."""
+
+from __future__ import annotations
+
+import torch
+
+from kernel_lab import custom_ops
+from kernel_lab.nn import DropIn
+
+softmax_op = custom_ops.define("softmax")
+softmax_backward_op = custom_ops.define("softmax_backward")
+
+
+def softmax(x: torch.Tensor, dim: int = -1, variant: str | None = None, *,
+            backward_variant: str | None = None) -> torch.Tensor:
+    """``torch.softmax(x, dim)`` computed by a lab variant.
+
+    ``variant``: a ``softmax`` variant name, or None / ``"auto"`` for the best one for ``x``
+    (PyTorch's own kernel off CUDA); ``backward_variant``: the same for ``softmax_backward``.
+    """
+    return custom_ops.call("softmax", (x,), {"dim": dim}, variant, backward_variant)
+
+
+class Softmax(DropIn):
+    """``torch.nn.Softmax(dim)`` run by a lab variant. The dim defaults to -1 (no implicit-dim
+    guessing)."""
+
+    fn = staticmethod(softmax)
+
+    def __init__(self, dim: int = -1, variant: str | None = None,
+                 backward_variant: str | None = None) -> None:
+        super().__init__(dim, variant=variant, backward_variant=backward_variant)
+        self.dim = dim
+
+    def _args_repr(self) -> str:
+        return f"dim={self.dim}"

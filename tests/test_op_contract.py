@@ -1,0 +1,74 @@
+"""The op contract: an op of another shape registers from one test module and passes the
+lab's correctness checker, custom-op factory and autograd - with no edit to kernel_lab.
+
+It runs in a fresh process so the toy op never joins the registry other tests iterate.
+"""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import kernel_lab
+from kernel_lab import registry
+
+PROGRAM = r"""
+import torch
+import toy_rowscale as toy
+from kernel_lab import custom_ops, registry
+from kernel_lab.checking import cases_for, make_case_inputs, run_checked
+
+op = registry.get_op("rowscale")
+checked = 0
+for v in registry.variants("rowscale"):
+    for dtype in (torch.float32, torch.bfloat16, torch.float64):
+        gen = torch.Generator().manual_seed(0)
+        for case in cases_for("cpu", op):
+            inputs, kw = make_case_inputs(op, case, dtype, "cpu", gen)
+            assert v.supports(*inputs, **kw) is None, (v.name, case.label)
+            res, _ = run_checked(v, inputs, kw)
+            assert res.ok, (v.name, case.label, res.message)
+            checked += 1
+assert all(c.dim == -1 for c in cases_for("cpu", op))  # no dim keyword: last dim only
+
+x = torch.randn(3, 5, dtype=torch.float64, requires_grad=True)
+w = torch.randn(5, dtype=torch.float64, requires_grad=True)
+bad = registry.get("rowscale_eager").supports(x, torch.randn(4, dtype=torch.float64))
+assert bad == "w must be a (5,) tensor of x's dtype", bad
+torch.autograd.gradcheck(lambda a, b: toy.rowscale(a, b), (x, w))
+torch.autograd.gradcheck(lambda a, b: custom_ops.define("rowscale")(a, b, "rowscale_loop"),
+                         (x, w))
+torch.library.opcheck(custom_ops.define("rowscale"), (x, w, "auto"))
+out = torch.compile(lambda a, b: toy.rowscale(a, b), fullgraph=True, backend="eager")(x, w)
+torch.testing.assert_close(out, x * w)
+print("checked", checked)
+"""
+
+
+def test_toy_op_of_another_shape_needs_no_core_edit():
+    here = Path(__file__).parent
+    done = subprocess.run([sys.executable, "-c", PROGRAM], cwd=here, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert int(done.stdout.split()[-1]) >= 2 * 3 * 10  # variants x dtypes x cases, all checked
+
+
+def test_input_roles_are_checked_before_launch():
+    op = registry.Op("probe", reference=None, make_inputs=None, bytes_moved=None,
+                     inputs=(registry.Input("x"), registry.Input("t", role="index")))
+    x = torch.randn(4, 6)
+    contract = registry._input_contract
+    assert contract(op.inputs, (x, torch.zeros(4, dtype=torch.int64)), -1) is None
+    assert "integer" in contract(op.inputs, (x, torch.zeros(4)), -1)
+    assert "shape (4,)" in contract(op.inputs, (x, torch.zeros(6, dtype=torch.int64)), -1)
+    with pytest.raises(ValueError, match="role"):
+        registry.Input("w", role="weights")
+
+
+def test_no_variant_shares_its_ops_name_and_old_names_still_resolve():
+    for op in kernel_lab.ops():
+        assert op not in {v.name for v in kernel_lab.variants()}
+    assert kernel_lab.get("log_softmax").name == "fast_log_softmax"
+    assert kernel_lab.get("log_softmax_backward").name == "fused_log_softmax_backward"
