@@ -2,8 +2,10 @@
 
 Every ``.cu`` the lab (or a user) launches is declared once as a :class:`CudaSource` - the file
 plus the template instantiations (NVRTC "name expressions") it must provide. The declarations
-land in :data:`SOURCES`, which the CPU test suite reads to compile every file for sm_90: there is
-no second hand-written list.
+land in :data:`SOURCES`, which the CPU test suite and ``python -m kernel_lab compile`` read:
+there is no second hand-written list. Each instantiation is compiled on its own, when first
+launched (:mod:`kernel_lab.jit`); which of them users can launch at all (the rest serve tuners
+and tests) is :func:`kernel_lab.rowkernels.reachable.launchable`.
 
 Kernel calling convention (see ``cuda_src/softmax_common.cuh``)::
 
@@ -27,7 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import torch
 
@@ -89,11 +91,17 @@ def same_vector_phase(out: torch.Tensor, *inputs2d: torch.Tensor) -> int:
 
 @dataclass
 class CudaSource:
-    """A ``.cu`` file and the name expressions (template instantiations) it must provide."""
+    """A ``.cu`` file and the name expressions (template instantiations) it must provide.
+
+    ``launchable``: optional, returns the instantiations a launcher can pick (the default
+    ``compile`` builds those only); None leaves it to :mod:`kernel_lab.rowkernels.reachable`,
+    which derives it for the lab's own files and takes every instantiation of any other."""
 
     path: Path
     name_expressions: tuple[str, ...]
     include_dirs: tuple[Path, ...] = ()
+    launchable: Callable[[], Iterable[str]] | None = field(default=None, repr=False,
+                                                          compare=False)
 
     _module: jit.CudaModule | None = field(default=None, init=False, repr=False, compare=False)
 
@@ -114,13 +122,15 @@ SOURCES: list[CudaSource] = []
 
 
 def cuda_source(
-    path: str | Path, name_expressions: Sequence[str], include_dirs: Sequence[str | Path] = ()
+    path: str | Path, name_expressions: Sequence[str], include_dirs: Sequence[str | Path] = (),
+    launchable: Callable[[], Iterable[str]] | None = None,
 ) -> CudaSource:
     """Declare (and record in :data:`SOURCES`) a .cu file; relative paths are in cuda_src/."""
     p = Path(path).expanduser()
     if not p.is_absolute():
         p = jit.cuda_src_dir() / p
-    src = CudaSource(p.resolve(), tuple(name_expressions), tuple(Path(d) for d in include_dirs))
+    src = CudaSource(p.resolve(), tuple(name_expressions), tuple(Path(d) for d in include_dirs),
+                     launchable)
     SOURCES.append(src)
     return src
 
@@ -152,7 +162,7 @@ def launch_rows(
     ``shared_mem`` bytes of dynamic shared memory: the kernel's limit is raised first for any
     amount (remembered per loaded function: no driver call on repeats), since dynamic plus static
     shared memory past 48 KB needs it - 48 KB of dynamic alone already fails
-    (CUDA_ERROR_INVALID_VALUE: block_slots 1024 x 8 + 3, twenty-seventh H200 run)."""
+    (CUDA_ERROR_INVALID_VALUE on the H200: block_slots 1024 x 8 + 3)."""
     dev = device_index(out2d)
     fn = src.function(expr, dev)
     if shared_mem:

@@ -1,4 +1,5 @@
-"""cuda_src/*.cu -> launchable kernels, compiled at run time with NVRTC, reloaded when edited.
+"""cuda_src/*.cu -> launchable kernels, compiled at run time with NVRTC, one template
+instantiation at a time, reloaded when edited.
 
 Decisions (measured or read in CuPy 14.2's source, see README "How the JIT works"):
 
@@ -6,22 +7,29 @@ Decisions (measured or read in CuPy 14.2's source, see README "How the JIT works
   ``cupy.cuda.function.Module``: the same pieces ``cupy.RawModule(code=..., name_expressions=...)``
   uses, minus two of its behaviours we cannot accept. RawModule's cache keys on the source text
   only, so an edited ``#include``d header silently runs the old binary; and it runs NVRTC once in
-  every process (an empty-file preprocess) even when its disk cache is warm. Here the cache key is
-  a digest of the ``.cu``, every header it includes, the options, the NVRTC version and the arch;
-  a warm disk cache loads the cubin with no NVRTC call at all.
+  every process (an empty-file preprocess) even when its disk cache is warm.
+* One NVRTC program per name expression (instantiation), compiled when it is first launched: a
+  file declaring 156 instantiations cost a minute after any header edit when they were one
+  program; one instantiation costs 0.1-1 s. Its cache key (:meth:`CudaModule.cache_key`) is a
+  digest of the ``.cu``, every header it includes (contents, not paths), the options, the
+  expression, the NVRTC version and the arch, so a cache filled on one machine is warm on
+  another; a warm disk cache loads the cubin with no NVRTC call at all.
 * The same ``compile_cubin`` runs on a GPU-less machine (CI): NVRTC needs no device.
 * ``#line 1 "cuda_src/<file>.cu"`` is prepended so NVRTC errors name the real file and line, and
   ``-I <dir of the file>`` (plus user include dirs) resolves quoted includes.
 * Hot reload: :meth:`CudaModule.function` re-stats the file and its headers (1-3 us each) when
   its last check is more than ``RELOAD_CHECK_S`` (1 ms) old, so any call that starts more than
   1 ms after a save runs the new code, and back-to-back calls do not pay a stat each. A change of
-  contents recompiles; a failed compile raises :class:`KernelCompileError` with the NVRTC log.
-  The last good module stays reachable through ``fallback=True`` only, never silently.
-* Thread-safe: one lock per module; concurrent first calls compile once.
+  contents makes every loaded instantiation of the file stale; each recompiles when it is next
+  launched, the others not at all. A failed compile raises :class:`KernelCompileError` with the
+  NVRTC log, and an unchanged broken source raises again without another NVRTC run. The last
+  good build of an instantiation stays reachable through ``fallback=True`` only, never silently.
+* Thread-safe: one lock per instantiation; concurrent first calls compile once.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -31,7 +39,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from .errors import KernelCompileError
 
@@ -117,6 +125,7 @@ def digest(files: Iterable[Path], options: Sequence[str] = ()) -> str:
     return h.hexdigest()[:32]
 
 
+@functools.lru_cache(maxsize=1)
 def nvrtc_version() -> tuple[int, int]:
     from cupy.cuda import nvrtc
 
@@ -139,7 +148,8 @@ def compile_cubin(
     options: Sequence[str] = (),
     key: str = "",
 ) -> Compiled:
-    """Compile ``path`` with NVRTC into a cubin. Needs no GPU. Raises KernelCompileError."""
+    """Compile ``path`` with NVRTC into a cubin holding ``name_expressions`` (the loader passes
+    one). Needs no GPU. Raises KernelCompileError naming ``file(line)``."""
     from cupy.cuda import nvrtc
 
     path = Path(path).resolve()
@@ -165,8 +175,10 @@ def compile_cubin(
             log = nvrtc.getProgramLog(prog)
             first = _ERROR_RE.search(log)
             head = first.group(0) if first else f"{shown}: {e}"
+            what = ", ".join(name_expressions)
             raise KernelCompileError(
-                f"{head}\n--- NVRTC log for {shown} ({arch}) ---\n{log}", log=log, source=shown
+                f"{head}\n--- NVRTC log for {shown} ({arch}: {what}) ---\n{log}",
+                log=log, source=shown,
             ) from None
         log = nvrtc.getProgramLog(prog)
         lowered = {expr: nvrtc.getLoweredName(prog, expr) for expr in name_expressions}
@@ -181,14 +193,60 @@ def cache_dir() -> Path:
     return Path(base)
 
 
+def _read_cached(full: str) -> Compiled | None:
+    cdir = cache_dir()
+    bin_path, meta_path = cdir / f"{full}.cubin", cdir / f"{full}.json"
+    if not (bin_path.is_file() and meta_path.is_file()):
+        return None
+    try:
+        meta = json.loads(meta_path.read_text())
+        return Compiled(bin_path.read_bytes(), meta["lowered"], meta.get("log", ""))
+    except (OSError, ValueError, KeyError):
+        return None  # a torn cache entry: rebuild it
+
+
+def _write_cached(full: str, out: Compiled, source: str) -> None:
+    cdir = cache_dir()
+    try:
+        cdir.mkdir(parents=True, exist_ok=True)
+        tmp = cdir / f"{full}.tmp{os.getpid()}-{threading.get_ident()}"
+        tmp.write_bytes(out.cubin)
+        os.replace(tmp, cdir / f"{full}.cubin")
+        tmp.write_text(json.dumps({"lowered": out.lowered, "log": out.log, "source": source}))
+        os.replace(tmp, cdir / f"{full}.json")  # written last: readers need both
+    except OSError:
+        pass  # read-only home: still works, just without the disk cache
+
+
+def _device_arch(device_index: int) -> str:
+    """``sm_XY`` of a CUDA device (the loader compiles for the device it loads on)."""
+    import cupy
+
+    return f"sm_{cupy.cuda.Device(device_index).compute_capability}"
+
+
+def _load_function(cubin: bytes, symbol: str, device_index: int):
+    """Load ``cubin`` on ``device_index``; its kernel ``symbol`` (mangled) as a CuPy Function."""
+    import cupy
+    from cupy.cuda import function
+
+    with cupy.cuda.Device(device_index):
+        mod = function.Module()
+        mod.load(cubin)
+        return mod.get_function(symbol)  # the Function keeps its Module loaded
+
+
 class CudaModule:
-    """One ``.cu`` file, compiled per device on first use, recompiled when it or a header changes.
+    """One ``.cu`` file and its declared instantiations, each compiled on first use per device
+    and recompiled when the file or a header it includes changes.
 
     ``function(expr, device_index)`` returns a CuPy ``Function`` ready to launch; the caller passes
     the stream (see :func:`kernel_lab.interop.launch`).
     """
 
-    compile_count = 0  # NVRTC invocations in this process (tests read it)
+    compile_count: ClassVar[int] = 0  # NVRTC invocations in this process (tests read it)
+    # (file shown as in errors, name expression) of each of those invocations, in order
+    compile_log: ClassVar[list[tuple[str, str]]] = []
 
     def __init__(
         self,
@@ -205,19 +263,24 @@ class CudaModule:
         if not self.path.is_file():
             raise FileNotFoundError(f"CUDA source not found: {path}")
         self.name_expressions = tuple(name_expressions)
+        self._declared = frozenset(self.name_expressions)
         self.include_dirs = tuple(Path(d).resolve() for d in include_dirs)
         self.options = tuple(options)
         self._lock = threading.Lock()
+        self._expr_locks: dict[str, threading.Lock] = {}
         self._stamp: tuple | None = None  # (mtime_ns, size) of every file at last check
         self._checked_at = float("-inf")  # time.monotonic() of the last check by function()
         self._files: list[Path] = []
         self._file_strs: list[str] = []
         self._key = ""
-        self._loaded: dict[int, tuple[str, object, dict]] = {}  # device -> (key, Module, funcs)
-        self._last_good: dict[int, tuple[str, object, dict]] = {}
-        # device -> (source key, error) of its last failed compile: an unchanged broken file
-        # raises again without another NVRTC run (a loop over a broken kernel recompiled each call)
-        self._failed: dict[int, tuple[str, KernelCompileError]] = {}
+        # (device, expr) -> (source key, Function) of the loaded build, and of the last good one
+        self._loaded: dict[tuple[int, str], tuple[str, Any]] = {}
+        self._last_good: dict[tuple[int, str], tuple[str, Any]] = {}
+        # (device, expr) -> (source key, error) of its last failed compile: an unchanged broken
+        # source raises again without another NVRTC run (a loop would recompile on every call)
+        self._failed: dict[tuple[int, str], tuple[str, KernelCompileError]] = {}
+        # cubins compiled in this process for the current source key: (expr, arch) -> Compiled
+        self._memo: tuple[str, dict[tuple[str, str], Compiled]] = ("", {})
 
     @property
     def display_name(self) -> str:
@@ -230,11 +293,12 @@ class CudaModule:
         return tuple((st.st_mtime_ns, st.st_size) for st in map(stat, self._file_strs))
 
     def source_key(self) -> str:
-        """Digest of the file, its headers and options; re-read only when a stat changed."""
+        """Digest of the file, its headers and options; re-read only when a stat changed. Every
+        instantiation of the file includes the same files, so they share it."""
         stamp = self._stat() if self._files else None
         if stamp is None or stamp != self._stamp:
             files = source_files(self.path, self.include_dirs)
-            key = digest(files, self.options + self.name_expressions)
+            key = digest(files, self.options)
             self._files, self._key = files, key
             self._file_strs = [str(f) for f in files]
             self._stamp = self._stat()
@@ -245,43 +309,63 @@ class CudaModule:
         self.source_key()
         return list(self._files)
 
-    # -- compile / load ---------------------------------------------------------------------
-    def cubin(self, arch: str) -> Compiled:
-        """Compiled cubin for ``arch``: from the disk cache, else NVRTC (then cached)."""
-        key = self.source_key()
+    def cache_key(self, expr: str, arch: str, source_key: str | None = None) -> str:
+        """The disk cache's name for ``expr`` compiled for ``arch``: the sources' digest, the
+        expression, the NVRTC version and the arch - no path, no machine."""
+        key = self.source_key() if source_key is None else source_key
         ver = ".".join(map(str, nvrtc_version()))
-        full = hashlib.sha256(f"{key}|{arch}|nvrtc{ver}".encode()).hexdigest()[:40]
-        cdir = cache_dir()
-        bin_path, meta_path = cdir / f"{full}.cubin", cdir / f"{full}.json"
-        if bin_path.is_file() and meta_path.is_file():
-            try:
-                meta = json.loads(meta_path.read_text())
-                return Compiled(bin_path.read_bytes(), meta["lowered"], meta.get("log", ""))
-            except (OSError, ValueError, KeyError):
-                pass  # a torn cache entry: rebuild it
-        type(self).compile_count += 1
-        out = compile_cubin(
-            self.path,
-            self.name_expressions,
-            arch=arch,
-            include_dirs=self.include_dirs,
-            options=self.options,
-            key=key,
-        )
-        try:
-            cdir.mkdir(parents=True, exist_ok=True)
-            tmp = bin_path.with_suffix(f".tmp{os.getpid()}")
-            tmp.write_bytes(out.cubin)
-            os.replace(tmp, bin_path)
-            meta = {"lowered": out.lowered, "log": out.log, "source": self.display_name}
-            tmp.write_text(json.dumps(meta))
-            os.replace(tmp, meta_path)
-        except OSError:
-            pass  # read-only home: still works, just without the disk cache
+        return hashlib.sha256(f"{key}|{expr}|{arch}|nvrtc{ver}".encode()).hexdigest()[:40]
+
+    def is_cached(self, expr: str, arch: str) -> bool:
+        """Whether the disk cache holds ``expr`` for ``arch`` at the current sources."""
+        full = self.cache_key(expr, arch)
+        return all((cache_dir() / f"{full}{ext}").is_file() for ext in (".cubin", ".json"))
+
+    # -- compile / load ---------------------------------------------------------------------
+    def _one(self, expr: str | None) -> str:
+        if expr is None:
+            if len(self.name_expressions) != 1:
+                raise TypeError(f"{self.display_name} declares {len(self.name_expressions)} "
+                                "instantiations: name the one to compile (expr=...)")
+            return self.name_expressions[0]
+        if expr not in self._declared:
+            raise KeyError(f"{self.display_name} has no name expression {expr!r}")
+        return expr
+
+    def _expr_lock(self, expr: str) -> threading.Lock:
+        lock = self._expr_locks.get(expr)
+        if lock is None:
+            with self._lock:
+                lock = self._expr_locks.setdefault(expr, threading.Lock())
+        return lock
+
+    def cubin(self, arch: str, expr: str | None = None) -> Compiled:
+        """The cubin of instantiation ``expr`` (may be omitted when the module declares one)
+        for ``arch``: from this process, else the disk cache, else NVRTC (then cached)."""
+        expr = self._one(expr)
+        return self._cubin(arch, expr, self.source_key())
+
+    def _cubin(self, arch: str, expr: str, key: str) -> Compiled:
+        memo_key, memo = self._memo
+        if memo_key == key and (expr, arch) in memo:
+            return memo[(expr, arch)]
+        full = self.cache_key(expr, arch, key)
+        out = _read_cached(full)
+        if out is None or expr not in out.lowered:
+            type(self).compile_count += 1
+            type(self).compile_log.append((self.display_name, expr))
+            out = compile_cubin(self.path, [expr], arch=arch, include_dirs=self.include_dirs,
+                                options=self.options, key=key)
+            _write_cached(full, out, self.display_name)
+        with self._lock:
+            if self._memo[0] != key:
+                self._memo = (key, {})  # an edit: earlier builds are not wanted again
+            self._memo[1][(expr, arch)] = out
         return out
 
     def function(self, expr: str, device_index: int, *, fallback: bool = False):
-        """CuPy Function for ``expr`` on ``device_index``, recompiling if the source changed.
+        """CuPy Function for ``expr`` on ``device_index``, compiling only that instantiation, and
+        recompiling it if the source changed since it was loaded.
 
         With ``fallback=True`` a failing edit returns the last good build instead of raising.
         Files are re-checked when the last check is over ``RELOAD_CHECK_S`` old (see top).
@@ -292,47 +376,40 @@ class CudaModule:
             key = self.source_key()
         else:
             key = self._key
-        entry = self._loaded.get(device_index)
+        slot = (device_index, expr)
+        entry = self._loaded.get(slot)
         if entry is None or entry[0] != key:
-            with self._lock:
-                entry = self._loaded.get(device_index)
-                if entry is None or entry[0] != key:
-                    try:
-                        failed = self._failed.get(device_index)
-                        if failed is not None and failed[0] == key:
-                            e = failed[1]
-                            raise KernelCompileError(str(e), e.log, e.source)
-                        entry = self._load(device_index, key)
-                    except KernelCompileError as e:
-                        self._failed[device_index] = (key, e)
-                        if fallback and device_index in self._last_good:
-                            entry = self._last_good[device_index]
-                        else:
-                            raise
-        funcs = entry[2]
-        fn = funcs.get(expr)
-        if fn is None:
-            lowered = entry[1].mapping  # type: ignore[attr-defined]
-            if expr not in lowered:
-                raise KeyError(f"{self.display_name} has no name expression {expr!r}")
-            # CuPy's low-level Module.get_function takes the mangled symbol, not the expression.
-            fn = funcs[expr] = entry[1].get_function(lowered[expr])  # type: ignore[attr-defined]
-            _names[id(fn)] = expr  # fn lives as long as its module entry (kept): id is stable
-        return fn
+            entry = self._refresh(slot, key, fallback)
+        return entry[1]
 
-    def _load(self, device_index: int, key: str):
-        import cupy
-        from cupy.cuda import function
+    def _refresh(self, slot: tuple[int, str], key: str, fallback: bool) -> tuple[str, Any]:
+        device_index, expr = slot
+        self._one(expr)  # KeyError for an undeclared expression
+        with self._expr_lock(expr):
+            entry = self._loaded.get(slot)
+            if entry is not None and entry[0] == key:
+                return entry  # another thread loaded it meanwhile
+            try:
+                failed = self._failed.get(slot)
+                if failed is not None and failed[0] == key:
+                    e = failed[1]
+                    raise KernelCompileError(str(e), e.log, e.source)
+                return self._load(device_index, expr, key)
+            except KernelCompileError as e:
+                self._failed[slot] = (key, e)
+                if fallback and slot in self._last_good:
+                    return self._last_good[slot]
+                raise
 
-        with cupy.cuda.Device(device_index) as dev:
-            arch = f"sm_{dev.compute_capability}"
-            out = self.cubin(arch)
-            mod = function.Module()
-            mod.load(out.cubin)
-            mod._set_mapping(dict(out.lowered))
-        entry = (key, mod, {})
-        self._loaded[device_index] = entry
-        self._last_good[device_index] = entry
+    def _load(self, device_index: int, expr: str, key: str) -> tuple[str, Any]:
+        out = self._cubin(_device_arch(device_index), expr, key)
+        fn = _load_function(out.cubin, out.lowered[expr], device_index)
+        slot = (device_index, expr)
+        old = self._last_good.get(slot)
+        if old is not None and old[1] is not fn:
+            _names.pop(id(old[1]), None)
+        _names[id(fn)] = expr  # fn lives while it is the slot's build: its id is not reused
+        entry = self._loaded[slot] = self._last_good[slot] = (key, fn)
         return entry
 
 
