@@ -1,36 +1,149 @@
-"""``python -m kernel_lab compile``: every declared ``.cu`` compiled into the cubin cache.
+"""``python -m kernel_lab compile``: declared instantiations into the cubin cache, in parallel.
 
-    python -m kernel_lab compile                        # all sources, sm_90
-    python -m kernel_lab compile fast_softmax.cu --arch sm_90
+    python -m kernel_lab compile                        # what the launchers can pick, sm_90
+    python -m kernel_lab compile --all                  # + tuning-only instantiations, probes
+    python -m kernel_lab compile fast_softmax.cu -j 8 --arch sm_90
     KERNEL_LAB_CACHE_DIR=.klc python -m kernel_lab compile   # a cache to ship to a GPU machine
 
-NVRTC needs no GPU, and the cache key (``jit.CudaModule.cubin``: the sources' and headers'
-contents, the name expressions, the options, the NVRTC version and the arch) names no path or
-machine, so a cache filled here is a warm cache on any GPU machine with the same NVRTC version
-and arch: its first calls load cubins instead of compiling for minutes (the twenty-first H200
-run carried a 12 MB cache this way: 622 GPU tests ran in 59 s with no compile on the GPU
-machine, where a cold single-process run of a smaller subset had timed out at 100 s compiling).
-Sources already cached are only checked.
+Each instantiation is its own NVRTC program (:mod:`kernel_lab.jit`), so they compile in
+parallel: ``-j N`` processes (default: every CPU). By default only the instantiations the
+launchers can pick (:func:`kernel_lab.rowkernels.reachable.launchable`); those that only tuners
+and tests launch compile when asked (``--all``) or when first launched.
+
+NVRTC needs no GPU, and the cache key (:meth:`kernel_lab.jit.CudaModule.cache_key`: the sources'
+and headers' contents, the options, the expression, the NVRTC version and the arch) names no
+path or machine, so a cache filled here is a warm cache on any GPU machine with the same NVRTC
+version and arch: its first calls load cubins instead of compiling. Instantiations already
+cached are only checked.
 """
 
 from __future__ import annotations
 
 import argparse
+import multiprocessing
+import os
+import sys
 import time
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
 
-from .errors import KernelLabError
+from .errors import KernelCompileError, KernelLabError
+
+
+@dataclass(frozen=True)
+class Job:
+    """One instantiation to compile: the file, its include dirs and options, the expression."""
+
+    path: str
+    expr: str
+    include_dirs: tuple[str, ...] = ()
+    options: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Outcome:
+    job: Job
+    compiled: bool  # False: the disk cache held it
+    seconds: float
+    error: str | None = None  # a KernelCompileError's message
+
+
+def job_for(src, expr: str) -> Job:
+    """The :class:`Job` for instantiation ``expr`` of a CudaSource."""
+    return Job(str(src.path), expr, tuple(str(d) for d in src.include_dirs))
+
+
+def _module(job: Job, expr: str | None = None):
+    from . import jit
+
+    return jit.CudaModule(job.path, (expr or job.expr,), include_dirs=job.include_dirs,
+                          options=job.options)
+
+
+def _run(job: Job, arch: str) -> Outcome:
+    """Compile one job into the disk cache (a pool worker's task)."""
+    from . import jit
+
+    t0 = time.perf_counter()
+    before = jit.CudaModule.compile_count
+    try:
+        _module(job).cubin(arch, job.expr)
+    except KernelCompileError as e:
+        return Outcome(job, True, time.perf_counter() - t0, str(e))
+    return Outcome(job, jit.CudaModule.compile_count > before, time.perf_counter() - t0)
+
+
+def _progress(total: int, label: str, enabled: bool):
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                   TimeElapsedColumn(), TextColumn("{task.fields[last]}"),
+                   console=Console(stderr=True), disable=not enabled)
+    task = bar.add_task(label, total=total, last="")
+    return bar, task
+
+
+def compile_jobs(jobs: Sequence[Job], arch: str = "sm_90", workers: int | None = None,
+                 progress: bool = False, label: str = "compiling") -> list[Outcome]:
+    """Compile every job the disk cache lacks, in ``workers`` processes (default: every CPU;
+    1: in this process), with a rich progress bar on stderr if ``progress``. Outcomes in job
+    order; a compile error is an outcome, not an exception."""
+    workers = workers or os.cpu_count() or 1
+    outcomes: dict[int, Outcome] = {}
+    mods: dict[tuple, object] = {}  # one per file: its headers are read once
+    todo = []
+    for i, job in enumerate(jobs):
+        mod = mods.get((job.path, job.include_dirs, job.options))
+        if mod is None:
+            mod = mods[(job.path, job.include_dirs, job.options)] = _module(job)
+        if mod.is_cached(job.expr, arch):
+            outcomes[i] = Outcome(job, False, 0.0)
+        else:
+            todo.append(i)
+    bar, task = _progress(len(todo), label, progress and len(todo) > 1)
+    if workers <= 1 or len(todo) <= 1:
+        with bar:
+            for i in todo:
+                outcomes[i] = _run(jobs[i], arch)
+                bar.update(task, advance=1, last=jobs[i].expr)
+    else:
+        # fork: the workers inherit the imported modules (a fresh interpreter pays seconds for
+        # torch); all workers start at the first submit, before the bar's refresh thread does
+        ctx = (multiprocessing.get_context("fork")
+               if "fork" in multiprocessing.get_all_start_methods() else None)
+        with ProcessPoolExecutor(min(workers, len(todo)), mp_context=ctx) as pool:
+            futures = {pool.submit(_run, jobs[i], arch): i for i in todo}
+            with bar:
+                for fut in as_completed(futures):
+                    i = futures[fut]
+                    outcomes[i] = fut.result()
+                    bar.update(task, advance=1, last=jobs[i].expr)
+    return [outcomes[i] for i in range(len(jobs))]
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("files", nargs="*", metavar="FILE",
                    help="declared .cu files by name, e.g. fast_softmax.cu (default: all)")
     p.add_argument("--arch", default="sm_90", help="target architecture (default sm_90)")
+    p.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1,
+                   help="compiler processes (default: every CPU, here %(default)s)")
+    p.add_argument("--all", action="store_true",
+                   help="every declared instantiation, the tuning-only ones too")
 
 
 def main(args: argparse.Namespace) -> int:
     import kernel_lab
 
     from . import cuda_common, jit
+    from .rowkernels import reachable
 
     kernel_lab.variants()  # imports every op module: declares every source
     sources = cuda_common.SOURCES
@@ -41,12 +154,30 @@ def main(args: argparse.Namespace) -> int:
             raise KernelLabError(f"no declared source {unknown[0]!r}; declared: "
                                  f"{', '.join(sorted(by_name))}")
         sources = [by_name[f] for f in args.files]
-    print(f"{len(sources)} sources -> {jit.cache_dir()} ({args.arch}, NVRTC "
-          f"{'.'.join(map(str, jit.nvrtc_version()))})", flush=True)
-    for i, src in enumerate(sources, 1):
-        before, t0 = jit.CudaModule.compile_count, time.perf_counter()
-        src.module.cubin(args.arch)
-        how = "compiled" if jit.CudaModule.compile_count > before else "cached"
-        print(f"[{i}/{len(sources)}] {src.path.name}: {len(src.name_expressions)} kernels, "
-              f"{how} in {time.perf_counter() - t0:.1f} s", flush=True)
-    return 0
+    t0 = time.perf_counter()
+    picked = [list(s.name_expressions) if args.all else reachable.launchable(s) for s in sources]
+    jobs = [job_for(s, e) for s, exprs in zip(sources, picked) for e in exprs]
+    left = sum(len(s.name_expressions) for s in sources) - len(jobs)
+    which = "every instantiation" if args.all else (
+        f"the launchable ones; --all adds {left} tuning-only")
+    print(f"{len(sources)} sources, {len(jobs)} instantiations ({which}) -> {jit.cache_dir()} "
+          f"({args.arch}, NVRTC {'.'.join(map(str, jit.nvrtc_version()))}, "
+          f"{args.jobs} processes)", flush=True)
+    outcomes = compile_jobs(jobs, args.arch, args.jobs, progress=True)
+    at = 0
+    for i, (src, exprs) in enumerate(zip(sources, picked), 1):
+        mine, at = outcomes[at:at + len(exprs)], at + len(exprs)
+        done = sum(o.compiled and not o.error for o in mine)
+        failed = sum(bool(o.error) for o in mine)
+        secs = sum(o.seconds for o in mine)
+        print(f"[{i}/{len(sources)}] {src.path.name}: {len(exprs)} of "
+              f"{len(src.name_expressions)} kernels, {done} compiled ({secs:.1f} s of "
+              f"compiler time), {len(exprs) - done - failed} cached"
+              + (f", {failed} FAILED" if failed else ""), flush=True)
+    errors = [o for o in outcomes if o.error]
+    for o in errors:
+        print(f"error: {o.job.expr}: {o.error.splitlines()[0]}", file=sys.stderr)
+    compiled = sum(o.compiled and not o.error for o in outcomes)
+    print(f"{compiled} compiled, {len(outcomes) - compiled - len(errors)} cached, "
+          f"{len(errors)} failed in {time.perf_counter() - t0:.1f} s", flush=True)
+    return 1 if errors else 0

@@ -1,5 +1,6 @@
 """Registers, spills and machine-code digests of a ``.cu`` file's kernels - no GPU needed.
 
+    python -m kernel_lab resources fast_softmax --n 50257 --dtype bf16   # what that launches
     python -m kernel_lab resources fast_softmax                # every instantiation
     python -m kernel_lab resources fast_softmax -k persist     # names containing "persist"
     python -m kernel_lab resources fused_softmax_backward --arch sm_90 --digests
@@ -7,9 +8,11 @@
     python -m kernel_lab resources fast_softmax -k "wide<float, 16>" --opcodes   # SASS mix
     python -m kernel_lab resources fast_softmax -k "wide<float, 16>" --sass > wide.sass
 
-NVRTC compiles the variant's file (the same call CI makes) to a cubin; this module reads the
-ELF directly: per kernel the register count (``EIATTR_REGCOUNT``), the stack frame, which is
-where spilled registers go (``EIATTR_FRAME_SIZE``), its static shared memory (the size of its
+NVRTC compiles each instantiation asked for on its own (the JIT's programs, through its disk
+cache; several at once in a process pool: ``-j``) - with ``--n`` / ``--dtype`` only the one the
+variant's launch plan picks for that row length. This module reads the cubins' ELF directly:
+per kernel the register count (``EIATTR_REGCOUNT``), the stack frame, which is where spilled
+registers go (``EIATTR_FRAME_SIZE``), its static shared memory (the size of its
 ``.nv.shared.<kernel>`` section: the 1 KB the hardware reserves plus the kernel's own; dynamic
 shared memory starts where it ends) and a digest of its ``.text`` section.
 Digests answer "did my refactor change the machine code?" (equal digests: byte-identical SASS).
@@ -49,7 +52,7 @@ class KernelResources:
     text_digest: str  # sha256 prefix of the kernel's machine code
     # Static shared memory window (1 KB reserved + the kernel's own), where dynamic shared
     # memory begins: cp.async into slots that start off a 128-byte line fetches every 32-byte
-    # sector twice (Nsight, eleventh run: 2x the L2 read sectors of the same kernel on lines).
+    # sector twice (Nsight on the H200: 2x the L2 read sectors of the same kernel on lines).
     static_shared: int = 0
 
     @property
@@ -166,35 +169,58 @@ def opcode_counts(sass: str) -> collections.Counter:
     return collections.Counter(_INSTRUCTION.findall(sass))
 
 
-def source_sass(src, arch: str = "sm_90", contains: str | None = None) -> list[tuple[str, str]]:
-    """(name expression, SASS listing) of a source's instantiations whose name contains
-    ``contains`` (all if None), in declaration order."""
-    from . import jit
+def compiled_instantiations(src, exprs, arch: str = "sm_90", jobs: int | None = None,
+                            progress: bool = False) -> dict:
+    """name expression -> jit.Compiled for each of ``exprs`` of a CudaSource, each its own NVRTC
+    program through the disk cache (the JIT's builds); what the cache lacks compiles in ``jobs``
+    processes. Raises KernelCompileError for the first that fails."""
+    from . import jit, precompile
+    from .errors import KernelCompileError
 
-    out = jit.compile_cubin(src.path, src.name_expressions, arch=arch,
-                            include_dirs=src.include_dirs)
-    return [(e, kernel_sass(out.cubin, out.lowered[e])) for e in src.name_expressions
-            if (contains is None or contains in e) and e in out.lowered]
+    exprs = list(exprs)
+    jobs_ = [precompile.job_for(src, e) for e in exprs]
+    for o in precompile.compile_jobs(jobs_, arch, jobs, progress, label=src.path.name):
+        if o.error:
+            raise KernelCompileError(o.error)
+    mod = jit.CudaModule(src.path, exprs, include_dirs=src.include_dirs)
+    return {e: mod.cubin(arch, e) for e in exprs}
 
 
-def source_resources(src, arch: str = "sm_90",
-                     contains: str | None = None) -> list[KernelResources]:
-    """Compile a :class:`~kernel_lab.cuda_common.CudaSource` with NVRTC and report its
-    instantiations whose name contains ``contains`` (all if None; only those are compiled) under
-    their name expressions, in declaration order."""
-    from . import jit
+def _selected(src, contains: str | None, exprs=None) -> list[str]:
+    names = src.name_expressions if exprs is None else exprs
+    return [e for e in names if contains is None or contains in e]
 
-    exprs = [e for e in src.name_expressions if contains is None or contains in e]
-    if not exprs:
-        return []
-    out = jit.compile_cubin(src.path, exprs, arch=arch, include_dirs=src.include_dirs)
-    by_symbol = cubin_resources(out.cubin)
-    return [dataclasses.replace(by_symbol[out.lowered[e]], name=e) for e in exprs
-            if out.lowered.get(e, "") in by_symbol]
+
+def source_sass(src, arch: str = "sm_90", contains: str | None = None, exprs=None,
+                jobs: int | None = None) -> list[tuple[str, str]]:
+    """(name expression, SASS listing) of a source's instantiations (``exprs``, default all)
+    whose name contains ``contains`` (all if None), in declaration order."""
+    built = compiled_instantiations(src, _selected(src, contains, exprs), arch, jobs)
+    return [(e, kernel_sass(out.cubin, out.lowered[e])) for e, out in built.items()]
+
+
+def source_resources(src, arch: str = "sm_90", contains: str | None = None, exprs=None,
+                     jobs: int | None = None, progress: bool = False) -> list[KernelResources]:
+    """Resources of a :class:`~kernel_lab.cuda_common.CudaSource`'s instantiations (``exprs``,
+    default all) whose name contains ``contains`` (all if None): only those are compiled, each
+    on its own; under their name expressions, in declaration order."""
+    rows = []
+    built = compiled_instantiations(src, _selected(src, contains, exprs), arch, jobs, progress)
+    for e, out in built.items():
+        by_symbol = cubin_resources(out.cubin)
+        if out.lowered.get(e, "") in by_symbol:
+            rows.append(dataclasses.replace(by_symbol[out.lowered[e]], name=e))
+    return rows
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("name", help="a CUDA variant (its .cu file is compiled)")
+    p.add_argument("name", help="a CUDA variant (its .cu file's instantiations are compiled)")
+    p.add_argument("--n", type=int, default=None,
+                   help="only what rows of N elements launch (the variant's launch plan for "
+                        "contiguous rows; without one, every alignment's pick)")
+    p.add_argument("--dtype", default=None,
+                   help="with --n: the element type (default float32): fp32/float32, "
+                        "fp16/float16, bf16/bfloat16, fp64/float64; alone: only its kernels")
     p.add_argument("-k", dest="contains", default=None,
                    help="only instantiations whose name contains this text")
     p.add_argument("--arch", default="sm_90", help="NVRTC target (default sm_90)")
@@ -203,10 +229,32 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="print each kernel's SASS (cuobjdump -sass) and its opcode counts")
     p.add_argument("--opcodes", action="store_true",
                    help="print each kernel's static opcode counts (most frequent first)")
+    p.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1,
+                   help="compiler processes for many instantiations (default: every CPU)")
+
+
+def _planned(variant, src, n: int | None, dtype) -> tuple[list[str], str]:
+    """(instantiations, the line saying why) for ``--n`` / ``--dtype``."""
+    from .cuda_common import ctype
+    from .rowkernels import reachable
+
+    if n is None:
+        if dtype is None:
+            return list(src.name_expressions), ""
+        t = ctype(dtype)
+        return [e for e in src.name_expressions if f"<{t}>" in e or f"<{t}," in e], ""
+    plan = getattr(variant.fn, "launch_plan", None)
+    if plan is None:
+        exprs = reachable.launched(src, n, dtype)
+        return exprs, f"launches (any alignment): {', '.join(exprs) or 'nothing'}"
+    text = plan(n, dtype)
+    found = [e for e in src.name_expressions if e in text]
+    return sorted(found, key=len)[-1:], f"launches (contiguous rows) {text}"
 
 
 def main(args: argparse.Namespace) -> int:
     from . import cuda_common, jit, registry
+    from .errors import KernelLabError
 
     variant = registry.get(args.name)
     if variant.backend != "cuda" or not variant.source:
@@ -217,7 +265,24 @@ def main(args: argparse.Namespace) -> int:
     if not sources:
         print(f"kernel_lab resources: no declared source {variant.source} for {variant.name}")
         return 2
-    rows = [r for s in sources for r in source_resources(s, args.arch, args.contains)]
+    dtype = None
+    if args.dtype is not None or args.n is not None:
+        from .benchmarking import parse_dtype
+
+        try:
+            dtype = parse_dtype(args.dtype or "float32")
+        except ValueError as e:
+            raise KernelLabError(str(e)) from None
+        if dtype not in variant.dtypes:
+            raise KernelLabError(f"{variant.name} does not take {dtype}")
+    picked = {}
+    for s in sources:
+        exprs, why = _planned(variant, s, args.n, dtype)
+        if why:
+            print(f"{variant.name}, rows of {args.n} {str(dtype)[6:]}: {why}", flush=True)
+        picked[id(s)] = _selected(s, args.contains, exprs)
+    rows = [r for s in sources for r in source_resources(
+        s, args.arch, exprs=picked[id(s)], jobs=args.jobs, progress=True)]
     width = max((len(r.name) for r in rows), default=10)
     nvrtc = ".".join(map(str, jit.nvrtc_version()))
     print(f"{variant.source} ({args.arch}, this machine's NVRTC {nvrtc}): registers, stack frame"
@@ -231,7 +296,8 @@ def main(args: argparse.Namespace) -> int:
     print(f"{len(rows)} kernels, {spilling} with a stack frame")
     if args.sass or args.opcodes:
         try:
-            listings = [x for s in sources for x in source_sass(s, args.arch, args.contains)]
+            listings = [x for s in sources
+                        for x in source_sass(s, args.arch, exprs=picked[id(s)], jobs=args.jobs)]
         except RuntimeError as exc:
             print(f"kernel_lab resources: {exc}")
             return 2
