@@ -1,12 +1,16 @@
 """``python -m kernel_lab watch NAME``: recompile, re-check and re-time a CUDA kernel on every save.
 
 The loop polls the variant's ``.cu`` and every header it includes (re-resolved after each save,
-so a newly included header is watched too). On a change it calls the variant once - which makes
-the JIT recompile - and then:
+so a newly included header is watched too). On a change it checks a few shapes - the calls make
+the JIT recompile the instantiations those shapes launch, and only those (one NVRTC program
+each; the round names them) - and then:
 
-* a compile error prints NVRTC's ``cuda_src/<file>.cu(line): error ...`` and keeps watching;
+* a compile error prints NVRTC's ``cuda_src/<file>.cu(line): error ...`` and keeps watching, as
+  does any other error of a round (a launch failure, a bad result);
 * otherwise it checks a few shapes against the float64 reference and times one default shape
   with CUDA events, printing microseconds, GB/s and % of the copy bandwidth.
+
+A save during a round is seen by the next poll.
 """
 
 from __future__ import annotations
@@ -51,16 +55,30 @@ def _stamp(files: list[Path]) -> tuple:
     return tuple(out)
 
 
-def one_round(variant: registry.Variant, shape: tuple[int, int], dtype: torch.dtype) -> bool:
-    """Compile (by calling), check, time. Returns False when compile or check failed."""
+def _recompiled(since: int) -> str:
+    """What NVRTC compiled since entry ``since`` of the JIT's compile log."""
+    from .jit import CudaModule
+
+    exprs = [e for _, e in CudaModule.compile_log[since:]]
+    if not exprs:
+        return "nothing recompiled"
+    return f"recompiled {len(exprs)} instantiation{'s' * (len(exprs) > 1)}: {', '.join(exprs)}"
+
+
+def one_round(variant: registry.Variant, shape: tuple[int, int], dtype: torch.dtype,
+              device: str = "cuda") -> bool:
+    """Compile (by calling), check, time. Returns False when compile or check failed.
+    ``device`` other than cuda: compile and check only (timing takes CUDA events)."""
     from .benchmarking import copy_bandwidth, cuda_event_median, gbps
+    from .jit import CudaModule
 
     op = registry.get_op(variant.op)
     gen = torch.Generator().manual_seed(fresh_seed())
+    since = len(CudaModule.compile_log)
     try:
         t0 = time.perf_counter()
         for s in CHECK_SHAPES:
-            inputs = op.make_inputs(s, dtype, "cuda", gen)
+            inputs = op.make_inputs(s, dtype, device, gen)
             if variant.supports(*inputs) is not None:
                 continue
             result, _ = run_checked(variant, inputs, {})
@@ -68,10 +86,13 @@ def one_round(variant: registry.Variant, shape: tuple[int, int], dtype: torch.dt
             print(f"  check {'x'.join(map(str, s)):>10}: {status}")
             if not result.ok:
                 return False
-        print(f"  compiled + checked in {time.perf_counter() - t0:.2f} s")
+        print(f"  compiled + checked in {time.perf_counter() - t0:.2f} s "
+              f"({_recompiled(since)})")
     except KernelCompileError as e:
         print(f"  compile error:\n{e}")
         return False
+    if device != "cuda":
+        return True
     inputs = op.make_inputs(shape, dtype, "cuda", gen)
     reason = variant.supports(*inputs)
     if reason is not None:
@@ -103,19 +124,33 @@ def main(args: argparse.Namespace) -> int:
     dtype = DTYPE_NAMES[args.dtype]
     files = watched_files(variant)
     print(f"watching {', '.join(str(f) for f in files)} (Ctrl-C to stop)")
-    stamp = None
+    stamp: tuple | None = None
     try:
         while True:
             now = _stamp(files)
             if now != stamp:
-                stamp = now
                 print(f"[{time.strftime('%H:%M:%S')}] {variant.name}: change seen")
-                ok = one_round(variant, shape, dtype)
+                try:
+                    ok = one_round(variant, shape, dtype)
+                except Exception as e:  # noqa: BLE001 - a failed round must not end the watch
+                    if args.once:
+                        raise
+                    print(f"  error: {type(e).__name__}: {e}")
+                    ok = False
                 if args.once:
                     return 0 if ok else 1
-                files = watched_files(variant)
-                stamp = _stamp(files)
+                files, stamp = _rewatch(variant, now)
             time.sleep(args.interval)
     except KeyboardInterrupt:
         print("stopped")
         return 0
+
+
+def _rewatch(variant: registry.Variant, seen: tuple) -> tuple[list[Path], tuple]:
+    """The files to watch after a round (a save may have added an include) and the stamp the
+    round saw: a file saved during the round differs from it, so the next poll runs again.
+    Files new to the list count as seen now."""
+    files = watched_files(variant)
+    before = {entry[0]: entry for entry in seen}
+    now = _stamp(files)
+    return files, tuple(before.get(entry[0], entry) for entry in now)

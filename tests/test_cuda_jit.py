@@ -1,8 +1,11 @@
-"""The CUDA C++ side: every .cu compiles (CPU, NVRTC only), errors name file(line), cache keys
-follow headers; on a GPU: hot reload, warm disk cache, zero-copy, graph capture, a second GPU.
+"""The CUDA C++ side: every instantiation compiles (CPU, NVRTC only), each on its own; errors
+name file(line); cache keys follow headers, and an edit recompiles only the instantiations that
+include the edited file, each when next launched; the disk cache serves other processes. On a
+GPU: hot reload, warm disk cache, zero-copy, graph capture, a second GPU.
 
 Which files and instantiations to compile comes from ``kernel_lab.cuda_common.SOURCES`` (filled
-by the variant modules' ``cuda_source(...)`` declarations): no second list lives here.
+by the variant modules' ``cuda_source(...)`` declarations): no second list lives here. CPU tests
+of the loader fake the device (``_device_arch``, ``_load_function``) and compile for real.
 """
 
 from __future__ import annotations
@@ -85,9 +88,15 @@ def test_every_cu_file_is_declared():
     "path,exprs", TARGETS, ids=[jit.display_name(p) for p, _ in TARGETS]
 )
 def test_compiles_for_sm90(path, exprs):
+    """Every declared instantiation, each its own NVRTC program as the loader builds it (through
+    the disk cache, in a process pool: what ``python -m kernel_lab compile --all`` does)."""
+    from kernel_lab import precompile
+
     src = next(s for s in cuda_common.SOURCES if s.path == path)
-    out = jit.compile_cubin(path, exprs, arch="sm_90", include_dirs=src.include_dirs)
-    assert out.cubin and set(out.lowered) == set(exprs)
+    outcomes = precompile.compile_jobs([precompile.job_for(src, e) for e in exprs], "sm_90")
+    assert [o.job.expr for o in outcomes if o.error] == []
+    mod = jit.CudaModule(path, exprs, include_dirs=src.include_dirs)
+    assert all(mod.is_cached(e, "sm_90") for e in exprs)
 
 
 def test_syntax_error_names_real_file_and_line(tmp_path):
@@ -123,59 +132,136 @@ def test_header_edit_changes_source_key(tmp_path):
     assert CUDA_SRC / "softmax_common.cuh" in online.files
 
 
-def test_function_rechecks_files_at_most_once_per_interval(tmp_path, monkeypatch):
+@pytest.fixture
+def fake_device(monkeypatch, tmp_path):
+    """The loader on a CPU: sm_90 for every device, a fresh object per loaded kernel; compiles
+    are real (into a temp disk cache). Yields the list of (file, expr) NVRTC compiled."""
+    monkeypatch.setattr(jit, "_device_arch", lambda device_index: "sm_90")
+    monkeypatch.setattr(jit, "_load_function", lambda cubin, symbol, dev: object())
+    monkeypatch.setenv("KERNEL_LAB_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(jit.CudaModule, "compile_log", [])
+    return jit.CudaModule.compile_log
+
+
+def test_function_rechecks_files_at_most_once_per_interval(tmp_path, monkeypatch, fake_device):
     d = _toy_folder(tmp_path)
     mod = jit.CudaModule(d / "toy.cu", ["toy<float>"], include_dirs=[CUDA_SRC])
-    loads = []
-
-    def fake_load(device_index, key):  # no GPU here: record what would be (re)loaded
-        loads.append(key)
-        entry = mod._loaded[device_index] = (key, None, {"toy<float>": object()})
-        return entry
-
-    monkeypatch.setattr(mod, "_load", fake_load)
     monkeypatch.setattr(jit, "RELOAD_CHECK_S", 0.5)
-    mod.function("toy<float>", 0)
+    first = mod.function("toy<float>", 0)
     (d / "toy.cu").write_text(TOY_KERNEL + "// an edit that changes the size\n")
-    mod.function("toy<float>", 0)  # within the interval: no stat, the loaded build
-    assert len(loads) == 1
+    assert mod.function("toy<float>", 0) is first  # within the interval: no stat, same build
+    assert len(fake_device) == 1
     time.sleep(0.5)
-    mod.function("toy<float>", 0)  # over the interval after the save: reloaded
-    assert len(loads) == 2 and loads[0] != loads[1]
+    assert mod.function("toy<float>", 0) is not first  # over the interval after the save
+    assert len(fake_device) == 2
+    with pytest.raises(KeyError, match="no name expression"):
+        mod.function("toy<double>", 0)  # undeclared: nothing compiled
+    assert len(fake_device) == 2
 
 
-def test_unchanged_broken_file_raises_again_without_recompiling(tmp_path, monkeypatch):
+def test_unchanged_broken_file_raises_again_without_recompiling(tmp_path, monkeypatch,
+                                                               fake_device):
     d = _toy_folder(tmp_path)
     cu = d / "toy.cu"
     mod = jit.CudaModule(cu, ["toy<float>"], include_dirs=[CUDA_SRC])
-    compiles = []
-
-    def load_on_cpu(device_index, key):  # _load minus the GPU: compile for sm_90 only
-        compiles.append(key)
-        mod.cubin("sm_90")
-        entry = mod._loaded[device_index] = (key, None, {"toy<float>": object()})
-        mod._last_good[device_index] = entry
-        return entry
-
-    monkeypatch.setattr(mod, "_load", load_on_cpu)
     monkeypatch.setattr(jit, "RELOAD_CHECK_S", 0.0)
-    monkeypatch.setenv("KERNEL_LAB_CACHE_DIR", str(tmp_path / "cache"))
-    mod.function("toy<float>", 0)
+    good = mod.function("toy<float>", 0)
     cu.write_text(TOY_KERNEL.replace("* TOY_SCALE)", "* TOY_SCALE +)"))
     _touch_later(cu)
     for _ in range(3):
         with pytest.raises(KernelCompileError, match=r"toy\.cu\(\d+\)"):
             mod.function("toy<float>", 0)
-    assert len(compiles) == 2  # the good build, then the broken one once
-    assert mod.function("toy<float>", 0, fallback=True) is not None  # the last good build
-    cu.write_text(TOY_KERNEL)  # back to the loaded source: no compile at all
+    assert len(fake_device) == 2  # the good build, then the broken one once
+    assert mod.function("toy<float>", 0, fallback=True) is good  # the last good build
+    cu.write_text(TOY_KERNEL)  # back to the good source: the disk cache has it
     _touch_later(cu)
-    mod.function("toy<float>", 0)
-    assert len(compiles) == 2
+    assert mod.function("toy<float>", 0) is good
+    assert len(fake_device) == 2
     cu.write_text(TOY_KERNEL + "// fixed differently\n")  # a new good source compiles
     _touch_later(cu)
     mod.function("toy<float>", 0)
-    assert len(compiles) == 3
+    assert len(fake_device) == 3
+
+
+# Two files: one includes shared.cuh (two instantiations), the other does not.
+SHARED_HEADER = "#pragma once\n#define SHARED_SCALE 2\n"
+USES_HEADER = textwrap.dedent(
+    """\
+    #include "shared.cuh"
+    template <typename T>
+    __global__ void scaled(T* y, const T* x, int n) {
+      const int i = blockIdx.x * blockDim.x + threadIdx.x;
+      if (i < n) y[i] = x[i] * T(SHARED_SCALE);
+    }
+    """
+)
+NO_HEADER = textwrap.dedent(
+    """\
+    template <typename T>
+    __global__ void copied(T* y, const T* x, int n) {
+      const int i = blockIdx.x * blockDim.x + threadIdx.x;
+      if (i < n) y[i] = x[i];
+    }
+    """
+)
+SCALED = ["scaled<float>", "scaled<double>"]
+
+
+def _two_files(tmp_path: Path) -> tuple[Path, Path, Path]:
+    d = tmp_path / "two"
+    d.mkdir()
+    (d / "shared.cuh").write_text(SHARED_HEADER)
+    (d / "uses.cu").write_text(USES_HEADER)
+    (d / "plain.cu").write_text(NO_HEADER)
+    return d / "shared.cuh", d / "uses.cu", d / "plain.cu"
+
+
+def test_header_edit_recompiles_only_what_includes_it_when_launched(tmp_path, monkeypatch,
+                                                                    fake_device):
+    hdr, uses_cu, plain_cu = _two_files(tmp_path)
+    uses = jit.CudaModule(uses_cu, SCALED)
+    plain = jit.CudaModule(plain_cu, ["copied<float>"])
+    monkeypatch.setattr(jit, "RELOAD_CHECK_S", 0.0)
+    first = {e: uses.function(e, 0) for e in SCALED}
+    first["copied<float>"] = plain.function("copied<float>", 0)
+    assert sorted(e for _, e in fake_device) == sorted([*SCALED, "copied<float>"])  # one each
+    fake_device.clear()
+    hdr.write_text(SHARED_HEADER.replace("2", "3"))
+    _touch_later(hdr)
+    assert plain.function("copied<float>", 0) is first["copied<float>"]  # not including it
+    assert fake_device == []
+    assert uses.function("scaled<float>", 0) is not first["scaled<float>"]
+    assert fake_device == [(str(uses_cu.resolve()), "scaled<float>")]  # only what ran
+    assert uses.function("scaled<double>", 0) is not first["scaled<double>"]  # stale too
+    assert [e for _, e in fake_device] == ["scaled<float>", "scaled<double>"]
+
+
+def test_disk_cache_serves_other_processes(tmp_path):
+    """A second process finds every instantiation in the disk cache and never runs NVRTC; a
+    header edit sends the file that includes it back to NVRTC, and only that file."""
+    hdr, uses_cu, plain_cu = _two_files(tmp_path)
+    script = textwrap.dedent(
+        f"""\
+        from kernel_lab.jit import CudaModule
+        for path, exprs in [({str(uses_cu)!r}, {SCALED!r}), ({str(plain_cu)!r}, ["copied<float>"])]:
+            mod = CudaModule(path, exprs)
+            for e in exprs:
+                mod.cubin("sm_90", e)
+        print("COMPILED", [e for _, e in CudaModule.compile_log])
+        """
+    )
+    env = {**os.environ, "KERNEL_LAB_CACHE_DIR": str(tmp_path / "cache")}
+
+    def compiled() -> list[str]:
+        res = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                             text=True, timeout=300)
+        assert res.returncode == 0, res.stderr[-3000:]
+        return eval(res.stdout.split("COMPILED")[-1])
+
+    assert compiled() == [*SCALED, "copied<float>"]
+    assert compiled() == []
+    hdr.write_text(SHARED_HEADER.replace("2", "4"))
+    assert compiled() == SCALED
 
 
 def test_user_folder_registers_and_compiles(tmp_path, user_name):
@@ -346,27 +432,36 @@ def test_benchmark_records_name_the_kernels_a_call_launched():
 
 
 def test_compile_cli_fills_a_cache_to_ship(tmp_path):
-    """``python -m kernel_lab compile FILE`` compiles into $KERNEL_LAB_CACHE_DIR, a second run
-    finds it cached, and the cubin's key names no path: a copy of the cache elsewhere hits."""
+    """``python -m kernel_lab compile FILE -j 2`` compiles each instantiation into
+    $KERNEL_LAB_CACHE_DIR in two processes, a second run finds them cached, and the cubins'
+    keys name no path: a copy of the cache elsewhere hits. The probe kernels no launcher picks
+    compile only with --all."""
     cache = tmp_path / "cache"
     env = {**os.environ, "KERNEL_LAB_CACHE_DIR": str(cache)}
-    cmd = [sys.executable, "-m", "kernel_lab", "compile", "naive_softmax.cu"]
+    cmd = [sys.executable, "-m", "kernel_lab", "compile", "-j", "2", "naive_softmax.cu"]
     first = subprocess.run(cmd, env=env, text=True, capture_output=True, timeout=600)
     assert first.returncode == 0, first.stderr
-    assert "[1/1] naive_softmax.cu: 4 kernels, compiled" in first.stdout
-    assert len(list(cache.glob("*.cubin"))) == 1
+    assert "[1/1] naive_softmax.cu: 4 of 4 kernels, 4 compiled" in first.stdout, first.stdout
+    assert "2 processes" in first.stdout
+    assert len(list(cache.glob("*.cubin"))) == 4
     moved = tmp_path / "shipped"
     cache.rename(moved)
     again = subprocess.run(cmd, env={**env, "KERNEL_LAB_CACHE_DIR": str(moved)}, text=True,
                            capture_output=True, timeout=600)
-    assert again.returncode == 0 and "naive_softmax.cu: 4 kernels, cached" in again.stdout
+    assert again.returncode == 0 and "4 of 4 kernels, 0 compiled" in again.stdout, again.stdout
+    assert "4 cached" in again.stdout
+    probe = [*cmd[:-1], "cluster_probe.cu"]
+    res = subprocess.run(probe, env=env, text=True, capture_output=True, timeout=600)
+    assert res.returncode == 0 and "cluster_probe.cu: 0 of 4 kernels" in res.stdout, res.stdout
+    res = subprocess.run([*probe, "--all"], env=env, text=True, capture_output=True, timeout=600)
+    assert res.returncode == 0 and "cluster_probe.cu: 4 of 4 kernels, 4 compiled" in res.stdout
     bad = subprocess.run([*cmd[:-1], "nope.cu"], env=env, text=True, capture_output=True,
                          timeout=600)
     assert bad.returncode == 2 and "no declared source 'nope.cu'" in bad.stderr
 
 
 def test_shared_memory_opt_in_is_asked_once_per_function_and_only_rises(monkeypatch):
-    """jit.set_max_dynamic_shared sits on launch paths (kernel 2b sets it per call): the driver
+    """jit.set_max_dynamic_shared sits on launch paths (block_slots sets it per call): the driver
     is asked once per loaded function and size, the limit never goes down, and a new function
     object behind a reused handle (a hot reload) asks again. CPU: the driver calls are faked."""
     from cupy.cuda import driver

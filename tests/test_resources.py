@@ -64,6 +64,52 @@ def test_cli_entry_point_lists_resources():
     assert kernel_lab.cli.main(["resources", "naive_softmax"]) == 0
 
 
+@pytest.fixture
+def fresh_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("KERNEL_LAB_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(jit.CudaModule, "compile_log", [])
+    return jit.CudaModule.compile_log
+
+
+def test_n_and_dtype_compile_only_what_that_row_launches(capsys, fresh_cache):
+    """--n / --dtype: the launch plan's line and that one kernel, compiled alone."""
+    assert kernel_lab.cli.main(["resources", "fast_softmax", "--n", "100", "--dtype", "fp32"]) == 0
+    out = capsys.readouterr().out
+    assert "rows of 100 float32: launches (contiguous rows) warp g16x2: " \
+           "fast_softmax_warp<float, 16, 2>" in out, out
+    assert "  fast_softmax_warp<float, 16, 2>  " in out and "1 kernels" in out
+    assert [e for _, e in fresh_cache] == ["fast_softmax_warp<float, 16, 2>"]
+    # without a launch plan: the variant's own dispatch, every alignment
+    assert kernel_lab.cli.main(["resources", "warp_softmax", "--n", "100",
+                                "--dtype", "float16"]) == 0
+    out = capsys.readouterr().out
+    assert "launches (any alignment): warp_softmax<__half, 4>" in out and "1 kernels" in out
+    assert kernel_lab.cli.main(["resources", "naive_softmax", "--n", "7",
+                                "--dtype", "bfloat16"]) == 0
+    out = capsys.readouterr().out
+    assert "  naive_softmax<__nv_bfloat16>  " in out and "1 kernels" in out
+    assert kernel_lab.cli.main(["resources", "naive_softmax", "--dtype", "fp64"]) == 0
+    assert "  naive_softmax<double>  " in capsys.readouterr().out
+
+
+def test_bad_dtype_is_one_line(capsys):
+    assert kernel_lab.cli.main(["resources", "naive_softmax", "--n", "7", "--dtype", "int8"]) == 2
+    assert "unknown dtype 'int8'" in capsys.readouterr().err
+
+
+def test_digests_in_a_pool_match_a_compile_in_this_process(capsys, fresh_cache):
+    """--digests -j 2: each instantiation compiled in a worker process, read back from the disk
+    cache: the same machine code as NVRTC compiling it here."""
+    assert kernel_lab.cli.main(["resources", "online_softmax", "--digests", "-j", "2"]) == 0
+    lines = [ln.split() for ln in capsys.readouterr().out.splitlines() if " regs " in ln]
+    assert len(lines) == 4 and fresh_cache == []  # compiled by the workers
+    src = jit.cuda_src_dir() / "online_softmax.cu"
+    for parts in lines:
+        expr = parts[0] if parts[0].endswith(">") else f"{parts[0]} {parts[1]}"
+        out = jit.compile_cubin(src, [expr], arch="sm_90")
+        assert resources.cubin_resources(out.cubin)[out.lowered[expr]].text_digest == parts[-1]
+
+
 def test_elf_size_pads_the_byte_cupy_drops(tmp_path):
     """The cubin CuPy hands back ends one byte before its last program header does; elf_size
     reads what the headers call for (cuobjdump refuses the short file)."""
