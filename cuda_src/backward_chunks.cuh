@@ -1,10 +1,11 @@
-// Rows in chunks for the softmax-family backwards: rows longer than the persistent clusters hold
-// (fp32 N > 163840, 2-byte N > 262144), read once instead of streamed in two passes. Templated
+// Kind chunks of the softmax-family backwards (body chunks_rows): rows longer than the
+// persistent clusters hold (fp32 N > 163840, 2-byte N > 262144), read once where the stream kind
+// reads twice. Templated
 // on the gradient rule G as backward_persist.cuh (SoftmaxGrad in fused_softmax_backward.cu,
 // LogSoftmaxGrad in log_softmax_backward.cu; the .cu files hold the __global__ wrappers).
 //
-// The forward's kernel 7b (row_softmax_kernels.cuh, "chunks_reg") for two inputs and one row
-// reduction (a sum, where the forward has a (max, sum) pair):
+// The forward's chunks_reg kind (row_chunks.cuh) for two inputs and one row reduction (a sum,
+// where the forward has a (max, sum) pair):
 // Ownership: a row is cut into `chunks` chunks of blockDim.x * VPT windows (16-byte slots from
 //            the row's head, as backward_persist.cuh: `line` = 1 measures it from the row's
 //            128-byte line). Item i of rows * chunks is chunk i % chunks of row i / chunks; CTA
@@ -88,11 +89,11 @@ template <typename T, int VPT> struct ChunkPair {
 };
 
 template <typename G, typename T, int VPT>
-__device__ __forceinline__ void chunk_rows(T* __restrict__ dx, const T* __restrict__ y,
-                                           const T* __restrict__ dy, long long rows, int n,
-                                           long long y_stride, long long dy_stride, int line,
-                                           int chunks, unsigned long long* __restrict__ sums,
-                                           unsigned epoch, int ahead) {
+__device__ __forceinline__ void chunks_rows(T* __restrict__ dx, const T* __restrict__ y,
+                                            const T* __restrict__ dy, long long rows, int n,
+                                            long long y_stride, long long dy_stride, int line,
+                                            int chunks, unsigned long long* __restrict__ sums,
+                                            unsigned epoch, int ahead) {
   using A = acc_t<T>;
   static_assert(sizeof(A) == 4, "the chunks' words hold fp32 sums");
   constexpr int W = Vec<T>::N;
@@ -208,8 +209,8 @@ __device__ __forceinline__ void chunk_rows(T* __restrict__ dx, const T* __restri
       P##_persist(T* __restrict__ dx, const T* __restrict__ y, const T* __restrict__ dy,        \
                   long long rows, int n, long long y_stride, long long dy_stride, int line,     \
                   int stages) {                                                                 \
-    klab::bwd::persistent_rows<G, T, VPT, CL>(dx, y, dy, rows, n, y_stride, dy_stride, line,    \
-                                              stages);                                          \
+    klab::bwd::persist_rows<G, T, VPT, CL>(dx, y, dy, rows, n, y_stride, dy_stride, line,       \
+                                           stages);                                             \
   }                                                                                             \
   template <typename T, int VPT>                                                                \
   __global__ void __launch_bounds__(512)                                                        \
@@ -217,6 +218,6 @@ __device__ __forceinline__ void chunk_rows(T* __restrict__ dx, const T* __restri
                  long long rows, int n, long long y_stride, long long dy_stride, int line,      \
                  int chunks, unsigned long long* __restrict__ sums, unsigned epoch,             \
                  int ahead) {                                                                   \
-    klab::bwd::chunk_rows<G, T, VPT>(dx, y, dy, rows, n, y_stride, dy_stride, line, chunks,     \
-                                     sums, epoch, ahead);                                       \
+    klab::bwd::chunks_rows<G, T, VPT>(dx, y, dy, rows, n, y_stride, dy_stride, line, chunks,    \
+                                      sums, epoch, ahead);                                      \
   }

@@ -1,4 +1,5 @@
-// The persistent, prefetching row kernel of the softmax-family backwards, written once and
+// Kind persist of the softmax-family backwards: the persistent, prefetching row kernel, written
+// once (body persist_rows) and
 // templated on the gradient rule G (one row reduction, then an elementwise dx):
 //
 //   fused_softmax_backward.cu: SoftmaxGrad     s = sum(y * dy),  dx = y * (dy - s)
@@ -6,10 +7,38 @@
 //
 // G::term(y, dy) is what a row sums (fp32 accumulation, fp64 for double), G::dx(y, dy, s) the
 // element written; both see a window's values outside the row as y = dy = 0, so term must be 0
-// there (the window's dx is never stored). Ownership, pipeline, cluster exchange, launch,
-// bytes, windows and preconditions: fused_softmax_backward.cu, "Kernel 4" (the .cu files hold
-// the thin __global__ wrappers, so NVRTC name expressions such as
-// "log_softmax_backward_persist<float, 4, 8>" work).
+// there (the window's dx is never stored). The .cu files hold the thin __global__ wrappers
+// (KLAB_BACKWARD_ROW_KERNELS in backward_chunks.cuh), so that NVRTC name expressions such as
+// "log_softmax_backward_persist<float, 4, 8>" work.
+//
+// Ownership: the grid holds only the clusters of CL CTAs (CL = 1: single CTAs) that are resident
+//            at once; cluster q of Q owns rows q, q + Q, ...; inside a row, CTA rank c, thread t
+//            holds windows k * CL * blockDim.x + c * blockDim.x + t (k < VPT) of y and dy.
+// Pipeline:  the current row's y and dy sit in registers; the next row's windows of this thread
+//            (`stages` = 2: the next two rows', in alternating slot sets) are in flight into
+//            dynamic shared memory (cp.async.cg, 16 bytes each) while the CTA reduces, exchanges
+//            its partial with its peers and stores dx. Each thread reads back only the slots it
+//            copied (wait_group: no block barrier). The copies are issued once the reduction
+//            loop has consumed every value read from the slots.
+// Cluster:   each CTA sends its partial to every peer as an st.async message counted by the
+//            peer's mbarrier (cluster.cuh, ClusterInbox): no cluster barrier per row, whose
+//            release (MEMBAR.ALL.GPU) waited for the previous row's dx stores.
+// Launch:    grid = min(M, resident clusters) * CL, blockDim.x a multiple of 32 (<= 1024 for
+//            fp32 x 4 vectors, <= 640 for fp16/bf16 and fp32 x 8: BackwardPersistThreads),
+//            dynamic shared memory stages * 2 * blockDim.x * VPT * 16 B (per stage: y slots,
+//            then dy); stages is 1 or 2.
+// Windows:   aligned 16-byte windows as in softmax_common.cuh: odd N such as 50257 still moves
+//            whole slots; the copies of a row's first and last slot may hold bytes of the
+//            neighbouring rows, zeroed on read. `line` = 0: h = the row's offset within its
+//            first 16 bytes; `line` = 1 (line heads, as the forward's persist): h = its offset
+//            within its 128-byte line, so each warp's 32 windows are 4 whole lines instead of
+//            straddling 5 (up to 7 windows before the row, all zero, belong to the first warp;
+//            measured on H200: odd rows (50257) had 2.6x the L2 read requests of rows on lines).
+// Preconds:  every row of y, dy and dx starts at the same offset within 16 bytes (any N); the
+//            launcher takes another kind otherwise. `line` = 1 only if every row of y and dy
+//            starts at the same offset within 128 bytes (the slots before a row then share its
+//            first line: never an unmapped page) and the shape holds up to 7 more windows.
+// Bytes:     3 * M * N * sizeof(T), loads always in flight.
 #pragma once
 #include "cluster.cuh"
 #include "softmax_common.cuh"
@@ -33,7 +62,7 @@ __device__ __forceinline__ void prefetch_pair(uint4* my_y, uint4* my_dy, const T
                                               const T* dyr, int nwin, int base, int step,
                                               int line) {
   const int h = head_of(yr, line);
-  const uint4* y4 = slots_of(yr, h) + base;  // stepped per window, as kernel 5's prefetch_row
+  const uint4* y4 = slots_of(yr, h) + base;  // stepped per window, as rowk::prefetch_row
   const uint4* dy4 = slots_of(dyr, h) + base;
   const unsigned sy = klab::shared_addr(my_y), sdy = klab::shared_addr(my_dy);
   const unsigned jump = blockDim.x * sizeof(uint4);
@@ -48,18 +77,18 @@ __device__ __forceinline__ void prefetch_pair(uint4* my_y, uint4* my_dy, const T
 
 // fp32 x 4 vectors: <= 1024 threads (52-54 registers). fp16/bf16, and fp32 with more than 4
 // vectors: <= 640 threads, which caps them at 90-91 registers with no spills (2-byte types at
-// the 1024-thread cap of 64 spilled 64-72 bytes, at 768's 80 spilled 8-16; the former 512-thread
-// bound let ptxas take 107, so CTAs of >= 320 threads were one per SM; fp32 x 8 at 1024
-// spilled 88-104). NVRTC 13.0, sm_90.
+// the 1024-thread cap of 64 spilled 64-72 bytes, at 768's 80 spilled 8-16; a 512-thread bound
+// let ptxas take 107, so CTAs of >= 320 threads were one per SM; fp32 x 8 at 1024 spilled
+// 88-104). NVRTC 13.0, sm_90.
 template <typename T, int VPT> struct BackwardPersistThreads {
   static constexpr int value = sizeof(T) == 2 || VPT > 4 ? 640 : 1024;
 };
 
 template <typename G, typename T, int VPT, int CL>
-__device__ __forceinline__ void persistent_rows(T* __restrict__ dx, const T* __restrict__ y,
-                                                const T* __restrict__ dy, long long rows, int n,
-                                                long long y_stride, long long dy_stride,
-                                                int line, int stages) {
+__device__ __forceinline__ void persist_rows(T* __restrict__ dx, const T* __restrict__ y,
+                                             const T* __restrict__ dy, long long rows, int n,
+                                             long long y_stride, long long dy_stride,
+                                             int line, int stages) {
   using A = klab::acc_t<T>;
   using V = klab::Vec<T>;
   constexpr int W = V::N;

@@ -1,11 +1,11 @@
 // What the chunk kernels (rows cut into chunks of one CTA each, a row's partial results meeting
 // in global memory) share: flagged 64-bit words, the wait for a row's words (retry_until_in)
-// and a cursor over the grid's items. Users: row_softmax_kernels.cuh (kernels 7 and 7b: a (max,
-// sum) pair per chunk) and backward_chunks.cuh (a sum per chunk).
+// and a cursor over the grid's items. Users: row_chunks.cuh (kinds chunks and chunks_reg: a
+// (max, sum) pair per chunk) and backward_chunks.cuh (a sum per chunk).
 //
 // A chunk's value is a 64-bit word: its fp32 bits with the launch's epoch in the high half,
 // stored relaxed at gpu scope. The epoch is a nonzero 32-bit number the launcher gives each
-// launch (kernel_lab/ops/softmax/flag_words.py): the buffer is reused from launch to launch on a
+// launch (kernel_lab/flag_words.py): the buffer is reused from launch to launch on a
 // stream, and a word written by an earlier launch carries an earlier epoch, so it reads as not
 // yet in - no zeroing kernel before each launch (a zeroed buffer and epoch 1 work as well). A
 // reader that sees its epoch has the value (64-bit accesses are single-copy atomic), so neither
@@ -55,7 +55,7 @@ template <typename Gather> __device__ __forceinline__ void retry_until_in(Gather
 }
 
 // Item i of rows * chunks as (row, chunk c), moved on by the grid's Q items a step without a
-// 64-bit division (kernel 7b did five a step, ~20 instructions each; Nsight, seventeenth run).
+// 64-bit division (chunks_reg did five a step, ~20 instructions each, Nsight).
 struct ChunkCursor {
   long long row;
   int c;

@@ -102,7 +102,7 @@ __device__ __forceinline__ void dsmem_send(const void* dst, unsigned long long* 
 // Safe reuse, NB = 2 (send(it) then wait(it) each row): the caller's block barrier between
 // wait(it) and send(it + 1) means every thread has read inbox it % 2 before this CTA sends row
 // it + 1, and a peer can only send row it + 2 after receiving that message. NB = 4 (the
-// pipelined kernel sends row it + 1 BEFORE waiting for row it): a peer's send(it + 4) follows its
+// pipe kind sends row it + 1 BEFORE waiting for row it): a peer's send(it + 4) follows its
 // wait(it + 2), which needs this CTA's send(it + 2), which follows a block barrier after every
 // thread here read inbox it % 4. (With 3, a peer could send row it + 3 while this CTA still
 // reads row it.) The last row's wait also means that no message to this CTA is in flight when it

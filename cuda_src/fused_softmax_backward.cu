@@ -1,6 +1,8 @@
 // fused_softmax_backward: dx = y * (dy - sum(dy * y)) with y and dy read once, dx written once.
+// Five kernel kinds (BackwardConfig.kind; kernel_lab/rowkernels/backward_config.py picks kind and
+// shape per (N, dtype)); log_softmax_backward.cu has the same kinds but cluster.
 //
-// Kernel 1, fused_softmax_backward<T, VPT> (rows that fit on chip)
+// block: fused_softmax_backward<T, VPT> (rows that fit on one CTA)
 // Ownership: block `blockIdx.x` owns row blockIdx.x; thread t holds VPT 16-byte vectors of y
 //            AND of dy in registers (8 registers per vector pair): vector k covers columns
 //            [(k * blockDim.x + t) * W, ... + W), W = 16 / sizeof(T).
@@ -8,68 +10,38 @@
 //            blockDim.x * VPT * W >= N. Static shared memory: 32 accumulators.
 // Algorithm: per-thread partial dot(dy, y) in fp32 (fp64 for double), one block all-reduce,
 //            then dx = y * (dy - dot) from the registers.
-// Bytes:     y and dy read once, dx written once: 3 * M * N * sizeof(T).
+// Bytes:     y and dy read once, dx written once: 3 * M * N * sizeof(T) (a textbook backward,
+//            a dot pass then an elementwise pass re-reading y and dy, moves 5).
 // Preconds:  `vec_ok` != 0 only if y, dy, both row strides and N * sizeof(T) are 16-byte
 //            aligned; otherwise the same layout is loaded element by element (never a fault).
-// Changed:   from a textbook backward (dot pass, then an elementwise pass re-reading y and dy):
-//            5 tensors of traffic become 3.
 //
-// Kernel 2, fused_softmax_backward_cluster<T, VPT, CL> (long rows, still read once)
+// cluster: fused_softmax_backward_cluster<T, VPT, CL> (long rows persist cannot take: fp64, or
+// y, dy and dx rows in different 16-byte phases)
 // Ownership: a cluster of CL CTAs (compile-time __cluster_dims__, grid = M * CL blocks) owns one
 //            row; CTA rank c, thread t holds windows k * CL * blockDim.x + c * blockDim.x + t of
 //            y and dy. Each CTA's partial dot goes to its shared memory; after one cluster
 //            barrier every warp reads the CL partials through distributed shared memory.
-// Launch:    blockDim.x <= 512 (a multiple of 32), VPT = 8: up to CL * 64 KB of each tensor.
-// Bytes:     3 * M * N * sizeof(T), like kernel 1. Changed: the row spans CL SMs' registers.
+// Launch:    blockDim.x <= 512 (a multiple of 32), VPT = 8 (4 for fp16/bf16: 2 x 32 elements a
+//            thread, no spills): up to CL * 64 KB of each tensor.
+// Bytes:     3 * M * N * sizeof(T), like block: the row spans CL SMs' registers.
 //
-// Kernel 3, fused_softmax_backward_stream<T> (rows no other kernel takes: longer than a cluster
-// holds with y, dy and dx in different 16-byte phases, fp64, or more chunks of kernel 5 than
-// the GPU's resident CTAs + 1): a dot pass and an elementwise pass, both with vector loads:
+// stream: fused_softmax_backward_stream<T> (rows no other kind takes: longer than a cluster
+// holds with y, dy and dx in different 16-byte phases, fp64, or more chunks than the GPU's
+// resident CTAs + 1): a dot pass and an elementwise pass, both with vector loads:
 // 5 * M * N * sizeof(T) bytes (L2 catches part).
 //
-// Kernel 4, fused_softmax_backward_persist<T, VPT, CL> (long rows, aligned tensors): persistent
-// and prefetching, the forward's fast_softmax_persist_cluster (row_softmax_kernels.cuh) for two
-// inputs. Its body is klab::bwd::persistent_rows (backward_persist.cuh), shared with
-// log_softmax_backward_persist; this file gives it the softmax rule (SoftmaxGrad).
-// Ownership: the grid holds only the clusters of CL CTAs (CL = 1: single CTAs) that are resident
-//            at once; cluster q of Q owns rows q, q + Q, ...; inside a row, CTA rank c, thread t
-//            holds windows k * CL * blockDim.x + c * blockDim.x + t (k < VPT) of y and dy.
-// Pipeline:  the current row's y and dy sit in registers; the next row's windows of this thread
-//            (`stages` = 2: the next two rows', in alternating slot sets) are in flight into
-//            dynamic shared memory (cp.async.cg, 16 bytes each) while the CTA reduces the dot
-//            product, exchanges it with its peers and stores dx. Each thread reads back only the
-//            slots it copied (wait_group: no block barrier). The copies are issued once the dot
-//            loop has consumed every value read from the slots.
-// Cluster:   each CTA sends its partial dot to every peer as an st.async message counted by
-//            the peer's mbarrier (cluster.cuh, ClusterInbox): no cluster barrier per row, whose
-//            release (MEMBAR.ALL.GPU) waited for the previous row's dx stores.
-// Launch:    grid = min(M, resident clusters) * CL, blockDim.x a multiple of 32 (<= 1024 for
-//            fp32 x 4 vectors, <= 640 for fp16/bf16 and fp32 x 8: BackwardPersistThreads),
-//            dynamic shared memory stages * 2 * blockDim.x * VPT * 16 B (per stage: y slots,
-//            then dy); stages is 1 or 2.
-// Bytes:     3 * M * N * sizeof(T), loads always in flight.
-// Windows:   aligned 16-byte windows as in softmax_common.cuh: odd N such as 50257 still moves
-//            whole slots; the copies of a row's first and last slot may hold bytes of the
-//            neighbouring rows, zeroed on read. `line` = 0: h = the row's offset within its
-//            first 16 bytes; `line` = 1 (line heads, as the forward's kernel 5): h = its offset
-//            within its 128-byte line, so each warp's 32 windows are 4 whole lines instead of
-//            straddling 5 (up to 7 windows before the row, all zero, belong to the first warp).
-// Preconds:  every row of y, dy and dx starts at the same offset within 16 bytes (any N); the
-//            launcher falls back to kernels 1-3 otherwise. `line` = 1 only if every row of y
-//            and dy starts at the same offset within 128 bytes (the slots before a row then
-//            share its first line: never an unmapped page) and the shape holds up to 7 more
-//            windows. Threads: see BackwardPersistThreads (registers and spills per bound).
-// Changed:   from kernel 2: one launch for all rows; the next row's loads overlap this row's
-//            reduction, exchange and stores. Line heads (tenth H200 run): odd rows (50257)
-//            had 2.6x the L2 read requests of rows on lines; with them the 15-CTA shapes run
-//            odd rows at fp32 96 / bf16 94 % of copy (86 / 87 % before, bench/NOTES.md).
+// persist: fused_softmax_backward_persist<T, VPT, CL> (long rows, y, dy and dx rows in one
+// 16-byte phase): persistent, prefetching clusters, the forward's persist kind for two inputs.
+// Body klab::bwd::persist_rows in backward_persist.cuh (ownership, pipeline, launch,
+// preconditions there), shared with log_softmax_backward_persist; this file gives it the
+// softmax rule (SoftmaxGrad). Bytes: 3 * M * N * sizeof(T), loads always in flight.
 //
-// Kernel 5, fused_softmax_backward_chunks<T, VPT> (rows past every persistent shape: fp32 N >
+// chunks: fused_softmax_backward_chunks<T, VPT> (rows past every persistent shape: fp32 N >
 // 163840, 2-byte N > 262144; y, dy and dx rows in one 16-byte phase): rows cut into chunks of
 // one CTA, each chunk's partial dot through a flagged word in global memory, the chunk held in
-// registers until its row's last word is in. Ownership, steps, launch and preconditions:
-// backward_chunks.cuh (klab::bwd::chunk_rows, shared with log_softmax_backward_chunks).
-// Bytes:     3 * M * N * sizeof(T) + 8 B per chunk. Changed from kernel 3: read once, not twice.
+// registers until its row's last word is in. Body klab::bwd::chunks_rows in backward_chunks.cuh
+// (ownership, steps, launch and preconditions there), shared with log_softmax_backward_chunks.
+// Bytes:     3 * M * N * sizeof(T) + 8 B per chunk: read once, where stream reads twice.
 #include "backward_chunks.cuh"
 #include "backward_persist.cuh"
 #include "cluster.cuh"
@@ -210,5 +182,5 @@ struct SoftmaxGrad {
 };
 
 // fused_softmax_backward_persist<T, VPT, CL> and fused_softmax_backward_chunks<T, VPT>
-// (kernels 4 and 5 above): backward_chunks.cuh's macro, with the rule above.
+// (kinds persist and chunks): backward_chunks.cuh's macro, with the rule above.
 KLAB_BACKWARD_ROW_KERNELS(fused_softmax_backward, SoftmaxGrad)

@@ -3,7 +3,10 @@
 // Reuses softmax_common.cuh: aligned windows, exp_acc, the block all-reduce (SumOp).
 // Edge cases: y = -inf gives exp(y) = 0, so dx = dy exactly; a NaN row of y stays NaN.
 //
-// Kernel 1, log_softmax_backward<T, VPT> (rows that fit on chip)
+// Four kernel kinds, the softmax backward's shapes (BackwardConfig in
+// kernel_lab/rowkernels/backward_config.py) but for its cluster kind, whose rows stream here.
+//
+// block: log_softmax_backward<T, VPT> (rows that fit on one CTA)
 // Ownership: block `blockIdx.x` owns row blockIdx.x; thread t holds windows t + k * blockDim.x
 //            (k < VPT) of y AND of dy in registers (8 registers per window pair).
 // Launch:    grid = M blocks of blockDim.x threads (32..512), VPT in {1, 2, 4, 8}, chosen so
@@ -13,25 +16,21 @@
 // Bytes:     y and dy read once, dx written once: 3 * M * N * sizeof(T).
 // Preconds:  `vec` != 0 only if the rows of y, dy and dx all start at the same offset within
 //            16 bytes (else element-wise accesses, same layout).
-// Changed:   from fused_softmax_backward: aligned windows, and the reduction needs dy only.
 //
-// Kernel 2, log_softmax_backward_persist<T, VPT, CL> (longer rows, y, dy and dx rows in one
-// 16-byte phase): the softmax backward's persistent, prefetching clusters
-// (fused_softmax_backward.cu, "Kernel 4": ownership, pipeline, message exchange, launch) with
-// the log rule below; the body is klab::bwd::persistent_rows (backward_persist.cuh). The launch
-// shapes are the softmax backward's (backward_config.py), by (N, dtype).
-// Bytes:     3 * M * N * sizeof(T), loads always in flight. Changed: rows past one CTA (fp32 N
-//            > 16384, 2-byte aligned rows of >= 4000 windows) were streamed in two passes.
+// persist: log_softmax_backward_persist<T, VPT, CL> (longer rows, y, dy and dx rows in one
+// 16-byte phase): the softmax backward's persistent, prefetching clusters with the log rule
+// below; body klab::bwd::persist_rows (backward_persist.cuh: ownership, pipeline, message
+// exchange, launch). Bytes: 3 * M * N * sizeof(T), loads always in flight.
 //
-// Kernel 3, log_softmax_backward_stream<T> (rows kernels 2 and 4 cannot take: fp64, rows of y,
-// dy and dx in different 16-byte phases, rows too long for the resident grid's chunks): a sum(dy) pass, then
-// an elementwise pass re-reading y and dy: 4 * M * N * sizeof(T) bytes (dy's second read partly
-// from L2).
+// stream: log_softmax_backward_stream<T> (rows persist and chunks cannot take: fp64, rows of y,
+// dy and dx in different 16-byte phases, rows too long for the resident grid's chunks): a
+// sum(dy) pass, then an elementwise pass re-reading y and dy: 4 * M * N * sizeof(T) bytes (dy's
+// second read partly from L2).
 //
-// Kernel 4, log_softmax_backward_chunks<T, VPT> (rows past every persistent shape, y, dy and dx
-// rows in one 16-byte phase): the softmax backward's rows in chunks (fused_softmax_backward.cu,
-// "Kernel 5"; body klab::bwd::chunk_rows in backward_chunks.cuh) with the log rule below.
-// Bytes:     3 * M * N * sizeof(T) + 8 B per chunk. Changed from kernel 3: read once.
+// chunks: log_softmax_backward_chunks<T, VPT> (rows past every persistent shape, y, dy and dx
+// rows in one 16-byte phase): the softmax backward's rows in chunks with the log rule below;
+// body klab::bwd::chunks_rows (backward_chunks.cuh).
+// Bytes:     3 * M * N * sizeof(T) + 8 B per chunk: read once, where stream reads dy twice.
 #include "backward_chunks.cuh"
 #include "backward_persist.cuh"
 #include "softmax_common.cuh"
@@ -45,7 +44,7 @@ struct LogSoftmaxGrad {
 };
 
 // log_softmax_backward_persist<T, VPT, CL> and log_softmax_backward_chunks<T, VPT>
-// (kernels 2 and 4 above): backward_chunks.cuh's macro, with the rule above.
+// (kinds persist and chunks): backward_chunks.cuh's macro, with the rule above.
 KLAB_BACKWARD_ROW_KERNELS(log_softmax_backward, LogSoftmaxGrad)
 
 template <typename T, int VPT>

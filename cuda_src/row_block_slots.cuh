@@ -1,6 +1,9 @@
-// Kinds block_slots and persist_slots: a row in registers plus shared-memory slots.
+// Kinds block_slots and persist_slots of the row-softmax family: a row held by one CTA (or a
+// cluster of CL CTAs) in registers AND in shared-memory slots, for rows longer than the
+// registers of one CTA hold. Windows and slots: line heads (row_common.cuh, "Slots").
 #pragma once
 
+#include "row_block.cuh"
 #include "row_common.cuh"
 
 namespace klab {
@@ -28,15 +31,33 @@ __device__ __forceinline__ MaxSum<acc_t<T>> regs_then_slots_maxsum(Vec<T> (&r)[V
   return st;
 }
 
-// Kernels 2b / 3b: kernel 2's (3's) row with its last windows in shared memory (see the header
-// comment). CTA `rank` of CL, thread t: base = rank * blockDim.x + t, step = CL * blockDim.x;
-// window v of the row (line heads): registers for v = k * step + base, k < VPT; slot j of this
-// thread (mine[j * blockDim.x]) for v = (VPT + j) * step + base, j < slots.
+// ---- block_slots: block_row with the row's last windows in shared-memory slots ---------------
+// Ownership: CTA (cluster of CL CTAs: symbol <p>_cluster_slots) `row` owns that row; CTA rank c,
+//            thread t: base = c * blockDim.x + t, step = CL * blockDim.x; window v (line heads)
+//            in registers for v = k * step + base (k < VPT), in this thread's slot j
+//            (mine[j * blockDim.x]) for v = (VPT + j) * step + base (j < slots).
+// Steps:     the slots' cp.async copies go out first (no registers held), then the register
+//            windows' plain loads: the whole row is in flight at once. Local (max, sum) of the
+//            registers while the slots land, each slot window folded in online as it is read (no
+//            barrier: a thread reads only what it copied); block all-reduce (clusters:
+//            cluster_allreduce); epilogue on the registers, then on each slot read again.
+//            Softmax on clusters keeps every exp in T (one exp an element; fp32 exact, 2-byte
+//            <= 1.5 ulp): the registers' relative to their max, the slots' relative to theirs,
+//            written back into the slots (four shared-memory accesses a slot window, not two).
+//            One CTA a row keeps its raw values (two exps an element): there the kept exps were
+//            level (+-0.4 points), on clusters +2.6-3.8 (2-byte) and +0.2-1.0 (fp32).
+// Launch:    grid = M * CL CTAs of blockDim.x (<= 1024; the launcher: 256, 512 or 1024, VPT 8),
+//            compile-time __cluster_dims__(CL) (CL 2 or 4); dynamic shared memory slots *
+//            blockDim.x * 16 B (> 48 KB needs the attribute: the launcher sets it); static: 32
+//            pairs + one. (wave_rows, wave_ns): the first wave in phases, or (0, 0).
+// Precond:   vec != 0 (input and output rows in one 16-byte phase, any phase); a row spans at
+//            most CL * blockDim.x * (VPT + slots) line windows.
+// Bytes:     2 * M * N * sizeof(T). Slots cost: from ~8 slots a thread 3-5 points of copy.
 template <template <typename> class E, typename T, int VPT, int CL>
-__device__ __forceinline__ void row_on_chip_slots(T* __restrict__ y, const T* __restrict__ x,
-                                                  int n, long long stride, long long row,
-                                                  int slots, unsigned rank, long long wave_rows,
-                                                  long long wave_ns) {
+__device__ __forceinline__ void block_slots_row(T* __restrict__ y, const T* __restrict__ x,
+                                                int n, long long stride, long long row,
+                                                int slots, unsigned rank, long long wave_rows,
+                                                long long wave_ns) {
   using A = acc_t<T>;
   constexpr int W = Vec<T>::N;
   __shared__ MaxSum<A> red[32];
@@ -58,12 +79,9 @@ __device__ __forceinline__ void row_on_chip_slots(T* __restrict__ y, const T* __
 #pragma unroll
   for (int k = 0; k < VPT; ++k) r[k] = load_window(xr, k * step + base, n, h, 1, neg_inf_t<T>());
 
-  // 3. This thread's (max, sum), then the CTA's (the cluster's). Kernel 3b's softmax keeps
-  // every exp in T (one exp an element; 2-byte: rounded, <= 1.5 ulp as kernel 5 x 16): the
-  // registers' relative to their max (in r), the slots' relative to the slots' max, written
-  // back into the slots (a max pass, an exp pass: four shared-memory accesses a slot window, not
-  // two). Twenty-seventh run, A/B: 2 x 512 x 8 + 8-11 at 128256-151936 +2.6-3.8 points; kernel
-  // 2b level (+-0.4), so it keeps its raw values. Twenty-eighth run: fp32 (exact) +0.2-1.0.
+  // 3. This thread's (max, sum), then the CTA's (the cluster's). Softmax on clusters keeps
+  // every exp in T (see above): the registers' relative to their max (in r), the slots'
+  // relative to the slots' max, written back into the slots (a max pass, then an exp pass).
   constexpr bool kKeep = E<A>::kScalesExp && sizeof(T) <= 4 && CL > 1;
   MaxSum<A> mine_ms, reg_ms, slot_ms;
   if constexpr (kKeep) {
@@ -96,7 +114,7 @@ __device__ __forceinline__ void row_on_chip_slots(T* __restrict__ y, const T* __
   }
   const A m = mine_ms.m;
   MaxSum<A> st = block_allreduce(mine_ms, MergeOp{}, id<T>(), red);
-  if constexpr (CL > 1) st = cluster_row_pair<A, CL>(st, part);
+  if constexpr (CL > 1) st = cluster_allreduce<A, CL>(st, part);
 
   // 4. The epilogue, registers then slots: the kept exps scaled (2-byte softmax), else the raw
   // values (two exps per element).
@@ -114,8 +132,8 @@ __device__ __forceinline__ void row_on_chip_slots(T* __restrict__ y, const T* __
       store_window(yr, first + j * step, n, h, 1, w);
     }
   } else {
-    write_row<E, kKeptValues, kRowOnChipEachVector<T, VPT>>(r, unused, m, st,
-                                                            [&](int k, const Vec<T>& v) {
+    write_row<E, kKeptValues, kBlockEachVector<T, VPT>>(r, unused, m, st,
+                                                        [&](int k, const Vec<T>& v) {
       store_window(yr, k * step + base, n, h, 1, v);
     });
     const E<A> epi(st);
@@ -129,15 +147,25 @@ __device__ __forceinline__ void row_on_chip_slots(T* __restrict__ y, const T* __
   if constexpr (CL > 1) cluster_wait();  // peers are done with our `part`
 }
 
-// Kernels 2c / 3c: kernel 2b (3b) persistent, each window's storage refilled with the next
-// row's window as soon as it is stored (see the header comment). CTA (cluster) q of Q owns rows
-// q, q + Q, ...; inside a row windows are owned as in kernel 2b (3b): base = rank * blockDim.x
-// + t, step = CL * blockDim.x. Clusters exchange each row's (max, sum) as kernel 5 does
-// (ClusterInbox messages, no cluster barrier per row).
+// ---- persist_slots: block_slots on resident CTAs (clusters) that roll through rows ------------
+// Ownership: the grid holds only resident CTAs (clusters of CL: symbol
+//            <p>_persist_cluster_slots); CTA (cluster) q of Q owns rows q, q + Q, ...; inside a
+//            row thread t owns the windows block_slots gives it (registers, then slots).
+// Steps:     as block_slots (raw values kept, two exps an element), but in the epilogue each
+//            register window, once stored, is reloaded with the same window of the CTA's next
+//            row, and each slot, once read and stored, takes that row's window by cp.async (its
+//            own slot: no barrier). So the next row's loads are in flight during this row's exps
+//            and stores, and no launch sits between rows. Clusters exchange each row's
+//            (max, sum) as persist does (ClusterInbox messages, no cluster barrier per row).
+// Launch:    grid = min(M, resident CTAs (clusters)) * CL of blockDim.x, dynamic shared memory
+//            slots * blockDim.x * 16 B; static: 32 pairs + the inbox.
+// Precond:   as block_slots. No launcher rule picks it (measured on H200: 90-91 % of copy at
+//            2-byte 131072 on one CTA an SM, against persist's 92-94).
+// Bytes:     2 * M * N * sizeof(T).
 template <template <typename> class E, typename T, int VPT, int CL>
-__device__ __forceinline__ void rolling_rows(T* __restrict__ y, const T* __restrict__ x,
-                                             long long rows, int n, long long stride,
-                                             int slots) {
+__device__ __forceinline__ void persist_slots_rows(T* __restrict__ y, const T* __restrict__ x,
+                                                   long long rows, int n, long long stride,
+                                                   int slots) {
   using A = acc_t<T>;
   constexpr int W = Vec<T>::N;
   __shared__ MaxSum<A> red[32];
@@ -155,7 +183,7 @@ __device__ __forceinline__ void rolling_rows(T* __restrict__ y, const T* __restr
     cluster_sync();  // every peer's inbox exists before the first message
   }
 
-  // Prologue: the first row in flight, slots first, then registers (as kernel 2b).
+  // Prologue: the first row in flight, slots first, then registers (as block_slots).
   Vec<T> r[VPT];
   {
     const T* xr = x + row * stride;
@@ -194,8 +222,8 @@ __device__ __forceinline__ void rolling_rows(T* __restrict__ y, const T* __restr
       if (more) r[k] = load_window(xn, k * step + base, n, hn, 1, neg_inf_t<T>());
     };
     const A unused[1][W] = {};
-    write_row<E, kKeptValues, kRowOnChipEachVector<T, VPT>>(r, unused, m, st,
-                                                            [&](int k, const Vec<T>& v) {
+    write_row<E, kKeptValues, kBlockEachVector<T, VPT>>(r, unused, m, st,
+                                                        [&](int k, const Vec<T>& v) {
       store_window(yr, k * step + base, n, h, 1, v);
       if (!kReloadLast && k >= kReloadLag) reload(k - kReloadLag);
     });

@@ -1,4 +1,9 @@
-// Kinds chunks and chunks_reg: rows cut into chunks of one CTA, pairs through global memory.
+// Kinds chunks and chunks_reg of the row-softmax family: long rows without clusters. A row is
+// cut into chunks of one CTA each; each chunk's (max, sum) pair goes through global memory as two
+// flagged 64-bit words (chunk_sync.cuh: store_flagged / load_flagged, the launch's epoch in the
+// high half), and a chunk waits on chip until its row's pairs are all in. Persistent CTAs: every
+// wait is `lag` steps old and `ahead` chunks are always in flight, where the cluster kinds wait
+// per row for the slowest of up to 16 CTAs with no loads in flight.
 #pragma once
 
 #include "chunk_sync.cuh"
@@ -8,12 +13,9 @@ namespace klab {
 
 namespace rowk {
 
-// ---- kernel 7: rows in chunks, (max, sum) through global memory ------------------------------
-// A chunk's pair is two flagged 64-bit words (chunk_sync.cuh: store_flagged / load_flagged).
-
 // A lane's first pairs of a row, loaded at the start of a step so that their L2 round trip
-// (behind this SM's copies in flight) overlaps phase 1: chunks lane + 32 e, e < K (kernel 7:
-// K = kEarlyPairs, rows of up to 128 chunks; 7b: 2, its registers are two chunks' values).
+// (behind this SM's copies in flight) overlaps phase 1: chunks lane + 32 e, e < K (chunks:
+// K = kEarlyPairs, rows of up to 128 chunks; chunks_reg: 2, its registers hold two chunks).
 constexpr int kEarlyPairs = 4;
 template <int K = kEarlyPairs> struct RowPairs {
   unsigned long long w[2 * K];
@@ -88,20 +90,30 @@ template <typename T, int VPT> struct ChunkRequests {
   }
 };
 
-// Item i of rows * chunks is chunk i % chunks of row i / chunks. CTA q of Q owns items q, q + Q,
-// ...; step t of this CTA is item q + t * Q. Per step t:
+// ---- chunks: each chunk waits in shared memory for its row's pairs ---------------------------
+// Ownership: item i of rows * chunks is chunk c = i % chunks of row i / chunks; CTA q of Q (the
+//            grid: only resident CTAs) owns items q, q + Q, ...; step t of this CTA is item
+//            q + t * Q; thread t owns windows c * blockDim.x * VPT + k * blockDim.x + t (k < VPT,
+//            line heads), copied into its own slots. Per step t:
 //   phase 1 (item of step t): its slots landed (cp.async, requested `ahead` steps earlier or in
 //           the prologue) -> local (max, sum) -> block all-reduce -> flagged pair to `pairs`.
 //   phase 2 (item of step t - lag): wait until its row's pairs are all in, merge them,
 //           epilogue from the same slots, store; the slots then take the item of step
 //           t - lag + bufs (bufs = lag + 1 + ahead slot sets).
 // A chunk's row has all its pairs once every CTA has run phase 1 up to step t when
-// chunks <= lag * Q + 1 (the launcher checks), so no CTA waits on one that waits on it.
+// chunks <= lag * Q + 1 (the launcher checks it against the resident grid; a wait of 10 s
+// traps), so no CTA waits on one that waits on it.
+// Launch:    grid = min(rows * chunks, resident CTAs) of blockDim.x <= 1024, dynamic shared
+//            memory bufs * blockDim.x * VPT * 16 B; `pairs` 16 B a chunk, none of its words
+//            carrying `epoch` (the launcher's per-stream buffer, kernel_lab/flag_words.py; or
+//            zeroed, epoch 1). Static: 32 pairs + 2.
+// Precond:   vec != 0 (input and output rows in one 16-byte phase); fp32 accumulation.
+// Bytes:     2 * M * N * sizeof(T) + 16 B a chunk; two exps an element.
 template <template <typename> class E, typename T, int VPT>
-__device__ __forceinline__ void chunk_rows(T* __restrict__ y, const T* __restrict__ x,
-                                           long long rows, int n, long long stride, int chunks,
-                                           unsigned long long* __restrict__ pairs,
-                                           unsigned epoch, int lag, int ahead) {
+__device__ __forceinline__ void chunks_rows(T* __restrict__ y, const T* __restrict__ x,
+                                            long long rows, int n, long long stride, int chunks,
+                                            unsigned long long* __restrict__ pairs,
+                                            unsigned epoch, int lag, int ahead) {
   using A = acc_t<T>;
   static_assert(sizeof(A) == 4, "pairs hold fp32 (max, sum)");
   constexpr int W = Vec<T>::N;
@@ -165,15 +177,19 @@ __device__ __forceinline__ void chunk_rows(T* __restrict__ y, const T* __restric
   cp_async_wait_all();
 }
 
-// ---- kernel 7b: rows in chunks, the waiting chunk in registers -------------------------------
-// Kernel 7 with lag 1 and the chunk that waits for its row's pairs held in registers instead of
-// shared memory: phase 1 moves the chunk of step t from its slots into registers (softmax: the
-// exps e = exp(x - m_thread), fp32 with VPT * W <= 32, else rounded to fp16/bf16, so phase 2
-// scales them, one exp per element; log_softmax: the raw values) and its slots take the chunk
-// of step t + ahead at once.
-// Shared memory holds only chunks in flight (`ahead` sets), so 64 KB chunks can have 2-3 in
-// flight where kernel 7 fits one. Registers: two chunks' values per thread (this step's and the
-// one waiting, copied over at the end of a step), so CTAs of <= 512 threads.
+// ---- chunks_reg: chunks with lag 1, the waiting chunk in registers ----------------------------
+// Ownership: as chunks. Phase 1 moves the chunk of step t from its slots into registers
+//            (softmax: the exps e = exp(x - m_thread), fp32 with VPT * W <= 32, else rounded to
+//            fp16/bf16, so phase 2 scales them, one exp an element; log_softmax: the raw values)
+//            and its slots take the chunk of step t + ahead at once; phase 2 stores the chunk of
+//            step t - 1 from registers. Items advance as (row, chunk) cursors (ChunkCursor).
+// Why:       chunks' three 64 KB slot sets (reduced, waiting, in flight) fill shared memory, so
+//            only one chunk is ever in flight; here only the `ahead` chunks in flight are.
+// Launch:    grid = min(rows * chunks, resident CTAs) of blockDim.x <= 512 (two chunks' values a
+//            thread: this step's and the waiting one), dynamic shared memory ahead * blockDim.x
+//            * VPT * 16 B; `pairs` as chunks.
+// Precond:   as chunks, with lag 1: chunks <= Q + 1.
+// Bytes:     2 * M * N * sizeof(T) + 16 B a chunk.
 template <typename T, int VPT, int KEPT> struct HeldChunk {
   Vec<T> r[VPT];
   acc_t<T> e[KEPT == kKeptExps ? VPT : 1][Vec<T>::N];
@@ -181,10 +197,10 @@ template <typename T, int VPT, int KEPT> struct HeldChunk {
 };
 
 template <template <typename> class E, typename T, int VPT>
-__device__ __forceinline__ void chunk_rows_reg(T* __restrict__ y, const T* __restrict__ x,
-                                               long long rows, int n, long long stride,
-                                               int chunks, unsigned long long* __restrict__ pairs,
-                                               unsigned epoch, int ahead) {
+__device__ __forceinline__ void chunks_reg_rows(T* __restrict__ y, const T* __restrict__ x,
+                                                long long rows, int n, long long stride,
+                                                int chunks, unsigned long long* __restrict__ pairs,
+                                                unsigned epoch, int ahead) {
   using A = acc_t<T>;
   static_assert(sizeof(A) == 4, "pairs hold fp32 (max, sum)");
   constexpr int W = Vec<T>::N;
@@ -208,8 +224,8 @@ __device__ __forceinline__ void chunk_rows_reg(T* __restrict__ y, const T* __res
   int b = 0;  // slot set of item `now`: t % ahead
   // One step; false once there is nothing left. `cur` takes this step's chunk, `held` holds
   // the last one's. (Two sets alternating roles instead of the copy `held = cur`, 32 moves a
-  // step, spilled 48 B in bf16 and lost 0.3 % - seventeenth H200 run. The same body written
-  // inline in the loop, not as this lambda, compiles to 24 B of spills in 2-byte x 8.)
+  // step, spilled 48 B in bf16 and lost 0.3 %. The same body written inline in the loop, not
+  // as this lambda, compiles to 24 B of spills in 2-byte x 8.)
   auto one_step = [&](long long t, Held& cur, Held& held) -> bool {
     if (t > 0 && last.row >= rows) return false;
     RowPairs<2> rp;  // phase 2's pairs, loaded before phase 1 (warp 0)

@@ -1,4 +1,19 @@
-// What several row kernels share: cluster pair merge, first-wave stagger, slots, CTA caps.
+// What several kinds of the row-softmax family share: the (max, sum) merge across a cluster
+// (block / cluster, block_slots), the first wave in phases (block, cluster, block_slots), the
+// shared-memory slots that cp.async fills (block_slots, persist_slots, persist, pipe, chunks,
+// chunks_reg), the row store from registers, and the CTA size caps of the launch bounds.
+//
+// Slots: window v of a row is the aligned 16-byte slot v counted from the row's first 128-byte
+// line (line heads, softmax_common.cuh: line_head), so each warp's 32 consecutive windows are 4
+// whole lines; a row spans up to 7 more windows than with 16-byte heads. cp.async copies whole
+// slots: the slots before and after the row's elements may hold bytes of the neighbouring rows
+// (never an unmapped page: each shares a 128-byte line with a byte of this row), replaced by -inf
+// on read. Thread t's slot k sits at mine[k * blockDim.x] (consecutive threads, consecutive 16 B:
+// conflict-free), and each thread reads back only the slots it copied (cp.async.wait_group, no
+// barrier). Precondition of every slot kind: input and output rows in the same 16-byte phase
+// (`vec` != 0; any phase, odd N fine). The dynamic shared memory is declared __align__(128):
+// it starts where the static shared memory ends, and 16 bytes off a line every 32-byte sector
+// was fetched twice from L2 (Nsight on H200: 2x the L2 read sectors, same DRAM bytes).
 #pragma once
 
 #include "chunk_sync.cuh"
@@ -22,12 +37,12 @@ __device__ __forceinline__ MaxSum<A> cluster_merge(const A* slot) {
   return warp_allreduce(st, MergeOp{});
 }
 
-// A CTA's (max, sum) merged with its CL - 1 cluster peers' (kernels 3 and 3b): thread 0 publishes
-// it in `part`, one cluster barrier, every warp merges the peers' over DSMEM, then this CTA
-// arrives (done reading peers). The caller calls cluster_wait() before it exits: peers may still
-// be reading its `part`.
+// A CTA's (max, sum) merged with its CL - 1 cluster peers' (one row a cluster: block_row,
+// block_slots_row): thread 0 publishes it in `part`, one cluster barrier, every warp merges the
+// peers' over DSMEM, then this CTA arrives (done reading peers). The caller calls cluster_wait()
+// before it exits: peers may still be reading its `part`.
 template <typename A, int CL>
-__device__ __forceinline__ MaxSum<A> cluster_row_pair(MaxSum<A> st, A* part) {
+__device__ __forceinline__ MaxSum<A> cluster_allreduce(MaxSum<A> st, A* part) {
   if (threadIdx.x == 0) {
     part[0] = st.m;
     part[1] = st.s;
@@ -38,14 +53,13 @@ __device__ __forceinline__ MaxSum<A> cluster_row_pair(MaxSum<A> st, A* part) {
   return st;
 }
 
-// Kernels 2, 3, 2b, 3b: the first wave in phases (twenty-ninth run). A launch's first wave -
-// rows [0, wave_rows), the CTAs (clusters) resident at once - would load together, reduce
-// together and store together, DRAM idle in between: a fixed cost of ~12-15 us a call at 2-byte
-// 128K-152K on kernel 3b against the copy's 3-6 (bench/fixed_cost.py). Row r of it waits
-// phase / 8 of wave_ns (the wave's load time at the copy's speed: the launcher's estimate),
-// phase = r * 8 / wave_rows, before its first load: A/B +2.0-2.5 % at 2-byte 131072 / 151936
-// (kernel 3b). wave_rows == 0: no wait (the launcher's choice per kind). Every thread of the
-// CTA (cluster) waits the same phase; the rows after the first wave start as CTAs retire.
+// The first wave in phases (block, cluster, block_slots). A launch's first wave - rows
+// [0, wave_rows), the CTAs (clusters) resident at once - would load, reduce and store together,
+// DRAM idle in between: a fixed cost of ~12-15 us a call at 2-byte 128K-152K on block_slots
+// clusters against the copy's 3-6 (bench/fixed_cost.py). Row r of it waits phase / 8 of wave_ns
+// (the wave's load time at copy speed: the launcher's estimate), phase = r * 8 / wave_rows,
+// before its first load (measured on H200: +2.0-2.5 % at 2-byte 131072 / 151936). wave_rows == 0:
+// no wait. Every thread of the CTA (cluster) waits the same phase; later rows start as CTAs retire.
 constexpr int kFirstWavePhases = 8;
 __device__ __forceinline__ void stagger_first_wave(long long row, long long wave_rows,
                                                    long long wave_ns) {
@@ -58,7 +72,7 @@ __device__ __forceinline__ void stagger_first_wave(long long row, long long wave
 }
 
 // One window of this thread's slots (slot k: window v = k * step + base), masked outside the row
-// (kernels 2b and 5b).
+// (block_slots, persist_slots, pipe).
 template <typename T>
 __device__ __forceinline__ Vec<T> slot_window(const uint4* mine, int k, bool inside, int v, int n,
                                               int h, int nwin) {
@@ -86,13 +100,6 @@ __device__ __forceinline__ void copy_slots(unsigned dst, const uint4* src, int f
     cp_async16(dst + j * dst_step, src + v);
   cp_async_commit();
 }
-
-// ---- kernel 5: persistent, next row prefetched into shared memory ---------------------------
-// The persistent kernels keep the sum loop's exps (one exp per element) in fp32 for up to 64
-// elements a thread (fp32 x 16, fp16/bf16 x 8: <= 128 registers at <= 512 threads); fp16/bf16
-// x 16 keep them rounded to T in the packed values' registers (kKeptFor, exp_maxsum_in_t: 64
-// registers of data where fp32 exps would need 128). The pipelined kernel (5b) keeps fp32 exps
-// up to 64 too, and the packed values past that (two exps).
 
 // This thread's slots: slot k at mine[k * blockDim.x] (consecutive threads, consecutive 16 B:
 // conflict-free). Window v = k * step + base of the row; slot v covers bytes [16v, 16v + 16) from
@@ -130,7 +137,7 @@ __device__ __forceinline__ void read_prefetched(Vec<T> (&r)[VPT], const uint4* m
 
 // read_prefetched for a warp whose windows are all whole where `inside` (windows_inside): one
 // 16-byte shared load per window, no per-window mask (the masked path was ~20 instructions a
-// window in kernel 7b: Nsight, seventeenth H200 run).
+// window in chunks_reg, Nsight).
 template <typename T, int VPT>
 __device__ __forceinline__ void read_slots(Vec<T> (&r)[VPT], const uint4* mine, bool inside,
                                            int n, int h, int nwin, int base, int step) {
@@ -168,12 +175,13 @@ __device__ __forceinline__ void store_row(T* yr, Vec<T> (&r)[VPT],
   }
 }
 
-// 16 vectors per thread need > 64 registers: such blocks are capped at 512 threads.
+// Launch bounds. warp / block / cluster / block_slots / persist_slots: 16 vectors per thread
+// need > 64 registers, so such CTAs are capped at 512 threads.
 template <int VPT> struct MaxThreads {
   static constexpr int value = VPT >= 16 ? 512 : 1024;
 };
-// The persistent kernels keep 64 or more elements per thread (fp32 x 16, fp16/bf16 x 8) in
-// fp32 registers: capped at 512 threads (128 registers).
+// persist / pipe keep 64 or more elements per thread (fp32 x 16, fp16/bf16 x 8) in fp32
+// registers: capped at 512 threads (128 registers).
 template <typename T, int VPT> struct PersistThreads {
   static constexpr int value = VPT * Vec<T>::N >= 64 ? 512 : 1024;
 };

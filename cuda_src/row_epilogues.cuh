@@ -1,4 +1,11 @@
-// The row kernels' epilogues and what a thread keeps from its sum loop to its stores.
+// Epilogues of the row-softmax kernel family, and what a thread keeps of its elements from the
+// sum loop to its stores. An epilogue is built once per row from the row's merged (max, sum) and
+// applied to every element:
+//   SoftmaxEpilogue     y = exp(x - max) * (1 / sum)    (fast_softmax.cu)
+//   LogSoftmaxEpilogue  y = (x - max) - log(sum)        (log_softmax.cu)
+// Softmax may skip the epilogue's exp: the sum loop's e = exp(x - m_thread) is kept (Kept) and
+// scaled by exp(m_thread - max) / sum (exp_scale), one exp per element instead of two. Each
+// kernel picks what it keeps at compile time (kKeptFor, kBlockKept), by registers per thread.
 #pragma once
 
 #include "softmax_common.cuh"
@@ -122,12 +129,12 @@ __device__ __forceinline__ MaxSum<acc_t<T>> exp_maxsum(Vec<T> (&r)[K],
 __device__ __forceinline__ float quiet_nan(float) { return CUDART_NAN_F; }
 __device__ __forceinline__ double quiet_nan(double) { return CUDART_NAN; }
 
-// Where the one-exp path runs (measured on an H200, bench/NOTES.md): every persistent kernel,
-// the warp / block / cluster kernels for fp16/bf16 only, up to 4 vectors a thread (block x 8
-// keeps its raw values: kRowOnChipKept), and kernel 3b in every dtype (its fp32 exps in the
-// values' own registers: no spill, +0.2-1.0 points). In fp32 the MUFU is half-loaded at copy
-// speed, and the kept exps made block<float, 8> spill 24 bytes at 1024 threads (N = 16384: 91 %
-// of copy vs 97 % with two exps).
+// Where the one-exp path runs: the persistent kinds (persist, pipe up to 64 elements a thread,
+// chunks_reg), warp / block / cluster for fp16/bf16 up to 4 vectors a thread (block x 8 keeps its
+// raw values: kBlockKept), and block_slots on clusters in every dtype (fp32 exps in the values'
+// own registers: no spill). Elsewhere fp32 computes the exp twice: its MUFU is half-loaded at
+// copy speed, and kept exps made block<float, 8> spill 24 B at 1024 threads (measured on H200,
+// N = 16384: 91 % of copy vs 97 % with two exps).
 template <typename A> __device__ __forceinline__ A exp_scale(A m_thread, MaxSum<A> row) {
   if (!(row.s > A(0))) return quiet_nan(A());  // S = 0 or NaN
   if (m_thread == neg_inf<A>()) return A(0);
@@ -160,8 +167,8 @@ enum Kept : int {
 // y = round(round(e) * exp(m_t - M) / S) rounds twice: relative error <= 2u (2^-7 bf16, 2^-10
 // fp16; the checks allow 1.2e-2 / 2e-3), within 1.5 ulp of T instead of 0.5. T keeps e's
 // range: bf16 in bf16 (fp32's exponents: no probability flushed), fp16 in fp16 (y <= e, so an
-// e that fp16 flushes is a y it flushes too). With fp32 T (kernel 3b) e is kept exactly, in
-// the values' own registers: no rounding, no registers beside them.
+// e that fp16 flushes is a y it flushes too). With fp32 T (block_slots on clusters) e is kept
+// exactly, in the values' own registers: no rounding, no registers beside them.
 template <typename T, int K>
 __device__ __forceinline__ MaxSum<acc_t<T>> exp_maxsum_in_t(Vec<T> (&r)[K]) {
   static_assert(sizeof(T) <= 4, "fp64 rows never take a kept-exps path");
@@ -186,7 +193,7 @@ __device__ __forceinline__ MaxSum<acc_t<T>> exp_maxsum_in_t(Vec<T> (&r)[K]) {
 // Write a row's K windows through store(k, vector), from what the thread kept (Kept): the raw
 // values r through the epilogue, or the exps - e (fp32) or r (rounded to T) - scaled by
 // exp_scale(m_thread, st). EACH_VECTOR: the raw values' epilogue vector by vector, each stored
-// at once (fewer values live; ptxas otherwise unpacks far ahead: kernels 2 / 3's 2-byte x 8).
+// at once (fewer values live; ptxas otherwise unpacks far ahead: block / cluster at 2-byte x 8).
 template <template <typename> class E, int KEPT, bool EACH_VECTOR = false, typename T, int K,
           int KE, typename Store>
 __device__ __forceinline__ void write_row(Vec<T> (&r)[K], const acc_t<T> (&e)[KE][Vec<T>::N],

@@ -1,4 +1,5 @@
-// Kinds persist and pipe: persistent CTAs / clusters, the next row prefetched.
+// Kinds persist and pipe of the row-softmax family: persistent CTAs (clusters) that loop over
+// rows with the next row's windows in flight into shared-memory slots (row_common.cuh, "Slots").
 #pragma once
 
 #include "row_common.cuh"
@@ -7,15 +8,40 @@ namespace klab {
 
 namespace rowk {
 
+// ---- persist: persistent CTAs / clusters, the next row prefetched -----------------------------
+// Ownership: the grid holds only the CTAs (clusters of CL) resident at once; CTA (cluster) q of Q
+//            owns rows q, q + Q, q + 2Q, ...; inside a row CTA rank c, thread t holds windows
+//            k * CL * blockDim.x + c * blockDim.x + t (k < VPT; line heads).
+// Pipeline:  the current row's windows sit in registers; this thread's windows of the NEXT row
+//            (`stages` = 2: the next two rows', in alternating slot sets) are in flight into its
+//            slots (cp.async.cg, one commit group a row) while the CTA reduces, exchanges
+//            (max, sum) with its peers, normalizes and stores. The copies are issued right after
+//            the local (max, sum) has consumed every value read from those slots; `late` != 0
+//            (clusters only) issues them between sending and waiting instead.
+// Cluster:   each CTA sends its (max, sum) to every peer's inbox as an st.async message counted
+//            by the peer's mbarrier (cluster.cuh, ClusterInbox): no cluster barrier per row,
+//            whose release (MEMBAR.ALL.GPU) waited for the previous row's stores (measured on
+//            H200: bf16 151936 57 % -> 78 % of copy without it).
+// Kept:      softmax keeps its fp32 exps up to 64 elements a thread (fp32 x 16, fp16/bf16 x 8),
+//            fp16/bf16 x 16 its exps rounded to T in the values' registers (kKeptFor).
+// Interior:  warps whose windows in the row are all whole read their slots and store with no
+//            per-window checks (windows_inside, decided per warp).
+// Launch:    grid = min(M, resident CTAs (clusters)) * CL, blockDim.x a multiple of 32 covering
+//            blockDim.x * VPT * CL windows, <= 512 where a thread keeps 64 or more elements
+//            (PersistThreads), else <= 1024; dynamic shared memory stages * blockDim.x * VPT *
+//            16 B (stages 1 or 2; > 48 KB needs the attribute: the launcher sets it); static: 32
+//            pairs + 2 inboxes.
+// Precond:   vec != 0 (input and output rows in one 16-byte phase, any phase).
+// Bytes:     2 * M * N * sizeof(T), loads always in flight (no launch per row).
 template <template <typename> class E, typename T, int VPT, int CL>
-__device__ __forceinline__ void persistent_rows(T* __restrict__ y, const T* __restrict__ x,
-                                                long long rows, int n, long long stride,
-                                                int late, int stages) {
+__device__ __forceinline__ void persist_rows(T* __restrict__ y, const T* __restrict__ x,
+                                             long long rows, int n, long long stride,
+                                             int late, int stages) {
   using A = acc_t<T>;
   constexpr int W = Vec<T>::N;
   __shared__ MaxSum<A> red[32];
   __shared__ ClusterInbox<A, CL> inbox;  // CL > 1: every CTA's (max, sum) of each row
-  // stages * blockDim.x * VPT slots, on 128-byte lines (see "Slots" above)
+  // stages * blockDim.x * VPT slots, on 128-byte lines (row_common.cuh, "Slots")
   extern __shared__ __align__(128) uint4 prefetch_slots[];
   const unsigned rank = CL > 1 ? cluster_rank() : 0u;
   const long long q = blockIdx.x / CL, Q = gridDim.x / CL;
@@ -74,7 +100,6 @@ __device__ __forceinline__ void persistent_rows(T* __restrict__ y, const T* __re
   cp_async_wait_all();
 }
 
-// ---- kernel 5b: persistent clusters, the (max, sum) exchange hidden behind the next row -------
 // This thread's (max, sum of exp(x - max)) of a row from its slots, one window at a time: the
 // registers hold the previous row meanwhile. Two reads of each slot (max, then sum).
 template <typename T, int VPT>
@@ -100,9 +125,10 @@ __device__ __forceinline__ MaxSum<acc_t<T>> slots_maxsum(const uint4* mine, bool
   return {m, s};
 }
 
-// Ownership as kernel 5 (cluster q of Q owns rows q, q + Q, ...; CTA rank c, thread t: windows
-// k * CL * blockDim.x + c * blockDim.x + t), `stages` rows in flight into as many slot sets.
-// Row j of the cluster goes through:
+// ---- pipe: persistent clusters, each row's (max, sum) exchange behind the next row ------------
+// Ownership: as persist (cluster q of Q owns rows q, q + Q, ...; CTA rank c, thread t: windows
+//            k * CL * blockDim.x + c * blockDim.x + t), `stages` rows in flight into as many slot
+//            sets. Row j of the cluster goes through:
 //   announce  its local (max, sum) from the slots (2 reads, 1 exp per element), block all-reduce,
 //             sent to every peer (ClusterInbox with 4 inboxes, since row j + 1 is sent before
 //             row j is received);
@@ -110,12 +136,16 @@ __device__ __forceinline__ MaxSum<acc_t<T>> slots_maxsum(const uint4* mine, bool
 //             softmax, the raw values for log_softmax; the slots then take row j + stages;
 //   store     after announcing row j + 1: wait for row j's messages, scale, 16-byte stores.
 // So each row's exchange overlaps the next row's reduction instead of idling every warp (in
-// kernel 5 the wait for the peers' messages was a third of all warp stall samples, ncu, fp32
-// 65536). Cost: 2 exps per element for softmax, 3 shared-memory reads per window.
+// persist the wait for the peers' messages was a third of all warp stall samples, ncu, fp32
+// 65536). Cost: 2 exps per element for softmax, 3 shared-memory reads per window, 4 inboxes.
+// Launch:    as persist, clusters only (symbol <p>_persist_pipe); dynamic shared memory stages *
+//            blockDim.x * VPT * 16 B. Precond: as persist. Bytes: 2 * M * N * sizeof(T).
+// No launcher rule picks it: persist with its slots on 128-byte lines wins where it had won
+// (measured on H200: fp32 65536 persist 8x128x16 94.4 % of copy vs pipe 91.7 %).
 template <template <typename> class E, typename T, int VPT, int CL>
-__device__ __forceinline__ void pipelined_rows(T* __restrict__ y, const T* __restrict__ x,
-                                               long long rows, int n, long long stride,
-                                               int stages) {
+__device__ __forceinline__ void pipe_rows(T* __restrict__ y, const T* __restrict__ x,
+                                          long long rows, int n, long long stride,
+                                          int stages) {
   using A = acc_t<T>;
   constexpr int W = Vec<T>::N;
   constexpr bool kExp = kKeptFor<E, T, VPT * W, 64> == kKeptExps;  // else the raw values

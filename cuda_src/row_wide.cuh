@@ -1,4 +1,6 @@
-// Kind wide: rows longer than any on-chip shape, on persistent clusters.
+// Kind wide of the row-softmax family: rows longer than any on-chip shape holds, on persistent
+// clusters, each window read at most twice (the fallback of fp64 and of rows whose input and
+// output sit in different 16-byte phases; rows of more chunks than the resident grid holds).
 #pragma once
 
 #include "row_common.cuh"
@@ -7,7 +9,6 @@ namespace klab {
 
 namespace rowk {
 
-// ---- kernel 6: rows longer than any on-chip shape, read twice at most ---------------------------
 // This CTA's part of one row (it depends on the row's head h, so it is worked out per row):
 // windows [c0, c1), `per` per thread (thread t: c0 + j * blockDim.x + t, j < per), the first
 // `keep` of them kept in shared memory (slot j * blockDim.x + t).
@@ -42,7 +43,18 @@ __device__ __forceinline__ void wide_request(uint4* mine, const T* xr, const Wid
   }
 }
 
-// Persistent: cluster q of Q owns rows q, q + Q, ... For each row:
+// ---- wide: persistent clusters, two passes over the row ------------------------------------
+// Ownership: the grid holds only resident clusters; cluster q of Q owns rows q, q + Q, ...; CTA
+//            rank c owns the contiguous windows [c * chunk, (c + 1) * chunk) of the row (16-byte
+//            heads), chunk = ceil(windows / CL); its thread t owns windows c * chunk +
+//            j * blockDim.x + t, j < per = ceil(chunk / blockDim.x), the first `kept` of them
+//            in its shared-memory slots (up to 227 KB a CTA).
+// Launch:    grid = min(M, resident clusters) * CL, blockDim.x <= 1024 (the launcher: 1024, CL 8
+//            or 16), dynamic shared memory kept * blockDim.x * 16 B; static: 32 pairs + 2 inboxes.
+// Precond:   none on alignment (vec = 0: element-wise loads, nothing prefetched).
+// Bytes:     2 * M * N * sizeof(T) when every window is kept; each window not kept is read twice
+//            (the second read sometimes from L2). Two exps an element.
+// For each row:
 //   pass 1  the windows not kept stream through registers (batches of U); then the kept batches,
 //           each as soon as its commit group has landed (requested during the previous row's
 //           pass 2); local (max, sum). Block all-reduce, (max, sum) messages to every peer

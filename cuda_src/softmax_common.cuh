@@ -292,11 +292,11 @@ template <typename T> __device__ __forceinline__ Vec<T> load_vec(const T* p) {
 }
 // Plain ("weak") 16-byte load / store: ld / st.global.v4.b32 with no cache hint, SASS LDG.E.128
 // / STG.E.128 - what Triton emits for triton_fused. For bytes touched once: the rows of the
-// warp, block and cluster kernels (load_window / store_window) and the backward's. H200,
-// nineteenth run: against evict-first (__ldcs / __stcs, LDG / STG.E.EF.128) the block kernel ran
-// 3-5 % faster in the benchmark (fp32 2048 - 32768 94 -> 98 % of copy, bf16 4096 / 8192 93 ->
-// 98 %, two processes of each) and 2.6-3.2 % at fp32 32000 / 32768 in a one-process A/B; never
-// more than 0.4 % slower there (bench/policy_variants.py makes the other policies).
+// warp, block and cluster kernels (load_window / store_window) and the backward's. Measured on
+// H200 against evict-first (__ldcs / __stcs, LDG / STG.E.EF.128): the block kernel 3-5 % faster
+// in the benchmark (fp32 2048 - 32768 94 -> 98 % of copy, bf16 4096 / 8192 93 -> 98 %) and
+// 2.6-3.2 % at fp32 32000 / 32768 in a one-process A/B; never more than 0.4 % slower there
+// (bench/policy_variants.py makes the other policies).
 template <typename T> __device__ __forceinline__ Vec<T> load_vec_once(const T* p) {
   Vec<T> v;
   asm volatile("ld.global.v4.b32 {%0, %1, %2, %3}, [%4];"
@@ -310,9 +310,8 @@ template <typename T> __device__ __forceinline__ void store_vec(T* p, const Vec<
                : "memory");
 }
 // 16-byte store at L2's normal priority (st.global.cg): the persistent and chunk kernels' rows
-// (store_row), which read through cp.async.cg. H200, eighteenth run: .cg there ran 0.4-1.2 %
-// faster than evict-first .cs (bf16 32768 / 65536 93.4 -> 94.6 %); nineteenth run: the same as
-// a plain store (x0.999-1.001).
+// (store_row), which read through cp.async.cg. Measured on H200: 0.4-1.2 % faster than
+// evict-first .cs (bf16 32768 / 65536 93.4 -> 94.6 %), the same as a plain store (x0.999-1.001).
 template <typename T> __device__ __forceinline__ void store_vec_cg(T* p, const Vec<T>& v) {
   __stcg(reinterpret_cast<uint4*>(p), v.raw);
 }

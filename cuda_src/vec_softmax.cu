@@ -1,6 +1,6 @@
 // vec_softmax: the row kept on chip, moved with 16-byte vector loads and stores.
 //
-// Kernel 1, vec_softmax<T, VPT> (rows that fit on chip, the fast path)
+// vec_softmax<T, VPT> (rows that fit on chip, the fast path)
 // Ownership: block `blockIdx.x` owns row blockIdx.x; thread t holds VPT 16-byte vectors in
 //            registers (raw bits, 4 registers each whatever T): vector k covers columns
 //            [(k * blockDim.x + t) * W, ... + W) with W = 16 / sizeof(T) (4 fp32, 8 fp16/bf16,
@@ -17,10 +17,10 @@
 // Changed:   from online_softmax: one read instead of two (the row never leaves the chip) and
 //            16-byte instead of 2/4-byte accesses (4-8x fewer load instructions).
 //
-// Kernel 2, vec_softmax_stream<T> (rows longer than one block can hold)
+// vec_softmax_stream<T> (rows longer than one block can hold)
 // Ownership: as above but the row is streamed: an online (max, sum) pass with vector loads,
 //            then a write pass that re-reads x (3 * M * N * sizeof(T) bytes; L2 catches part).
-// Launch:    grid = M blocks of blockDim.x (1024) threads. Preconds: as kernel 1.
+// Launch:    grid = M blocks of blockDim.x (1024) threads. Preconds: as vec_softmax.
 #include "softmax_common.cuh"
 
 template <typename T, int VPT>

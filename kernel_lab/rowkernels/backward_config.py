@@ -1,7 +1,9 @@
-"""Launch shapes of fused_softmax_backward (cuda_src/fused_softmax_backward.cu): kernel kind,
-CTA size, vectors per thread, cluster size and prefetch stages as pure functions of (N, dtype,
-alignment) - no GPU needed - with the H200 measurements behind each rule beside it. The
-launcher is in cuda_variants.py.
+"""Launch shapes of fused_softmax_backward (cuda_src/fused_softmax_backward.cu) and
+log_softmax_backward: kernel kind, CTA size, vectors per thread, cluster size and prefetch
+stages as pure functions of (N, dtype, alignment) - no GPU needed. Beside each rule, the H200
+measurement that justifies it (% of the device-to-device copy, M*N = 2^28,
+bench/tune_backward.py); cuda_src/README.md has each kind's design. The launcher is in
+launch.py.
 """
 
 from __future__ import annotations
@@ -19,110 +21,27 @@ BWD_MAX_THREADS = 512  # the one-CTA and one-row cluster kernels' CTA size limit
 BACKWARD_CL = (2, 4, 8, 16)
 BACKWARD_PERSIST_VPT = 4  # vectors of y and of dy per thread: 2 x 64 KB per 1024-thread CTA
 BACKWARD_PERSIST_SIZES = (2, 4, 8, 15, 16)  # instantiated cluster sizes (tuning, tests)
-# More vectors per thread, for fp32 rows past 15 CTAs x 768 threads x 4 vectors (N > 184320,
-# where 16x1024x4 lost to the one-row cluster: 262144 at 69 %): (dtype, vectors, CTAs); fp32 x 8
-# at the 640-thread bound: 91 registers, no spills (NVRTC 13.0). H200, M*N = 2^28, % of copy
-# (2026-11-30, ninth run, call 2): 262144 15x576x8 92.8 vs the one-row cluster 16x512x8 75.6
-# and 16x1024x4 69.9; 151936 15x640x8 99.0 vs 15x640x4 s2 97.8.
+# fp32 x 8 vectors on 15-CTA clusters (dtype, vectors, CTAs; 91 registers at the 640-thread
+# bound, no spills): instantiated for the tunes, picked by no rule (fp32 262144 chunks 97.6 % vs
+# 15x576x8 93.2 %).
 BACKWARD_PERSIST_WIDE = ((torch.float32, 8, 15),)
-# The config: rows longer than one CTA holds take persistent clusters of (CTAs, most threads
-# per CTA) from BACKWARD_PERSIST_SHAPES, the first that holds the row; longer rows keep the
-# one-row cluster kernel. Measured (H200, M*N = 2^28, % of copy, bench/tune_backward.py,
-# after the message exchange): fp32 32000 8x256x4 87.7 (2x1024x4 83.6), 65536 8x512x4 88.1
-# (4x1024x4 79.6), 151936 16x608x4 79.0 (one-row cluster 62.7), 262144 16x1024x4 70.5 vs the
-# one-row cluster's 75.6 (so 16-CTA fp32 clusters stop at 768 threads); bf16 65536 8x256x4
-# 89.4 (one-row 4-CTA cluster 73.9), 151936 16x320x4 82.7 (63.0), 262144 16x512x4 80.1
-# (56.1). fp16 runs the bf16 rule (the same kernel; its speed was not measured separately).
-# 8-CTA fp32 clusters go up to 1024 threads: 131072 8x1024x4 88.6 / 87.4 against 16x512x4 s2
-# 80.8 / 80.7 (2026-11-30, sixth run, one call each with and without the unchecked interior).
-# Two rows in flight (stages = 2) for CTAs of >= 320 threads (until the thirteenth run), measured
-# twice (2026-11-30): bf16 151936 16x320x4 85.3 / 85.5 vs 80.8 / 81.1; 262144 16x512x4 81.1 /
-# 80.5 vs 80.4 / 79.6; fp32 65536 8x512x4 88.9 / 88.9 vs 87.7 / 87.7; smaller CTAs lost 1-1.5
-# points (fp32 32000 8x256x4 86.9 vs 88.3; bf16 65536 8x256x4 88.5 vs 89.5). The 1024-thread
-# fp32 CTA stays at one stage (two would need 256 KB of shared memory).
-# 15-CTA clusters (2026-11-30, seventh run; one call each, % of copy): fp32 32000 15x160x4 92.1
-# vs 8x256x4 87.2; 65536 15x288x4 94.3 vs 8x512x4 s2 88.2; 131072 15x576x4 s2 95.4 vs 8x1024x4
-# 86.1; 151936 15x640x4 s2 96.8 vs 16x608x4 s2 78.3; bf16 65536 15x160x4 s2 96.3 vs 8x256x4
-# 88.9; 151936 15x320x4 s2 88.3 vs 16x320x4 s2 84.9. Where 15 lost: rows not 16-byte aligned
-# (50257: fp32 15x224x4 s2 86.7 vs 8x416x4 88.4; bf16 15x128x4 s2 86.4 vs 8x224x4 s2 88.6) and
-# bf16 131072 (15x288x4 s2 77.2 vs 8x512x4 s2 88.3). Entries: (CTAs, most threads per CTA,
-# fewest windows per row, 16-byte aligned rows only, fewest threads for two stages); the first
-# that holds the row wins.
-# 2-byte CTAs at <= 90 registers (launch bound 640 instead of 512, which let ptxas take 107:
-# CTAs of >= 320 threads were one per SM; 2026-11-30, eighth run, one call, % of copy): 15-CTA
-# shapes of up to 512 threads with one stage win - bf16 65536 15x160x4 97.2 (two stages 93.3;
-# at 107 registers two stages won, 96.3 vs 88.6), 128256 15x288x4 97.2 vs 8x512x4 s2 88.4,
-# 131072 97.0 vs 88.4, 151936 15x320x4 97.5 vs s2 95.0; and with CTAs of up to 640 threads
-# (call 3): bf16 262144 15x576x4 98.2 vs 16x512x4 s2 79.9 (fp16 97.8 vs 80.3), so 2-byte rows
-# need no 16-CTA shape up to N = 307200. Unchanged: 32000-32768 (block 512x8 91.4 / 91.9;
-# 15x96x4 91.8 / 93.1); rows not 16-byte aligned (50257: 8x224x4 87.6, best 4x416x4 s2 88.4).
-# 16 against 15 CTAs at equal CTA sizes (ninth run, call 2, fp32 151936, one / two stages):
-# 16x608 / 640 / 704 x 4 77.8-79.7 against 15x640 / 704 x 4 93.6-97.8, so the cost follows the
-# cluster size, not the CTA size: no 16-CTA shape is left (fp32 N 184320-196608 took 16x768x4;
-# it now takes 15 x <= 640 x 8, the shape of 262144). 2-byte rows of 4000-8000 windows (N =
-# 32000-64000) take 15-CTA clusters before the one-CTA kernel: bf16 32000 15x96x4 s2 91.8 vs
-# block 512x8 91.6, 32768 15x96x4 93.1 vs 91.5 (larger 15-CTA CTAs lost: 15x128x4 83.9-87.5,
-# 15x192x4 54-55; tune of the ninth run, call 3).
-# 2-byte 15-CTA CTAs of 384-544 threads prefetch two rows: at 90 registers they are one per SM
-# (from 384 threads), and one stage's slots (< 72 KB) kept too few bytes in flight. H200, % of
-# copy (ninth run, call 6): bf16 196608 15x416x4 84.4 -> s2 94.3 (15x448x4 s2 95.2), fp16 84.2 ->
-# 92.3; 229376 15x480x4 94.4 / s2 94.8 (fp16 93.7 / 95.2). Smaller CTAs (two per SM) and 576-640
-# keep one stage: 151936 15x320x4 97.5 vs s2 95.0, 262144 15x576x4 98.2 (eighth run).
-# fp32 16-byte aligned rows of 8000-19200 windows (N = 32000-76800) take 15 CTAs of <= 160
-# threads x 8 vectors (one stage) instead of x 4. H200, M*N = 2^28, % of copy (2026-11-30,
-# tenth run, call 3, tune_backward --dtypes float32): 32000 15x96x8 95.7 vs 15x160x4 92.0;
-# 32768 95.9 vs 92.5; 50176 15x128x8 96.0 vs 15x224x4 92.4; 65536 15x160x8 96.9 vs 15x288x4
-# 94.3; 131072 15x288x8 95.1 vs 15x576x4 s2 95.2 (a tie: longer rows keep x 4). Rows not on 16
-# bytes take the same shapes since the kernel's line heads (50257: 15x128x8 94.8 vs 8x416x4 s2
-# 86.4, tenth run, call 6; 87.5 vs 88.4 before, with 16-byte heads). Past 160 x 8 the rows
-# keep x 4 with two stages up to 896 threads (N <= 215040; 2 x 2 x 896 x 64 B
-# = 224 KB of slots): call 4, 131072 15x576x4 s2 95.9 vs 15x288x8 95.4; 151936 15x640x4 s2
-# 97.2 vs 15x320x8 96.5; 196608 15x832x4 s2 96.7 vs 15x416x8 89.8 (the former default: the
-# x 4 entry stopped at 768 threads).
-# Thirteenth run (2026-11-30): with the prefetch slots on 128-byte lines (eleventh run) the
-# 15-CTA shapes above lost to 2-, 4-, 8- and 16-CTA shapes at every N timed, in two tunes
-# (calls 4-5 of the twelfth run, call 2 of the thirteenth; H200, M*N = 2^28, % of copy, second
-# tune): fp32 32000 2x1024x4 97.8 vs 15x96x8 95.6; 50257 8x416x4 96.8 vs 15x128x8 94.7; 65536
-# 8x512x4 s2 97.9 vs 15x160x8 96.5; 128256 / 131072 8x1024x4 97.9 vs 15x544x4 s2 94.8 / 15x576x4
-# s2 95.3; 151936 16x608x4 s2 96.8 vs 15x640x4 s2 96.3; 262144 16x1024x4 95.9 vs 15x576x8 93.2.
-# bf16 32000 4x256x4 99.1 (16x64x4 99.3) vs 15x96x4 92.2; 50257 4x416x4 s2 100.1 (one stage
-# 91.4) vs 15x128x4 95.7; 65536 4x512x4 100.1 (s2 96.6) vs 15x160x4 97.3; 128256 / 131072
-# 8x512x4 100.5 / 100.4 vs 15x288x4 96.9 / 97.4; 151936 8x608x4 98.3 (s2 98.8) vs 15x320x4
-# 96.8; 262144 16x512x4 100.4 (s2 96.4) vs 15x576x4 98.5. Two stages only where they won:
-# fp32 CTAs of 448-640 threads (512: 97.9 vs 96.6, 608: 96.8 vs 94.7; 416: 95.2 vs 96.8), 2-byte
-# CTAs of 384-448 threads in 4-CTA clusters (416). fp32 rows past 16 x 1024 x 4 (N > 262144)
-# keep 15 x <= 640 x 8; 2-byte rows past 16 x 640 x 4 (N > 327680) the one-row cluster. (Until
-# the twenty-second run, which gave the rows from 16 x 640 x 4 (fp32) / 16 x 512 x 4 (2-byte) on
-# to the chunk kernel, below.)
+# persist: rows longer than one CTA holds (y, dy and dx in one 16-byte phase) take the first
+# BACKWARD_PERSIST_SHAPES entry that holds the row; two rows in flight only where they won
+# (fp32 CTAs of 448-640 threads: 512 97.9 vs 96.6; 2-byte 4-CTA CTAs of 384-448). Measured on
+# H200: fp32 32000 2x1024x4 97.8, 50257 8x416x4 96.8, 65536 8x512x4 s2 97.9, 131072 8x1024x4
+# 97.9, 151936 16x608x4 s2 96.8; bf16 32000 4x256x4 99.1, 65536 4x512x4 100.1, 131072 8x512x4
+# 100.4, 262144 16x512x4 100.4 (15-CTA shapes: 92.2-98.5). fp32 16-CTA CTAs stop at 640 threads
+# and 2-byte at 512: chunks win past them.
 
 
-# Rows past every persistent shape (fp32 N > 163840, 2-byte N > 262144 and bf16 163841-196608;
-# y, dy and dx rows in one 16-byte phase): rows in chunks of one CTA (backward_chunks.cuh, the
-# forward's kernel 7b for the backward), each chunk BACKWARD_CHUNK_VPT windows of y and of dy per
-# thread (two chunks in registers: 110 registers, no spills, NVRTC 13.0), BACKWARD_CHUNK_AHEAD
-# chunks in flight. CTAs of up to 512 threads (one per SM) while a row has at most
-# BACKWARD_CHUNK_MAX_WIDE of their chunks, else up to 256 (two per SM), sized down to the fewest
-# threads that keep the chunk count. Such rows were streamed in two passes (5 tensors' traffic)
-# or, from 163840 / 196608, ran 16-CTA clusters. H200, M*N = 2^28, % of copy, twenty-second run
-# (bench/tune_backward.py; three tunes in three calls):
-#   first (softmax / log backward): fp32 327680 512x4 90.5 / 90.1 vs stream 71.5; 524288 90.3 /
-#   90.3 vs 73.6; bf16 524288 96.5-96.9 / 97.3 vs 74.1; bf16 2^20 90.6 / 91.5 vs 74.5. Where a
-#   row is ~128 chunks of 512 (nearly every CTA of the grid: each step waits on all of them)
-#   256-thread CTAs win: fp32 2^20 256x4 79.4 / 79.0 vs 512x4 76.5 / 76.3 vs stream 59.6-73.0;
-#   bf16 2^21 78.2 / 78.0 vs 75.6 / 74.7 vs 59-70.
-#   second (softmax backward): chunks beat the 16-CTA clusters' longest rows - fp32 196608
-#   512x4 96.0 vs 16x768x4 94.5, 262144 97.6 vs 16x1024x4 95.8 (so fp32 16-CTA clusters stop at
-#   640 threads and 15 x 640 x 8 went); bf16 327680 96.5 vs 16x640x4 94.4 (2-byte 16-CTA
-#   clusters stop at 512). The clusters stay ahead at fp32 151936 16x608x4 s2 97.9 vs 96.3 and
-#   bf16 131072 / 262144 8x512x4 / 16x512x4 101.4 / 100.6 vs 98.5; level at fp32 65536 / 131072
-#   (98.1 / 99.1 vs 98.2 / 99.4).
-#   third: fp32 163840 16x640x4 s2 99.0 vs chunks 96.5; bf16 163840 8x640x4 99.3 vs 97.0,
-#   229376 16x448x4 97.4 vs 96.8, but 196608 16x384x4 91.5 vs chunks 94.9 (91 % in the same
-#   run's benchmark too), so 2-byte 16-CTA clusters start at 416 threads (rows of 20481-24576
-#   windows, bf16 N 163841-196608, take chunks).
-#   Chunks in flight: one ran level with two or three in the first tune (+-0.6), behind two in
-#   the second and third (-0.3 to -1.3: fp32 131072 99.2 vs 100.0, 163840 95.3 vs 96.5; bf16
-#   163840 95.7 vs 97.0), so two are in flight (2 x 64 KB of slots).
+# chunks: rows past every persistent shape (fp32 N > 163840, 2-byte N 163841-196608 and
+# > 262144; y, dy and dx in one 16-byte phase), chunks of BACKWARD_CHUNK_VPT windows of y and of
+# dy a thread (two chunks in registers: 110 registers, no spills), BACKWARD_CHUNK_AHEAD chunks in
+# flight (one lost 0.3-1.3 points); CTAs of up to 512 threads while a row has at most
+# BACKWARD_CHUNK_MAX_WIDE chunks, else 256 (rows of ~128 chunks wait on nearly the whole grid),
+# sized down to keep the chunk count. Measured on H200: fp32 327680-524288 90.1-90.5 % vs stream
+# 71.5-73.6 %; bf16 524288 96.5-97.3 vs 74.1; fp32 2^20 256x4 79.0-79.4 vs 512x4 76.3-76.5; bf16
+# 196608 94.9 vs 16x384x4 91.5; fp32 262144 97.6 vs 16x1024x4 95.8.
 BACKWARD_CHUNK_VPT = 4
 BACKWARD_CHUNK_MAX_THREADS = 512  # the kernels' launch bound
 BACKWARD_CHUNK_SMALL_THREADS = 256
@@ -150,7 +69,8 @@ BACKWARD_PERSIST_SHAPES = {  # by itemsize
         BackwardShape(16, 512, least_threads=416)),
 }
 # Aligned rows of at least this many windows take the persistent shapes even where the one-CTA
-# kernel would hold them (2-byte rows of 4000-4096 windows: N = 32000-32768), by itemsize.
+# kernel would hold them (2-byte rows of 4000-4096 windows: N = 32000-32768; bf16 32000 4x256x4
+# 99.1 % vs block 512x8 91.6 %), by itemsize.
 BACKWARD_PERSIST_BEFORE_BLOCK = {2: 4000}
 BACKWARD_PERSIST_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -284,8 +204,8 @@ def backward_chunk_config(n: int, dtype: torch.dtype, aligned: bool = True,
     - by default BACKWARD_CHUNK_MAX_THREADS while a row has at most BACKWARD_CHUNK_MAX_WIDE of
     them, else BACKWARD_CHUNK_SMALL_THREADS - the CTA then sized down to the multiple of 32
     threads that keeps the chunk count, so that every chunk is (nearly) full - a step's cost is
-    nearly fixed, so a mostly empty last chunk would cost a whole one (the forward's kernel 7b,
-    eighteenth H200 run). ``most``: another CTA size to fit (bench/tune_backward.py)."""
+    nearly fixed, so a mostly empty last chunk would cost a whole one (as the forward's
+    chunks_reg). ``most``: another CTA size to fit (bench/tune_backward.py)."""
     vpt = BACKWARD_CHUNK_VPT
     nwl = line_windows(n, dtype, aligned)
     if most is None:

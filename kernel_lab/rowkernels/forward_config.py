@@ -1,8 +1,9 @@
 """Launch shapes of the row-softmax CUDA kernels: the fast family (cuda_src/row_softmax_kernels.cuh,
 instantiated by fast_softmax.cu and log_softmax.cu) and vec_softmax's one-CTA vector shape.
 
-Pure functions of (N, dtype, alignment) - no GPU needed - with the H200 measurements behind each
-rule beside it; bench/NOTES.md has the full record. The launchers are in cuda_variants.py.
+Pure functions of (N, dtype, alignment) - no GPU needed. Beside each rule, the H200 measurement
+that justifies it (% of the device-to-device copy, M*N = 2^28, bench/tune_long_rows.py);
+cuda_src/README.md has each kernel kind's design. The launchers are in launch.py.
 """
 
 from __future__ import annotations
@@ -49,17 +50,16 @@ def cluster_shape(
 # Instantiations fast_softmax_config can pick (and nothing else: compile time is per name).
 FAST_WARP = ((4, 1), (4, 2), (8, 2), (16, 2), (32, 1), (32, 2), (32, 4))  # (group, vpt)
 FAST_BLOCK_VPT = (2, 4, 8)
-BLOCK_SLOTS_VPT = 8  # kernel 2b (block_slots): vectors per thread in registers, the rest in slots
-SLOTS_CL = (2, 4)  # kernel 3b (block_slots on a cluster): the row over 2 or 4 CTAs
-# kernels with a row's last windows in shared-memory slots: 2b / 3b (a CTA or cluster a row) and
-# 2c / 3c (persist_slots: 2b / 3b on resident CTAs / clusters looping over rows)
+BLOCK_SLOTS_VPT = 8  # block_slots: vectors per thread in registers, the rest in slots
+SLOTS_CL = (2, 4)  # block_slots on a cluster: the row over 2 or 4 CTAs
+# kinds with a row's last windows in shared-memory slots: a CTA or cluster a row (block_slots),
+# or resident CTAs / clusters looping over rows (persist_slots)
 SLOTS_KINDS = ("block_slots", "persist_slots")
 FAST_CL = (2, 4, 8, 16)
-# 16-byte vectors per thread of the persistent instantiations, by itemsize. A thread keeps at
-# most 64 exps in fp32 registers (kKeptFor in row_softmax_kernels.cuh): fp16/bf16 x 16 softmax
-# keeps them rounded to fp16/bf16 instead (sixteenth run; 104-128 registers, spills: fp16 0 B,
-# bf16 0 B in clusters, 80 B in one CTA), log_softmax the packed values (bf16 0 B, fp16 216-240
-# B; NVRTC 13.0).
+# 16-byte vectors per thread of the persist instantiations, by itemsize. A thread keeps at most
+# 64 exps in fp32 registers (kKeptFor, cuda_src/row_epilogues.cuh): fp16/bf16 x 16 softmax keeps
+# them rounded to fp16/bf16 instead (104-128 registers; spills: 0 B but bf16 on one CTA 80 B),
+# log_softmax the packed values (bf16 0 B, fp16 216-240 B; NVRTC 13.0).
 PERSIST_VPT = {4: (4, 8, 16), 2: (4, 8, 16)}
 PERSIST_CL = (1, 2, 4, 8, 15, 16)
 
@@ -81,116 +81,34 @@ class PersistShape(NamedTuple):
     min_fill: float = 0.0
 
 
-# Rows longer than the one-CTA kernel holds: the first PERSIST_SHAPES rule that holds the row,
-# its CTA sized down to the multiple of 32 threads that covers it; cluster CTAs issue the next
-# row's copies while the (max, sum) messages fly (`late`) when they have <= LATE_MAX_THREADS.
-# H200, M*N = 2^28, % of copy, bench/tune_long_rows.py (NOTES: "Eleventh H200 run", "Twelfth"):
-#   fp32 (eleventh run, once the prefetch slots sat on 128-byte lines; 15-CTA clusters and the
-#   pipe had won while 2-, 4-, 8- and 16-CTA kernels read L2 twice): 50257 8x128x16 late 90.6
-#   vs 15x64x16 late 86.4 (best 4x800x4 late s2 91.8); 65536 8x128x16 late 94.4 vs pipe
-#   8x128x16 s2 91.7; 131072 8x256x16 late 92.1 vs 15x160x16 late 91.6 (best 8x1024x4 late
-#   93.5); 151936 8x320x16 late 93.6 vs 92.0; 262144 16x256x16 late 92.0 vs 15x576x8 late 89.9;
-#   524288 16x1024x8 late 85.9 (no shape better than 86.5).
-#   2-byte (twelfth run, 8 vectors x <= 512 threads new): small CTAs x 8 vectors in 8 CTAs for
-#   rows on lines - bf16 32768 8x64x8 late 93.1 vs 1x1024x4 90.9, 65536 8x128x8 late 93.6 vs
-#   2x1024x4 91.0; 151936 16x160x8 late s2 86.4 vs 15x320x4 late 80.7 (s1 81.2); but odd rows
-#   lost with 8 (50257 72-76 vs 2x800x4 84.2, before the warp-uniform checks), and so do rows
-#   on lines that fill under 90 % of the x 8 shape (bf16 50176: 8x128x8 late 82.8 at 77 % vs
-#   2x800x4 90.6; fp16 85.1 vs 92.0) - 50257 fills 77 % too, so lines_only may be fill alone;
-#   131072 / 262144 / 524288 keep 4 x 1024 (91.8 / 90.7 / 84.6 vs 89.6 / 89.1 / 81.5). 15 CTAs
-#   lost to 16 everywhere else in bf16 (65536 15x160x4 late 76.6, tenth run). bf16 2^20 (2 MB
-#   rows) fits 16 x 512 x 16 (packed values, two exps, 96 B spill): 76.9 vs the wide kernel's
-#   69.8 (late 71.5); fp16 spilled 312 B there and lost (55-60 vs 69.3).
-#   Thirteenth run, the max on packed pairs (x 16 spills: bf16 0 B, fp16 16 B; x 8 110-122
-#   registers): fp16 2^20 16x512x16 76.2 vs wide 72.2 (bf16 76.3), so x 16 is both dtypes'
-#   (log_softmax's too, once its epilogue unpacked with get_again: bf16 77.9 / fp16 75.6 vs
-#   62 on x 16 before, ~70 on wide); 151936 16x160x8 without late copies, one stage: bf16 91.0
-#   / fp16 90.7 vs late s2 88.3 / 88.9 (the late s2 pick had won by 3 in bf16 before the packed
-#   max; fp16 had preferred this by 1).
-# Fourteenth run: fp32 rows past 16 x 320 x 16 (N > 327680) run in chunks (CHUNK_DEFAULT): 524288
-# 90.2 vs the former rule 8 x <= 1024 in 8 or 16 CTAs (16x1024x8 late) 86.6.
-# Fifteenth run: the 2-byte rule 16 x 512 x 16 in 16 CTAs (rows on lines, 2 MB: N = 2^20) gave way
-# to the chunk kernel with the waiting chunk in registers (CHUNK_REG_DEFAULT): bf16 2^20 80.8 vs
-# 76.1.
-# Sixteenth run: fp16 / bf16 softmax keeps its exps rounded to T where fp32 exps do not fit (x 16:
-# one exp per element, no spills), so the 16 x 160 x 8 rule (151936, rows on lines) became the same
-# windows as 8 x 160 x 16, late: bf16 91.9 vs 90.1, fp16 91.2 vs 89.8 (one tune), and it moved
-# ahead of 4 x 1024 in 2 or 4 CTAs: 131072 8x128x16 late 94.1 / 94.3 vs 4x1024x4 92.1 / 93.0
-# (another tune; 65536 keeps 8x128x8 late 93.6 vs 8x64x16 late 92.9). With min_fill 0.9 it takes
-# rows on lines of 88.5k-98.3k (96 threads), 118k-131k (128) and 147k-164k (160) 2-byte
-# elements. 262144 / 524288 keep 4 x 1024 (x 16 best: 92.1 / 89.5 bf16 vs 93.8 / 89.6).
-# fp32's one-CTA rule is 8 x <= 1024 rather than 16 x <= 512 (the same 128 KB per CTA): faster
-# with rows that leave threads idle (fourth run: 151936 79 % vs 69 %, 50257 84 vs 81, 65536 88
-# vs 85, 262144 equal).
-# Seventeenth run: kernel 7b without its per-window read checks and 64-bit divisions (bf16 2^20
-# 87.4 -> 92.0 %) beat the 16-CTA clusters: fp32 262144 chunks_reg 93.6 vs 16x256x16 late 91.0,
-# bf16 / fp16 524288 93.0 / 91.7 vs 16x1024x4 90.2 / 88.8 (one tune), so the 16-CTA rules went
-# and rows past 8 CTAs (fp32 N > 163840, 2-byte > 262144) run in chunks; 8 CTAs stay ahead
-# in fp32 (151936 8x320x16 late 93.8 vs 92.9). In fp16 / bf16 every rule past 4 x 1024 x 4 but
-# the x 16 one went: <= 512 x 4 in 8 or 15 CTAs had taken rows of 131k-246k at 78-84 % (200000:
-# 15x448x4 late 77.5 / 78.3, 8x800x4 84.2 / 85.2, chunks_reg 86.4 / 86.9; odd 151937: 15x320x4
-# 83.6 / 84.6, 8x608x4 79.2 / 80.5, chunks_reg 90.7 / 91.0). 262144 gives up a point (8x1024x4
-# 93.6 / 93.0 vs chunks_reg 92.7 / 91.9).
-# Twenty-second run (two tunes in one call, % of copy): fp32 rows that 8 CTAs of 1024 threads x 4
-# vectors fill take them, late - 131072 8x1024x4 late 94.1 / 94.6 vs 8x256x16 late 93.2 / 93.4
-# (the eleventh run: 93.5 vs 92.1) - but x 4 loses wherever its CTAs are smaller (65536 8x512x4
-# late 90.1 / 89.9 vs 94.6 / 94.7; 50257 8x416x4 late 91.2 / 91.1 vs 92.9 / 93.0), so only rows
-# that need CTAs of >= 992 threads (N 122881-131072 on lines; 128256 not measured).
-# Twenty-third run (two tunes, fp16 / bf16): 2-CTA rows that need 608-800 threads x 4 take their
-# next row's copies late with two rows in flight - 40000 2x640x4 late s2 94.0 / 94.0 vs 90.9 /
-# 90.6, 44000 2x704x4 93.3-94.0 / 93.3-93.5 vs 91.1-91.7 / 91.0-91.2, 46000 94.1 / 94.9 vs 92.9 /
-# 93.9, 50257 2x800x4 94.3 / 93.5-94.6 vs 92.7-93.3 / 92.5-93.7 (the eleventh and twenty-second
-# runs: +1.2-1.6 and +0.7-0.8 in bf16), 50304 +0.2-0.6, 51200 -0.3 / -0.4 - but not 896-960
-# threads (56000 2x896x4 late 92.3 vs 93.1, 60000 92.3 vs 92.6). Third tune: 38000 (608
-# threads) late s2 92.8 / 92.3 vs 89.6 / 88.8, so from 608; rows that need 544-576 threads in 2
-# CTAs run 4 CTAs of 288, late - 34000 4x288x4 late 92.5 / 92.2 vs 2x544x4 88.6 / 88.6, 36000
-# 92.2-92.8 / 93.0-93.3 vs 88.9-89.3 / 89.0-89.8 (two tunes; late s2 there: 87.3-88.9).
-# Twenty-fourth and twenty-fifth runs: one CTA a row (block x 8, then BLOCK_SLOTS_RULES, both
-# checked before these rules) took every 2-byte row that 8 x <= 128 x 8 (rows on lines), 4 x 288
-# x 4 and 2 x 608-800 x 4 late s2 held, at 95-97 % against their 92-94: those three rules went
-# (no pick changed, N 2049-300000 checked), as did 16 x 96 x 16's rows (88.5k-98.3k on lines).
-# Twenty-sixth run: kernel 2b at 256 threads took the odd rows of 20.5k-26.6k from the 2-byte
-# one-CTA rule (<= 1024 x 4, 92-93.5 %, against 96-96.6): it went (only those picks changed, N
-# 2049-300000).
-# Twenty-seventh run: kernel 3b with its exps in T took the 2-byte rows of ~106.5k-163.8k (tune
-# 93.7-95.3 % against 90.9-94.8); the x 16 rule (8 x <= 160, rows on lines) had no other rows
-# and went (no pick changed, N 2049-300000 checked). 2-byte rows still here: the odd ones of
-# ~57.3k-59.4k that neither block x 8 nor 512 x 8 + 6 takes (2 x 928-960 x 4).
-# Twenty-ninth run: kernel 3b (first wave in phases) took the fp32 rows up to 131072, so the fp32
-# 8 x 992-1024 x 4 rule had no rows left, nor had the one-CTA x 8 rule since kernel 2b (twenty-
-# fifth run): both went, with the `least` field only the x 4 rule used (no pick changed, N
-# 2049-300000 in three dtypes, rows on and off 16 bytes, checked).
+# persist: rows that neither block nor block_slots takes, on the first PERSIST_SHAPES rule that
+# holds them (the CTA sized down to cover the row; `late` copies up to LATE_MAX_THREADS). Measured
+# on H200: fp32 151936 8x320x16 late 93.8 % vs chunks_reg 92.9 %; 2-byte: only the odd rows of
+# ~57.3K-59.4K (2 x 928-960 x 4). Longer rows run in chunks (chunk_config).
 PERSIST_SHAPES = {  # by itemsize
     4: (PersistShape(16, 320, (8,)),),
     2: (PersistShape(4, 1024, (2, 4)),),
 }
 # 2-byte CTAs of more than 512 threads issue their copies right after the local (max, sum), not
-# late (tenth run: bf16 262144 8x1024x4 84.2 / 83.8 vs late 81-82; eleventh: 131072 4x1024x4
-# 91.4 vs late 89.1).
+# late (bf16 262144 8x1024x4 84.2 vs late 81-82; 131072 4x1024x4 91.4 vs late 89.1).
 LATE_MAX_THREADS = {2: 512}  # by itemsize; default: every cluster CTA issues late
 PERSIST_DTYPES = (torch.float32, torch.float16, torch.bfloat16)  # fp64: correctness, not speed
-# The pipelined persistent clusters (``pipe``, kernel 5b): each row's (max, sum) exchange overlaps
-# the next row's reduction; PIPE_VPT vectors per thread (by itemsize), PIPE_CL CTAs.
-# Instantiated for 8 and 16 CTAs and timed by bench/tune_long_rows.py, picked by no rule since
-# the eleventh run: fp32 65536 pipe 8x128x16 s2 91.7 vs persist 8x128x16 late 94.4 once the
-# persistent kernel's slots sat on lines (it had won 92.0 vs 88.0 with them off).
+# pipe: persistent clusters, each row's (max, sum) exchange overlapping the next row's
+# reduction; PIPE_VPT vectors per thread (by itemsize), PIPE_CL CTAs. Timed by
+# bench/tune_long_rows.py, picked by no rule: fp32 65536 pipe 8x128x16 s2 91.7 vs persist 94.4.
 PIPE_CL = (8, 16)
 PIPE_VPT = {4: (8, 16), 2: (4,)}
-# Rows longer than the on-chip shapes hold: the persistent wide kernel, clusters of WIDE_CL[0]
-# CTAs of 1024 threads, or WIDE_CL[1] when 8 CTAs' shared memory would keep under
-# WIDE_MIN_KEPT of each chunk (the rest is read twice). H200, M*N = 2^28, % of copy, two calls:
-# fp32 2^20 16x1024 keep 14 69.6 / 71.1 vs 8x1024 keep 14 (44 % kept) 64.5 / 64.2; bf16 2^20
-# 8x1024 keep 14 (88 % kept) 67.7 / 67.6 vs 16x1024 67.8; fp16 68.1 vs 70.1. (Before the kernel
-# was persistent, 16-CTA clusters lost badly: 41 % vs 61 % for bf16, one cluster launch a row.)
+# wide (rows no other kind holds): clusters of WIDE_CL[0] CTAs of 1024 threads, or WIDE_CL[1]
+# when 8 CTAs' shared memory would keep under WIDE_MIN_KEPT of each CTA's share (the rest is read
+# twice): fp32 2^20 16x1024 keep 14 69.6-71.1 vs 8x1024 (44 % kept) 64.2-64.5; bf16 2^20
+# 8x1024 (88 % kept) 67.7 vs 16x1024 67.8.
 WIDE_CL = (8, 16)
-# Rows in chunks (``chunks``, kernel 7): one CTA per chunk of threads x CHUNK_VPT vectors, the
-# chunks' (max, sum) pairs through global memory, each chunk kept in shared memory until its row's
-# last pair arrives (``lag`` steps later), ``ahead`` chunks in flight. No cluster: any row length
-# whose chunks number at most lag * resident CTAs + 1.
+# chunks: one CTA a chunk of threads x CHUNK_VPT vectors, the chunks' (max, sum) pairs through
+# global memory, each chunk kept in shared memory until its row's last pair arrives (``lag``
+# steps later), ``ahead`` chunks in flight; any row of at most lag * resident CTAs + 1 chunks.
 CHUNK_VPT = (2, 4)
-# ``chunks_reg`` (kernel 7b): lag 1 with the waiting chunk in registers, shared memory only for the
-# ``ahead`` chunks in flight; CTAs of <= CHUNK_REG_MAX_THREADS threads (two chunks' values each).
-# (Kernel 7c, one chunk in registers, lost at 61-68 %: branch exp/chunks-one, bench/NOTES.md.)
+# chunks_reg: lag 1 with the waiting chunk in registers, shared memory only for the ``ahead``
+# chunks in flight; CTAs of <= CHUNK_REG_MAX_THREADS threads (two chunks' values each).
 CHUNK_REG_VPT = (4, 8)
 CHUNK_REG_MAX_THREADS = 512
 WIDE_MIN_KEPT = 0.75
@@ -211,12 +129,12 @@ def pipe_vpts(dtype: torch.dtype) -> tuple[int, ...]:
 
 def block_max_threads(vpt: int) -> int:
     """CTA size limit of the warp / block / cluster kernels (``MaxThreads`` in
-    row_softmax_kernels.cuh)."""
+    cuda_src/row_common.cuh)."""
     return 512 if vpt >= 16 else 1024
 
 
 def persist_max_threads(vpt: int, dtype: torch.dtype) -> int:
-    """CTA size limit of the persistent kernels (``PersistThreads`` in row_softmax_kernels.cuh):
+    """CTA size limit of the persistent kernels (``PersistThreads`` in cuda_src/row_common.cuh):
     512 where a thread keeps 64 or more elements in fp32 registers (fp32 x 16, fp16/bf16 x 8),
     else 1024."""
     return 512 if vpt * vec_width(dtype) >= 64 else 1024
@@ -251,7 +169,8 @@ def row_kernel_exprs(prefix: str) -> list[str]:
 class FastConfig:
     """What fast_softmax (and log_softmax) launches for one (N, dtype): kernel kind and shape.
 
-    kind: ``warp`` (``group`` lanes per row, several rows per block), ``block`` (a CTA per row),
+    kind (cuda_src/row_softmax_kernels.cuh maps each to its kernel symbols and device body):
+    ``warp`` (``group`` lanes per row, several rows per block), ``block`` (a CTA per row),
     ``block_slots`` (a CTA per row - or, with ``cluster`` > 1, a cluster of that many - ``vpt``
     windows a thread in registers and ``slots`` more in shared memory), ``persist_slots``
     (block_slots on resident CTAs that loop over rows, each window refilled with the next row's
@@ -260,9 +179,10 @@ class FastConfig:
     ``persist`` (resident CTAs / clusters loop over rows, next row prefetched into shared memory;
     ``cluster`` = 1 is the single-CTA form), ``pipe`` (persistent clusters, ``stages`` rows in
     flight, each row's (max, sum) exchange overlapping the next row's reduction), ``wide``
-    (``cluster`` CTAs per row, two passes) or ``chunks`` (persistent CTAs, one chunk of
+    (``cluster`` CTAs per row, two passes), ``chunks`` (persistent CTAs, one chunk of
     ``threads`` x ``vpt`` windows at a time, pairs through global memory; each chunk waits
-    ``lag`` steps in shared memory for its row's (max, sum), ``ahead`` chunks in flight).
+    ``lag`` steps in shared memory for its row's (max, sum), ``ahead`` chunks in flight) or
+    ``chunks_reg`` (chunks with lag 1, the waiting chunk in registers).
     ``threads`` is the CTA size, ``vpt`` the 16-byte vectors each thread keeps in registers
     (``wide``: in shared memory between its passes).
     """
@@ -376,9 +296,8 @@ def vector_windows(n: int, dtype: torch.dtype, aligned: bool = True) -> int:
 
 # The persistent kernels (persist, pipe) measure a row's head from its 128-byte line, not its
 # 16-byte vector (softmax_common.cuh, line_head), so that each warp's windows are whole lines.
-# H200, M*N = 2^28, % of copy, the same shape on rows on and off 128-byte lines (2026-11-30):
-# fp32 151936 vs 151940 15x160x16 91.9 vs 84.9; 50176 vs 50256 8x128x16 86.9 vs 82.4; bf16
-# 151936 vs 151940 15x320x4 80.1 vs 75.9.
+# The same shape on rows on and off 128-byte lines: fp32 151936 vs 151940 15x160x16 91.9 vs
+# 84.9; 50176 vs 50256 8x128x16 86.9 vs 82.4; bf16 151936 vs 151940 15x320x4 80.1 vs 75.9.
 LINE_BYTES = 128
 
 
@@ -421,7 +340,7 @@ def row_chunks(cfg: "FastConfig", n: int, dtype: torch.dtype, line: bool) -> int
 def chunks_fit(chunks: int, lag: int, groups: int) -> bool:
     """Whether a row of ``chunks`` chunks can run over ``groups`` resident CTAs waiting ``lag``
     steps: every chunk of a row must be reduced by the step a CTA waits for the row
-    (row_softmax_kernels.cuh, kernel 7), i.e. chunks <= lag * groups + 1."""
+    (cuda_src/row_chunks.cuh), i.e. chunks <= lag * groups + 1."""
     return chunks <= lag * groups + 1
 
 
@@ -435,9 +354,10 @@ def persist_config(nw: int, vpt: int, cluster: int, late: bool = False,
 
 def block_slots_config(nwl: int, threads: int, vpt: int = BLOCK_SLOTS_VPT,
                        cluster: int = 1, kind: str = "block_slots") -> FastConfig:
-    """Kernel 2b (3b: ``cluster`` > 1 CTAs a row; 2c: ``kind`` ``persist_slots``) for a row of
-    ``nwl`` windows (line heads: :func:`line_windows`) on CTAs of ``threads``: ``vpt`` windows a
-    thread in registers, the rest in as few slots a thread as hold them."""
+    """block_slots (``cluster`` > 1: CTAs a row; ``kind`` ``persist_slots``: its persistent
+    form) for a row of ``nwl`` windows (line heads: :func:`line_windows`) on CTAs of
+    ``threads``: ``vpt`` windows a thread in registers, the rest in as few slots a thread as hold
+    them."""
     per = cluster * threads
     return FastConfig(kind, threads=threads, vpt=vpt, cluster=cluster,
                       slots=max(0, -(-(nwl - per * vpt) // per)))
@@ -463,29 +383,15 @@ def wide_per_thread(nw: int, cluster: int, threads: int) -> int:
     return -(-chunk // threads)
 
 
-# The default chunk shape, for rows beyond every PERSIST_SHAPES rule (it replaced the wide kernel
-# there). H200, M*N = 2^28, % of copy (fourteenth run, bench/tune_long_rows.py): fp32 2^20 1024 x 4
-# lag 1 ahead 1 87.3 vs wide 72.9 (no other chunk shape over 82: the step's latency, not its
-# bytes, sets the pace, so the largest chunk wins); bf16 2^20 76.5 vs x 16 76.0 (two exps per
-# element: the MUFU, so 2-byte rows that fit x 16 kept it, until CHUNK_REG_DEFAULT below); 262144
-# fp32 91.1 vs 91.4, bf16 76.4 vs 93.8 (the on-chip rules stay).
+# chunks: rows past every PERSIST_SHAPES rule with more than CHUNK_REG_MAX_CHUNKS chunks. fp32
+# 2^20 1024 x 4 lag 1 ahead 1 87.3 vs wide 72.9 (no other chunk shape over 82: the step's
+# latency, not its bytes, sets the pace, so the largest chunk wins).
 CHUNK_DEFAULT = FastConfig("chunks", threads=1024, vpt=4, lag=1, ahead=1)
-# Rows of at most CHUNK_REG_MAX_CHUNKS chunks of 512 x 8 vectors (64 KB) run kernel 7b instead:
-# the waiting chunk in registers, so a 64 KB chunk is in flight beside it (kernel 7 fits one 64 KB
-# set per step in flight, reduced and waiting). H200, M*N = 2^28, % of copy (fifteenth run,
-# bench/tune_long_rows.py): fp32 524288 (32 chunks) 92.7 vs CHUNK_DEFAULT 90.9, 2^20 (64) 90.2 vs
-# 87.3, but 2^21 (128 chunks: a CTA waits on rows that the whole grid is still reducing) 74.6 vs
-# 82.4; bf16 2^20 (32) 80.8 vs x 16 76.1, 2^21 (64) 79.7 vs 75.2 (ahead 2: 79.8); bf16 524288
-# 81.3 vs persist 4 x 1024 x 4 89.5 (that rule stays first); fp16 2^20 75.9 vs x 16's 76.2-76.4
-# (a tie: one rule for both). Four vectors per thread lost everywhere (56-70: 32 KB chunks, the
-# step's fixed cost twice as often). Sixteenth run: fp16 / bf16 keep their exps rounded to T here
-# (one exp per element): bf16 2^20 87.5-87.8 (two tunes), fp16 85.6-86.4; 524288 88.1-88.3 / 86.5-
-# 87.3 against persist 4 x 1024 x 4's 88.6-89.7 (that rule stays). 1024 threads x 4 vectors (the
-# same 64 KB chunks, 32 warps; 64 registers, 16-40 B spills) lost: bf16 2^20 80.8, fp32 75.8
-# (branch exp/chunks-reg-1024). Seventeenth run, the step without per-window read checks and
-# 64-bit divisions: 2^20 fp32 / bf16 / fp16 91.3 / 92.0 / 91.1, 524288 fp32 93.2 (A/B against the
-# kernel before, bench/ab_kernels.py); ahead 2 91.3 / 91.1 (bf16 below ahead 1 again); it now also
-# takes rows past 8-CTA clusters (PERSIST_SHAPES).
+# chunks_reg: rows of at most CHUNK_REG_MAX_CHUNKS chunks of 512 x 8 vectors (64 KB), a 64 KB
+# chunk in flight beside the waiting one (chunks fits one): 2^20 fp32 / bf16 / fp16 91.3 / 92.0 /
+# 91.1 (fp32 chunks 87.3), 524288 fp32 93.2; but at 128 chunks (fp32 2^21) 74.6 vs chunks' 82.4:
+# a CTA waits on rows the whole grid is still reducing. 1024 x 4 (the same 64 KB) lost: bf16
+# 2^20 80.8, fp32 75.8.
 CHUNK_REG_DEFAULT = FastConfig("chunks_reg", threads=512, vpt=8, ahead=1)
 CHUNK_REG_MAX_CHUNKS = 65  # 64 measured; + 1 for the same rows off 128-byte lines
 
@@ -495,9 +401,8 @@ def chunk_config(n: int, dtype: torch.dtype, line: bool) -> FastConfig:
     row has at most CHUNK_REG_MAX_CHUNKS of its chunks - its CTA sized down to the multiple of 32
     threads that cuts the row into as many chunks, all (nearly) full - else CHUNK_DEFAULT.
 
-    Sized down (eighteenth H200 run, bf16, % of copy, 512 x 8 -> fitted): 135000 82.4 -> 85.3
-    (448), 140000 86.1 -> 87.6 (448), 170000 79.5 -> 80.6, 200000 87.3 -> 89.8 (448), 245760 91.3
-    -> 92.5 (480); 150000 / 180000 +0.2: never slower. The step's cost is nearly fixed, so a
+    Sized down (bf16, % of copy, 512 x 8 -> fitted): 135000 82.4 -> 85.3 (448), 200000 87.3 ->
+    89.8 (448), 245760 91.3 -> 92.5 (480); never slower. The step's cost is nearly fixed, so a
     row's last, mostly empty chunk cost a whole step."""
     d = CHUNK_REG_DEFAULT
     chunks = row_chunks(d, n, dtype, line)
@@ -514,8 +419,8 @@ def fast_softmax_config(
 ) -> FastConfig:
     """The launch fast_softmax (and log_softmax) uses for rows of ``n`` elements of ``dtype``.
 
-    Rules, in 16-byte windows ``nw`` per row (bench/NOTES.md, "CUDA kernel versions", has the
-    sweeps behind them; ``python bench/tune_long_rows.py`` reruns them):
+    Rules, in 16-byte windows ``nw`` per row (the measurements beside each rule's constants;
+    ``python bench/tune_long_rows.py`` reruns the tunes):
 
     * nw <= WARP_MAX_WINDOWS (64: rows of <= 1 KB): a lane group per row, 1-2 vectors per lane;
     * nw <= PERSIST_MIN_NW (8192 fp32, 2048 fp16/bf16): one CTA per row (``block``), 2 (fp32,
@@ -528,7 +433,7 @@ def fast_softmax_config(
       fp32/fp16/bf16: ``block_slots`` where BLOCK_SLOTS_RULES take the row (a CTA of 512 or
       1024 threads x 8 vectors and at most 5-6 slots a thread: fp32 N 32769-53248, fp16/bf16
       32769-57344 and 65537-106496, in line windows; 256 threads: the odd fp16/bf16 rows of
-      ~20.5K-26.6K that block x 8 leaves; a cluster of 2 CTAs a row, kernel 3b: fp16/bf16
+      ~20.5K-26.6K that block x 8 leaves; on a cluster of 2 CTAs a row: fp16/bf16
       ~106.5K-163.8K on 512 x 8 + 6-12, fp32 ~53.2K-81.9K on 512 x 8 + 5-12 and ~81.9K-131072
       on 1024 x 8 + 1-8; on 4 CTAs: fp16/bf16 ~213K-262144 on 512 x 8 + 6-8), else
       ``persist``, the first PERSIST_SHAPES rule that holds the row - fp32: <= 320 x 16 in 8
@@ -592,9 +497,8 @@ def fast_softmax_config(
 
 
 # Rows of at most this many 16-byte windows (1 KB) take a lane group each (``warp``), longer
-# ones a CTA. H200, M*N = 2^28, % of copy (2026-11-30, eighth run): fp32 N = 256 (64 windows)
-# warp g32x2 99.6 against block 32x2 79.1 (one 32-thread CTA per row: the former rule, 79-80 %
-# in every sweep); bf16 N = 1024 (128 windows) block 32x4 101.1 against warp g32x4 99.1.
+# ones a CTA: fp32 N = 256 (64 windows) warp g32x2 99.6 vs block 32x2 79.1; bf16 N = 1024 (128
+# windows) block 32x4 101.1 vs warp g32x4 99.1.
 WARP_MAX_WINDOWS = 64
 
 # Rows of more windows than this take the persistent kernels (by itemsize). fp32: one CTA per
@@ -603,63 +507,28 @@ WARP_MAX_WINDOWS = 64
 # N = 32768: persist 1x1024x4 83 % vs block 1024x4 65 %), then block x 8 at BLOCK_X8_THREADS.
 PERSIST_MIN_NW = {8: 1 << 30, 4: 8192, 2: 2048}
 
-# fp16 / bf16 rows of 2049-8192 windows: one CTA a row of 8 vectors a thread (64 registers, none
-# spilled since the twenty-fourth run), for the CTA sizes (threads, ranges inclusive) where it
-# beat every persistent shape. H200, M*N = 2^28, % of copy, fp16 / bf16 softmax (bench/NOTES.md,
-# twenty-fourth run): rows on 16 bytes 320-512 threads 96-99 against the persistent picks' 89-95,
-# 896-1024 95.5-97 against 93-95; odd rows 288-320 and 448-512 96-98, 960-1024 94-95 against
-# 92-94, but 352-416 threads 86-93 and 896-928 90-94 against 92-95 there: those stay persistent.
-# CTAs of 544-864 threads (one an SM, < 112 KB in flight) read 84-94 %: persistent too.
+# fp16 / bf16 rows of 2049-8192 windows: one CTA a row of 8 vectors a thread (64 registers, no
+# spills) for the CTA sizes (threads, ranges inclusive) where it beat every persistent shape
+# (fp16 / bf16 softmax): rows on 16 bytes 320-512 threads 96-99 vs 89-95, 896-1024 95.5-97 vs
+# 93-95; odd rows 288-320 and 448-512 96-98, 960-1024 94-95 vs 92-94 (352-416 and 896-928: 86-94,
+# persistent better). CTAs of 544-864 threads (one an SM, < 112 KB in flight) read 84-94 %.
 BLOCK_X8_THREADS = {  # by rows on 16 bytes
     True: ((32, 512), (896, 1024)),
     False: ((32, 320), (448, 512), (960, 1024)),
 }
 
 
-# Rows past the one-CTA shapes above, when input and output share their 16-byte phase: one CTA a
-# row of ``threads`` x 8 vectors in registers and the rest in shared-memory slots (kernel 2b,
-# ``block_slots``), for rows of more than ``above`` and at most ``most`` line windows - at most 5
-# or 6 slots a thread (by itemsize). H200, M*N = 2^28, % of copy, bench/tune_long_rows.py (NOTES,
-# twenty-fifth run): fp16 / bf16 512 x 8 + 1-5 slots (two CTAs an SM) 36000 96.3 / 96.7, 40000
-# 97.1 / 96.1, 44000 95.8 / 96.4, 48000 96.6 / 95.9, 50257 95.1 / 95.4, 53001 95.0 / 94.6 against
-# the persistent picks' 92.0-95.1; 1024 x 8 + 2 / + 5: 80000 95.3 / 95.8, 100000 93.1 / 92.2
-# against 82-85 (4 x 640-800 x 4). fp32 1024 x 8 + 2 / + 5: 40000 96.9, 50257 95.7 against 92.8 /
-# 92.3 (8 x 96-128 x 16, late). More slots a thread lose (then three shared-memory reads each): 512
-# x 8 + 12 92.8-93.5, + 17 80-81, fp32 1024 x 8 + 8 94.3 vs 94.5 (65536), 2-byte 1024 x 8 + 8
-# 89.5-91.3 vs 93.4-94.8 (131072); rows of 53K-65K keep block x 8 (56000 896 x 8 96.3 / 94.7
-# against 512 x 8 + 6 94.8 / 93.7); but odd rows there take 512 x 8 + 6 (57001 94.6 / 94.8 vs
-# 2x896x4 93.0 / 92.8: second call). 98304 (rows on lines) 1024 x 8 + 4 93.6 / 93.7 vs the x 16
-# rule's 8x96x16 s2 94.2 / 93.6: level.
-# Twenty-sixth run (tune, softmax and log_softmax, fp16 / bf16): the odd 2-byte rows that block x
-# 8 leaves below 32768 (CTAs of 352-416 threads: N ~20.5k-26.6k, not a multiple of 8) run 256 x 8
-# + 3-6 (four CTAs an SM by registers) - 22001 256 x 8 + 3 96.0 / 96.1 vs persist 1x704x4 93.5 /
-# 93.1, 24001 + 4 96.6 / 95.8 vs 1x768x4 92.4 / 91.8 (log_softmax the same) - the only rows the
-# 2-byte one-CTA persistent rule (<= 1024 x 4) still took: it went.
-# Twenty-seventh run (A/B in one process, softmax): kernel 3b keeping its 2-byte exps rounded to
-# T (one exp an element) on 2 x 512 x 8 + 8-11: bf16 128256 94.6 / 131072 94.0 / fp16 131072
-# 94.0 / bf16 151936 93.8 against kernel 5's 93.7 / 94.1 / 93.6 / 92.3 (log_softmax, call 1:
-# 94.3 / 95.2 / 93.5 / 93.7 against 92.8 / 94.7 / 93.5 / 91.7): the fp16 / bf16 rows past the
-# 1024 x 8 + 5 rule up to 2 x 512 x 8 + 12 (N ~106.5K-163.8K) take it.
-# Twenty-eighth run: kernel 3b keeps its fp32 softmax exps too (one exp an element, exact in fp32;
-# A/B in one process: 2 x 1024 x 8 + 8 at 131072 93.0 -> 94.0, 2 x 512 x 8 + 8 at 65536 95.2 ->
-# 95.4; log_softmax byte-identical). Tune (softmax / log_softmax, % of copy): fp32 rows past the
-# 1024 x 8 + 13 rule on 2 x 512 x 8 + 6-12 - 54001 95.7 / 95.5, 58000 95.3 / 95.2, 61001 96.1 /
-# 96.2, 65536 95.3 / 95.5, 70001 95.4 / 95.6, 75000 94.8 / 94.8, 81920 94.9 / 95.2 - against
-# kernel 5 (8 x 128-160 x 16 late) 91.8-94.4 / 90.2-92.4; then 2 x 1024 x 8 + 3 / + 5 at 90000 /
-# 100000 94.9 / 95.5 and 93.5 / 94.3 against 93.4 / 91.5 and 93.2 / 91.9. At 131072 (+ 8) level
-# with kernel 5 (94.0 vs 94.2): fp32 rows past 2 x 1024 x 8 + 5 (N ~106.5K) kept kernel 5.
-# Twenty-ninth run: kernels 2b / 3b start their first wave in phases (cuda_variants
-# STAGGERED_KINDS: kernel 3b's fixed cost a call 12-15 -> 6-8.4 us). Tune (softmax, % of copy): fp32
-# 128256 / 131072 on 2 x 1024 x 8 + 8 95.7 / 96.2 against kernel 5's 94.5 / 95.1 (151936: + 11
-# level, 94.8 / 94.8), so fp32 rows up to 2 x 1024 x 8 + 8 (N 131072) take kernel 3b; 2-byte
-# 229376 / 262144 on 4 x 512 x 8 + 6 / + 8 bf16 93.0 / 94.7, fp16 93.0 / 95.0 against
-# chunks_reg's 92.6 / 94.0, 92.5 / 94.6 (196608 on + 4: bf16 90.1 against 90.9), so 2-byte rows
-# past 4 x 512 x 8 + 5 up to + 8 (N ~213K-262144) take kernel 3b on 4 CTAs.
+# block_slots: rows past the one-CTA shapes (input and output in one 16-byte phase), a CTA (or
+# ``cluster`` CTAs) a row of ``threads`` x 8 vectors in registers and at most 5-6 slots a thread
+# on one CTA (more lose: 512 x 8 + 12 92.8-93.5 %, + 17 80-81 %), for rows of more than ``above``
+# and at most ``most`` line windows. Measured on H200 against the persist / chunks_reg picks: one
+# CTA 94.6-97.1 % vs 82-95.1 %; 2 CTAs 93.5-96.2 % vs 91.8-95.1 %; 4 CTAs (2-byte ~213K-262144)
+# 93.0-95.0 % vs 92.5-94.6 %.
 class SlotsRule(NamedTuple):
     threads: int
     above: int  # line windows (line_windows): rows of more ...
     most: int  # ... and at most this many
-    cluster: int = 1  # CTAs a row (kernel 3b past 1)
+    cluster: int = 1  # CTAs a row (block_slots on a cluster past 1)
 
 
 BLOCK_SLOTS_RULES = {  # by itemsize
