@@ -2,7 +2,7 @@
 // persistent clusters hold (fp32 N > 163840, 2-byte N > 262144), read once where the stream kind
 // reads twice. Templated
 // on the gradient rule G as backward_persist.cuh (SoftmaxGrad in fused_softmax_backward.cu,
-// LogSoftmaxGrad in log_softmax_backward.cu; the .cu files hold the __global__ wrappers).
+// LogSoftmaxGrad in fused_log_softmax_backward.cu; the .cu files hold the __global__ wrappers).
 //
 // The forward's chunks_reg kind (row_chunks.cuh) for two inputs and one row reduction (a sum,
 // where the forward has a (max, sum) pair):

@@ -3,7 +3,7 @@
 // templated on the gradient rule G (one row reduction, then an elementwise dx):
 //
 //   fused_softmax_backward.cu: SoftmaxGrad     s = sum(y * dy),  dx = y * (dy - s)
-//   log_softmax_backward.cu:   LogSoftmaxGrad  s = sum(dy),      dx = dy - exp(y) * s
+//   fused_log_softmax_backward.cu:   LogSoftmaxGrad  s = sum(dy),      dx = dy - exp(y) * s
 //
 // G::term(y, dy) is what a row sums (fp32 accumulation, fp64 for double), G::dx(y, dy, s) the
 // element written; both see a window's values outside the row as y = dy = 0, so term must be 0

@@ -2,7 +2,7 @@
 // held on chip in 16-byte vectors, and a kernel kind and launch shape picked per (N, dtype) by
 // kernel_lab/rowkernels/forward_config.py (fast_softmax_config; the launcher records the choice).
 //
-// The kernels live in row_softmax_kernels.cuh (shared with log_softmax.cu, which instantiates
+// The kernels live in row_softmax_kernels.cuh (shared with fast_log_softmax.cu, which instantiates
 // the same bodies with another epilogue); its table maps each kind to its symbols, body and
 // header, where each kernel's ownership, launch shape, shared memory, preconditions and bytes
 // are written:

@@ -2,7 +2,7 @@
 // sum loop to its stores. An epilogue is built once per row from the row's merged (max, sum) and
 // applied to every element:
 //   SoftmaxEpilogue     y = exp(x - max) * (1 / sum)    (fast_softmax.cu)
-//   LogSoftmaxEpilogue  y = (x - max) - log(sum)        (log_softmax.cu)
+//   LogSoftmaxEpilogue  y = (x - max) - log(sum)        (fast_log_softmax.cu)
 // Softmax may skip the epilogue's exp: the sum loop's e = exp(x - m_thread) is kept (Kept) and
 // scaled by exp(m_thread - max) / sum (exp_scale), one exp per element instead of two. Each
 // kernel picks what it keeps at compile time (kKeptFor, kBlockKept), by registers per thread.

@@ -3,7 +3,7 @@
 // is known.
 //
 //   fast_softmax.cu:  KLAB_ROW_SOFTMAX_KERNELS(fast_softmax, klab::SoftmaxEpilogue)
-//   log_softmax.cu:   KLAB_ROW_SOFTMAX_KERNELS(log_softmax, klab::LogSoftmaxEpilogue)
+//   fast_log_softmax.cu:   KLAB_ROW_SOFTMAX_KERNELS(log_softmax, klab::LogSoftmaxEpilogue)
 //
 // The macro defines thin __global__ templates named <prefix>_<symbol> (so that NVRTC name
 // expressions such as "fast_softmax_block<float, 4>" work), each forwarding to one device body

@@ -48,12 +48,13 @@ class Case:
 
     @property
     def label(self) -> str:
-        s = "x".join(map(str, self.shape))
+        s = "x".join(map(str, self.shape)) or "0d"
         extra = "" if self.dim == -1 else f"-dim{self.dim}"
         return f"{s}{extra}" + ("" if self.layout == "contiguous" else f"-{self.layout}")
 
 
 CASES: tuple[Case, ...] = (
+    Case(()),  # 0-d: one row of one element, as PyTorch's row ops treat it
     Case((1, 1)),
     Case((1, 7)),
     Case((3, 127)),

@@ -185,26 +185,94 @@ def eager_fast_path(*tensors: torch.Tensor) -> bool:
     return not torch.compiler.is_compiling() and _nothing_watches(tensors)
 
 
+class _Plan:
+    """What a drop-in call of one signature runs: the variant picked (and its inputs checked)
+    once, then a dictionary hit per call. ``native``: PyTorch records autograd itself (the pick
+    is PyTorch's own differentiable op and so would the backward's be)."""
+
+    __slots__ = ("fn", "kw", "grad", "native")
+
+    def __init__(self, name: str, tensors: tuple, kw: dict, variant: str,
+                 backward_variant: str) -> None:
+        op = registry.get_op(name)
+        if variant == AUTO:
+            v = dispatch.choose_variant(name, *tensors, **kw)
+        else:
+            v = dispatch.named_variant(name, variant)
+        registry.ensure_supported(v, *tensors, **kw)
+        self.fn, self.kw, self.grad = v.fn, kw, op.autograd is not None
+        self.native = (variant == AUTO and backward_variant == AUTO and op.auto is not None
+                       and op.auto.portable_autograd and v.name == op.auto.portable
+                       and self.grad and _backward_is_portable(op, tensors, kw))
+
+    def __call__(self, name: str, tensors: tuple, kw: dict, variant: str,
+                 backward_variant: str) -> Any:
+        if self.grad and not self.native and torch.is_grad_enabled() and any(
+                t.requires_grad for t in tensors):
+            return _EagerOp.apply(name, kw, variant, backward_variant, *tensors)
+        out = self.fn(*tensors, **kw)
+        return out.contiguous() if type(out) is torch.Tensor else tuple(
+            o.contiguous() for o in out)
+
+
+def _backward_is_portable(op: registry.Op, tensors: tuple, kw: dict) -> bool:
+    """Whether the backward op's "auto" would run its portable variant on output-shaped
+    tensors like these (what PyTorch's own autograd runs)."""
+    bop = registry.get_op(op.autograd.backward) if op.autograd.backward else None
+    if bop is None or bop.auto is None:
+        return False
+    like = tensors[0].contiguous()
+    bkw = {k: kw.get(k, d) for k, d in bop.kwargs.items()}
+    n_in = len(bop.inputs)
+    return dispatch.choose_variant(bop.name, *[like] * n_in, **bkw).name == bop.auto.portable
+
+
+_plans: dict[tuple, _Plan] = {}
+_plans_generation = -1
+_PLANS_MAX = 4096
+
+
+def _signature(tensors: tuple) -> tuple:
+    """Everything of the tensors a pick or an input check may depend on: shape, strides,
+    dtype, device, offset of the data pointer in a 128-byte line (the row kernels' vector and
+    line heads depend on it), whether autograd would record."""
+    return tuple((t.shape, t.stride(), t.dtype, t.get_device(), t.data_ptr() & 127,
+                  t.requires_grad) for t in tensors)
+
+
 def call(name: str, tensors: tuple, kw: dict, variant: str | None = None,
          backward_variant: str | None = None) -> Any:
-    """Run op ``name`` as a drop-in: eager fast path, or its custom op when anything watches."""
+    """Run op ``name`` as a drop-in: a cached plan per call signature when nothing watches,
+    else its custom op."""
+    global _plans_generation
     variant, backward_variant = variant or AUTO, backward_variant or AUTO
-    custom = _defined.get(name) or define(name)
-    has_bwd_arg = _has_backward_variant(name)
-    args = (*tensors, *kw.values(), variant, *((backward_variant,) if has_bwd_arg else ()))
     if torch.compiler.is_compiling():
-        return custom(*args)
-    check_names(name, variant, backward_variant)  # eager: fail before anything runs
-    if not _nothing_watches(tensors):
-        return custom(*args)
+        return _custom_call(name, tensors, kw, variant, backward_variant)
+    x = tensors[0]
+    if (type(x) is not torch.Tensor or _get_current_dispatch_mode() is not None
+            or _functorch_active() or len(tensors) > 1 and not _nothing_watches(tensors)):
+        check_names(name, variant, backward_variant)  # eager: fail before anything runs
+        return _custom_call(name, tensors, kw, variant, backward_variant)
+    if len(tensors) == 1:  # the common case, inline (per-call hot path)
+        key = (name, variant, backward_variant, *kw.values(), x.shape, x.stride(), x.dtype,
+               x.get_device(), x.data_ptr() & 127, x.requires_grad)
+    else:
+        key = (name, variant, backward_variant, *kw.values(), *_signature(tensors))
+    plan = _plans.get(key)
+    if plan is None or _plans_generation != registry.generation:
+        if _plans_generation != registry.generation or len(_plans) >= _PLANS_MAX:
+            _plans.clear()  # a new variant may change what "auto" picks
+            _plans_generation = registry.generation
+        check_names(name, variant, backward_variant)
+        plan = _plans[key] = _Plan(name, tensors, kw, variant, backward_variant)
     if torch.autograd.profiler._is_profiler_enabled:  # traces still name the op
         with torch.profiler.record_function(f"kernel_lab::{name}"):
-            return _eager(name, tensors, kw, variant, backward_variant)
-    return _eager(name, tensors, kw, variant, backward_variant)
+            return plan(name, tensors, kw, variant, backward_variant)
+    return plan(name, tensors, kw, variant, backward_variant)
 
 
-def _eager(name: str, tensors: tuple, kw: dict, variant: str, backward_variant: str) -> Any:
-    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
-        if registry.get_op(name).autograd is not None:
-            return _EagerOp.apply(name, kw, variant, backward_variant, *tensors)
-    return dispatch.run(name, variant, tensors, kw)  # no graph to record
+def _custom_call(name: str, tensors: tuple, kw: dict, variant: str,
+                 backward_variant: str) -> Any:
+    custom = _defined.get(name) or define(name)
+    more = (backward_variant,) if _has_backward_variant(name) else ()
+    return custom(*tensors, *kw.values(), variant, *more)

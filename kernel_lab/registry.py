@@ -66,11 +66,14 @@ class Auto:
 
     ``preferences(*inputs, **kw)``: variant names to try on CUDA, best first (the first that is
     registered and supports the inputs runs); ``portable``: the variant for every other device
-    and the last resort.
+    and the last resort. ``portable_autograd``: the portable variant is PyTorch's own
+    differentiable op, so where the backward would run PyTorch's kernel too, the drop-in lets
+    PyTorch's autograd record the call (no Python autograd node of the lab's).
     """
 
     preferences: Callable[..., Sequence[str]]
     portable: str
+    portable_autograd: bool = False
 
 
 @dataclass(frozen=True)
@@ -220,6 +223,7 @@ def _triton_interpreting() -> bool:
 _ops: dict[str, Op] = {}
 _variants: dict[str, Variant] = {}
 _aliases: dict[str, str] = {}  # a former variant name -> its name now
+generation = 0  # bumped by every registration: caches of choices compare it
 _lock = threading.RLock()
 _loaded = False
 
@@ -246,6 +250,8 @@ def add_variant(variant: Variant) -> Variant:
         if variant.op not in _ops:
             raise UnknownVariantError(f"variant {variant.name!r} names unknown op {variant.op!r}")
         _variants[variant.name] = variant
+        global generation
+        generation += 1
     return variant
 
 

@@ -15,11 +15,13 @@ import torch
 
 
 def normalize_dim(dim: int, ndim: int) -> int:
-    if ndim == 0:
-        raise IndexError("softmax needs at least one dimension (got a 0-d tensor)")
-    if not -ndim <= dim < ndim:
-        raise IndexError(f"dim {dim} out of range for a {ndim}-d tensor")
-    return dim % ndim
+    """``dim`` as an index in [0, ndim); a 0-d tensor is one row of one element, reduced over
+    dim 0 or -1 (as PyTorch's row ops do). IndexError, as PyTorch raises, otherwise."""
+    span = max(ndim, 1)
+    if not -span <= dim < span:
+        raise IndexError(f"Dimension out of range (expected to be in range of [{-span}, "
+                         f"{span - 1}], but got {dim})")
+    return dim % span
 
 
 Restore = Callable[[torch.Tensor], torch.Tensor]
@@ -28,6 +30,8 @@ Restore = Callable[[torch.Tensor], torch.Tensor]
 def as_rows(x: torch.Tensor, dim: int) -> tuple[torch.Tensor, Restore]:
     """(x2d, restore): x2d is (M, N) with unit column stride; restore(out2d) -> output shape."""
     d = normalize_dim(dim, x.dim())
+    if x.dim() == 0:  # one row of one element
+        return x.reshape(1, 1), lambda out2d: out2d.view(())
     moved = x if d == x.dim() - 1 else x.movedim(d, -1)
     n = moved.shape[-1]
     lead = moved.shape[:-1]

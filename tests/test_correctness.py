@@ -21,7 +21,7 @@ def _params():
             for dtype in TEST_DTYPES:
                 if dtype not in v.dtypes:
                     continue
-                for case in cases_for(DEVICE):
+                for case in cases_for(DEVICE, kernel_lab.get_op(op)):
                     yield pytest.param(v.name, dtype, case,
                                        id=f"{v.name}-{dtype_name(dtype)}-{case.label}")
 
@@ -74,3 +74,28 @@ def test_edge_cases(name, dtype):
         ran += 1
     if ran == 0:
         pytest.skip(f"{name}: no edge case is supported ({v.supports(*cases[0][1])})")
+
+
+@pytest.mark.parametrize("op", ["softmax", "log_softmax"])
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.bool])
+def test_integer_inputs_get_the_labs_one_line_error(op, dtype):
+    """PyTorch refuses integer logits (without a dtype= cast); every variant and the drop-in
+    refuse them before any launch, naming the variant, the input and the reason."""
+    x = torch.ones(3, 4, dtype=dtype, device=DEVICE)
+    for v in kernel_lab.variants(op):
+        with pytest.raises(kernel_lab.UnsupportedInputError, match=f"{v.name}: .*not supported"):
+            kernel_lab.run(v.name, x)
+    with pytest.raises(kernel_lab.UnsupportedInputError, match="not supported"):
+        getattr(kernel_lab, op)(x)
+
+
+@pytest.mark.parametrize("op", ["softmax", "log_softmax"])
+def test_zero_dim_tensors_match_pytorch(op):
+    x = torch.tensor(1.5, device=DEVICE, requires_grad=True)
+    ref = getattr(torch, op)(x, 0)
+    for dim in (0, -1):
+        out = getattr(kernel_lab, op)(x, dim)
+        assert out.shape == () and torch.equal(out, ref)
+        out.backward()
+    with pytest.raises(IndexError, match="Dimension out of range"):
+        getattr(kernel_lab, op)(x, 1)

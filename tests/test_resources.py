@@ -151,7 +151,7 @@ def test_sass_without_the_tools_says_what_to_install(tmp_path, monkeypatch):
 _SLOT_KERNELS = ("_persist", "_wide<", "_chunks<", "_chunks_reg<")
 
 
-@pytest.mark.parametrize("source", ["fast_softmax.cu", "log_softmax.cu",
+@pytest.mark.parametrize("source", ["fast_softmax.cu", "fast_log_softmax.cu",
                                     "fused_softmax_backward.cu"])
 def test_prefetch_slots_start_on_a_128_byte_line(source):
     """Dynamic shared memory begins where the static window ends. Off a 128-byte line, each

@@ -108,7 +108,7 @@ class BackwardConfig(NamedTuple):
 
     def expr(self, t: str, prefix: str = "fused_softmax_backward") -> str:
         """The name expression this shape launches for C type t: fused_softmax_backward.cu's,
-        or (``prefix`` "log_softmax_backward") log_softmax_backward.cu's, which has the
+        or (``prefix`` "log_softmax_backward") fused_log_softmax_backward.cu's, which has the
         ``block``, ``persist``, ``chunks`` and ``stream`` kinds."""
         if self.kind == "block":
             return f"{prefix}<{t}, {self.vpt}>"

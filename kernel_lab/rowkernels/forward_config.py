@@ -1,5 +1,5 @@
 """Launch shapes of the row-softmax CUDA kernels: the fast family (cuda_src/row_softmax_kernels.cuh,
-instantiated by fast_softmax.cu and log_softmax.cu) and vec_softmax's one-CTA vector shape.
+instantiated by fast_softmax.cu and fast_log_softmax.cu) and vec_softmax's one-CTA vector shape.
 
 Pure functions of (N, dtype, alignment) - no GPU needed. Beside each rule, the H200 measurement
 that justifies it (% of the device-to-device copy, M*N = 2^28, bench/tune_long_rows.py);
@@ -142,7 +142,7 @@ def persist_max_threads(vpt: int, dtype: torch.dtype) -> int:
 
 def row_kernel_exprs(prefix: str) -> list[str]:
     """Every instantiation of the row-softmax family (row_softmax_kernels.cuh) under ``prefix``:
-    fast_softmax.cu and log_softmax.cu declare the same list."""
+    fast_softmax.cu and fast_log_softmax.cu declare the same list."""
     out = []
     for dt, t in zip(ALL_DTYPES, _T):
         big = _fast_vpt_cap(dt)

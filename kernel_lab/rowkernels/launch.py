@@ -165,8 +165,8 @@ def check_backward_persist(dx, y2d, dy2d, cfg: BackwardConfig) -> None:
 @dataclass(frozen=True)
 class RowKernels:
     """One op's instantiation of a shared kernel family: its CudaSource and kernel-name prefix
-    (fast_softmax.cu -> ``fast_softmax_*``, log_softmax.cu -> ``log_softmax_*``; the backwards'
-    persistent kernels: fused_softmax_backward.cu / log_softmax_backward.cu)."""
+    (fast_softmax.cu -> ``fast_softmax_*``, fast_log_softmax.cu -> ``log_softmax_*``; the backwards'
+    persistent kernels: fused_softmax_backward.cu / fused_log_softmax_backward.cu)."""
 
     src: object  # CudaSource
     prefix: str

@@ -49,6 +49,7 @@ def log_softmax_backward_preferences(y: torch.Tensor, dy: torch.Tensor | None = 
     return prefs
 
 
-LOG_SOFTMAX_AUTO = registry.Auto(log_softmax_preferences, PORTABLE["log_softmax"])
+LOG_SOFTMAX_AUTO = registry.Auto(log_softmax_preferences, PORTABLE["log_softmax"],
+                                 portable_autograd=True)
 LOG_SOFTMAX_BACKWARD_AUTO = registry.Auto(log_softmax_backward_preferences,
                                           PORTABLE["log_softmax_backward"])

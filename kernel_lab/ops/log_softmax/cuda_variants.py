@@ -1,5 +1,5 @@
-"""Launchers for the CUDA C++ log_softmax kernels: ``cuda_src/log_softmax.cu`` (forward) and
-``cuda_src/log_softmax_backward.cu``. Variants are named after their files.
+"""Launchers for the CUDA C++ log_softmax kernels: ``cuda_src/fast_log_softmax.cu`` (forward) and
+``cuda_src/fused_log_softmax_backward.cu``. Variants are named after their files.
 
 The forward runs fast_softmax's kernel family (``cuda_src/row_softmax_kernels.cuh``) with the
 log epilogue, so it is launched exactly like fast_softmax: the same ``fast_softmax_config``
@@ -51,10 +51,10 @@ from kernel_lab.rowkernels.launch import (
 from kernel_lab.rows import rowwise
 
 _T = [ctype(dt) for dt in ALL_DTYPES]
-FORWARD = cuda_source("log_softmax.cu", row_kernel_exprs("log_softmax"))
+FORWARD = cuda_source("fast_log_softmax.cu", row_kernel_exprs("log_softmax"))
 FORWARD_KERNELS = RowKernels(FORWARD, "log_softmax")
 BACKWARD = cuda_source(
-    "log_softmax_backward.cu",
+    "fused_log_softmax_backward.cu",
     [f"log_softmax_backward<{t}, {v}>" for t in _T for v in VPT]
     + [f"log_softmax_backward_persist<{ctype(d)}, {v}, {c}>"
        for d, v, c in backward_persist_instantiations()]
@@ -106,7 +106,7 @@ def log_backward_config(n: int, dtype: torch.dtype, aligned: bool,
     dtypes=ALL_DTYPES,
     description="fast_softmax's kernels with the log epilogue: lane groups / CTA / persistent "
     "prefetching CTAs or clusters / wide, one read + one write (see fast_softmax_config)",
-    source="cuda_src/log_softmax.cu",
+    source="cuda_src/fast_log_softmax.cu",
 )
 def fast_log_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     def launch(out, x2d):
@@ -126,7 +126,7 @@ fast_log_softmax.launch_plan = functools.partial(fast_plan, prefix="log_softmax"
     dtypes=ALL_DTYPES,
     description="y and dy in registers (16-byte aligned windows), longer rows in "
     "fused_softmax_backward's persistent clusters: read once, dx written once",
-    source="cuda_src/log_softmax_backward.cu",
+    source="cuda_src/fused_log_softmax_backward.cu",
 )
 def fused_log_softmax_backward(y: torch.Tensor, dy: torch.Tensor,
                                dim: int = -1) -> torch.Tensor:

@@ -67,5 +67,6 @@ def softmax_backward_preferences(y: torch.Tensor, dy: torch.Tensor | None = None
     return prefs
 
 
-SOFTMAX_AUTO = registry.Auto(softmax_preferences, PORTABLE["softmax"])
+SOFTMAX_AUTO = registry.Auto(softmax_preferences, PORTABLE["softmax"],
+                             portable_autograd=True)
 SOFTMAX_BACKWARD_AUTO = registry.Auto(softmax_backward_preferences, PORTABLE["softmax_backward"])
