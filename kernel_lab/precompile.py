@@ -71,6 +71,8 @@ def _run(job: Job, arch: str) -> Outcome:
         _module(job).cubin(arch, job.expr)
     except KernelCompileError as e:
         return Outcome(job, True, time.perf_counter() - t0, str(e))
+    except OSError as e:  # a source moved meanwhile: one failed job, not a failed pool
+        return Outcome(job, False, time.perf_counter() - t0, f"{type(e).__name__}: {e}")
     return Outcome(job, jit.CudaModule.compile_count > before, time.perf_counter() - t0)
 
 

@@ -10,33 +10,37 @@ import pytest
 import torch
 
 import kernel_lab
-from kernel_lab import cuda_common
+from kernel_lab import cuda_common, jit
 from kernel_lab.cuda_common import ALL_DTYPES, ctype
 from kernel_lab.rowkernels import reachable
 
 kernel_lab.variants()
-BY_FILE = {s.path.name: s for s in cuda_common.SOURCES}
-FAMILY_FILES = sorted(name.split("/")[-1] for name in reachable.FAMILIES)
+# the lab's sources by kernel-name prefix (files and variants get renamed; kernel names stay)
+BY_PREFIX = {fam[1]: s for s in cuda_common.SOURCES if (fam := reachable.family_of(s))}
 
 
-@pytest.mark.parametrize("name", FAMILY_FILES)
-def test_reachable_instantiations_are_declared(name):
-    src = BY_FILE[name]
+def test_every_family_has_its_source():
+    assert sorted(BY_PREFIX) == sorted(reachable.FAMILIES)
+
+
+@pytest.mark.parametrize("prefix", sorted(reachable.FAMILIES))
+def test_reachable_instantiations_are_declared(prefix):
+    src = BY_PREFIX[prefix]
     assert reachable.undeclared(src) == []
     picked = reachable.launchable(src)
     assert picked == [e for e in src.name_expressions if e in set(picked)]  # declaration order
 
 
 def test_tuning_only_instantiations_are_left_out():
-    fast = set(reachable.launchable(BY_FILE["fast_softmax.cu"]))
+    fast = set(reachable.launchable(BY_PREFIX["fast_softmax"]))
     assert "fast_softmax_warp<float, 4, 1>" in fast and "fast_softmax_wide<float, 16>" in fast
     assert "fast_softmax_block_slots<__nv_bfloat16, 8>" in fast
     assert not any("persist_pipe" in e for e in fast)  # timed by tuners, picked by no rule
-    assert len(fast) < len(BY_FILE["fast_softmax.cu"].name_expressions)
-    bwd = set(reachable.launchable(BY_FILE["fused_softmax_backward.cu"]))
+    assert len(fast) < len(BY_PREFIX["fast_softmax"].name_expressions)
+    bwd = set(reachable.launchable(BY_PREFIX["fused_softmax_backward"]))
     assert "fused_softmax_backward_stream<float>" in bwd  # the chunks' fallback
-    assert reachable.launchable(BY_FILE["cluster_probe.cu"]) == []  # a probe's
-    naive = BY_FILE["naive_softmax.cu"]
+    assert reachable.launchable(BY_PREFIX["cluster_probe"]) == []  # a probe's
+    naive = BY_PREFIX["naive_softmax"]
     assert reachable.launchable(naive) == list(naive.name_expressions)
 
 
@@ -54,18 +58,15 @@ def test_random_row_lengths_launch_only_reachable_instantiations():
     rng = random.Random(seed)
     ns = [rng.randint(1, reachable.LAST_N) for _ in range(400)]
     ns += [rng.randint(reachable.LAST_N, 1 << 26) for _ in range(20)]
-    plans = {"fast_softmax.cu": "fast_softmax", "log_softmax.cu": "log_softmax",
-             "fused_softmax_backward.cu": "fused_softmax_backward",
-             "log_softmax_backward.cu": "log_softmax_backward"}
-    for name in FAMILY_FILES:
-        src = BY_FILE[name]
+    for prefix, src in sorted(BY_PREFIX.items()):
         picked = set(reachable.launchable(src))
-        plan = kernel_lab.get(plans[name]).fn.launch_plan if name in plans else None
+        plans = [v.fn.launch_plan for v in kernel_lab.variants()
+                 if v.source == jit.display_name(src.path) and hasattr(v.fn, "launch_plan")]
         for dt in ALL_DTYPES:
             for n in ns:
                 got = set(reachable.launched(src, n, dt))
-                assert got <= picked, (seed, name, n, dt, got - picked)
-                if plan is not None:
+                assert got <= picked, (seed, prefix, n, dt, got - picked)
+                for plan in plans:
                     text = plan(n, dt)
                     assert any(e in text for e in picked if ctype(dt) in e), (seed, n, dt, text)
 
@@ -77,4 +78,9 @@ def test_a_sources_own_launchable_wins(tmp_path):
     mine = cuda_common.CudaSource(cu, exprs, launchable=lambda: ["k<3>", "k<1>"])
     assert reachable.launchable(mine) == ["k<1>", "k<3>"]
     assert reachable.launchable(cuda_common.CudaSource(cu, exprs)) == list(exprs)  # any file
+    # a kernel name that merely starts like a lab family's keeps every instantiation
+    fast = tmp_path / "fast.cu"
+    fast.write_text("template <typename T> __global__ void fast_softmax_v2() {}\n")
+    lookalike = cuda_common.CudaSource(fast, ("fast_softmax_v2<float>",))
+    assert reachable.launchable(lookalike) == ["fast_softmax_v2<float>"]
     assert reachable.launched(cuda_common.CudaSource(cu, exprs), 10, torch.float32) == []

@@ -12,10 +12,11 @@ The configs depend on N only through 16-byte window counts (``ceil(n / W)``, and
 starts a window with one element or lands on a 128-byte line), so :func:`row_lengths` takes every
 N up to DENSE_N and beyond it, up to 2^21 + 1, the window counts of a grid of relative step
 1 / GRID_STEPS, each with the N that ends a window, the two after it and the next multiple of a
-128-byte line; then powers of two around 2^12-2^28. The narrowest region of one config past
-DENSE_N spans about 1 % of its window count (measured against every window count up to 2^21 + 1:
-the same sets), so a step of 1/512 leaves a margin of 5x; tests/test_reachable.py checks random
-row lengths against the set.
+128-byte line; then powers of two around 2^12-2^28. Checked against every N up to 2^21 + 1 in
+every family and dtype: the same sets (the grid's powers of two past 2^21 add the 2-byte
+``chunks``, right). Past DENSE_N, the instantiation with the narrowest span of row lengths is
+the 2-byte ``persist_cluster<T, 4, 2>``: window counts 7161-7424, 3.7 % of its start, against a
+grid step of 0.2 %. tests/test_reachable.py checks random row lengths against the set.
 """
 
 from __future__ import annotations
@@ -85,10 +86,19 @@ def backward_configs(n: int, dtype: torch.dtype) -> set:
     return _backward_with_fallback(bc.backward_config.__wrapped__, n, dtype)
 
 
-def log_backward_configs(n: int, dtype: torch.dtype) -> set:
-    from kernel_lab.ops.log_softmax.cuda_variants import log_backward_config
+def _ops_attr(name: str):
+    """A launcher module's ``name`` (``log_backward_config``, ``warp_softmax_config``, ...), found
+    among the loaded ``kernel_lab.ops`` modules; None if no module has it."""
+    import sys
 
-    return _backward_with_fallback(log_backward_config.__wrapped__, n, dtype)
+    for modname, mod in list(sys.modules.items()):
+        if modname.startswith("kernel_lab.ops.") and hasattr(mod, name):
+            return getattr(mod, name)
+    return None
+
+
+def log_backward_configs(n: int, dtype: torch.dtype) -> set:
+    return _backward_with_fallback(_ops_attr("log_backward_config").__wrapped__, n, dtype)
 
 
 def vec_configs(n: int, dtype: torch.dtype) -> set:
@@ -96,9 +106,7 @@ def vec_configs(n: int, dtype: torch.dtype) -> set:
 
 
 def warp_configs(n: int, dtype: torch.dtype) -> set:
-    from kernel_lab.ops.softmax.cuda_variants import WARP_MAX_N, warp_softmax_config
-
-    return {warp_softmax_config(n)} if n <= WARP_MAX_N else set()
+    return {_ops_attr("warp_softmax_config")(n)} if n <= _ops_attr("WARP_MAX_N") else set()
 
 
 def _vec_expr(vpt: int | None, t: str, prefix: str) -> str:
@@ -122,19 +130,42 @@ WARP = Family(warp_configs, lambda ept, t, p: f"{p}<{t}, {ept}>")
 PER_DTYPE = Family(lambda n, dtype: {None}, lambda _, t, p: f"{p}<{t}>")
 NONE = Family(lambda n, dtype: set(), lambda *_: "")  # probes and tuning only
 
-# the lab's files -> (family, kernel-name prefix); any other file: every instantiation
-FAMILIES: dict[str, tuple[Family, str]] = {
-    "cuda_src/fast_softmax.cu": (FORWARD, "fast_softmax"),
-    "cuda_src/log_softmax.cu": (FORWARD, "log_softmax"),
-    "cuda_src/fused_softmax_backward.cu": (BACKWARD, "fused_softmax_backward"),
-    "cuda_src/log_softmax_backward.cu": (LOG_BACKWARD, "log_softmax_backward"),
-    "cuda_src/vec_softmax.cu": (VEC, "vec_softmax"),
-    "cuda_src/warp_softmax.cu": (WARP, "warp_softmax"),
-    "cuda_src/naive_softmax.cu": (PER_DTYPE, "naive_softmax"),
-    "cuda_src/block_softmax.cu": (PER_DTYPE, "block_softmax"),
-    "cuda_src/online_softmax.cu": (PER_DTYPE, "online_softmax"),
-    "cuda_src/cluster_probe.cu": (NONE, "cluster_probe"),  # occupancy.cluster_placement's
+# kernel-name prefix (the name expressions' template names: PREFIX<...> or PREFIX_kind<...>)
+# -> family; a source whose template names all map to one prefix is that family's (the longest
+# prefix wins: log_softmax_backward_persist is log_softmax_backward's); any other, every
+# instantiation. Keyed by kernel names, not files or variants, which get renamed.
+FAMILIES: dict[str, Family] = {
+    "fast_softmax": FORWARD,
+    "log_softmax": FORWARD,
+    "fused_softmax_backward": BACKWARD,
+    "log_softmax_backward": LOG_BACKWARD,
+    "vec_softmax": VEC,
+    "warp_softmax": WARP,
+    "naive_softmax": PER_DTYPE,
+    "block_softmax": PER_DTYPE,
+    "online_softmax": PER_DTYPE,
+    "cluster_probe": NONE,  # occupancy.cluster_placement's probe
 }
+# what a family needs from the launcher modules (None there: the family cannot be derived)
+_NEEDS = {LOG_BACKWARD: ("log_backward_config",), WARP: ("warp_softmax_config", "WARP_MAX_N")}
+
+
+def family_of(src) -> tuple[Family, str] | None:
+    """(family, kernel-name prefix) of a CudaSource, or None: take every instantiation."""
+    prefixes = set()
+    for e in src.name_expressions:
+        name = e.split("<", 1)[0].strip()
+        keys = [k for k in FAMILIES if name == k or name.startswith(k + "_")]
+        if not keys:
+            return None
+        prefixes.add(max(keys, key=len))
+    if len(prefixes) != 1:
+        return None
+    prefix = prefixes.pop()
+    family = FAMILIES[prefix]
+    if any(_ops_attr(need) is None for need in _NEEDS.get(family, ())):
+        return None
+    return family, prefix
 
 
 @functools.cache
@@ -148,56 +179,52 @@ def family_configs(family: Family, dtype: torch.dtype) -> frozenset:
     return frozenset(out)
 
 
-def _family(src) -> tuple[Family, str] | None:
-    from kernel_lab.jit import display_name
-
-    return FAMILIES.get(display_name(src.path))
-
-
 def _in_order(src, exprs: Iterable[str]) -> list[str]:
     want = set(exprs)
     return [e for e in src.name_expressions if e in want]
 
 
+def _family_exprs(family: Family, prefix: str) -> set[str]:
+    return {family.expr(cfg, ctype(dt), prefix)
+            for dt in ALL_DTYPES for cfg in family_configs(family, dt)}
+
+
 def launchable(src) -> list[str]:
     """The declared instantiations of ``src`` (a CudaSource) that its launcher can pick, in
-    declaration order: ``src.launchable`` if set, the derived set for the lab's files, else all.
-    Computed once per process and source."""
-    return list(_launchable(src.path, src.name_expressions, src.launchable))
+    declaration order: ``src.launchable`` if set, else its family's (:func:`family_of`), else
+    all - all too where the family would pick an undeclared one (then it is not the family's
+    file). Computed once per process and source."""
+    return list(_launchable(src.name_expressions, src.launchable))
 
 
 @functools.cache
-def _launchable(path, name_expressions: tuple[str, ...], own) -> tuple[str, ...]:
+def _launchable(name_expressions: tuple[str, ...], own) -> tuple[str, ...]:
     from types import SimpleNamespace
 
-    src = SimpleNamespace(path=path, name_expressions=name_expressions)
+    src = SimpleNamespace(name_expressions=name_expressions)
     if own is not None:
         return tuple(_in_order(src, own()))
-    fam = _family(src)
+    fam = family_of(src)
     if fam is None:
         return name_expressions
-    family, prefix = fam
-    exprs = {family.expr(cfg, ctype(dt), prefix)
-             for dt in ALL_DTYPES for cfg in family_configs(family, dt)}
+    exprs = _family_exprs(*fam)
+    if not exprs <= set(name_expressions):
+        return name_expressions
     return tuple(_in_order(src, exprs))
 
 
 def undeclared(src) -> list[str]:
-    """Reachable name expressions that ``src`` does not declare (should be none)."""
-    fam = _family(src)
-    if fam is None:
-        return []
-    family, prefix = fam
-    exprs = {family.expr(cfg, ctype(dt), prefix)
-             for dt in ALL_DTYPES for cfg in family_configs(family, dt)}
-    return sorted(exprs - set(src.name_expressions))
+    """Name expressions the family of ``src`` can launch that ``src`` does not declare (for the
+    lab's files: none)."""
+    fam = family_of(src)
+    return [] if fam is None else sorted(_family_exprs(*fam) - set(src.name_expressions))
 
 
 def launched(src, n: int, dtype: torch.dtype) -> list[str]:
     """The declared instantiations of ``src`` that rows of ``n`` elements of ``dtype`` can
     launch, over every alignment (for ``resources --n``); for files without a family, the
     instantiations naming the dtype's C type."""
-    fam = _family(src)
+    fam = family_of(src)
     t = ctype(dtype)
     if fam is None or fam[0] is NONE:
         return [e for e in src.name_expressions if f"<{t}>" in e or f"<{t}," in e]
