@@ -180,7 +180,7 @@ def launch_rows(
         args = (out2d.data_ptr(), *[t.data_ptr() for t in inputs2d], m, n,
                 *[t.stride(0) for t in inputs2d], *extra)
     interop.launch(fn, (grid,), (block,), args, device_index=dev, shared_mem=shared_mem,
-                   signature=signature)
+                   signature=signature, source=(src, expr))
 
 
 # (number of inputs, *types of the extra arguments) -> pack_args signature of a row launch

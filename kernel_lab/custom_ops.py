@@ -32,7 +32,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
-from . import dispatch, registry
+from . import dispatch, launch_plans, registry
 from .dispatch import AUTO
 
 _SCHEMA_TYPES = {bool: "bool", int: "int", float: "float", str: "str"}
@@ -200,7 +200,10 @@ class _Plan:
         else:
             v = dispatch.named_variant(name, variant)
         registry.ensure_supported(v, *tensors, **kw)
-        self.fn, self.kw, self.grad = v.fn, kw, op.autograd is not None
+        self.kw, self.grad = kw, op.autograd is not None
+        # a CUDA launcher's one launch is recorded once and replayed (launch_plans)
+        self.fn = launch_plans.ReplayingCall(v.fn) if v.backend == "cuda" else (
+            lambda tensors, kw, fn=v.fn: fn(*tensors, **kw))
         self.native = (variant == AUTO and backward_variant == AUTO and op.auto is not None
                        and op.auto.portable_autograd and v.name == op.auto.portable
                        and self.grad and _backward_is_portable(op, tensors, kw))
@@ -210,7 +213,7 @@ class _Plan:
         if self.grad and not self.native and torch.is_grad_enabled() and any(
                 t.requires_grad for t in tensors):
             return _EagerOp.apply(name, kw, variant, backward_variant, *tensors)
-        out = self.fn(*tensors, **kw)
+        out = self.fn(tensors, kw)
         return out.contiguous() if type(out) is torch.Tensor else tuple(
             o.contiguous() for o in out)
 
@@ -232,14 +235,6 @@ _plans_generation = -1
 _PLANS_MAX = 4096
 
 
-def _signature(tensors: tuple) -> tuple:
-    """Everything of the tensors a pick or an input check may depend on: shape, strides,
-    dtype, device, offset of the data pointer in a 128-byte line (the row kernels' vector and
-    line heads depend on it), whether autograd would record."""
-    return tuple((t.shape, t.stride(), t.dtype, t.get_device(), t.data_ptr() & 127,
-                  t.requires_grad) for t in tensors)
-
-
 def call(name: str, tensors: tuple, kw: dict, variant: str | None = None,
          backward_variant: str | None = None) -> Any:
     """Run op ``name`` as a drop-in: a cached plan per call signature when nothing watches,
@@ -257,7 +252,7 @@ def call(name: str, tensors: tuple, kw: dict, variant: str | None = None,
         key = (name, variant, backward_variant, *kw.values(), x.shape, x.stride(), x.dtype,
                x.get_device(), x.data_ptr() & 127, x.requires_grad)
     else:
-        key = (name, variant, backward_variant, *kw.values(), *_signature(tensors))
+        key = (name, variant, backward_variant, *kw.values(), *launch_plans.signature(tensors))
     plan = _plans.get(key)
     if plan is None or _plans_generation != registry.generation:
         if _plans_generation != registry.generation or len(_plans) >= _PLANS_MAX:

@@ -87,12 +87,17 @@ _recorder: list | None = None  # set by record_launches(): kernels launched mean
 
 
 class Launch(NamedTuple):
-    """One recorded kernel launch: the CuPy Function and its launch shape."""
+    """One recorded kernel launch: the CuPy Function, its launch shape, its arguments (and
+    their pack signature) and, from the row launcher, its (CudaSource, name expression)."""
 
     fn: Any
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
     shared_mem: int
+    args: tuple = ()
+    signature: str | None = None
+    source: tuple | None = None
+    device_index: int = 0
 
 
 @contextlib.contextmanager
@@ -200,15 +205,17 @@ def launch(
     device_index: int,
     shared_mem: int = 0,
     signature: str | None = None,
+    source: tuple | None = None,
 ) -> None:
     """Launch kernel ``fn`` (a CuPy ``Function``) on torch's current stream of ``device_index``.
 
+    ``source``: (CudaSource, name expression) of ``fn``, kept by :func:`record_launches` so a
+    recorded launch can be replayed (:mod:`kernel_lab.launch_plans`).
     ``args`` must already be typed: tensor pointers as Python ints (sent as 64-bit), scalars as
     numpy scalars (``np.int32``, ``np.float32``); anything else raises ``TypeError``. Or give
     the C types as a ``signature`` (see :func:`pack_args`) and pass plain Python numbers.
     The launch is one ``cuLaunchKernel`` (CuPy's driver binding) with a cached argument buffer,
-    instead of CuPy's ``Function.__call__``, which boxes every argument on every call (bench
-    /NOTES.md "Per-call overhead" has the measured pieces of this path).
+    instead of CuPy's ``Function.__call__``, which boxes every argument on every call.
     """
     driver, runtime = _cuda_api()
     if not getattr(_thread, "ready", False):
@@ -220,7 +227,8 @@ def launch(
     gx, gy, gz = (*grid, 1, 1)[:3]
     bx, by, bz = (*block, 1, 1)[:3]
     if _recorder is not None:
-        _recorder.append(Launch(fn, (gx, gy, gz), (bx, by, bz), shared_mem))
+        _recorder.append(Launch(fn, (gx, gy, gz), (bx, by, bz), shared_mem, args, signature,
+                                source, device_index))
     stream = current_stream_ptr(device_index)
     if runtime.getDevice() == device_index:
         driver.launchKernel(fn.ptr, gx, gy, gz, bx, by, bz, shared_mem, stream, params, 0)
