@@ -86,19 +86,26 @@ def backward_configs(n: int, dtype: torch.dtype) -> set:
     return _backward_with_fallback(bc.backward_config.__wrapped__, n, dtype)
 
 
+_FOUND: dict[str, Any] = {}
+
+
 def _ops_attr(name: str):
     """A launcher module's ``name`` (``log_backward_config``, ``warp_softmax_config``, ...), found
-    among the loaded ``kernel_lab.ops`` modules; None if no module has it."""
+    among the loaded ``kernel_lab.ops`` modules (then remembered); None if no module has it."""
     import sys
 
+    if name in _FOUND:
+        return _FOUND[name]
     for modname, mod in list(sys.modules.items()):
         if modname.startswith("kernel_lab.ops.") and hasattr(mod, name):
-            return getattr(mod, name)
+            _FOUND[name] = getattr(mod, name)
+            return _FOUND[name]
     return None
 
 
 def log_backward_configs(n: int, dtype: torch.dtype) -> set:
-    return _backward_with_fallback(_ops_attr("log_backward_config").__wrapped__, n, dtype)
+    pick = _ops_attr("log_backward_config")
+    return _backward_with_fallback(getattr(pick, "__wrapped__", pick), n, dtype)
 
 
 def vec_configs(n: int, dtype: torch.dtype) -> set:
