@@ -5,17 +5,17 @@
         [--path eager|custom]
 
 Per (op, dtype, shape): the time per call of what a model runs with variant "auto" and with
-each candidate named (``torch_ops.PREFERENCES[op]`` and ``PORTABLE[op]``, those that take the
-input). ``--path eager`` (default): ``kernel_lab.softmax(x, variant=...)`` /
-``kernel_lab.log_softmax`` for the forward ops, and for the backward ops what their eager
-autograd runs (``torch_ops._run``); ``--path custom``: the custom ops
-(``torch.ops.kernel_lab.<op>``), what ``torch.compile``d graphs and dispatch modes call. Each
-is timed on the benchmark's rotating inputs and timer (``kernel_lab.benchmarking``: the median
-of rounds of back-to-back calls, the GPU synchronised around each round). Prints the variant
-auto took (``torch_ops.choose_variant``), the fastest candidate, and auto's time over the
-fastest's; exits 1 when that ratio passes ``--tolerance`` anywhere: the size / row-length rule in
-``torch_ops.measured_preferences`` is off for that tensor. Timing only: the test suite checks
-every candidate's output.
+each candidate the op's auto policy names (its preferences for the input and its portable
+variant, those registered that take the input). ``--path eager`` (default):
+``kernel_lab.softmax(x, variant=...)`` / ``kernel_lab.log_softmax`` for the forward ops, and
+for the backward ops what their eager autograd runs (``dispatch.run``); ``--path custom``: the
+custom ops (``torch.ops.kernel_lab.<op>``), what ``torch.compile``d graphs and dispatch modes
+call. Each is timed on the benchmark's rotating inputs and timer (``kernel_lab.benchmarking``:
+the median of rounds of back-to-back calls, the GPU synchronised around each round). Prints the
+variant auto took (``dispatch.choose_variant``), the fastest candidate, and auto's time over the
+fastest's; exits 1 when that ratio passes ``--tolerance`` anywhere: the op's size / row-length
+rule (``kernel_lab/ops/<op>/auto.py``) is off for that tensor. Timing only: the test suite
+checks every candidate's output.
 """
 
 from __future__ import annotations
@@ -32,17 +32,12 @@ from rich.table import Table
 
 import kernel_lab
 from kernel_lab import benchmarking as bm
-from kernel_lab import registry, torch_ops
+from kernel_lab import custom_ops, dispatch, registry
 from kernel_lab.errors import UnknownVariantError
 
-CUSTOM_OPS = {
-    "softmax": torch_ops.softmax_op,
-    "softmax_backward": torch_ops.softmax_backward_op,
-    "log_softmax": torch_ops.log_softmax_op,
-    "log_softmax_backward": torch_ops.log_softmax_backward_op,
-}
-# both sides of every small-size limit (torch_ops.SMALL_NUMEL: 2^21, 2^23) and of Triton's
-# (2^25), rows of 128-32000 (bench/NOTES.md, twenty-first run)
+OPS = ("softmax", "softmax_backward", "log_softmax", "log_softmax_backward")
+# both sides of every small-size limit (the ops' SMALL_NUMEL: 2^21-2^23) and of Triton's
+# (2^25), rows of 128-32000
 SHAPES = ("16x1024,512x4096,1024x4096,2048x4096,4096x4096,8192x1024,16384x1024,128x32000,"
           "512x32000,65536x128,262144x128,2048x16384")
 
@@ -58,22 +53,23 @@ def op_call(op: str, variant: str, path: str = "eager"):
     if path == "eager":
         if op in PUBLIC:
             return lambda x, dim=-1: PUBLIC[op](x, dim, variant)
-        return lambda *t, dim=-1: torch_ops._run(op, variant, t, dim)
-    custom = CUSTOM_OPS[op]
-    if op.endswith("_backward"):
-        return lambda y, dy, dim=-1: custom(y, dy, dim, variant)
-    return lambda x, dim=-1: custom(x, dim, variant, torch_ops.AUTO)
+        return lambda *t, dim=-1: dispatch.run(op, variant, t, {"dim": dim})
+    custom = custom_ops.define(op)
+    grad = registry.get_op(op).autograd
+    more = (dispatch.AUTO,) if grad is not None and grad.backward else ()  # backward_variant
+    return lambda *t, dim=-1: custom(*t, dim, variant, *more)
 
 
 def candidates(op: str, inputs: tuple) -> list[str]:
     """The names auto chooses from that are registered and take these inputs."""
     names = []
-    for name in dict.fromkeys((*torch_ops.PREFERENCES[op], torch_ops.PORTABLE[op])):
+    policy = dispatch.policy(op)
+    for name in dict.fromkeys((*policy.preferences(*inputs), policy.portable)):
         try:
             v = registry.get(name)
         except UnknownVariantError:
             continue
-        if torch_ops.can_run(v, *inputs):
+        if dispatch.can_run(v, *inputs):
             names.append(name)
     return names
 
@@ -86,10 +82,10 @@ def seconds_per_call(work: bm.Workload, fn) -> float:
 
 def check_case(case: bm.Case, device: str, path: str = "eager") -> dict:
     work = bm.make_workload(case, device)
-    picked = torch_ops.choose_variant(case.op, *work.inputs).name
+    picked = dispatch.choose_variant(case.op, *work.inputs).name
     times = {name: seconds_per_call(work, op_call(case.op, name, path))
              for name in candidates(case.op, work.inputs)}
-    auto = seconds_per_call(work, op_call(case.op, torch_ops.AUTO, path))
+    auto = seconds_per_call(work, op_call(case.op, dispatch.AUTO, path))
     best = min(times, key=times.get)
     return {"case": case, "picked": picked, "auto_s": auto, "best": best,
             "best_s": times[best], "ratio": auto / times[best], "times": times}
@@ -98,7 +94,7 @@ def check_case(case: bm.Case, device: str, path: str = "eager") -> dict:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--op", default="softmax,softmax_backward",
-                   help=f"comma-separated ops (of {', '.join(CUSTOM_OPS)})")
+                   help=f"comma-separated ops (of {', '.join(OPS)})")
     p.add_argument("--dtype", default="float32,bfloat16", help="comma-separated dtypes")
     p.add_argument("--shape", default=SHAPES, help="comma-separated MxN shapes")
     p.add_argument("--tolerance", type=float, default=1.05,
@@ -110,9 +106,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--json", default=None, metavar="FILE",
                    help="also write every case's times (seconds per call) to FILE")
     args = p.parse_args(argv)
-    bad = [o for o in args.op.split(",") if o not in CUSTOM_OPS]
+    bad = [o for o in args.op.split(",") if o not in OPS]
     if bad:
-        p.error(f"unknown op {bad[0]!r}; ops: {', '.join(CUSTOM_OPS)}")
+        p.error(f"unknown op {bad[0]!r}; ops: {', '.join(OPS)}")
     try:
         args.cases = [bm.Case(o, bm.parse_dtype(d), bm.parse_shape(s))
                       for o in args.op.split(",") for d in args.dtype.split(",")

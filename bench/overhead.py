@@ -3,7 +3,7 @@
     python bench/overhead.py [--variant online_softmax] [--shape 32x1024]
 
 Prints microseconds per call for torch.softmax and the variant through ``kernel_lab.run`` and
-through the variant's launcher directly, plus the pieces of the per-call path. The issue's target:
+through the variant's launcher directly, plus the pieces of the per-call path. The target:
 ``kernel_lab.run`` at most 1.5x ``torch.softmax``.
 """
 

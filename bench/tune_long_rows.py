@@ -41,7 +41,7 @@ NS = (1024, 2048, 4096, 8192, 16384, 32000, 32768, 50257, 65536, 128256, 131072,
 
 def med_ms(fn, reps: int = 9, k: int = 5) -> float:
     fn()
-    torch.cuda.current_stream().synchronize()  # this stream only (occupy_sms.py spins on another)
+    torch.cuda.current_stream().synchronize()  # this stream only: other streams may stay busy
     e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     ts = []
     for _ in range(reps):
@@ -56,7 +56,7 @@ def med_ms(fn, reps: int = 9, k: int = 5) -> float:
 
 
 def pipe_twins(c: fc.FastConfig, dtype: torch.dtype) -> list[fc.FastConfig]:
-    """The pipelined forms (kernel 5b, one and two rows of slots) of a persistent cluster
+    """The pipelined forms (``pipe``, one and two rows of slots) of a persistent cluster
     shape, where it is instantiated and the slots fit shared memory."""
     if c.kind != "persist" or c.cluster not in fc.PIPE_CL or c.vpt not in fc.pipe_vpts(dtype):
         return []
@@ -72,14 +72,14 @@ def candidates(n: int, dtype: torch.dtype, aligned: bool) -> dict[str, fc.FastCo
         out[c.label()] = c
     nw = fc.vector_windows(n, dtype, aligned)
     nwl = fc.line_windows(n, dtype, aligned)
-    for vpt in (4, 8):  # one CTA per row, where one holds it: 2-byte rows of 16K-64K went to the
-        # persistent kernels when the block kernel's loads were evict-first (nineteenth run)
+    for vpt in (4, 8):  # one CTA per row, where one holds it (block x 8 takes 2-byte rows of
+        # 16K-64K from the persistent kernels while its loads are plain, not evict-first)
         threads = fc.round32(-(-nw // vpt))  # as fast_softmax_config sizes its block CTAs
         if threads <= 1024 and nw > fc.WARP_MAX_WINDOWS:
             c = fc.FastConfig("block", threads=threads, vpt=vpt)
             out.setdefault(c.label(), c)
-    if dtype in fc.PERSIST_DTYPES:  # kernels 2b / 3b / 2c: one CTA (cluster) a row, 8 vectors a
-        # thread + slots
+    if dtype in fc.PERSIST_DTYPES:  # block_slots / persist_slots: one CTA (or cluster) a row,
+        # 8 vectors a thread in registers + slots in shared memory
         for cl in (1, *fc.SLOTS_CL):
             for threads in BLOCK_SLOTS_THREADS:  # rows that need a slot, slots that fit a CTA
                 most_slots = min(fc.MAX_CTA_SHARED // (16 * threads), SLOTS_MOST)
@@ -87,13 +87,13 @@ def candidates(n: int, dtype: torch.dtype, aligned: bool) -> dict[str, fc.FastCo
                 if per * fc.BLOCK_SLOTS_VPT < nwl <= per * (fc.BLOCK_SLOTS_VPT + most_slots):
                     c = fc.block_slots_config(nwl, threads, cluster=cl)
                     out.setdefault(c.label(), c)
-                    # kernels 2c / 3c: the same CTAs persistent, rows rolled through them
+                    # persist_slots: the same CTAs resident, rows rolled through them
                     c = fc.block_slots_config(nwl, threads, cluster=cl, kind="persist_slots")
                     out.setdefault(c.label(), c)
-    # kernel 3 (a row on a cluster, registers only) on 8 and 16 CTAs. Thirtieth run (first wave
-    # in phases; SLOTS_CL then held 8 too): 40-82 % at fp32 151936-262144 and 2-byte
-    # 196608-262144, kernel 3b on 8 x 256-1024 CTAs 66-94.6 - likely a cluster spread over more than
-    # two SMs waiting for that many free slots in one GPC at every launch (NOTES, thirtieth run)
+    # ``cluster`` (a row on a cluster, registers only) on 8 and 16 CTAs. These (and block_slots
+    # on 8 CTAs) read 40-82 % of copy at fp32 151936-262144 and 2-byte 196608-262144: a cluster
+    # spread over more than two SMs likely waits for that many free slots in one GPC at every
+    # launch. Timed for comparison; the rules do not pick them there.
     if nw >= 16384:
         big = fc._fast_vpt_cap(dtype)
         for cl in (8, 16):
@@ -126,24 +126,24 @@ def candidates(n: int, dtype: torch.dtype, aligned: bool) -> dict[str, fc.FastCo
                   fc.wide_config(nw, keep_bytes=0),
                   fc.wide_config(nw, threads=512, keep_bytes=half)):
             out.setdefault(c.label(), c)
-    if nw >= 4096:  # rows in chunks of one CTA (kernel 7): (threads, vpt, lag, ahead)
+    if nw >= 4096:  # rows in chunks of one CTA (``chunks``): (threads, vpt, lag, ahead)
         for t, v, lag, ahead in CHUNK_SHAPES:
             c = fc.FastConfig("chunks", threads=t, vpt=v, lag=lag, ahead=ahead)
             if c.shared_mem() <= fc.MAX_CTA_SHARED:
                 out.setdefault(c.label(), c)
-        for t, v, ahead in CHUNK_REG_SHAPES:  # kernel 7b: the waiting chunk in registers
+        for t, v, ahead in CHUNK_REG_SHAPES:  # chunks_reg: the waiting chunk in registers
             c = fc.FastConfig("chunks_reg", threads=t, vpt=v, ahead=ahead)
             out.setdefault(c.label(), c)
-        # the chunk rule's shape (kernel 7b's CTA sized down so that the row's chunks come out
+        # the chunk rule's shape (chunks_reg's CTA sized down so that the row's chunks come out
         # full, 200000 bf16: 448 x 8), also where a persistent rule takes the row
         c = fc.chunk_config(n, dtype, fc.rows_on_lines(n, dtype, aligned, None))
         out.setdefault(c.label(), c)
     return out
 
 
-# kernel 2b's CTA sizes timed (block_slots: <= 512 threads, two or more CTAs an SM), and 3b's
-# (the same on clusters of SLOTS_CL CTAs); at most SLOTS_MOST slots a thread (past ~12 they lose
-# 5-20 points: twenty-fifth run)
+# block_slots' CTA sizes timed (<= 512 threads: two or more CTAs an SM), on one CTA and on
+# clusters of SLOTS_CL CTAs; at most SLOTS_MOST slots a thread (past ~12 they lose 5-20 points
+# of copy speed)
 BLOCK_SLOTS_THREADS = (256, 384, 512, 640, 768, 1024)
 SLOTS_MOST = 12
 # the chunk kernel's shapes timed (one to four CTAs per SM by shared memory and threads)

@@ -1,0 +1,146 @@
+"""Markdown tables from saved ``python -m kernel_lab bench`` JSON files (bench/results/README.md).
+
+    python bench/results_table.py bench/results/forward_h200.json \\
+        bench/results/backward_h200.json > bench/results/README.md
+
+Per file: a heading stamped with the GPU, the date the sweep was measured and the commit that
+recorded it (the JSON's ``meta["commit"]`` if it has one, else the oldest commit holding the
+file's content; ``--commit`` overrides), then one table per (op, dtype): N (and M)
+down; the lab's CUDA kernel first, then every peer in the file; each cell "GB/s (% of copy)",
+the row's fastest in bold. Stdlib only: it runs where torch is not installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+from collections import defaultdict
+from datetime import datetime
+from pathlib import Path
+
+# what each variant of a saved sweep is, for the column headers (other names print as they are)
+LABELS = {
+    "fast_softmax": "lab: fast_softmax",
+    "fused_softmax_backward": "lab: fused_softmax_backward",
+    "log_softmax": "lab: log_softmax",
+    "fast_log_softmax": "lab: fast_log_softmax",
+    "log_softmax_backward": "lab: log_softmax_backward",
+    "fused_log_softmax_backward": "lab: fused_log_softmax_backward",
+    "torch_eager": "torch.softmax",
+    "torch_eager_backward": "torch softmax backward",
+    "torch_log_softmax": "torch.log_softmax",
+    "torch_log_softmax_backward": "torch log_softmax backward",
+    "compile_naive": "torch.compile",
+    "triton_fused": "Triton (fused)",
+    "triton_backward": "Triton backward",
+    "triton_log_softmax_backward": "Triton backward",
+}
+TIMED = ("ok", "inexact")  # statuses whose records carry timings (kernel_lab.benchmarking.TIMED)
+HEADER = """# Benchmark results
+
+One result set: the latest forward and backward softmax sweeps (GPU, date and commit in each
+section), M*N = 2^28 elements per shape (1 GiB of fp32: far past L2). GB/s counts the fewest
+bytes a call must read plus write; % of copy is that over a device-to-device copy's GB/s on the
+same GPU; "inexact": outside the lab's tolerance for that dtype (timed all the same); "skipped":
+the variant does not take that row. Generated (do not edit):
+
+    python bench/results_table.py bench/results/forward_h200.json \\
+        bench/results/backward_h200.json > bench/results/README.md
+
+A new sweep (`bash .ci/gpu-bench forward backward`) replaces the JSON / PNG here.
+"""
+
+
+def when(meta: dict) -> str:
+    """The sweep's UTC time from ``created_utc`` (``YYYYmmdd-HHMMSS``), as ``YYYY-mm-dd HH:MM``."""
+    stamp = meta.get("created_utc")
+    try:
+        return datetime.strptime(stamp, "%Y%m%d-%H%M%S").strftime("%Y-%m-%d %H:%M UTC")
+    except (TypeError, ValueError):
+        return "unknown date"
+
+
+def added_in(path: Path) -> str | None:
+    """The short hash of the oldest commit holding ``path``'s exact content (at any path, so a
+    move is not taken for the commit that recorded it), or None outside a git checkout."""
+    cwd = path.resolve().parent
+    try:
+        blob = subprocess.run(["git", "hash-object", path.name], cwd=cwd, capture_output=True,
+                              text=True, timeout=60).stdout.strip()
+        out = subprocess.run(["git", "log", "--format=%h", f"--find-object={blob}"], cwd=cwd,
+                             capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = out.stdout.split()
+    return lines[-1] if blob and out.returncode == 0 and lines else None
+
+
+def cell(r: dict | None) -> str:
+    if r is None:
+        return ""
+    if r["status"] not in TIMED:
+        return r["status"]
+    text = f"{r['gbps']:,.0f} ({r['pct_of_copy']:.0f}%)"
+    return text + " inexact" if r["status"] == "inexact" else text
+
+
+def columns(records: list[dict]) -> list[str]:
+    """Variant names: the lab's (backend ``cuda``) first, then the others in file order."""
+    names = list(dict.fromkeys(r["variant"] for r in records))
+    lab = {r["variant"] for r in records if r.get("backend") == "cuda"}
+    return [n for n in names if n in lab] + [n for n in names if n not in lab]
+
+
+def tables(records: list[dict]) -> list[str]:
+    panels: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    for r in records:
+        panels[(r["op"], r["dtype"])].append(r)
+    out = []
+    for (op, dtype), recs in panels.items():
+        names = columns(recs)
+        head = ["N", "M", *(LABELS.get(n, n) for n in names)]
+        out += [f"**{op}, {dtype}** (GB/s, % of copy; **bold**: fastest)", "",
+                "| " + " | ".join(head) + " |", "|" + "---:|" * len(head)]
+        for n, m in sorted({(r["n"], r["m"]) for r in recs}):
+            by = {r["variant"]: r for r in recs if (r["n"], r["m"]) == (n, m)}
+            timed = [r for r in by.values() if r["status"] in TIMED]
+            best = max(timed, key=lambda r: r["gbps"])["variant"] if timed else None
+            row = [str(n), str(m)]
+            for name in names:
+                c = cell(by.get(name))
+                row.append(f"**{c}**" if name == best else c)
+            out.append("| " + " | ".join(row) + " |")
+        out.append("")
+    return out
+
+
+def section(path: Path, commit: str | None = None) -> str:
+    data = json.loads(path.read_text())
+    meta, records = data["meta"], data["records"]
+    gpu = (meta.get("gpu") or {}).get("name") or meta.get("bench_device") or meta.get("device")
+    commit = commit or meta.get("commit") or added_in(path) or "unknown"
+    ops = ", ".join(dict.fromkeys(r["op"] for r in records))
+    libs = ", ".join(f"{k} {v}" for k, v in (meta.get("libraries") or {}).items() if v)
+    lines = [f"## {ops}: `{path.name}`", "",
+             f"{gpu}, measured {when(meta)}, recorded at commit {commit}; copy "
+             f"{meta.get('copy_gbps', 0):,.0f} GB/s" + (f"; {libs}" if libs else "") + ".", ""]
+    png = path.with_suffix(".png")
+    if png.exists():
+        lines += [f"![{ops}]({png.name})", ""]
+    return "\n".join(lines + tables(records))
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("files", nargs="+", type=Path, help="saved sweep JSON files")
+    p.add_argument("--commit", help="the commit to stamp (default: the JSON's, else git's)")
+    p.add_argument("--no-header", action="store_true", help="only the tables, no README header")
+    args = p.parse_args(argv)
+    parts = [] if args.no_header else [HEADER]
+    parts += [section(f, args.commit) for f in args.files]
+    print("\n".join(parts).rstrip("\n"))
+
+
+if __name__ == "__main__":
+    main()

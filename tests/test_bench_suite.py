@@ -1,0 +1,232 @@
+"""The pytest-benchmark suite (`pytest bench`), checked on a CPU (no timings are judged here).
+
+`pytest bench` runs in subprocesses (as a person would run it), started together to keep this
+file fast. The subprocesses get TRITON_INTERPRET removed: the suite must behave as on a plain
+machine, not as under tests/conftest.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import kernel_lab
+from kernel_lab import benchmarking as bm
+
+REPO = Path(__file__).resolve().parents[1]
+HAS_CUDA = torch.cuda.is_available()
+# The registry as the package builds it, taken at collection: later tests register toy kernels
+# in this process, which a fresh `pytest bench` process rightly does not see.
+REGISTERED = {op: [(v.name, v.backend) for v in kernel_lab.variants(op)] for op in kernel_lab.ops()}
+FAKE_PLUGIN = '''
+import torch
+import kernel_lab
+from kernel_lab.registry import register
+
+kernel_lab.ops()  # load the registry, then add two test doubles to it
+
+
+def _limit(x, dim=-1):
+    return "fake limit: rows longer than 1000" if x.shape[-1] > 1000 else None
+
+
+@register("fake_limited", op="softmax", backend="torch", dtypes=(torch.float32,),
+          description="right, but refuses long rows", check=_limit)
+def fake_limited(x, dim=-1):
+    return torch.softmax(x, dim)
+
+
+# the optional kernel_attributes protocol (a CUDA launcher returns jit.function_attributes)
+fake_limited.kernel_attributes = lambda x, dim=-1: {"num_regs": 32, "local_size_bytes": 8,
+                                                    "launches": "fake<float> <<<1, 32, 0>>>"}
+
+
+@register("fake_wrong", op="softmax", backend="torch", dtypes=(torch.float32,),
+          description="1% off everywhere")
+def fake_wrong(x, dim=-1):
+    return torch.softmax(x, dim) * 1.01
+
+
+@register("fake_inexact", op="softmax", backend="torch", dtypes=(torch.float32,),
+          description="1% off, and says so", known_inexact={torch.float32: "a known 1% miss"})
+def fake_inexact(x, dim=-1):
+    return torch.softmax(x, dim) * 1.01
+
+
+@register("fake_crash", op="softmax", backend="torch", dtypes=(torch.float32,),
+          description="raises")
+def fake_crash(x, dim=-1):
+    raise RuntimeError("fake launch failure\\nsecond line of a long log")
+'''
+
+
+def _start(*args: str, pythonpath: Path | None = None, cwd: Path = REPO) -> subprocess.Popen:
+    # a plain process: no interpreter switch, no options, and not an xdist worker (under -n the
+    # worker's PYTEST_XDIST_* would make pytest-benchmark disable itself)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("TRITON_INTERPRET", "PYTEST_ADDOPTS") and not k.startswith("PYTEST_XDIST")}
+    paths = [str(pythonpath) if pythonpath else "", str(REPO), env.get("PYTHONPATH", "")]
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, paths))  # kernel_lab from any cwd
+    cmd = [sys.executable, "-m", "pytest", str(REPO / "bench"), "-p", "no:cacheprovider", *args]
+    return subprocess.Popen(cmd, cwd=cwd, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+def _finish(p: subprocess.Popen) -> tuple[int, str]:
+    out, _ = p.communicate(timeout=180)
+    return p.returncode, out
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict[str, tuple[int, str]]:
+    """Every `pytest bench` subprocess this file needs, started at once."""
+    tmp = tmp_path_factory.mktemp("bench")
+    (tmp / "fake_bench_plugin.py").write_text(FAKE_PLUGIN)
+    from pytest_benchmark.utils import get_machine_id
+
+    saved = tmp / "storage" / get_machine_id()
+    saved.mkdir(parents=True)
+    (saved / "0001_other_gpu.json").write_text(json.dumps({
+        "machine_info": {"bench_device": "cuda: NVIDIA H100 80GB HBM3 (sm_90)"},
+        "commit_info": {}, "benchmarks": [], "datetime": "2025-01-01T00:00:00", "version": "5",
+    }))
+    # pytest-benchmark wants its storage under the working folder: run these from tmp
+    compare = ("--collect-only", "-q", "--device", "cpu", "--benchmark-storage", "storage",
+               "--benchmark-compare", "0001")
+    procs = {f"collect-{name}": _start("--collect-only", "-q", "--preset", name)
+             for name in bm.PRESETS}
+    procs["filtered"] = _start("--collect-only", "-q", "--op", "softmax", "--variants", "triton",
+                               "--dtype", "bf16")
+    procs["unknown"] = _start("--collect-only", "-q", "--variants", "triton_fussed")
+    if not HAS_CUDA:  # on a GPU this would be a real benchmark run
+        procs["no-gpu"] = _start("-q", "--preset", "small")
+    procs["compare"] = _start(*compare, cwd=tmp)
+    procs["compare-allowed"] = _start(*compare, "--allow-device-mismatch", cwd=tmp)
+    procs["cpu"] = _start(
+        "-rA", "--device", "cpu", "--preset", "small", "--op", "softmax", "--dtype", "float32",
+        "--variants", "torch_eager,triton_fused,fake_limited,fake_wrong,fake_inexact,fake_crash",
+        "-k", "1x128 or 1x151936", "-p", "fake_bench_plugin",
+        "--benchmark-json", str(tmp / "cpu.json"), pythonpath=tmp,
+    )
+    out = {k: _finish(p) for k, p in procs.items()}
+    out["cpu.json"] = (0, (tmp / "cpu.json").read_text() if (tmp / "cpu.json").exists() else "")
+    return out
+
+
+def _ids(output: str) -> set[str]:
+    return {line.strip() for line in output.splitlines() if "::test_variant[" in line}
+
+
+def _expected(preset: bm.Preset) -> set[str]:
+    """Node ids rebuilt from the registry and the preset, independently of ``bm.select``."""
+    ids = set()
+    for op in preset.ops or REGISTERED:
+        chosen = [name for name, backend in REGISTERED[op]
+                  if preset.variants is None or name in preset.variants
+                  or backend in preset.variants]
+        for dt in preset.dtypes:
+            for m, n in preset.shapes:
+                case = f"{op}-{bm.dtype_name(dt)}-{m}x{n}"
+                ids |= {f"bench/test_variants.py::test_variant[{case}-{v}]" for v in chosen}
+    return ids
+
+
+@pytest.mark.parametrize("name", sorted(bm.PRESETS))
+def test_collection_covers_registry(runs, name):
+    rc, out = runs[f"collect-{name}"]
+    assert rc == 0, out
+    ids = _ids(out)
+    assert ids == _expected(bm.PRESETS[name])
+    if bm.PRESETS[name].variants is None:  # every registered variant is benchmarked
+        assert {i.rsplit("-", 1)[1].rstrip("]") for i in ids} == {
+            name for vs in REGISTERED.values() for name, _ in vs}
+
+
+def test_presets_are_the_documented_shapes():
+    seed = bm.PRESETS["seed"]
+    assert seed.shapes == tuple((m, 128) for m in range(256, 2433, 128))
+    assert seed.dtypes == (torch.float32,)
+    picked = {v.name for c, v in bm.select("seed")}
+    assert picked == {"torch_eager", "torch_naive"} | {
+        v.name for v in kernel_lab.variants("softmax", backend="triton")}
+    sweep_n = [n for _, n in bm.PRESETS["sweep"].shapes]
+    assert {128, 1_048_576, 32000, 50257, 128256, 151936} <= set(sweep_n)
+    assert all(2**28 - n < m * n <= 2**28 for m, n in bm.PRESETS["sweep"].shapes)
+    assert all(m * n * 4 <= 2**21 for m, n in bm.PRESETS["small"].shapes)  # launch-bound
+
+
+def test_filters_and_unknown_names(runs):
+    rc, out = runs["filtered"]
+    assert rc == 0, out
+    triton = {name for name, backend in REGISTERED["softmax"] if backend == "triton"}
+    ids = _ids(out)
+    assert ids and {i.rsplit("-", 1)[1].rstrip("]") for i in ids} == triton
+    assert all("-bfloat16-" in i and "[softmax-" in i for i in ids)
+    rc, out = runs["unknown"]
+    assert rc == 4 and "triton_fused" in out, out  # usage error with a suggestion
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="checks the GPU-less behaviour")
+def test_no_gpu_says_so_once_and_exits_0(runs):
+    rc, out = runs["no-gpu"]
+    assert rc == 0, out
+    ours = [line for line in out.splitlines() if line.startswith("kernel_lab bench:")]
+    assert len(ours) == 1 and bm.NO_GPU in ours[0], out
+    n = len(_expected(bm.PRESETS["small"]))
+    assert f"{n} skipped" in out and "passed" not in out and "failed" not in out
+    assert f"SKIPPED [{n}] bench/test_variants.py: {bm.NO_GPU}" in out
+
+
+@pytest.mark.skipif(torch.cuda.is_available(),
+                    reason="exercises the --device cpu harness; on a GPU the real timing runs")
+def test_cpu_run_checks_times_and_skips_with_supports_reasons(runs, monkeypatch):
+    rc, out = runs["cpu"]
+    assert rc == 1, out  # fake_wrong and fake_crash must fail
+    assert re.search(r"\b5 passed\b", out) and re.search(r"\b4 failed\b", out), out
+    assert re.search(r"\b3 skipped\b", out), out
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    x = torch.randn(1, 151936)
+    for name in ("triton_fused", "fake_limited"):
+        reason = kernel_lab.get(name).supports(x) if name != "fake_limited" else (
+            "fake limit: rows longer than 1000")
+        assert f"{name}: {reason}" in out, out
+    assert "fake_wrong is wrong on softmax-float32-1x128" in out
+    # the GB/s table after pytest-benchmark's, with the outcomes it cannot show as numbers
+    assert "★" in out and "% of device copy" in out
+    assert "fake_crash: error (2 cases): RuntimeError: fake launch failure" in out
+
+    data = json.loads(runs["cpu.json"][1])
+    assert data["machine_info"]["bench_device"] == "cpu"
+    assert data["machine_info"]["libraries"]["torch"] == torch.__version__
+    benches = {b["param"]: b for b in data["benchmarks"]}
+    b = benches["softmax-float32-1x151936-torch_eager"]
+    assert b["group"] == "softmax-float32-1x151936"
+    info = b["extra_info"]
+    assert info["bytes_moved"] == 2 * 151936 * 4
+    assert info["gbps"] == pytest.approx(info["bytes_moved"] / b["stats"]["median"] / 1e9)
+    assert info["pct_of_copy"] == pytest.approx(100 * info["gbps"] / info["copy_gbps"])
+    assert b["options"]["timer"] == "perf_counter"
+    assert "registers" not in info
+    attrs = benches["softmax-float32-1x128-fake_limited"]["extra_info"]
+    assert (attrs["registers"], attrs["spill_bytes"]) == (32, 8)
+    assert attrs["kernels"] == "fake<float> <<<1, 32, 0>>>"  # what one call launched
+    assert not any("fake_wrong" in k or "triton" in k for k in benches)
+    # a declared miss is timed and marked, never a failure
+    known = benches["softmax-float32-1x128-fake_inexact"]["extra_info"]["inexact"]
+    assert known.startswith("a known 1% miss; here:")
+    assert "inexact │" in out and "fake_inexact: inexact (1 case): a known 1% miss; here:" in out
+
+
+def test_compare_refuses_another_device(runs):
+    rc, out = runs["compare"]
+    assert rc == 4, out
+    assert "NVIDIA H100" in out and "this run is on cpu" in out
+    rc, out = runs["compare-allowed"]
+    assert rc == 0, out
