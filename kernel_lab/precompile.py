@@ -117,10 +117,7 @@ def compile_jobs(jobs: Sequence[Job], arch: str = "sm_90", workers: int | None =
                 outcomes[i] = _run(jobs[i], arch)
                 bar.update(task, advance=1, last=jobs[i].expr)
     else:
-        # fork: the workers inherit the imported modules (a fresh interpreter pays seconds for
-        # torch); all workers start at the first submit, before the bar's refresh thread does
-        ctx = (multiprocessing.get_context("fork")
-               if "fork" in multiprocessing.get_all_start_methods() else None)
+        ctx = _pool_context()
         with ProcessPoolExecutor(min(workers, len(todo)), mp_context=ctx) as pool:
             futures = {pool.submit(_run, jobs[i], arch): i for i in todo}
             with bar:
@@ -129,6 +126,21 @@ def compile_jobs(jobs: Sequence[Job], arch: str = "sm_90", workers: int | None =
                     outcomes[i] = fut.result()
                     bar.update(task, advance=1, last=jobs[i].expr)
     return [outcomes[i] for i in range(len(jobs))]
+
+
+def _pool_context():
+    """fork where it is safe to: workers inherit the imported modules (a fresh interpreter pays
+    seconds importing torch) and start at the first submit, before the progress bar's thread.
+    Python 3.12+ warns that a fork of a process with threads (torch's, CuPy's) may deadlock:
+    there, a fork server that imported the compiler side once forks the workers."""
+    methods = multiprocessing.get_all_start_methods()
+    if "fork" in methods and sys.version_info < (3, 12):
+        return multiprocessing.get_context("fork")
+    if "forkserver" in methods:
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload(["kernel_lab.precompile", "kernel_lab.jit"])
+        return ctx
+    return None
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -14,7 +14,10 @@ variant's launch plan picks for that row length. This module reads the cubins' E
 per kernel the register count (``EIATTR_REGCOUNT``), the stack frame, which is where spilled
 registers go (``EIATTR_FRAME_SIZE``), its static shared memory (the size of its
 ``.nv.shared.<kernel>`` section: the 1 KB the hardware reserves plus the kernel's own; dynamic
-shared memory starts where it ends) and a digest of its ``.text`` section.
+shared memory starts where it ends) and a digest of its ``.text`` section. Compiled alone, a
+kernel without shared memory of its own has no such section (0 B), and the window of one with
+some is not padded to the 128-byte alignment another kernel of a whole-file program asked for
+(cluster kernels: 1288 B, not 1408 B); the machine code is byte-identical either way.
 Digests answer "did my refactor change the machine code?" (equal digests: byte-identical SASS).
 ``--sass`` / ``--opcodes`` disassemble with ``cuobjdump -sass`` (the CUDA toolkit's, or the
 ``nvidia-cuda-cuobjdump`` / ``nvidia-cuda-nvdisasm`` wheels of the ``nvrtc`` extra): the listing,
@@ -286,7 +289,7 @@ def main(args: argparse.Namespace) -> int:
     width = max((len(r.name) for r in rows), default=10)
     nvrtc = ".".join(map(str, jit.nvrtc_version()))
     print(f"{variant.source} ({args.arch}, this machine's NVRTC {nvrtc}): registers, stack frame"
-          " (spills) per thread, static shared memory (incl. 1 KB reserved) per CTA")
+          " (spills) per thread, static shared memory (incl. 1 KB reserved if any) per CTA")
     for r in rows:
         flag = "  SPILLS" if r.spills else ""
         digest = f"  {r.text_digest}" if args.digests else ""
