@@ -193,6 +193,33 @@ def select(
     return out
 
 
+def peer_missing(variant: Variant) -> str | None:
+    """Why a peer variant's package does not import here (None: it does, or no probe).
+
+    Protocol: a peer's launcher may carry ``fn.peer_missing() -> reason | None``.
+    """
+    probe = getattr(variant.fn, "peer_missing", None)
+    return probe() if probe is not None else None
+
+
+def add_peers(pairs: Sequence[tuple[Case, Variant]], *, importable_only: bool = True,
+              ) -> list[tuple[Case, Variant]]:
+    """``pairs`` plus, in each case, every peer variant (backend ``peer``) of its op not chosen
+    yet, after the case's own variants; ``importable_only``: only peers whose package imports
+    here (:func:`peer_missing`), else all of them (a missing one is then skipped, its reason in
+    its column). Case-major order is kept."""
+    by_case: dict[Case, list[Variant]] = {}
+    for case, v in pairs:
+        by_case.setdefault(case, []).append(v)
+    out = []
+    for case, chosen in by_case.items():
+        names = {v.name for v in chosen}
+        peers = [v for v in variants(case.op, backend="peer") if v.name not in names
+                 and (not importable_only or peer_missing(v) is None)]
+        out.extend((case, v) for v in (*chosen, *peers))
+    return out
+
+
 # -- inputs -----------------------------------------------------------------------------------
 def working_set_bytes(device: str) -> int:
     """Bytes the rotated inputs must span: twice the L2 on a GPU, nothing on a CPU."""
@@ -517,8 +544,12 @@ class Record:
 
 
 # -- machine info ------------------------------------------------------------------------------
+PEER_DISTRIBUTIONS = ("quack-kernels", "nvidia-cutlass-dsl", "liger-kernel")
+
+
 def library_versions() -> dict[str, str | None]:
-    """torch / CUDA runtime / triton / cupy versions (None where absent)."""
+    """torch / CUDA runtime / triton / cupy versions (None where absent), and the peers'
+    packages where installed."""
     from importlib import metadata
 
     def dist(*names: str) -> str | None:
@@ -534,6 +565,7 @@ def library_versions() -> dict[str, str | None]:
         "cuda_runtime": torch.version.cuda,
         "triton": dist("triton", "pytorch-triton"),
         "cupy": dist("cupy-cuda13x", "cupy-cuda12x", "cupy-cuda11x", "cupy"),
+        **{name: v for name in PEER_DISTRIBUTIONS if (v := dist(name)) is not None},
     }
 
 

@@ -9,6 +9,11 @@ Decisions:
   shapes); the paths are printed last.
 * A wrong or crashing variant does not stop the sweep: it shows as ``WRONG`` / ``error`` in the
   table, is listed with its message, and makes the exit code 1 (files are written anyway).
+* Peers race whenever they can: on a GPU, ``--peers auto`` (the default) adds every peer
+  variant (backend ``peer``: QuACK, Liger) of the chosen ops whose package imports, whatever
+  ``--variants`` says; ``all`` adds them even when missing, ``none`` keeps the selection as is.
+  A peer's skipped cell shows its ``supports()`` reason (e.g. ``N=50257 not a multiple of 8``):
+  why a yardstick is absent from a shape is part of the comparison.
 * :func:`render_tables`, :func:`write_results` and :func:`plot_results` take plain
   :class:`~kernel_lab.benchmarking.Record` lists, so they are testable on a CPU with fake data.
 """
@@ -29,6 +34,7 @@ from .benchmarking import Record
 from .errors import KernelLabError
 
 STATUS_CELL = {"skipped": "[dim]skip[/]", "wrong": "[bold red]WRONG[/]", "error": "[red]error[/]"}
+PEER_REASON_CHARS = 48  # a peer's skip reason in its cell is cut here (problems() has it whole)
 
 
 # What to run: the options ``python -m kernel_lab bench`` and ``pytest bench`` share (argparse
@@ -56,6 +62,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         p.add_argument(flag, **kw)
     p.add_argument("--out", type=Path, default=None,
                    help="folder for JSON/CSV/PNG (default: bench/results/)")
+    p.add_argument("--peers", default="auto", choices=("auto", "all", "none"),
+                   help="peer variants (QuACK, Liger) beside --variants: auto = those that "
+                        "import here, on a GPU (default); all = every one, a missing one as "
+                        "skipped; none = only what --variants selects")
 
 
 def default_out_dir() -> Path:
@@ -104,6 +114,7 @@ def legend(device: str, copy_gbps: float) -> str:
 
 def render_tables(records: Sequence[Record], copy_gbps: float) -> list:
     """One rich Table per (op, dtype): variant x shape cells of GB/s and % of copy, best marked."""
+    from rich.markup import escape
     from rich.table import Table
 
     tables = []
@@ -128,6 +139,8 @@ def render_tables(records: Sequence[Record], copy_gbps: float) -> list:
                     row.append("")
                 elif r.status == "inexact":
                     row.append(f"[yellow]{_num(r.gbps)} ({r.pct_of_copy:.0f}%) inexact[/]")
+                elif r.status == "skipped" and r.backend == "peer":
+                    row.append(f"[dim]skip: {escape(_cut(r.reason, PEER_REASON_CHARS))}[/]")
                 elif r.status != "ok":
                     row.append(STATUS_CELL.get(r.status, r.status))
                 elif best[(n, m)][1] == name:
@@ -175,6 +188,10 @@ def _x_axis(recs: Sequence[Record]) -> tuple:
     if len(ns) == 1:
         return (lambda r: r.m), f"M (rows), N = {recs[0].n}"
     return (lambda r: r.m * r.n), "M*N (elements per call)"
+
+
+def _cut(text: str, n: int) -> str:
+    return text if len(text) <= n else text[: n - 1] + "…"
 
 
 def _num(g: float) -> str:
@@ -246,6 +263,8 @@ def main(args: argparse.Namespace) -> int:
     except (KernelLabError, ValueError) as e:
         print(f"kernel_lab bench: {e}", file=sys.stderr)
         return 2
+    if args.peers == "all" or (args.peers == "auto" and args.device == "cuda"):
+        pairs = bm.add_peers(pairs, importable_only=args.peers == "auto")
     if not pairs:
         print("kernel_lab bench: the filters select nothing", file=sys.stderr)
         return 2

@@ -2,15 +2,19 @@
 
 Decisions:
 
-* Always registered, imported lazily. When a package is missing, ``supports()`` says so
-  ("liger_kernel not installed ...") and the benchmark skips it with that reason; importing
-  this module never imports the peer (Liger pulls in Triton kernels, QuACK the CuTe DSL).
+* Always registered, imported lazily. When a package is missing or does not import,
+  ``supports()`` says so ("quack not installed ...") and the benchmark skips it with that
+  reason; importing this module never imports the peer (Liger pulls in Triton kernels, QuACK
+  the CuTe DSL). Each launcher's ``peer_missing()`` gives that reason alone (None: importable),
+  which ``kernel_lab bench`` uses to add every importable peer to a sweep.
 * Called through each project's public entry point, forward only unless the project exposes
   a plain backward function: Liger ``LigerSoftmaxFunction.apply(x)``; QuACK ``quack.softmax(x)``
   and ``quack.softmax.softmax_bwd(dy, y)``.
-* Their limits are spelled out in ``supports()`` rather than discovered by a crash: both work
-  over the last dim only; QuACK needs 16-byte rows, sm_90+, and a row slice per CTA of a
-  16-CTA cluster that fits shared memory; Liger before its multi-block kernels stops at 65536.
+* Their limits are spelled out in ``supports()`` rather than discovered by a crash, in short
+  reasons a sweep table can show in the cell: both work over the last dim only; QuACK needs
+  16-byte rows (N a multiple of 16 / element size), sm_90+, and a row slice per CTA of a 16-CTA
+  cluster that fits shared memory; Liger stops at N = 65536 (its ``calculate_settings`` raises
+  beyond, multi-block kernels or not, up to 0.8.5 at least).
 """
 
 from __future__ import annotations
@@ -31,8 +35,20 @@ QUACK_CLUSTER, QUACK_SMEM_BYTES = 16, 200 * 1024  # per-CTA share of a row must 
 
 
 @functools.lru_cache(maxsize=None)
-def _installed(module: str) -> bool:
-    return importlib.util.find_spec(module) is not None
+def _missing(module: str, dist: str) -> str | None:
+    """Why ``module`` (of pip package ``dist``) cannot be used here, or None once it imports."""
+    if importlib.util.find_spec(module.split(".")[0]) is None:
+        return f"not installed (pip install {dist})"
+    try:
+        importlib.import_module(module)
+    except Exception as e:  # noqa: BLE001 - a half-installed peer (no CuTe DSL libs ...) is skipped
+        first = (str(e).strip().splitlines() or [""])[0]
+        return f"{module} does not import: {type(e).__name__}: {first}"
+    return None
+
+
+LIGER = functools.partial(_missing, "liger_kernel.ops.softmax", "liger-kernel")
+QUACK = functools.partial(_missing, "quack.softmax", "quack-kernels")
 
 
 def _last_dim(x: torch.Tensor, dim: int) -> str | None:
@@ -45,15 +61,12 @@ def _last_dim(x: torch.Tensor, dim: int) -> str | None:
 
 # -- Liger-Kernel -------------------------------------------------------------------------------
 def _liger_check(x: torch.Tensor, dim: int = -1) -> str | None:
-    if not _installed("liger_kernel"):
-        return "liger_kernel not installed (pip install liger-kernel)"
+    if (why := LIGER()) is not None:
+        return why
     if (why := _last_dim(x, dim)) is not None:
         return why
-    n = x.shape[-1]
-    if n > LIGER_FUSED_MAX_N:
-        mod = importlib.import_module("liger_kernel.ops.softmax")
-        if not hasattr(mod, "_softmax_multi_block_forward_kernel"):
-            return f"row length {n} > {LIGER_FUSED_MAX_N}: this liger_kernel has no long-row path"
+    if (n := x.shape[-1]) > LIGER_FUSED_MAX_N:
+        return f"N={n} > {LIGER_FUSED_MAX_N} (Liger's block limit)"
     return None
 
 
@@ -75,10 +88,13 @@ def peer_liger(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     return LigerSoftmaxFunction.apply(x.detach())
 
 
+peer_liger.peer_missing = LIGER
+
+
 # -- QuACK --------------------------------------------------------------------------------------
 def _quack_check(*inputs: torch.Tensor, dim: int = -1, need: str = "softmax") -> str | None:
-    if not _installed("quack"):
-        return "quack not installed (pip install quack-kernels)"
+    if (why := QUACK()) is not None:
+        return why
     x = inputs[0]
     if (why := _last_dim(x, dim)) is not None:
         return why
@@ -86,9 +102,9 @@ def _quack_check(*inputs: torch.Tensor, dim: int = -1, need: str = "softmax") ->
         return "QuACK's CuTe kernels need sm_90 or newer"
     n, es = x.shape[-1], x.element_size()
     if (n * es) % 16:
-        return f"row of {n * es} bytes: QuACK needs rows that are a multiple of 16 bytes"
+        return f"N={n} not a multiple of {16 // es} (16-byte rows)"
     if n * es > QUACK_CLUSTER * QUACK_SMEM_BYTES // (2 if need == "softmax_bwd" else 1):
-        return f"row of {n * es} bytes does not fit a {QUACK_CLUSTER}-CTA cluster's smem"
+        return f"N={n}: row too long for a {QUACK_CLUSTER}-CTA cluster's smem"
     if need != "softmax" and not hasattr(importlib.import_module("quack.softmax"), need):
         return f"this quack version has no quack.softmax.{need}"
     return None
@@ -118,6 +134,9 @@ def peer_quack(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     return quack.softmax(_rows(x)).view(x.shape)
 
 
+peer_quack.peer_missing = QUACK
+
+
 @register(
     "peer_quack_backward",
     op="softmax_backward",
@@ -134,3 +153,6 @@ def peer_quack_backward(y: torch.Tensor, dy: torch.Tensor, dim: int = -1) -> tor
     if y.numel() == 0:
         return torch.empty_like(y)
     return softmax_bwd(_rows(dy), _rows(y)).view(y.shape)
+
+
+peer_quack_backward.peer_missing = QUACK
