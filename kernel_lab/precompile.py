@@ -61,10 +61,13 @@ def _module(job: Job, expr: str | None = None):
                           options=job.options)
 
 
-def _run(job: Job, arch: str) -> Outcome:
-    """Compile one job into the disk cache (a pool worker's task)."""
+def _run(job: Job, arch: str, cache: str | None = None) -> Outcome:
+    """Compile one job into the disk cache (a pool worker's task). ``cache``: the caller's
+    cache dir (a fork server's workers have the environment it started with)."""
     from . import jit
 
+    if cache is not None:
+        os.environ["KERNEL_LAB_CACHE_DIR"] = cache
     t0 = time.perf_counter()
     before = jit.CudaModule.compile_count
     try:
@@ -117,9 +120,11 @@ def compile_jobs(jobs: Sequence[Job], arch: str = "sm_90", workers: int | None =
                 outcomes[i] = _run(jobs[i], arch)
                 bar.update(task, advance=1, last=jobs[i].expr)
     else:
-        ctx = _pool_context()
+        from . import jit
+
+        ctx, cache = _pool_context(), str(jit.cache_dir())
         with ProcessPoolExecutor(min(workers, len(todo)), mp_context=ctx) as pool:
-            futures = {pool.submit(_run, jobs[i], arch): i for i in todo}
+            futures = {pool.submit(_run, jobs[i], arch, cache): i for i in todo}
             with bar:
                 for fut in as_completed(futures):
                     i = futures[fut]
@@ -128,13 +133,17 @@ def compile_jobs(jobs: Sequence[Job], arch: str = "sm_90", workers: int | None =
     return [outcomes[i] for i in range(len(jobs))]
 
 
+# Python 3.12+ warns that a fork of a process with threads (torch's, CuPy's) may deadlock
+_FORK_WARNS = sys.version_info >= (3, 12)
+
+
 def _pool_context():
     """fork where it is safe to: workers inherit the imported modules (a fresh interpreter pays
     seconds importing torch) and start at the first submit, before the progress bar's thread.
-    Python 3.12+ warns that a fork of a process with threads (torch's, CuPy's) may deadlock:
-    there, a fork server that imported the compiler side once forks the workers."""
+    Where a fork warns (``_FORK_WARNS``), a fork server that imported the compiler side once
+    forks the workers."""
     methods = multiprocessing.get_all_start_methods()
-    if "fork" in methods and sys.version_info < (3, 12):
+    if "fork" in methods and not _FORK_WARNS:
         return multiprocessing.get_context("fork")
     if "forkserver" in methods:
         ctx = multiprocessing.get_context("forkserver")

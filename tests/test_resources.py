@@ -169,3 +169,26 @@ def test_prefetch_slots_start_on_a_128_byte_line(prefix):
     off = {r.name: r.static_shared for r in rows}
     assert all(v >= 1024 for v in off.values()), off  # the reserved 1 KB is part of the window
     assert {e: v for e, v in off.items() if v % 128} == {}
+
+
+def test_pool_runs_under_a_fork_server(tmp_path, monkeypatch):
+    """The start method Python 3.12+ gets (fork there warns about torch's threads): workers
+    from a fork server that imported the compiler side once."""
+    import multiprocessing
+
+    from kernel_lab import precompile
+
+    monkeypatch.setenv("KERNEL_LAB_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(precompile, "_FORK_WARNS", True)
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        pytest.skip("no fork server on this platform")
+    assert precompile._pool_context().get_start_method() == "forkserver"
+    cu = tmp_path / "k.cu"
+    cu.write_text("template <int K> __global__ void k(float* y) { y[threadIdx.x] = K; }\n")
+    jobs = [precompile.Job(str(cu), f"k<{i}>") for i in range(3)]
+    outcomes = precompile.compile_jobs(jobs, "sm_90", workers=2)
+    assert [(o.compiled, o.error) for o in outcomes] == [(True, None)] * 3
+    monkeypatch.setenv("KERNEL_LAB_CACHE_DIR", str(tmp_path / "other"))  # the server's is older
+    assert all(o.compiled for o in precompile.compile_jobs(jobs, "sm_90", workers=2))
+    mod = jit.CudaModule(cu, [j.expr for j in jobs])
+    assert all(mod.is_cached(j.expr, "sm_90") for j in jobs)  # in the caller's cache dir
