@@ -2,9 +2,10 @@
 
     python bench/overhead.py [--variant online_softmax] [--shape 32x1024]
 
-Prints microseconds per call for torch.softmax and the variant through ``kernel_lab.run`` and
-through the variant's launcher directly, plus the pieces of the per-call path. The target:
-``kernel_lab.run`` at most 1.5x ``torch.softmax``.
+Prints microseconds per call, and the ratio to ``torch.softmax``, for torch, the drop-ins on
+"auto" (with and without autograd recording), every CUDA variant through ``kernel_lab.run``,
+torch.compile and the peers that import; then fp32 rows of 128 under ``do_bench``. Targets:
+the drop-ins on auto <= 1.15x, ``run`` of a CUDA variant <= 1.3x.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import time
 import torch
 
 import kernel_lab
+from kernel_lab import dispatch
 
 
 def per_call_us(fn, calls: int = 2000, rounds: int = 7) -> float:
@@ -65,10 +67,65 @@ def pieces(v, x) -> dict[str, float]:
     return {name: per_call_us(f, calls=5000, rounds=5) for name, f in steps.items()}
 
 
+def _candidates(x: torch.Tensor) -> dict:
+    """The table's calls, each on the same tensor: torch, the lab's drop-ins (auto), every CUDA
+    variant by name, torch.compile, and the peers that import."""
+    xg = x.detach().clone().requires_grad_()
+    rows = {
+        "torch.softmax": lambda: torch.softmax(x, -1),
+        "kernel_lab.softmax (auto)": lambda: kernel_lab.softmax(x),
+        "torch.log_softmax": lambda: torch.log_softmax(x, -1),
+        "kernel_lab.log_softmax (auto)": lambda: kernel_lab.log_softmax(x),
+        "torch.softmax, autograd recording": lambda: torch.softmax(xg, -1),
+        "kernel_lab.softmax (auto), autograd recording": lambda: kernel_lab.softmax(xg),
+        'kernel_lab.softmax(x, variant="fast_softmax")':
+            lambda: kernel_lab.softmax(x, -1, "fast_softmax"),
+    }
+    for v in kernel_lab.variants():
+        if v.backend == "cuda" and v.op in ("softmax", "log_softmax") and v.supports(x) is None:
+            rows[f'run("{v.name}")'] = lambda v=v: kernel_lab.run(v.name, x)
+    compiled = torch.compile(lambda t: torch.softmax(t, -1), fullgraph=True)
+    rows["torch.compile(torch.softmax)"] = lambda: compiled(x)
+    for name in ("peer_quack", "peer_liger"):
+        try:
+            v = kernel_lab.get(name)
+        except kernel_lab.UnknownVariantError:
+            continue
+        if v.supports(x) is None:
+            rows[f"{name} (its own launch path)"] = lambda v=v: v.fn(x)
+    return rows
+
+
+def table(x: torch.Tensor, repeats: int) -> dict[str, float]:
+    """Median us per call of each candidate over ``repeats`` interleaved rounds."""
+    rows = _candidates(x)
+    samples: dict[str, list[float]] = {k: [] for k in rows}
+    for _ in range(repeats):
+        for name, fn in rows.items():
+            samples[name].append(per_call_us(fn, calls=1000, rounds=1))
+    return {k: statistics.median(v) for k, v in samples.items()}
+
+
+def launch_bound(ns_rows=(256, 512, 1024, 1536, 2048, 2432), n: int = 128) -> None:
+    """fp32 rows of 128 back to back under triton.testing.do_bench: lab vs torch throughput,
+    and what "auto" picks."""
+    from triton.testing import do_bench
+
+    print(f"launch-bound rows x {n} fp32 (do_bench, ms; lab / torch throughput):")
+    for m in ns_rows:
+        x = torch.randn(m, n, device="cuda")
+        t_torch = do_bench(lambda x=x: torch.softmax(x, -1))
+        t_lab = do_bench(lambda x=x: kernel_lab.softmax(x))
+        pick = dispatch.choose_variant("softmax", x, dim=-1).name
+        print(f"  {m:5d} x {n}: torch {t_torch * 1e3:6.2f} us  lab {t_lab * 1e3:6.2f} us  "
+              f"{t_torch / t_lab:4.2f}x  (auto: {pick})")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--variant", default="online_softmax")
     p.add_argument("--shape", default="32x1024")
+    p.add_argument("--repeats", type=int, default=7, help="interleaved rounds of the table")
     p.add_argument("--profile", action="store_true", help="cProfile the launcher: top 15 calls")
     p.add_argument("--pieces", action="store_true",
                    help="time each step of the launch path on its own (online_softmax)")
@@ -76,17 +133,13 @@ def main() -> None:
     m, n = (int(s) for s in args.shape.split("x"))
     x = torch.randn(m, n, device="cuda")
     v = kernel_lab.get(args.variant)
-    rows = {
-        "torch.softmax(x, -1)": lambda: torch.softmax(x, -1),
-        f'kernel_lab.run("{v.name}", x)': lambda: kernel_lab.run(v.name, x),
-        f"{v.name} launcher (no registry checks)": lambda: v.fn(x),
-        "torch.empty_like(x)": lambda: torch.empty_like(x),
-    }
-    print(f"{torch.cuda.get_device_name()}, {m}x{n} fp32, back-to-back calls:")
-    results = {name: per_call_us(fn) for name, fn in rows.items()}
-    base = results["torch.softmax(x, -1)"]
+    print(f"{torch.cuda.get_device_name()}, {m}x{n} fp32, back-to-back calls, medians of "
+          f"{args.repeats} interleaved rounds:")
+    results = table(x, args.repeats)
+    base = results["torch.softmax"]
     for name, us in results.items():
-        print(f"  {name:<45} {us:7.2f} us/call  ({us / base:4.2f}x torch.softmax)")
+        print(f"  {name:<48} {us:7.2f} us/call  {us / base:5.2f}x torch.softmax")
+    launch_bound()
     if args.pieces:
         print("pieces of the launch path (us per call, back-to-back, no profiler):")
         for name, us in pieces(v, x).items():
@@ -96,7 +149,7 @@ def main() -> None:
         import pstats
 
         prof = cProfile.Profile()
-        prof.runcall(lambda: [v.fn(x) for _ in range(5000)])
+        prof.runcall(lambda: [kernel_lab.run(v.name, x) for _ in range(5000)])
         pstats.Stats(prof).sort_stats("tottime").print_stats(15)
 
 
