@@ -204,8 +204,9 @@ def _input_contract(specs: tuple[Input, ...], inputs: tuple, dim: int) -> str | 
             return f"{spec.name} is on {t.device}, {specs[0].name} on {x.device}"
         if spec.role == "rows" and (t.dtype != x.dtype or t.shape != x.shape):
             return f"{spec.name} must have {specs[0].name}'s dtype and shape"
-        if spec.role == "column" and (t.dtype != x.dtype or tuple(t.shape) != (n,)):
-            return f"{spec.name} must be a ({n},) tensor of {specs[0].name}'s dtype"
+        column = (n,) if x.dim() else ()  # a 0-d row: its one parameter, 0-d too
+        if spec.role == "column" and (t.dtype != x.dtype or tuple(t.shape) != column):
+            return f"{spec.name} must be a {column} tensor of {specs[0].name}'s dtype"
         if spec.role == "index":
             if t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool:
                 return f"{spec.name} must be an integer tensor, got {t.dtype}"

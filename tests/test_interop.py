@@ -114,8 +114,8 @@ def test_record_launches_collects_name_and_shape(monkeypatch):
         interop.launch(fn, (315,), (160,), (0, np.int32(7)), device_index=0, shared_mem=40960)
         interop.launch(fn, (4, 2), (32, 4), (0,), device_index=0)
     assert len(launched) == 2 and launched[0][1:9] == (315, 1, 1, 160, 1, 1, 40960, 0)
-    assert rec == [interop.Launch(fn, (315, 1, 1), (160, 1, 1), 40960),
-                   interop.Launch(fn, (4, 2, 1), (32, 4, 1), 0)]
+    assert rec == [interop.Launch(fn, (315, 1, 1), (160, 1, 1), 40960, (0, np.int32(7))),
+                   interop.Launch(fn, (4, 2, 1), (32, 4, 1), 0, (0,))]
     assert [bm.describe_launch(r, jit.kernel_name(r.fn)) for r in rec] == [
         "my_kernel<float, 4> <<<315, 160, 40960>>>", "my_kernel<float, 4> <<<4x2, 32x4, 0>>>"]
     interop.launch(fn, (1,), (32,), (0,), device_index=0)  # outside the block: not recorded

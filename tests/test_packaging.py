@@ -17,9 +17,11 @@ def test_wheel_ships_cuda_and_triton_sources(tmp_path):
     (wheel,) = tmp_path.glob("kernel_lab-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     for cu in (ROOT / "cuda_src").glob("*.cu*"):
-        assert f"cuda_src/{cu.name}" in names
+        assert f"kernel_lab/cuda_src/{cu.name}" in names
     for py in (ROOT / "triton_src").glob("*.py"):
-        assert f"triton_src/{py.name}" in names
+        assert f"kernel_lab/triton_src/{py.name}" in names
+    # shipped inside the package, never as top-level import packages
+    assert not any(n.startswith(("cuda_src/", "triton_src/")) for n in names)
     assert "kernel_lab/ops/softmax/op.py" in names
 
 

@@ -24,6 +24,8 @@ def make_inputs(shape, dtype, device="cpu", generator=None):
 
 def backward(saved, g, kw):
     x, w = saved
+    if x.dim() == 0:
+        return g * w, g * x
     gw = (g * x).reshape(-1, x.shape[-1]).sum(0) if x.numel() else torch.zeros_like(w)
     return g * w, gw
 
@@ -50,6 +52,8 @@ def rowscale_eager(x, w):
 @register("rowscale_loop", op="rowscale", backend="torch", dtypes=ALL_DTYPES,
           description="one column at a time (a second way, to race)")
 def rowscale_loop(x, w):
+    if x.dim() == 0:
+        return x * w
     out = torch.empty_like(x, memory_format=torch.contiguous_format)
     for j in range(x.shape[-1]):
         out[..., j] = x[..., j] * w[j]
