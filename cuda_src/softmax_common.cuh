@@ -293,10 +293,10 @@ template <typename T> __device__ __forceinline__ Vec<T> load_vec(const T* p) {
 // Plain ("weak") 16-byte load / store: ld / st.global.v4.b32 with no cache hint, SASS LDG.E.128
 // / STG.E.128 - what Triton emits for triton_fused. For bytes touched once: the rows of the
 // warp, block and cluster kernels (load_window / store_window) and the backward's. Measured on
-// H200 against evict-first (__ldcs / __stcs, LDG / STG.E.EF.128): the block kernel 3-5 % faster
+// H200 against evict-first (__ldcs / __stcs, LDG / STG.E.EF.128): 3-5 % faster for block rows
 // in the benchmark (fp32 2048 - 32768 94 -> 98 % of copy, bf16 4096 / 8192 93 -> 98 %) and
 // 2.6-3.2 % at fp32 32000 / 32768 in a one-process A/B; never more than 0.4 % slower there
-// (bench/policy_variants.py makes the other policies).
+// (the A/B's policy copies are in git history, cuda_src/README.md).
 template <typename T> __device__ __forceinline__ Vec<T> load_vec_once(const T* p) {
   Vec<T> v;
   asm volatile("ld.global.v4.b32 {%0, %1, %2, %3}, [%4];"

@@ -73,7 +73,7 @@ CASES: tuple[Case, ...] = (
     Case((513, 512), gpu_only=True),
     Case((64, 1024), gpu_only=True),
     Case((8, 4096), gpu_only=True),
-    Case((5, 24001), gpu_only=True),  # odd rows on kernel 2b at 256 threads (fp16 / bf16)
+    Case((5, 24001), gpu_only=True),  # odd rows on block_slots at 256 threads (fp16 / bf16)
     Case((4, 32000), gpu_only=True),
     Case((3, 50257), gpu_only=True),
     Case((8, 50257), layout="misaligned", gpu_only=True),

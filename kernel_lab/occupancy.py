@@ -78,10 +78,10 @@ def resident_groups(src, expr: str, threads: int, cluster: int, smem: int, dev: 
     return got
 
 
-# The first wave in phases (kernels 2, 2b, 3b; twenty-ninth run): the wave's load time is
-# estimated at the H200's measured copy speed (4.2-4.3 TB/s); on another GPU only the phases'
-# spacing is off, not the answer. Thirtieth run, A/B in one process: 4,300 is the optimum (2,150
-# / 1,075 / 8,600 lose 0.2-2.9 points at 2-byte 50257-262144 and fp32 65536-131072).
+# The first wave in phases (kinds block, block_slots): the wave's load time is estimated at the
+# H200's measured copy speed (4.2-4.3 TB/s); on another GPU only the phases' spacing is off, not
+# the answer. A/B in one process: 4,300 is the optimum (2,150 / 1,075 / 8,600 lose 0.2-2.9
+# points at 2-byte 50257-262144 and fp32 65536-131072).
 FIRST_WAVE_BYTES_PER_NS = 4300
 
 

@@ -34,14 +34,14 @@ def test_plan_rows_name_the_config_and_its_kernel():
 
 
 def test_plan_marks_the_launches_that_start_their_first_wave_in_phases():
-    """Kernels 2 / 2b / 3b (block, block_slots) on rows of >= 8 KB start the first wave in
-    phases (twenty-ninth run); the plan says so, and only there."""
+    """block and block_slots on rows of >= 8 KB start the first wave in phases; the plan says
+    so, and only there."""
     _, rows = planning.plan_rows("softmax", torch.bfloat16, [1024, 4096, 131072, 1 << 20])
     cells = [r[2] for r in rows]
     assert cells[0] == "block 32x4: fast_softmax_block<__nv_bfloat16, 4>"  # 2 KB rows
     assert cells[1] == "block 128x4, phased start: fast_softmax_block<__nv_bfloat16, 4>"
     assert cells[2].startswith("block_slots 2x512x8+8, phased start: ")
-    assert cells[3].startswith("chunks_reg 512x8 ahead 1: ")  # kernel 7b: no phases
+    assert cells[3].startswith("chunks_reg 512x8 ahead 1: ")  # chunks_reg: no phases
     _, rows = planning.plan_rows("log_softmax", torch.float32, [131072])
     assert rows[0][2] == ("block_slots 2x1024x8+8, phased start: "
                           "log_softmax_cluster_slots<float, 8, 2>")

@@ -356,7 +356,7 @@ def _first_choice(op: str, shape: tuple, dtype: torch.dtype = torch.float32) -> 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_measured_preferences_follow_the_last_sweep(dtype):
-    """The auto choice's table (bench/NOTES.md) at the sweeps' size, M*N = 2^28 (meta tensors):
+    """The auto choice's table (ops/*/auto.py) at the sweeps' size, M*N = 2^28 (meta tensors):
     Triton for the shortest 2-byte rows and fp32 16384-32768, fast_softmax for fp32 short rows
     and every long row, 2^20 included; backward: Triton below 512, the fused kernel from 512."""
     def first(op, n):  # at the sweeps' size

@@ -132,7 +132,7 @@ def backward_plan(n: int, dtype: torch.dtype, prefix: str) -> str:
 def backward_plan_note(cfg: BackwardConfig, n: int, dtype: torch.dtype) -> str:
     """For a ``chunks`` plan: how many chunks a contiguous row is cut into, and that the launch
     streams the rows on a GPU holding fewer resident CTAs + 1 (only the launcher knows; an H200
-    holds 132 of 512 threads, 264 of 256: twenty-second run)."""
+    holds 132 of 512 threads, 264 of 256)."""
     if cfg.kind != "chunks":
         return ""
     chunks = cfg.chunks_of(line_windows(n, dtype, _contiguous_rows(n, dtype)))
@@ -205,12 +205,12 @@ def fast_choice(out: torch.Tensor, x2d: torch.Tensor) -> tuple[FastConfig, int]:
     return cfg, phase
 
 
-# The kinds whose launch starts its first wave in 8 phases of its load time (kernels 2, 3, 2b,
-# 3b take the arguments; row_softmax_kernels.cuh, stagger_first_wave), for rows of at least
-# STAGGER_MIN_ROW_BYTES. Twenty-ninth run, A/B in one process (H200, M*N = 2^28): block_slots
-# +0.6-2.7 points (2-byte 128256-151936 94-95 -> 96-97.3 %), block +0.4-0.9 at 32K-64K, +0.2 at
-# 4K-8K, level (-0.2) at 2-byte 1024: short rows launch at once. The others (kernel 3, no pick
-# uses it) launch every row at once (wave_rows 0); tests and A/Bs change the set.
+# The kinds whose launch starts its first wave in 8 phases of its load time (block, cluster,
+# block_slots take the arguments; row_common.cuh, stagger_first_wave), for rows of at least
+# STAGGER_MIN_ROW_BYTES. A/B in one process (H200, M*N = 2^28): block_slots +0.6-2.7 points
+# (2-byte 128256-151936 94-95 -> 96-97.3 %), block +0.4-0.9 at 32K-64K, +0.2 at 4K-8K, level
+# (-0.2) at 2-byte 1024: short rows launch at once. The others (cluster: no pick uses it) launch
+# every row at once (wave_rows 0); tests change the set.
 STAGGERED_KINDS = {"block_slots", "block"}
 STAGGER_MIN_ROW_BYTES = 8192
 
@@ -229,7 +229,7 @@ _WAVES_MAX = 4096
 
 
 def _wave(cfg: FastConfig, x2d: torch.Tensor, src, expr: str, m: int, n: int) -> tuple:
-    """(wave_rows, wave_ns) of a kernel 2 / 3 / 2b / 3b launch over ``m`` rows of ``n``: its
+    """(wave_rows, wave_ns) of a block / cluster / block_slots launch over ``m`` rows of ``n``: its
     first wave in phases (persistent.first_wave) for STAGGERED_KINDS and rows of at least
     STAGGER_MIN_ROW_BYTES, else (0, 0): every row at once."""
     row_bytes = n * x2d.element_size()
@@ -299,7 +299,7 @@ def fast_launch(
             allow_non_portable_cluster(src, expr, device_index(out))
         launch_rows(src, expr, out, (x2d,), grid=m * cfg.cluster, block=cfg.threads,
                     extra=(vec, *_wave(cfg, x2d, src, expr, m, n)))
-    elif cfg.kind in ("persist", "pipe"):  # kernel 5 also takes `late`
+    elif cfg.kind in ("persist", "pipe"):  # persist also takes `late`
         late = (i32(int(cfg.late)),) if cfg.kind == "persist" else ()
         grid = persistent_grid(src, expr, cfg.threads, cfg.cluster, cfg.shared_mem(), m,
                                device_index(out), max_groups)

@@ -70,7 +70,7 @@ def row_config(n: int, dtype: torch.dtype, max_threads: int,
 
     ``aligned``: every row starts 16-byte aligned, so it spans exactly ceil(n / W) windows;
     otherwise one extra window is budgeted for a row starting mid-vector (odd N puts rows
-    anywhere). Budgeting that window for aligned rows too (until the twentieth run) doubled the
+    anywhere). Budgeting that window for aligned rows too doubled the
     CTA of power-of-two rows - half its threads idle, bf16 65536x4096 at 86 % of copy against
     PyTorch's 101 % on the H200 - and sent fp32 16384 to the streaming kernel.
     """
@@ -85,10 +85,7 @@ def log_backward_config(n: int, dtype: torch.dtype, aligned: bool,
     aligned rows of >= 4000 windows; chunks past the persistent shapes), and ``persist`` for
     rows of y, dy and dx in one 16-byte phase (``phase``) that one CTA cannot hold; else
     ``block`` (one CTA per row, :func:`row_config`) or ``stream`` (two passes: fp64, rows in
-    different phases). ``aligned``: every row starts on 16 bytes.
-
-    Until the twenty-first run every row past one CTA was streamed: 75-79 % of copy on the
-    H200 at N >= 32768 (bench/NOTES.md)."""
+    different phases). ``aligned``: every row starts on 16 bytes."""
     cfg = backward_config(n, dtype, aligned, phase)
     if cfg.kind in ("persist", "chunks"):
         return cfg
