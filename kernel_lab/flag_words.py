@@ -1,6 +1,7 @@
 """The chunk kernels' flagged words, kept per stream and reused from launch to launch.
 
-The chunk kernels (forward kinds chunks / chunks_reg, the backwards' chunks: cuda_src/chunk_sync.cuh) meet
+The chunk kernels (forward kinds chunks / chunks_reg, the backwards' chunks:
+cuda_src/chunk_sync.cuh) meet
 a row's partial results in global memory: each chunk stores a 64-bit word - its fp32 value in the
 low half, the launch's *epoch* in the high half - and the row's CTAs wait until every word of the
 row carries that epoch. A buffer zeroed for every launch (``torch.zeros``: a fill kernel in the
