@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     from .errors import KernelLabError
 
     args = _parser().parse_args(argv)
-    if args.command == "check" and args.device != "cuda":
+    if args.command == "list" or args.command == "check" and args.device != "cuda":
         from .check_cli import interpret_triton_here
 
         interpret_triton_here(sys.argv[1:] if argv is None else list(argv))
