@@ -81,7 +81,9 @@ def measure(n: int, dtype: torch.dtype, total_log2: int, extra_threads: tuple[in
     API calls resident - do all of them really run at once? ``log``: log_softmax_backward's
     kernels."""
     m = max(1, (1 << total_log2) // n)
-    kernels = None
+    from kernel_lab.ops.softmax import cuda_variants as cv
+
+    kernels = cv.BACKWARD_KERNELS
     if log:
         from kernel_lab.ops.log_softmax import cuda_variants as lcv
 

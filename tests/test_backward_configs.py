@@ -26,7 +26,8 @@ from kernel_lab.rowkernels import launch as rk
 NS = (1, 127, 4096, 16384, 16385, 20000, 32000, 50257, 65536, 151936, 262144, 524288, 1048576)
 # Both ops on the persistent kernel: (op, variant, kernels for backward_launch, y from logits).
 BACKWARDS = {
-    "softmax_backward": ("fused_softmax_backward", None, lambda x: torch.softmax(x, -1)),
+    "softmax_backward": ("fused_softmax_backward", cv.BACKWARD_KERNELS,
+                         lambda x: torch.softmax(x, -1)),
     "log_softmax_backward": ("log_softmax_backward", lcv.BACKWARD_KERNELS,
                              lambda x: torch.log_softmax(x, -1)),
 }
