@@ -1,4 +1,4 @@
-"""The chunk kernels' flagged words kept per stream (kernel_lab/ops/softmax/flag_words.py).
+"""The chunk kernels' flagged words kept per stream (kernel_lab/flag_words.py).
 
 CPU: each launch on a stream takes the next epoch over one buffer, zeroed once when it is fresh
 (first use, too small, the epochs used up); other streams and devices keep their own; graph
@@ -132,7 +132,7 @@ def test_chunk_kernels_ignore_words_of_earlier_launches(dtype, cfg):
 @needs_cuda
 @pytest.mark.parametrize("dtype", bc.BACKWARD_PERSIST_DTYPES, ids=str)
 @pytest.mark.parametrize("op_name,kernels,make_y", [
-    ("softmax_backward", None, lambda x: torch.softmax(x, -1)),
+    ("softmax_backward", cv.BACKWARD_KERNELS, lambda x: torch.softmax(x, -1)),
     ("log_softmax_backward", lcv.BACKWARD_KERNELS, lambda x: torch.log_softmax(x, -1))])
 def test_backward_chunks_ignore_words_of_earlier_launches(dtype, op_name, kernels, make_y):
     gen = torch.Generator(device="cuda").manual_seed(3)
