@@ -4,6 +4,7 @@
     kernel_lab.run("online_softmax", x)          # any registered variant, by name
     kernel_lab.variants("softmax")               # what is registered
     kernel_lab.softmax(x, dim=-1)                # differentiable drop-in for torch.softmax
+    kernel_lab.cross_entropy(logits, target)     # ... and for F.cross_entropy
 """
 
 # The subpackage kernel_lab.ops (the op implementations) is imported first so that the name
@@ -16,6 +17,7 @@ from .errors import (
     UnknownVariantError,
     UnsupportedInputError,
 )
+from .ops.cross_entropy.api import CrossEntropyLoss, cross_entropy
 from .ops.log_softmax.api import LogSoftmax, log_softmax
 from .ops.softmax.api import Softmax, softmax
 from .registry import (
@@ -37,6 +39,7 @@ from .registry import (
 __all__ = [
     "Auto",
     "Autograd",
+    "CrossEntropyLoss",
     "DuplicateVariantError",
     "Input",
     "KernelCompileError",
@@ -48,6 +51,7 @@ __all__ = [
     "UnknownVariantError",
     "UnsupportedInputError",
     "Variant",
+    "cross_entropy",
     "get",
     "get_op",
     "log_softmax",

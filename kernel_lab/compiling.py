@@ -43,7 +43,8 @@ class CompiledPerSignature:
 
     def __call__(self, *tensors: torch.Tensor, **kw):
         key = tuple(
-            (tuple(t.shape), t.stride(), t.dtype, t.device, t.requires_grad) for t in tensors
+            None if t is None else (tuple(t.shape), t.stride(), t.dtype, t.device,
+                                    t.requires_grad) for t in tensors
         ) + tuple(sorted(kw.items()))
         compiled = self._compiled_for(key)
         with torch._dynamo.config.patch(error_on_recompile=True):

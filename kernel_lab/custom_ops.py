@@ -40,7 +40,7 @@ _defined: dict[str, Any] = {}  # op name -> its torch.library custom op
 
 
 def _schema(op: registry.Op) -> str:
-    args = [f"Tensor {i.name}" for i in op.inputs]
+    args = [f"Tensor{'?' if i.optional else ''} {i.name}" for i in op.inputs]
     for name, default in op.kwargs.items():
         kind = _SCHEMA_TYPES.get(type(default))
         if kind is None:
@@ -62,16 +62,32 @@ def _split(op: registry.Op, args: Sequence[Any]) -> tuple[tuple, dict, str, str]
 
 
 def _fake_outputs(op: registry.Op, tensors: tuple, kw: dict) -> Any:
-    """Empty contiguous outputs shaped like the real ones: the variant's own fake, else like
-    the first input (what every row op returns)."""
+    """Empty contiguous outputs shaped like the real ones: each output's own ``empty``, else
+    like the first input (what every row op returns)."""
     from .rows import normalize_dim
 
     x = tensors[0]
     if "dim" in kw:
         normalize_dim(kw["dim"], x.dim())
-    outs = tuple(torch.empty_like(x, memory_format=torch.contiguous_format)
-                 for _ in op.outputs)
+    outs = tuple(o.empty(*tensors, **kw) if o.empty is not None else
+                 torch.empty_like(x, memory_format=torch.contiguous_format)
+                 for o in op.outputs)
     return outs[0] if len(outs) == 1 else outs
+
+
+def _mark_outputs(op: registry.Op, ctx: Any, output: Any) -> None:
+    """Tell autograd which outputs carry no gradient (Output.differentiable)."""
+    if len(op.outputs) > 1:
+        fixed = [o for spec, o in zip(op.outputs, output) if not spec.differentiable]
+        if fixed:
+            ctx.mark_non_differentiable(*fixed)
+
+
+def _output_grad(op: registry.Op, grads: tuple) -> Any:
+    """The gradient the op's backward takes: that of its first differentiable output."""
+    if len(op.outputs) == 1:
+        return grads[0]
+    return next(g for spec, g in zip(op.outputs, grads) if spec.differentiable)
 
 
 def define(name: str) -> Any:
@@ -101,10 +117,11 @@ def define(name: str) -> Any:
         def setup_context(ctx, inputs, output):
             tensors, ctx.kw, _, ctx.backward_variant = _split(op, inputs)
             ctx.save_for_backward(*grad.save(tensors, output, ctx.kw))
+            _mark_outputs(op, ctx, output)
 
-        def backward_fn(ctx, g):
-            grads = _input_grads(op, ctx.saved_tensors, g, ctx.kw, ctx.backward_variant,
-                                 backward_op)
+        def backward_fn(ctx, *gs):
+            grads = _input_grads(op, ctx.saved_tensors, _output_grad(op, gs), ctx.kw,
+                                 ctx.backward_variant, backward_op)
             return (*grads, *[None] * (len(op.kwargs) + 1 + (backward_op is not None)))
 
         custom.register_autograd(backward_fn, setup_context=setup_context)
@@ -157,13 +174,15 @@ class _EagerOp(torch.autograd.Function):
         op = registry.get_op(name)
         ctx.save_for_backward(*op.autograd.save(tensors, out, kw))
         ctx.name, ctx.kw, ctx.backward_variant = name, kw, backward_variant
+        _mark_outputs(op, ctx, out)
         return out
 
     @staticmethod
-    def backward(ctx, g):
+    def backward(ctx, *gs):
         op = registry.get_op(ctx.name)
         backward = op.autograd.backward
-        grads = _input_grads(op, ctx.saved_tensors, g, ctx.kw, ctx.backward_variant,
+        grads = _input_grads(op, ctx.saved_tensors, _output_grad(op, gs), ctx.kw,
+                             ctx.backward_variant,
                              define(backward) if backward else None,
                              eager=not torch.is_grad_enabled())
         return (None, None, None, None, *grads)
@@ -176,7 +195,7 @@ def _functorch_active() -> bool:
 
 def _nothing_watches(tensors: Sequence[Any]) -> bool:
     """Plain tensors, and no dispatch mode or functorch transform that needs to see the op."""
-    return (all(type(t) is torch.Tensor for t in tensors)
+    return (all(type(t) is torch.Tensor or t is None for t in tensors)
             and _get_current_dispatch_mode() is None and not _functorch_active())
 
 
@@ -211,7 +230,7 @@ class _Plan:
     def __call__(self, name: str, tensors: tuple, kw: dict, variant: str,
                  backward_variant: str) -> Any:
         if self.grad and not self.native and torch.is_grad_enabled() and any(
-                t.requires_grad for t in tensors):
+                t is not None and t.requires_grad for t in tensors):
             return _EagerOp.apply(name, kw, variant, backward_variant, *tensors)
         out = self.fn(tensors, kw)
         return out.contiguous() if type(out) is torch.Tensor else tuple(

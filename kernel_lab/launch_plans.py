@@ -68,6 +68,8 @@ def _replay_of(launches: list, tensors: tuple, out: Any) -> _Replay | None:
         return None
     owners = {out.data_ptr(): -1}
     for k, t in enumerate(tensors):
+        if t is None:
+            continue
         if t.data_ptr() in owners:  # aliased inputs: which is which is ambiguous
             return None
         owners[t.data_ptr()] = k
@@ -113,8 +115,8 @@ def signature(tensors: tuple) -> tuple:
     """Everything of the tensors a launcher's choices may depend on: shape, strides, dtype,
     device, the data pointer's offset in a 128-byte line (vector and line heads), and whether
     autograd would record the call."""
-    return tuple((t.shape, t.stride(), t.dtype, t.get_device(), t.data_ptr() & 127,
-                  t.requires_grad) for t in tensors)
+    return tuple(None if t is None else (t.shape, t.stride(), t.dtype, t.get_device(),
+                                         t.data_ptr() & 127, t.requires_grad) for t in tensors)
 
 
 _calls: dict[tuple, ReplayingCall] = {}

@@ -28,7 +28,7 @@ from .errors import DuplicateVariantError, UnknownVariantError, UnsupportedInput
 BACKENDS = ("torch", "compile", "triton", "cuda", "peer")
 
 
-ROLES = ("rows", "column", "index")
+ROLES = ("rows", "column", "index", "per_row", "free")
 
 
 @dataclass(frozen=True)
@@ -37,11 +37,14 @@ class Input:
 
     ``rows``: shaped like the first input (the rows reduced over ``dim``); ``column``: a
     per-column parameter of shape (N,), N the first input's length along ``dim``, same dtype;
-    ``index``: an integer tensor shaped like the first input without ``dim`` (one per row).
+    ``index``: an integer tensor shaped like the first input without ``dim`` (one per row);
+    ``per_row``: a floating tensor of that shape (a row statistic); ``free``: any shape (only
+    its device is checked). ``optional``: the input may be None (``Tensor?`` in the schema).
     """
 
     name: str
     role: str = "rows"
+    optional: bool = False
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
@@ -59,6 +62,11 @@ class Output:
     name: str
     tolerances: dict | None = None
     error_scale: Callable[..., torch.Tensor] | None = None
+    # empty(*inputs, **kw): an uninitialized output of the real one's shape, dtype and device
+    # (the custom op's fake kernel); None: shaped like the first input
+    empty: Callable[..., torch.Tensor] | None = None
+    # False: no gradient flows through this output (a statistic kept for the backward)
+    differentiable: bool = True
 
 
 @dataclass(frozen=True)
@@ -197,9 +205,11 @@ def _input_contract(specs: tuple[Input, ...], inputs: tuple, dim: int) -> str | 
     x = inputs[0]
     n = x.shape[dim] if x.dim() and -x.dim() <= dim < x.dim() else None
     for i, t in enumerate(inputs[1:], 1):
+        spec = specs[i] if i < len(specs) else Input(f"input {i}")
+        if t is None and not spec.optional:
+            return f"{spec.name} must be a tensor, not None"
         if not isinstance(t, torch.Tensor):
             continue
-        spec = specs[i] if i < len(specs) else Input(f"input {i}")
         if t.device != x.device:
             return f"{spec.name} is on {t.device}, {specs[0].name} on {x.device}"
         if spec.role == "rows" and (t.dtype != x.dtype or t.shape != x.shape):
@@ -207,9 +217,12 @@ def _input_contract(specs: tuple[Input, ...], inputs: tuple, dim: int) -> str | 
         column = (n,) if x.dim() else ()  # a 0-d row: its one parameter, 0-d too
         if spec.role == "column" and (t.dtype != x.dtype or tuple(t.shape) != column):
             return f"{spec.name} must be a {column} tensor of {specs[0].name}'s dtype"
-        if spec.role == "index":
-            if t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool:
-                return f"{spec.name} must be an integer tensor, got {t.dtype}"
+        if spec.role == "index" and (t.dtype.is_floating_point or t.dtype.is_complex
+                                     or t.dtype == torch.bool):
+            return f"{spec.name} must be an integer tensor, got {t.dtype}"
+        if spec.role == "per_row" and not t.dtype.is_floating_point:
+            return f"{spec.name} must be a floating tensor, got {t.dtype}"
+        if spec.role in ("index", "per_row"):
             rows = tuple(s for d, s in enumerate(x.shape) if d != dim % max(x.dim(), 1))
             if tuple(t.shape) != rows:
                 return f"{spec.name} must have shape {rows} (one per row), got {tuple(t.shape)}"

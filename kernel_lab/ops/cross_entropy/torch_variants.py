@@ -1,0 +1,137 @@
+"""cross_entropy in plain PyTorch: ``F.cross_entropy`` (the peer to beat), and the
+decomposition under ``torch.compile``; the backward both ways."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from kernel_lab.compiling import CompiledPerSignature
+from kernel_lab.registry import register
+
+from .op import ALL_DTYPES, check_kwargs, check_targets
+
+SOURCE = "kernel_lab/ops/cross_entropy/torch_variants.py"
+
+
+def _checked(logits, target, ignore_index, reduction, label_smoothing):
+    check_kwargs(ignore_index, reduction, label_smoothing)
+    check_targets(logits, target, ignore_index)
+    return target.long()
+
+
+@register("torch_cross_entropy", op="cross_entropy", backend="torch", dtypes=ALL_DTYPES,
+          description="F.cross_entropy (log_softmax + nll_loss), lse by torch.logsumexp",
+          source=SOURCE)
+def torch_cross_entropy(logits, target, weight=None, ignore_index=-100, reduction="mean",
+                        label_smoothing=0.0):
+    target = _checked(logits, target, ignore_index, reduction, label_smoothing)
+    lse = torch.logsumexp(logits.float() if logits.dtype != torch.float64 else logits, 1)
+    if logits.shape[1] == 0:  # PyTorch refuses C = 0 even with every row ignored
+        loss = logits.new_zeros(logits.shape[0])
+        loss = {"none": loss, "sum": loss.sum(), "mean": loss.sum() / 0.0}[reduction]
+    else:
+        loss = F.cross_entropy(logits, target, weight=weight, ignore_index=ignore_index,
+                               reduction=reduction, label_smoothing=label_smoothing)
+    return loss, lse.float() if logits.dtype != torch.float64 else lse
+
+
+def cross_entropy_math(logits, target, weight, ignore_index: int, reduction: str,
+                       label_smoothing: float):
+    """(loss, lse) from one fp32 logsumexp and gathers: what inductor fuses into a row
+    reduction (the op module's formula)."""
+    x = logits if logits.dtype == torch.float64 else logits.float()
+    c = x.shape[1]
+    lse = torch.logsumexp(x, 1)
+    keep = target != ignore_index
+    t = torch.where(keep, target, 0)
+    w = weight.to(x.dtype) if weight is not None else None
+    wt = w[t] if w is not None else torch.ones_like(lse)
+    loss = (1 - label_smoothing) * wt * (lse - x.gather(1, t[:, None])[:, 0])
+    if label_smoothing:
+        if w is not None:
+            smooth = lse * w.sum() - (x * w).sum(1)
+        else:
+            smooth = c * lse - x.sum(1)
+        loss = loss + label_smoothing / c * smooth
+    loss = torch.where(keep, loss, 0.0)
+    if reduction == "sum":
+        loss = loss.sum()
+    elif reduction == "mean":
+        loss = loss.sum() / torch.where(keep, wt, 0.0).sum()
+    return loss.to(logits.dtype), lse
+
+
+_compiled = CompiledPerSignature(cross_entropy_math)
+
+
+@register("compile_cross_entropy", op="cross_entropy", backend="compile", dtypes=ALL_DTYPES,
+          description="the decomposition under torch.compile (one fused row reduction)",
+          source=SOURCE)
+def compile_cross_entropy(logits, target, weight=None, ignore_index=-100, reduction="mean",
+                          label_smoothing=0.0):
+    target = _checked(logits, target, ignore_index, reduction, label_smoothing)
+    if logits.numel() == 0:
+        return cross_entropy_math(logits, target, weight, ignore_index, reduction,
+                                  label_smoothing)
+    return _compiled(logits, target, weight, ignore_index=ignore_index, reduction=reduction,
+                     label_smoothing=label_smoothing)
+
+
+def row_scale(target, weight, grad, ignore_index: int, reduction: str, dtype):
+    """s_i: each row's upstream gradient (the mean's denominator divided out; 0 if ignored)
+    and w_t, as ``dtype`` vectors."""
+    keep = target != ignore_index
+    t = torch.where(keep, target, 0)
+    wt = weight.to(dtype)[t] if weight is not None else torch.ones(
+        target.shape, dtype=dtype, device=target.device)
+    s = grad.to(dtype).expand(target.shape)
+    if reduction == "mean":
+        s = s / torch.where(keep, wt, 0.0).sum()
+    return torch.where(keep, s, 0.0), wt, t
+
+
+def cross_entropy_backward_math(logits, target, weight, lse, grad, ignore_index: int,
+                                reduction: str, label_smoothing: float):
+    """dx = s * ((1 - eps) * w_t * (p - onehot) + eps / C * (sum(w) * p - w))."""
+    acc = torch.float64 if logits.dtype == torch.float64 else torch.float32
+    x = logits.to(acc)
+    c = x.shape[1]
+    s, wt, t = row_scale(target, weight, grad, ignore_index, reduction, acc)
+    p = torch.exp(x - lse.to(acc)[:, None])
+    a = (1 - label_smoothing) * wt
+    if label_smoothing:
+        wsum = weight.to(acc).sum() if weight is not None else torch.tensor(float(c), dtype=acc)
+        a = a + label_smoothing / c * wsum
+    dx = a[:, None] * p
+    dx = dx.scatter_add(1, t[:, None], -((1 - label_smoothing) * wt)[:, None])
+    if label_smoothing:
+        dx = dx - label_smoothing / c * (weight.to(acc) if weight is not None else 1.0)
+    return (s[:, None] * dx).to(logits.dtype)
+
+
+@register("torch_cross_entropy_backward", op="cross_entropy_backward", backend="torch",
+          dtypes=ALL_DTYPES, description="the gradient formula in PyTorch ops (fp32)",
+          source=SOURCE)
+def torch_cross_entropy_backward(logits, target, weight, lse, grad, ignore_index=-100,
+                                 reduction="mean", label_smoothing=0.0):
+    target = _checked(logits, target, ignore_index, reduction, label_smoothing)
+    if logits.numel() == 0:
+        return torch.zeros_like(logits)
+    return cross_entropy_backward_math(logits, target, weight, lse, grad, ignore_index,
+                                       reduction, label_smoothing)
+
+
+_compiled_backward = CompiledPerSignature(cross_entropy_backward_math)
+
+
+@register("compile_cross_entropy_backward", op="cross_entropy_backward", backend="compile",
+          dtypes=ALL_DTYPES, description="the gradient formula under torch.compile",
+          source=SOURCE)
+def compile_cross_entropy_backward(logits, target, weight, lse, grad, ignore_index=-100,
+                                   reduction="mean", label_smoothing=0.0):
+    target = _checked(logits, target, ignore_index, reduction, label_smoothing)
+    if logits.numel() == 0:
+        return torch.zeros_like(logits)
+    return _compiled_backward(logits, target, weight, lse, grad, ignore_index=ignore_index,
+                              reduction=reduction, label_smoothing=label_smoothing)
