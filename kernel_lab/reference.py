@@ -52,9 +52,12 @@ def check(
     dtype: torch.dtype,
     tolerances: dict[torch.dtype, Tolerance] | None = None,
     scale: torch.Tensor | None = None,
+    out_dtype: torch.dtype | None = None,
 ) -> CheckResult:
     """Compare a variant's ``out`` with the float64 ``ref``; never raises on a mismatch.
 
+    ``dtype``: the input's, which picks the tolerance; ``out_dtype`` (default ``dtype``) the
+    dtype ``out`` must have.
     ``scale`` (default ``|ref|``) is the magnitude ``rtol`` applies to, element by element. Ops
     whose result is a difference of larger terms (a backward's ``dy - sum(dy * y)``) pass the
     size of those terms: rounding of the terms, not of the small result, sets the honest bound.
@@ -64,8 +67,9 @@ def check(
     if tuple(out.shape) != tuple(ref.shape):
         return CheckResult(False, float("inf"), float("inf"), f"shape {tuple(out.shape)} != "
                            f"{tuple(ref.shape)}")
-    if out.dtype != dtype:
-        return CheckResult(False, float("inf"), float("inf"), f"dtype {out.dtype} != {dtype}")
+    if out.dtype != (out_dtype or dtype):
+        return CheckResult(False, float("inf"), float("inf"),
+                           f"dtype {out.dtype} != {out_dtype or dtype}")
     if out.numel() == 0:
         return CheckResult(True, 0.0, 0.0, "empty")
     tol = (tolerances or TOLERANCES)[dtype]

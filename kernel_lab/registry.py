@@ -67,6 +67,8 @@ class Output:
     empty: Callable[..., torch.Tensor] | None = None
     # False: no gradient flows through this output (a statistic kept for the backward)
     differentiable: bool = True
+    # dtype(input dtype) -> this output's dtype; None: the input's
+    dtype: Callable[[torch.dtype], torch.dtype] | None = None
 
 
 @dataclass(frozen=True)
@@ -149,7 +151,9 @@ class Op:
         for spec, o, r in zip(self.outputs, outs, refs):
             scale_fn = spec.error_scale or (self.error_scale if not several else None)
             scale = scale_fn(*inputs, **kw) if scale_fn is not None else None
-            res = check(o, r, inputs[0].dtype, spec.tolerances or self.tolerances, scale=scale)
+            dt = inputs[0].dtype
+            res = check(o, r, dt, spec.tolerances or self.tolerances, scale=scale,
+                        out_dtype=spec.dtype(dt) if spec.dtype is not None else None)
             if not res.ok:
                 return CheckResult(False, res.max_abs_err, res.max_rel_err,
                                    f"{spec.name}: {res.message}" if several else res.message,

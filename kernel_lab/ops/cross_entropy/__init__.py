@@ -11,4 +11,7 @@ one file of variants per backend, ``api.py`` (``kernel_lab.cross_entropy``).
 # isort: off
 from . import op  # noqa: F401
 from . import torch_variants  # noqa: F401
+from . import triton_variants  # noqa: F401
+from . import cuda_variants  # noqa: F401
+from . import peer_variants  # noqa: F401  (QuACK, Liger: skipped when not installed)
 # isort: on

@@ -54,6 +54,11 @@ GRAD_TOLERANCES: dict[torch.dtype, Tolerance] = {
 }
 
 
+def lse_dtype(dtype: torch.dtype) -> torch.dtype:
+    """lse is kept in the accumulator's dtype: float32, float64 for float64 logits."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
 def check_kwargs(ignore_index: int, reduction: str, label_smoothing: float) -> None:
     """Refuse keywords PyTorch refuses, with its wording."""
     if reduction not in REDUCTIONS:
@@ -81,7 +86,7 @@ def cross_entropy_reference(logits, target, weight=None, ignore_index=-100, redu
     """(loss, lse) in float64: PyTorch's cross_entropy on float64 copies, and logsumexp."""
     x = logits.detach().double().cpu()
     w = weight.detach().double().cpu() if weight is not None else None
-    t = target.cpu()
+    t = target.cpu().long()
     if x.shape[1] == 0:  # no classes: every row must be ignored (check_targets)
         loss = torch.zeros(x.shape[0], dtype=torch.float64)
         loss = {"none": loss, "sum": loss.sum(), "mean": loss.sum() / 0.0}[reduction]
@@ -96,7 +101,7 @@ def _row_scale(logits, target, weight, ignore_index, label_smoothing) -> torch.T
     """Per row, the size of the terms a row's loss is the difference of (|lse| + |x_t| and
     the smoothing sum's), the magnitude its rounding is relative to."""
     x = logits.detach().double().cpu()
-    t = target.cpu()
+    t = target.cpu().long()
     keep = t != ignore_index
     w = weight.detach().double().cpu() if weight is not None else torch.ones(x.shape[1],
                                                                                dtype=x.dtype)
@@ -192,7 +197,7 @@ def cross_entropy_backward_reference(logits, target, weight, lse, grad, ignore_i
     w = weight.detach().double().cpu() if weight is not None else None
     if x.shape[1] == 0:
         return torch.zeros_like(x).to(logits.device)
-    loss = torch.nn.functional.cross_entropy(x, target.cpu(), weight=w,
+    loss = torch.nn.functional.cross_entropy(x, target.cpu().long(), weight=w,
                                              ignore_index=ignore_index, reduction=reduction,
                                              label_smoothing=label_smoothing)
     (dx,) = torch.autograd.grad(loss, x, grad.detach().double().cpu())
@@ -206,7 +211,7 @@ def backward_error_scale(logits, target, weight, lse, grad, ignore_index=-100,
     if x.shape[1] == 0:
         return torch.zeros_like(x).to(logits.device)
     p = torch.softmax(x, 1).nan_to_num(0.0)
-    t = target.cpu()
+    t = target.cpu().long()
     keep = t != ignore_index
     w = weight.detach().double().cpu() if weight is not None else torch.ones(x.shape[1],
                                                                                dtype=x.dtype)
@@ -226,7 +231,7 @@ def backward_error_scale(logits, target, weight, lse, grad, ignore_index=-100,
 def cross_entropy_backward_inputs(shape, dtype, device="cpu", generator=None):
     """(logits, target, None, lse, grad) for the default "mean" reduction: grad a random 0-d."""
     logits, target = cross_entropy_inputs(shape, dtype, device, generator)
-    lse = torch.logsumexp(logits.float(), dim=1)
+    lse = torch.logsumexp(logits.to(lse_dtype(dtype)), dim=1)
     grad = (torch.rand((), generator=generator) + 0.5).to(device)
     return logits, target, None, lse, grad
 
@@ -241,7 +246,7 @@ def cross_entropy_backward_edge_cases(dtype, device="cpu", generator=None) -> li
     cases = []
     for label, inputs, kw in cross_entropy_edge_cases(dtype, device, generator):
         x, t, w = (*inputs, None)[:3]
-        lse = torch.logsumexp(x.float(), dim=1)
+        lse = torch.logsumexp(x.to(lse_dtype(dtype)), dim=1)
         shape = (x.shape[0],) if kw.get("reduction") == "none" else ()
         g = (torch.rand(shape, generator=generator) + 0.5).to(device)
         cases.append((label, (x, t, w, lse, g), kw))
@@ -273,9 +278,9 @@ CROSS_ENTROPY = register_op(
         outputs=(Output("loss", error_scale=loss_error_scale,
                         empty=lambda logits, target, weight=None, reduction="mean", **kw:
                         logits.new_empty((logits.shape[0],) if reduction == "none" else ())),
-                 Output("lse", tolerances=LSE_TOLERANCE, differentiable=False,
+                 Output("lse", tolerances=LSE_TOLERANCE, differentiable=False, dtype=lse_dtype,
                         empty=lambda logits, *a, **kw: logits.new_empty(
-                            logits.shape[:1], dtype=torch.float32))),
+                            logits.shape[:1], dtype=lse_dtype(logits.dtype)))),
         auto=CROSS_ENTROPY_AUTO,
         autograd=Autograd(save=_save, backward="cross_entropy_backward",
                           backward_inputs=_backward_inputs),

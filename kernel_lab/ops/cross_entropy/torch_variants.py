@@ -71,9 +71,9 @@ _compiled = CompiledPerSignature(cross_entropy_math)
 def compile_cross_entropy(logits, target, weight=None, ignore_index=-100, reduction="mean",
                           label_smoothing=0.0):
     target = _checked(logits, target, ignore_index, reduction, label_smoothing)
-    if logits.numel() == 0:
-        return cross_entropy_math(logits, target, weight, ignore_index, reduction,
-                                  label_smoothing)
+    if logits.numel() == 0:  # nothing to compile: PyTorch's answer (every row ignored)
+        return torch_cross_entropy(logits, target, weight, ignore_index, reduction,
+                                   label_smoothing)
     return _compiled(logits, target, weight, ignore_index=ignore_index, reduction=reduction,
                      label_smoothing=label_smoothing)
 

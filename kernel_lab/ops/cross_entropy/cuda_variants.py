@@ -1,0 +1,172 @@
+"""Launchers for the CUDA C++ cross-entropy kernels (``cuda_src/cross_entropy.cu``).
+
+``cuda_cross_entropy``: one kernel reads each row once (loss, lse, w_t per row), a second one
+block kernel reduces the loss ("mean", "sum"). ``cuda_cross_entropy_backward``: one block kernel
+turns the upstream gradient into three coefficients per row, then one read of the logits and
+one write of dlogits. :func:`fused_forward` is the memory-saving mode of
+``kernel_lab.cross_entropy(..., inplace_backward=True)``: the forward kernel also writes the
+gradient for a unit upstream gradient, into the logits' own buffer.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from kernel_lab.cuda_common import ALL_DTYPES, ctype, cuda_source, device_index, next_pow2
+from kernel_lab.interop import launch
+from kernel_lab.registry import register
+
+from .torch_variants import _checked
+
+_T = [ctype(dt) for dt in ALL_DTYPES]
+SOURCE = cuda_source(
+    "cross_entropy.cu",
+    [f"cross_entropy_fwd<{t}, {f}>" for t in _T for f in ("false", "true")]
+    + [f"cross_entropy_{k}<{t}>" for k in ("bwd", "coefs", "reduce") for t in _T],
+)
+FWD_SIG = "QQQQQQQqi4xqi4xQqQf4x"
+BWD_SIG = "QQqi4xqi4xi4xQQQQ"
+COEFS_SIG = "QQqi4xqQf4xQi4xi4x"
+REDUCE_SIG = "QQQqi4x"
+BWD_THREADS, BWD_WINDOWS_PER_THREAD = 256, 8
+
+
+def acc_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def _windows(n: int, dtype: torch.dtype) -> int:
+    """Aligned 16-byte windows a row of n may span (one more for a row off 16 bytes)."""
+    w = 16 // dtype.itemsize
+    return (n + 2 * w - 2) // w
+
+
+def forward_threads(n: int, dtype: torch.dtype) -> int:
+    """Threads of the row's block: 256 for long rows (3 blocks an SM: their 4 windows each in
+    flight cover the H200's latency), fewer so that short rows give each thread >= 8 windows."""
+    return min(256, max(32, next_pow2(-(-_windows(n, dtype) // 8))))
+
+
+def _launch(expr: str, grid, block: int, args: tuple, sig: str, dev: int) -> None:
+    launch(SOURCE.function(expr, dev), grid, (block,), args, device_index=dev, signature=sig,
+           source=(SOURCE, expr))
+
+
+def _ptr(t: torch.Tensor | None) -> int:
+    return 0 if t is None else t.data_ptr()
+
+
+def _prepare(logits, target, weight):
+    """Logits with unit column stride, int64 contiguous targets, a contiguous weight."""
+    x = logits if logits.stride(1) == 1 or logits.shape[1] <= 1 else logits.contiguous()
+    t = target if target.dtype == torch.int64 and target.is_contiguous() else \
+        target.to(torch.int64).contiguous()
+    w = weight.contiguous() if weight is not None else None
+    return x, t, w
+
+
+def coefficients(target, weight, grad, n: int, ignore_index: int, reduction: str,
+                 eps: float, dtype: torch.dtype) -> torch.Tensor:
+    """(M, 3) per-row (A, B, D) of the gradient (cuda_src/cross_entropy.cu)."""
+    m, dev = target.shape[0], device_index(target)
+    coefs = torch.empty((m, 3), dtype=acc_dtype(dtype), device=target.device)
+    g = grad.to(acc_dtype(dtype)).contiguous()
+    _launch(f"cross_entropy_coefs<{ctype(dtype)}>", (1,), 1024,
+            (coefs.data_ptr(), target.data_ptr(), m, n, ignore_index, _ptr(weight), eps,
+             g.data_ptr(), int(g.dim() > 0), int(reduction == "mean")), COEFS_SIG, dev)
+    return coefs
+
+
+def forward(logits, target, weight, ignore_index: int, reduction: str, eps: float,
+            dx: torch.Tensor | None = None, coefs: torch.Tensor | None = None):
+    """(loss, lse); with ``dx`` (laid out like the logits, or the logits themselves) and
+    ``coefs``, also the gradient into dx."""
+    m, n = logits.shape
+    acc = acc_dtype(logits.dtype)
+    lse = torch.empty(m, dtype=acc, device=logits.device)
+    if m == 0 or n == 0:  # every row is ignored (the target check): loss 0
+        zeros = logits.new_zeros(m)
+        lse.fill_(float("-inf"))
+        if dx is not None:
+            dx.zero_()
+        return {"none": zeros, "sum": zeros.sum(), "mean": zeros.sum() / 0.0}[reduction], lse
+    dev = device_index(logits)
+    wt = torch.empty(m, dtype=acc, device=logits.device)
+    none = reduction == "none"
+    loss_none = logits.new_empty(m) if none else None
+    loss_rows = None if none else torch.empty(m, dtype=acc, device=logits.device)
+    fused = dx is not None
+    _launch(f"cross_entropy_fwd<{ctype(logits.dtype)}, {'true' if fused else 'false'}>", (m,),
+            forward_threads(n, logits.dtype),
+            (_ptr(loss_none), _ptr(loss_rows), lse.data_ptr(), wt.data_ptr(), _ptr(dx),
+             _ptr(coefs), logits.data_ptr(), m, n, logits.stride(0), 1, target.data_ptr(),
+             ignore_index, _ptr(weight), eps), FWD_SIG, dev)
+    if none:
+        return loss_none, lse
+    loss = logits.new_empty(())
+    _launch(f"cross_entropy_reduce<{ctype(logits.dtype)}>", (1,), 1024,
+            (loss.data_ptr(), loss_rows.data_ptr(), wt.data_ptr(), m,
+             int(reduction == "mean")), REDUCE_SIG, dev)
+    return loss, lse
+
+
+@register("cuda_cross_entropy", op="cross_entropy", backend="cuda", dtypes=ALL_DTYPES,
+          description="one block a row: online (max, sum) over 16-byte windows, one read; "
+          "a one-block reduction", source="cuda_src/cross_entropy.cu")
+def cuda_cross_entropy(logits, target, weight=None, ignore_index=-100, reduction="mean",
+                       label_smoothing=0.0):
+    _checked(logits, target, ignore_index, reduction, label_smoothing)
+    x, t, w = _prepare(logits, target, weight)
+    return forward(x, t, w, ignore_index, reduction, float(label_smoothing))
+
+
+def backward(logits, target, weight, lse, coefs, out=None) -> torch.Tensor:
+    """dlogits from the per-row coefficients (into ``out`` if given, contiguous)."""
+    m, n = logits.shape
+    dx = torch.empty((m, n), dtype=logits.dtype, device=logits.device) if out is None else out
+    if m == 0 or n == 0:
+        return dx.zero_()
+    spans = -(-_windows(n, logits.dtype) // (BWD_THREADS * BWD_WINDOWS_PER_THREAD))
+    # one phase for input and output rows: 16-byte windows for both, else element-wise
+    es = logits.element_size()
+    vec = int((logits.data_ptr() - dx.data_ptr()) % 16 == 0
+              and (m == 1 or (logits.stride(0) - n) * es % 16 == 0))
+    _launch(f"cross_entropy_bwd<{ctype(logits.dtype)}>", (m, spans), BWD_THREADS,
+            (dx.data_ptr(), logits.data_ptr(), m, n, logits.stride(0), vec,
+             BWD_THREADS * BWD_WINDOWS_PER_THREAD, target.data_ptr(), _ptr(weight),
+             lse.contiguous().data_ptr(), coefs.data_ptr()), BWD_SIG, device_index(logits))
+    return dx
+
+
+@register("cuda_cross_entropy_backward", op="cross_entropy_backward", backend="cuda",
+          dtypes=ALL_DTYPES, description="per-row coefficients (one block), then one read of "
+          "the logits and one write of dlogits", source="cuda_src/cross_entropy.cu")
+def cuda_cross_entropy_backward(logits, target, weight, lse, grad, ignore_index=-100,
+                                reduction="mean", label_smoothing=0.0):
+    _checked(logits, target, ignore_index, reduction, label_smoothing)
+    x, t, w = _prepare(logits, target, weight)
+    n = x.shape[1]
+    coefs = coefficients(t, w, grad, n, ignore_index, reduction, float(label_smoothing),
+                         x.dtype)
+    return backward(x, t, w, lse.to(acc_dtype(x.dtype)), coefs)
+
+
+def fused_forward(logits, target, weight, ignore_index: int, reduction: str, eps: float):
+    """(loss, lse), and the gradient of the loss for a unit upstream gradient written over the
+    logits (their buffer, when its columns are contiguous). Returns (loss, lse, dlogits)."""
+    x, t, w = _prepare(logits, target, weight)
+    g = torch.ones((), dtype=acc_dtype(x.dtype), device=x.device)
+    if reduction == "none":
+        g = g.expand(x.shape[0])
+    coefs = coefficients(t, w, g, x.shape[1], ignore_index, reduction, eps, x.dtype)
+    loss, lse = forward(x, t, w, ignore_index, reduction, eps, dx=x, coefs=coefs)
+    return loss, lse, x
+
+
+def launch_plan(n: int, dtype: torch.dtype) -> str:
+    """What the forward launches for contiguous rows of n (``python -m kernel_lab plan``)."""
+    return (f"cross_entropy_fwd<{ctype(dtype)}, false>: one block of "
+            f"{forward_threads(n, dtype)} threads a row, then cross_entropy_reduce (1 block)")
+
+
+cuda_cross_entropy.launch_plan = launch_plan
