@@ -1,21 +1,28 @@
 """The peers (QuACK, Liger) in the sweep, checked on a CPU: their short skip reasons, the sweep
 adding them (``--peers``) and showing why a peer skipped a cell, and bench/peer_ratios.py's
-lab ÷ best-peer table from a sweep JSON written as ``kernel_lab bench`` writes it.
+lab ÷ best-peer table from a sweep JSON written as ``kernel_lab bench`` writes it. The
+cross-entropy QuACK launchers run against a stand-in for ``quack.cross_entropy`` (its documented
+outputs in PyTorch): what the launcher adds (the reduction, dloss, the target check) is checked.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import json
 import sys
+import types
 from pathlib import Path
 
+import pytest
 import torch
 
 import kernel_lab
 from kernel_lab import benchmarking as bm
 from kernel_lab import sweep
+from kernel_lab.errors import UnsupportedInputError
+from kernel_lab.ops.cross_entropy import peer_variants as cpv
 from kernel_lab.ops.softmax import peer_variants as pv
 
 REPO = Path(__file__).resolve().parents[1]
@@ -76,8 +83,139 @@ def test_a_missing_or_broken_peer_says_which(tmp_path, monkeypatch):
         "kernel_lab_half_peer does not import: ImportError: libcute_dsl_runtime.so: not found")
     sys.modules.pop("kernel_lab_half_peer", None)
     # every peer launcher carries its probe (the sweep's --peers auto asks it)
-    for name in ("peer_quack", "peer_quack_backward", "peer_liger"):
+    for name in ("peer_quack", "peer_quack_backward", "peer_liger", "peer_quack_cross_entropy",
+                 "peer_quack_cross_entropy_backward", "peer_liger_cross_entropy"):
         assert callable(kernel_lab.get(name).fn.peer_missing)
+
+
+# -- the cross-entropy peers ---------------------------------------------------------------------
+def _fake_quack_fwd(x, target, target_logit=None, weight=None, ignore_index=-100,
+                    return_lse=False, return_dx=False, inplace_backward=False):
+    """quack.cross_entropy.cross_entropy_fwd's contract: fp32 per-row w_t * (lse - x_t), 0 on
+    ignored rows, and the fp32 lse of every row."""
+    assert x.dim() == 2 and x.is_contiguous() and x.dtype in cpv.PEER_DTYPES
+    assert target.dtype in (torch.int32, torch.int64) and target.is_contiguous()
+    assert weight is None or weight.is_contiguous()
+    assert return_lse and not return_dx and target_logit is None
+    xf = x.float()
+    lse = torch.logsumexp(xf, 1)
+    keep = target != ignore_index
+    t = torch.where(keep, target, 0).long()
+    wt = weight.float()[t] if weight is not None else torch.ones_like(lse)
+    loss = torch.where(keep, wt * (lse - xf.gather(1, t[:, None])[:, 0]), 0.0)
+    return loss, lse
+
+
+def _fake_quack_bwd(x, target, dloss, lse, weight=None, ignore_index=-100,
+                    inplace_backward=False):
+    """quack.cross_entropy.cross_entropy_bwd's: (p - onehot) * dloss * w_t, 0 on ignored rows."""
+    assert dloss.dtype == torch.float32 and dloss.shape == target.shape
+    assert lse.dtype == torch.float32 and lse.is_contiguous() and x.is_contiguous()
+    keep = target != ignore_index
+    t = torch.where(keep, target, 0).long()
+    wt = weight.float()[t] if weight is not None else torch.ones_like(lse)
+    g = torch.exp(x.float() - lse[:, None])
+    g[torch.arange(len(t)), t] -= 1.0
+    return (g * torch.where(keep, dloss * wt, 0.0)[:, None]).to(x.dtype)
+
+
+@pytest.fixture
+def fake_quack(monkeypatch):
+    """``quack`` and ``quack.cross_entropy`` as the launchers import them (CPU stand-ins)."""
+    mod = types.ModuleType("quack.cross_entropy")
+    mod.cross_entropy_fwd, mod.cross_entropy_bwd = _fake_quack_fwd, _fake_quack_bwd
+    monkeypatch.setitem(sys.modules, "quack", types.ModuleType("quack"))
+    monkeypatch.setitem(sys.modules, "quack.cross_entropy", mod)
+    monkeypatch.setattr(cpv, "QUACK", lambda: None)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
+    return mod
+
+
+def test_cross_entropy_peer_reasons_are_short_and_name_the_limit(fake_quack, monkeypatch):
+    monkeypatch.setattr(cpv, "LIGER", lambda: None)
+    liger = types.ModuleType("liger_kernel.ops.cross_entropy")
+    liger.liger_cross_entropy_kernel = types.SimpleNamespace(
+        arg_names=list(cpv.LIGER_KERNEL_ARGS))
+    monkeypatch.setitem(sys.modules, "liger_kernel.ops.cross_entropy", liger)
+
+    def x(n, dtype=torch.float32, m=2):
+        return torch.empty(m, n, dtype=dtype), torch.zeros(m, dtype=torch.long)
+
+    bwd = functools.partial(cpv._quack_check, need="cross_entropy_bwd")
+    # QuACK's forward takes any N (vector width gcd(N, 16 B)), rows split over a cluster
+    for n in (32000, 50257, 65536, 128256, 151936, 262144):
+        for dtype in cpv.PEER_DTYPES:
+            assert cpv._quack_check(*x(n, dtype)) is None and bwd(*x(n, dtype)) is None
+            assert cpv._liger_check(*x(n, dtype)) is None  # Liger's CE loops over 32K blocks
+    assert [cpv.quack_cluster_n(n, 2, 9) for n in (32000, 50257, 128256, 151936)] == [2, 4, 8, 16]
+    assert [cpv.quack_cluster_n(n, 4, 9) for n in (32000, 128256, 151936, 262144)] == [2, 4, 8, 8]
+    assert cpv._quack_check(*x(2**22, torch.bfloat16, m=1)) == \
+        "N=4194304: row too long for a 16-CTA cluster's smem"
+    assert bwd(*x(2**22, torch.bfloat16, m=1)) is None  # the backward tiles the row
+    assert cpv._quack_check(*x(128), label_smoothing=0.1) == "no label_smoothing in QuACK"
+    assert bwd(*x(128), label_smoothing=0.1) == "no label_smoothing in QuACK"
+    del fake_quack.cross_entropy_bwd
+    assert bwd(*x(128)) == "this quack version has no quack.cross_entropy.cross_entropy_bwd"
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (8, 0))
+    assert cpv._quack_check(*x(128)) == "QuACK's CuTe kernels need sm_90 or newer"
+    liger.liger_cross_entropy_kernel.arg_names.append("NEW_ARG")
+    assert cpv._liger_check(*x(128)) == \
+        "liger_cross_entropy_kernel's arguments differ from 0.8.5's"
+
+
+def test_cross_entropy_peers_on_cpu_name_what_is_missing():
+    for name in ("peer_quack_cross_entropy", "peer_quack_cross_entropy_backward",
+                 "peer_liger_cross_entropy"):
+        v = kernel_lab.get(name)
+        assert v.backend == "peer" and v.op.startswith("cross_entropy")
+        logits, target = kernel_lab.get_op("cross_entropy").make_inputs((4, 128), torch.float32)
+        inputs = (logits, target) if v.op == "cross_entropy" else \
+            kernel_lab.get_op(v.op).make_inputs((4, 128), torch.float32)
+        assert v.supports(*inputs, **kernel_lab.get_op(v.op).kwargs) == \
+            "needs a CUDA tensor, got device cpu"
+        why = v.fn.peer_missing()
+        assert why is None or why.startswith(("not installed", "quack.", "liger_kernel."))
+
+
+def test_quack_cross_entropy_launchers_reduce_like_the_reference(fake_quack):
+    """Every edge case QuACK supports (no label smoothing), forward and backward, against the
+    float64 reference: the launcher's reduction, mean denominator and dloss."""
+    gen = torch.Generator().manual_seed(0)
+    for op_name in ("cross_entropy", "cross_entropy_backward"):
+        op = kernel_lab.get_op(op_name)
+        v = kernel_lab.get(f"peer_quack_{op_name}")
+        ran = 0
+        for dtype in cpv.PEER_DTYPES:
+            cases = op.edge_cases(dtype, "cpu", gen)
+            cases.append(("random", op.make_inputs((37, 1000), dtype, "cpu", gen), {}))
+            for label, inputs, kw in cases:
+                if kw.get("label_smoothing"):
+                    continue
+                before = [t if t is None else t.clone() for t in inputs]
+                out = v.fn(*inputs, **kw)
+                res = op.check(out, *inputs, **kw)
+                assert res.ok, f"{op_name} {dtype} {label}: {res.message}"
+                assert all(b is None or torch.equal(b, a) for b, a in zip(before, inputs))
+                ran += 1
+        assert ran == 3 * 12  # 17 edge cases less the 6 smoothed, and a random one
+    logits, target = kernel_lab.get_op("cross_entropy").make_inputs((4, 50), torch.float32)
+    target[1] = 50
+    with pytest.raises(UnsupportedInputError, match=r"target\[1\] = 50 is out of range"):
+        cpv.peer_quack_cross_entropy(logits, target)
+
+
+def test_add_peers_races_the_cross_entropy_peers(monkeypatch):
+    pairs = bm.select("quick", ops_filter=["cross_entropy,cross_entropy_backward"],
+                      variants_filter=["torch_cross_entropy,torch_cross_entropy_backward"],
+                      dtypes_filter=["bfloat16"], shapes_filter=["50257"])
+    monkeypatch.setattr(bm, "peer_missing", lambda v: None)
+    got = [(c.op, c.shape, v.name) for c, v in bm.add_peers(pairs)]
+    shape = (2**28 // 50257, 50257)
+    assert got == [("cross_entropy", shape, "torch_cross_entropy"),
+                   ("cross_entropy", shape, "peer_quack_cross_entropy"),
+                   ("cross_entropy", shape, "peer_liger_cross_entropy"),
+                   ("cross_entropy_backward", shape, "torch_cross_entropy_backward"),
+                   ("cross_entropy_backward", shape, "peer_quack_cross_entropy_backward")]
 
 
 # -- the sweep ------------------------------------------------------------------------------------
@@ -140,6 +278,21 @@ def test_cpu_sweep_peer_columns_carry_skip_reasons(tmp_path, capsys, monkeypatch
     assert sweep.main(_cli(*args)) == 0
     data = json.loads(next(tmp_path.glob("bench-shapes-cpu-*.json")).read_text())
     assert [r["variant"] for r in data["records"]] == ["torch_eager"]
+
+
+def test_cpu_sweep_shows_the_cross_entropy_peers(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    args = ("--device", "cpu", "--op", "cross_entropy,cross_entropy_backward", "--variants",
+            "torch_cross_entropy,torch_cross_entropy_backward", "--dtype", "bfloat16",
+            "--shape", "4x128", "--out", str(tmp_path), "--peers", "all")
+    assert sweep.main(_cli(*args)) == 0
+    data = json.loads(next(tmp_path.glob("bench-shapes-cpu-*.json")).read_text())
+    status = {r["variant"]: (r["status"], r["reason"]) for r in data["records"]}
+    assert status.pop("torch_cross_entropy")[0] == status.pop("torch_cross_entropy_backward")[0] \
+        == "ok"
+    assert status == dict.fromkeys(
+        ("peer_quack_cross_entropy", "peer_liger_cross_entropy",
+         "peer_quack_cross_entropy_backward"), ("skipped", "needs a CUDA tensor, got device cpu"))
 
 
 # -- bench/peer_ratios.py -------------------------------------------------------------------------

@@ -247,6 +247,20 @@ def test_example_losses_match(one_thread):
     assert max(abs(a - b) for a, b in zip(ref, lab)) < 1e-3
 
 
+def test_example_tiny_attention_cross_entropy_losses_match(one_thread):
+    """--loss cross_entropy: the head's logits into F.cross_entropy vs kernel_lab.cross_entropy
+    (on a CPU the torch.compile forward and the formula backward: other arithmetic)."""
+    cpu = DEVICE == "cpu"
+    cfg = example.Config(steps=12, device=DEVICE, loss="cross_entropy")
+    ref, lab = example.compare(cfg, "torch_naive",
+                               ce_variant="compile_cross_entropy" if cpu else None,
+                               ce_backward_variant="torch_cross_entropy_backward" if cpu else None)
+    assert ref[-1] < ref[0]  # it trains
+    assert max(abs(a - b) for a, b in zip(ref, lab)) < 1e-3
+    with pytest.raises(ValueError, match="loss must be one of"):
+        example.train(example.Config(steps=1, loss="mse"), torch.softmax, torch.log_softmax)
+
+
 def test_example_losses_match_triton(one_thread):
     cfg = example.Config(steps=2, batch=4, seq=8, device=DEVICE)
     x = torch.randn(2, 2, device=DEVICE)

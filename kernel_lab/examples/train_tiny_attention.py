@@ -4,14 +4,19 @@
     python -m kernel_lab.examples.train_tiny_attention --variant fast_softmax \
         --backward-variant fused_softmax_backward --log-variant log_softmax  # the lab's CUDA
     python -m kernel_lab.examples.train_tiny_attention --variant triton_fused --compile
+    python -m kernel_lab.examples.train_tiny_attention --loss cross_entropy \
+        --ce-variant cuda_cross_entropy --ce-backward-variant cuda_cross_entropy_backward
 
 The task: each sequence is noise tokens plus one label token (0..7) somewhere; find it. The
 model is one multi-head self-attention block (its attention weights: ``softmax``), mean pooling
-and a linear head whose ``log_softmax`` feeds ``nll_loss``. Both runs start from the same
-weights and see the same batches; the only difference is who computes softmax and log_softmax,
-forward and backward. The losses must agree step by step within ``--tol`` (default 1e-3,
-absolute, on losses falling from 2.1 to ~0.05): fp32 kernels differ from PyTorch's in the last
-bits, and a few dozen Adam steps carry that forward as ~1e-6.
+and a linear head. With ``--loss nll`` (the default) the head's ``log_softmax`` feeds
+``nll_loss``; with ``--loss cross_entropy`` the head returns logits and the loss is
+``F.cross_entropy`` in the reference run, ``kernel_lab.cross_entropy`` in the lab's (no
+log_softmax then). Both runs start from the same weights and see the same batches; the only
+difference is who computes softmax and log_softmax (or cross_entropy), forward and backward. The
+losses must agree step by step within ``--tol`` (default 1e-3, absolute, on losses falling from
+2.1 to ~0.05): fp32 kernels differ from PyTorch's in the last bits, and a few dozen Adam steps
+carry that forward as ~1e-6.
 
 The tensors are small (a few thousand elements), so ``variant="auto"`` runs PyTorch's own
 kernels behind the custom ops, on a GPU too (each op's ``auto`` policy: launch-bound sizes,
@@ -48,12 +53,17 @@ class Config:
     seed: int = 0
     device: str = "cpu"
     dtype: torch.dtype = torch.float32
+    loss: str = "nll"  # nll: log_softmax + nll_loss; cross_entropy: logits + cross_entropy
+
+
+LOSSES = ("nll", "cross_entropy")
 
 
 class TinyAttention(torch.nn.Module):
-    """Embedding -> one self-attention block (residual) -> mean pool -> linear -> log-probs."""
+    """Embedding -> one self-attention block (residual) -> mean pool -> linear -> log-probs
+    (logits when ``log_softmax`` is None)."""
 
-    def __init__(self, cfg: Config, softmax: Callable, log_softmax: Callable) -> None:
+    def __init__(self, cfg: Config, softmax: Callable, log_softmax: Callable | None) -> None:
         super().__init__()
         self.heads, self.softmax, self.log_softmax = cfg.heads, softmax, log_softmax
         self.tok = torch.nn.Embedding(VOCAB, cfg.dim)
@@ -69,7 +79,8 @@ class TinyAttention(torch.nn.Module):
         scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
         att = self.softmax(scores, -1) @ v  # (b, heads, s, dim / heads)
         h = h + self.proj(att.transpose(1, 2).reshape(b, s, -1))
-        return self.log_softmax(self.head(h.mean(dim=1)), -1)
+        logits = self.head(h.mean(dim=1))
+        return logits if self.log_softmax is None else self.log_softmax(logits, -1)
 
 
 def make_batch(cfg: Config, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
@@ -82,18 +93,25 @@ def make_batch(cfg: Config, gen: torch.Generator) -> tuple[torch.Tensor, torch.T
 
 
 def train(
-    cfg: Config, softmax: Callable, log_softmax: Callable, compile: bool = False
+    cfg: Config, softmax: Callable, log_softmax: Callable, compile: bool = False,
+    cross_entropy: Callable = F.cross_entropy,
 ) -> list[float]:
-    """Loss per step. Same seed -> same initial weights and batches, whoever computes softmax."""
+    """Loss per step. Same seed -> same initial weights and batches, whoever computes softmax.
+    ``cfg.loss == "cross_entropy"``: the model returns logits, the loss is
+    ``cross_entropy(logits, labels)`` and ``log_softmax`` is unused."""
+    if cfg.loss not in LOSSES:
+        raise ValueError(f"loss must be one of {LOSSES}, not {cfg.loss!r}")
+    ce = cfg.loss == "cross_entropy"
     torch.manual_seed(cfg.seed)
-    model = TinyAttention(cfg, softmax, log_softmax).to(cfg.device, cfg.dtype)
+    model = TinyAttention(cfg, softmax, None if ce else log_softmax).to(cfg.device, cfg.dtype)
     step_model = torch.compile(model, fullgraph=True) if compile else model
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
     gen = torch.Generator().manual_seed(cfg.seed + 1)
     losses = []
     for _ in range(cfg.steps):
         tokens, labels = make_batch(cfg, gen)
-        loss = F.nll_loss(step_model(tokens), labels)
+        out = step_model(tokens)
+        loss = cross_entropy(out, labels) if ce else F.nll_loss(out, labels)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -109,8 +127,12 @@ def compare(
     *,
     backward_variant: str | None = None,
     log_backward_variant: str | None = None,
+    ce_variant: str | None = None,
+    ce_backward_variant: str | None = None,
 ) -> tuple[list[float], list[float]]:
-    """(torch's losses, the lab's losses) for the same training run. None = ``"auto"``."""
+    """(torch's losses, the lab's losses) for the same training run. None = ``"auto"``.
+    ``ce_variant`` / ``ce_backward_variant``: the lab's cross_entropy when ``cfg.loss`` is
+    ``"cross_entropy"`` (the reference run uses ``F.cross_entropy``)."""
     ref = train(cfg, torch.softmax, torch.log_softmax, compile)
 
     def lab_softmax(x, dim):
@@ -119,7 +141,11 @@ def compare(
     def lab_log_softmax(x, dim):
         return kernel_lab.log_softmax(x, dim, log_variant, backward_variant=log_backward_variant)
 
-    return ref, train(cfg, lab_softmax, lab_log_softmax, compile)
+    def lab_cross_entropy(logits, target):
+        return kernel_lab.cross_entropy(logits, target, variant=ce_variant,
+                                        backward_variant=ce_backward_variant)
+
+    return ref, train(cfg, lab_softmax, lab_log_softmax, compile, lab_cross_entropy)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -129,16 +155,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--log-variant", default=None, help="log_softmax variant (default: auto)")
     p.add_argument("--backward-variant", default=None, help="softmax_backward variant")
     p.add_argument("--log-backward-variant", default=None, help="log_softmax_backward variant")
+    p.add_argument("--loss", default="nll", choices=LOSSES,
+                   help="nll: log_softmax + F.nll_loss (default); cross_entropy: the head's "
+                        "logits into F.cross_entropy / kernel_lab.cross_entropy")
+    p.add_argument("--ce-variant", default=None,
+                   help="cross_entropy variant with --loss cross_entropy (default: auto)")
+    p.add_argument("--ce-backward-variant", default=None,
+                   help="cross_entropy_backward variant with --loss cross_entropy")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--compile", action="store_true", help="torch.compile(fullgraph=True) both")
     p.add_argument("--tol", type=float, default=1e-3, help="max |loss difference| allowed")
     args = p.parse_args(argv)
     if args.device == "cpu":
         torch.set_num_threads(1)  # tiny tensors: more threads only add synchronisation (10x)
-    cfg = Config(steps=args.steps, device=args.device)
+    cfg = Config(steps=args.steps, device=args.device, loss=args.loss)
     ref, lab = compare(cfg, args.variant, args.log_variant, args.compile,
                        backward_variant=args.backward_variant,
-                       log_backward_variant=args.log_backward_variant)
+                       log_backward_variant=args.log_backward_variant,
+                       ce_variant=args.ce_variant, ce_backward_variant=args.ce_backward_variant)
     print(f"{'step':>4}  {'torch':>10}  {'kernel_lab':>10}  {'|diff|':>9}")
     for i, (a, b) in enumerate(zip(ref, lab)):
         print(f"{i:>4}  {a:>10.6f}  {b:>10.6f}  {abs(a - b):>9.2e}")

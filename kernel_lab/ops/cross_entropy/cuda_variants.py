@@ -1,4 +1,5 @@
-"""Launchers for the CUDA C++ cross-entropy kernels (``cuda_src/cross_entropy.cu``).
+"""Launchers for the CUDA C++ cross-entropy kernels: ``cuda_src/cuda_cross_entropy.cu`` and
+``cuda_src/cuda_cross_entropy_backward.cu`` (shared: ``cross_entropy_common.cuh``).
 
 ``cuda_cross_entropy``: one kernel reads each row once (loss, lse, w_t per row), a second one
 block kernel reduces the loss ("mean", "sum"). ``cuda_cross_entropy_backward``: one block kernel
@@ -19,14 +20,16 @@ from kernel_lab.registry import register
 from .torch_variants import _checked
 
 _T = [ctype(dt) for dt in ALL_DTYPES]
-SOURCE = cuda_source(
-    "cross_entropy.cu",
+FORWARD = cuda_source(
+    "cuda_cross_entropy.cu",
     [f"cross_entropy_fwd<{t}, {f}>" for t in _T for f in ("false", "true")]
-    + [f"cross_entropy_{k}<{t}>" for k in ("bwd", "coefs", "reduce") for t in _T],
+    + [f"cross_entropy_reduce<{t}>" for t in _T],
 )
-FWD_SIG = "QQQQQQQqi4xqi4xQqQf4x"
+BACKWARD = cuda_source("cuda_cross_entropy_backward.cu",
+                       [f"cross_entropy_{k}<{t}>" for k in ("bwd", "coefs") for t in _T])
+FWD_SIG = "QQQQQQQqi4xqi4xQqQd"
 BWD_SIG = "QQqi4xqi4xi4xQQQQ"
-COEFS_SIG = "QQqi4xqQf4xQi4xi4x"
+COEFS_SIG = "QQqi4xqQdQi4xi4x"
 REDUCE_SIG = "QQQqi4x"
 BWD_THREADS, BWD_WINDOWS_PER_THREAD = 256, 8
 
@@ -47,9 +50,9 @@ def forward_threads(n: int, dtype: torch.dtype) -> int:
     return min(256, max(32, next_pow2(-(-_windows(n, dtype) // 8))))
 
 
-def _launch(expr: str, grid, block: int, args: tuple, sig: str, dev: int) -> None:
-    launch(SOURCE.function(expr, dev), grid, (block,), args, device_index=dev, signature=sig,
-           source=(SOURCE, expr))
+def _launch(src, expr: str, grid, block: int, args: tuple, sig: str, dev: int) -> None:
+    launch(src.function(expr, dev), grid, (block,), args, device_index=dev, signature=sig,
+           source=(src, expr))
 
 
 def _ptr(t: torch.Tensor | None) -> int:
@@ -67,11 +70,11 @@ def _prepare(logits, target, weight):
 
 def coefficients(target, weight, grad, n: int, ignore_index: int, reduction: str,
                  eps: float, dtype: torch.dtype) -> torch.Tensor:
-    """(M, 3) per-row (A, B, D) of the gradient (cuda_src/cross_entropy.cu)."""
+    """(M, 3) per-row (A, B, D) of the gradient (cuda_src/cross_entropy_common.cuh)."""
     m, dev = target.shape[0], device_index(target)
     coefs = torch.empty((m, 3), dtype=acc_dtype(dtype), device=target.device)
     g = grad.to(acc_dtype(dtype)).contiguous()
-    _launch(f"cross_entropy_coefs<{ctype(dtype)}>", (1,), 1024,
+    _launch(BACKWARD, f"cross_entropy_coefs<{ctype(dtype)}>", (1,), 1024,
             (coefs.data_ptr(), target.data_ptr(), m, n, ignore_index, _ptr(weight), eps,
              g.data_ptr(), int(g.dim() > 0), int(reduction == "mean")), COEFS_SIG, dev)
     return coefs
@@ -96,7 +99,7 @@ def forward(logits, target, weight, ignore_index: int, reduction: str, eps: floa
     loss_none = logits.new_empty(m) if none else None
     loss_rows = None if none else torch.empty(m, dtype=acc, device=logits.device)
     fused = dx is not None
-    _launch(f"cross_entropy_fwd<{ctype(logits.dtype)}, {'true' if fused else 'false'}>", (m,),
+    _launch(FORWARD, f"cross_entropy_fwd<{ctype(logits.dtype)}, {'true' if fused else 'false'}>", (m,),
             forward_threads(n, logits.dtype),
             (_ptr(loss_none), _ptr(loss_rows), lse.data_ptr(), wt.data_ptr(), _ptr(dx),
              _ptr(coefs), logits.data_ptr(), m, n, logits.stride(0), 1, target.data_ptr(),
@@ -104,7 +107,7 @@ def forward(logits, target, weight, ignore_index: int, reduction: str, eps: floa
     if none:
         return loss_none, lse
     loss = logits.new_empty(())
-    _launch(f"cross_entropy_reduce<{ctype(logits.dtype)}>", (1,), 1024,
+    _launch(FORWARD, f"cross_entropy_reduce<{ctype(logits.dtype)}>", (1,), 1024,
             (loss.data_ptr(), loss_rows.data_ptr(), wt.data_ptr(), m,
              int(reduction == "mean")), REDUCE_SIG, dev)
     return loss, lse
@@ -112,7 +115,7 @@ def forward(logits, target, weight, ignore_index: int, reduction: str, eps: floa
 
 @register("cuda_cross_entropy", op="cross_entropy", backend="cuda", dtypes=ALL_DTYPES,
           description="one block a row: online (max, sum) over 16-byte windows, one read; "
-          "a one-block reduction", source="cuda_src/cross_entropy.cu")
+          "a one-block reduction", source="cuda_src/cuda_cross_entropy.cu")
 def cuda_cross_entropy(logits, target, weight=None, ignore_index=-100, reduction="mean",
                        label_smoothing=0.0):
     _checked(logits, target, ignore_index, reduction, label_smoothing)
@@ -131,7 +134,7 @@ def backward(logits, target, weight, lse, coefs, out=None) -> torch.Tensor:
     es = logits.element_size()
     vec = int((logits.data_ptr() - dx.data_ptr()) % 16 == 0
               and (m == 1 or (logits.stride(0) - n) * es % 16 == 0))
-    _launch(f"cross_entropy_bwd<{ctype(logits.dtype)}>", (m, spans), BWD_THREADS,
+    _launch(BACKWARD, f"cross_entropy_bwd<{ctype(logits.dtype)}>", (m, spans), BWD_THREADS,
             (dx.data_ptr(), logits.data_ptr(), m, n, logits.stride(0), vec,
              BWD_THREADS * BWD_WINDOWS_PER_THREAD, target.data_ptr(), _ptr(weight),
              lse.contiguous().data_ptr(), coefs.data_ptr()), BWD_SIG, device_index(logits))
@@ -140,7 +143,8 @@ def backward(logits, target, weight, lse, coefs, out=None) -> torch.Tensor:
 
 @register("cuda_cross_entropy_backward", op="cross_entropy_backward", backend="cuda",
           dtypes=ALL_DTYPES, description="per-row coefficients (one block), then one read of "
-          "the logits and one write of dlogits", source="cuda_src/cross_entropy.cu")
+          "the logits and one write of dlogits",
+          source="cuda_src/cuda_cross_entropy_backward.cu")
 def cuda_cross_entropy_backward(logits, target, weight, lse, grad, ignore_index=-100,
                                 reduction="mean", label_smoothing=0.0):
     _checked(logits, target, ignore_index, reduction, label_smoothing)

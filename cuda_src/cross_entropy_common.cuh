@@ -1,0 +1,88 @@
+// Shared by the cross-entropy kernels (cuda_cross_entropy.cu, cuda_cross_entropy_backward.cu).
+//
+// Per row i of C classes, t = target[i], eps = label smoothing, w the class weights (1 without):
+//   lse    = max + log(sum_j exp(x_j - max))
+//   loss_i = (1 - eps) * w_t * (lse - x_t) + eps / C * (lse * sum_j w_j - sum_j w_j x_j)
+//   dx_j   = A_i * exp(x_j - lse) - B_i * [j == t] - D_i * w_j
+// with A_i = s_i * ((1 - eps) * w_t + eps / C * sum(w)), B_i = s_i * (1 - eps) * w_t,
+// D_i = s_i * eps / C, s_i the row's upstream gradient (cross_entropy_coefs: 0 for ignored rows).
+// A row whose target is ignore_index has loss 0 (its lse is still computed); a target outside
+// [0, C) gives loss NaN and a NaN gradient row and is never read (the launchers refuse such
+// targets before launch; only a CUDA-graph capture, which cannot read them back, gets here).
+// Rows are read in aligned 16-byte windows (softmax_common.cuh: any stride, any alignment).
+#pragma once
+
+#include "row_epilogues.cuh"
+
+namespace klab::ce {
+
+template <typename T> using Acc = acc_t<T>;
+
+// Window v of the row, or -inf past its ends (vec: 16-byte loads for the whole windows).
+template <typename T>
+__device__ __forceinline__ Vec<T> window(const T* row, int v, int n, int h, int vec) {
+  return load_window<T>(row, v, n, h, vec, neg_inf_t<T>());
+}
+
+// The weight of element e of the row (1 without weights; 0 outside the row).
+template <typename T> __device__ __forceinline__ Acc<T> weight_at(const T* w, int e, int n) {
+  if (e < 0 || e >= n) return Acc<T>(0);
+  return w ? to_acc(w[e]) : Acc<T>(1);
+}
+
+// The K windows v0 + k * step of a row (-inf past its end).
+template <typename T, int K>
+__device__ __forceinline__ void load_windows(Vec<T> (&r)[K], const T* row, int v0, int step,
+                                             int nwin, int n, int h, int vec) {
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    if (v0 + k * step < nwin) r[k] = window(row, v0 + k * step, n, h, vec);
+    else r[k].fill(neg_inf_t<T>());
+  }
+}
+
+// dx over windows v0, v0 + blockDim.x, ... < end of one row: 4 windows loaded before any is
+// computed and stored (4 loads in flight a thread; out may alias row: each thread reads its
+// windows before it writes them). c = the row's (A, B, D).
+template <typename T>
+__device__ __forceinline__ void grad_windows(T* out, const T* row, int v0, int end, int n, int h,
+                                             int vec, long long t, const T* weight, Acc<T> lse,
+                                             const Acc<T>* c) {
+  using A = Acc<T>;
+  constexpr int W = Vec<T>::N, K = 4;
+  const A ca = c[0], cb = c[1], cd = c[2];
+  const int step = blockDim.x;
+  for (; v0 < end; v0 += K * step) {
+    Vec<T> in[K];
+#pragma unroll
+    for (int k = 0; k < K; ++k)
+      if (v0 + k * step < end) in[k] = window(row, v0 + k * step, n, h, vec);
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int v = v0 + k * step;
+      if (v >= end) break;
+      const int e0 = v * W - h;
+      const Vec<T> o = vec_of<T>([&](int i) {
+        const int e = e0 + i;
+        A d = ca * exp_acc(in[k].get(i) - lse) - (e == t ? cb : A(0));
+        if (cd != A(0)) d -= cd * weight_at(weight, e, n);
+        return d;
+      });
+      store_window(out, v, n, h, vec, o);
+    }
+  }
+}
+
+template <typename A> struct Sums {
+  A wx, w;  // sum of w_j * x_j and of w_j over the row (smoothing only)
+};
+struct SumsOp {
+  template <typename A> __device__ __forceinline__ Sums<A> operator()(Sums<A> a, Sums<A> b) const {
+    return {a.wx + b.wx, a.w + b.w};
+  }
+};
+template <typename A> __device__ __forceinline__ Sums<A> shfl_xor(Sums<A> v, int o) {
+  return {klab::shfl_xor(v.wx, o), klab::shfl_xor(v.w, o)};
+}
+
+}  // namespace klab::ce

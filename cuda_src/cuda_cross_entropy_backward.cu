@@ -1,0 +1,80 @@
+// cuda_cross_entropy_backward: dlogits of cross-entropy in one read of the logits and one
+// write (the formulas: cross_entropy_common.cuh).
+//
+// cross_entropy_coefs<T>: one block of 1024 threads: sum(w) and the mean's denominator
+//   sum(w_t) in a fixed order (deterministic), then each row's (A, B, D) for the upstream
+//   gradient. O(M + C); run before the backward and before the fused forward.
+// cross_entropy_bwd<T>: block (r, b) owns windows [b * span, (b + 1) * span) of row r; each of
+//   its 256 threads loads four 16-byte windows, then computes and stores them (grad_windows).
+//   Launch: grid (M, ceil(windows / span)), span = 2048 windows. Bytes: M * C * sizeof(T) read
+//   + the same written. dx is contiguous; its rows share the logits' 16-byte phase (vec) or
+//   are written element-wise.
+// Accumulates in fp32 (fp64 for double).
+#include "cross_entropy_common.cuh"
+
+using klab::ce::Acc;
+
+// dx of rows of C classes: blockIdx.x owns row r, blockIdx.y a span of its windows.
+template <typename T>
+__global__ void __launch_bounds__(256)
+    cross_entropy_bwd(T* dx, const T* x, long long rows, int n, long long stride, int vec,
+                      int span, const long long* target, const T* weight, const Acc<T>* lse,
+                      const Acc<T>* coefs) {
+  using A = Acc<T>;
+  constexpr int W = klab::Vec<T>::N;
+  const long long r = blockIdx.x;
+  const T* row = x + r * stride;
+  T* out = dx + r * (long long)n;
+  const int h = klab::row_head(row, vec);
+  const int nwin = (n + h + W - 1) / W;
+  const long long t = target[r];
+  klab::ce::grad_windows(out, row, blockIdx.y * span + threadIdx.x, min(nwin, int(blockIdx.y + 1) * span),
+                         n, h, vec, t, weight, lse[r], coefs + 3 * r);
+}
+
+// Per row (A, B, D) into coefs[3 r .. 3 r + 2] for an upstream gradient `grad` (one value, or
+// one per row when grad_per_row), divided by the denominator sum(w_t) when mean.
+template <typename T>
+__global__ void __launch_bounds__(1024)
+    cross_entropy_coefs(Acc<T>* coefs, const long long* target, long long rows, int n,
+                        long long ignore_index, const T* weight, double eps, const Acc<T>* grad,
+                        int grad_per_row, int mean) {
+  using A = Acc<T>;
+  __shared__ A red[32];
+  A den = A(0), wsum = A(0);
+  if (mean) {
+    for (long long r = threadIdx.x; r < rows; r += blockDim.x) {
+      const long long t = target[r];
+      if (t != ignore_index && t >= 0 && t < n) den += klab::ce::weight_at(weight, int(t), n);
+    }
+    den = klab::block_allreduce(den, klab::SumOp{}, A(0), red);
+  }
+  if (eps != 0.0f) {
+    if (weight) {
+      for (int j = threadIdx.x; j < n; j += blockDim.x) wsum += klab::to_acc(weight[j]);
+      wsum = klab::block_allreduce(wsum, klab::SumOp{}, A(0), red);
+    } else {
+      wsum = A(n);
+    }
+  }
+  for (long long r = threadIdx.x; r < rows; r += blockDim.x) {
+    const long long t = target[r];
+    A s = grad[grad_per_row ? r : 0];
+    if (mean) s /= den;
+    A a = A(0), b = A(0), d = A(0);
+    if (t != ignore_index) {
+      if (t < 0 || t >= n) {
+        a = b = d = A(CUDART_NAN);
+      } else {
+        const A wt = klab::ce::weight_at(weight, int(t), n);
+        b = s * (A(1) - A(eps)) * wt;
+        d = s * A(eps) / A(n);
+        a = b + d * wsum;
+      }
+    }
+    coefs[3 * r] = a;
+    coefs[3 * r + 1] = b;
+    coefs[3 * r + 2] = d;
+  }
+}
+
