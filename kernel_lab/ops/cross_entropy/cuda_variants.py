@@ -98,9 +98,8 @@ def forward(logits, target, weight, ignore_index: int, reduction: str, eps: floa
     none = reduction == "none"
     loss_none = logits.new_empty(m) if none else None
     loss_rows = None if none else torch.empty(m, dtype=acc, device=logits.device)
-    fused = dx is not None
-    _launch(FORWARD, f"cross_entropy_fwd<{ctype(logits.dtype)}, {'true' if fused else 'false'}>", (m,),
-            forward_threads(n, logits.dtype),
+    expr = f"cross_entropy_fwd<{ctype(logits.dtype)}, {'false' if dx is None else 'true'}>"
+    _launch(FORWARD, expr, (m,), forward_threads(n, logits.dtype),
             (_ptr(loss_none), _ptr(loss_rows), lse.data_ptr(), wt.data_ptr(), _ptr(dx),
              _ptr(coefs), logits.data_ptr(), m, n, logits.stride(0), 1, target.data_ptr(),
              ignore_index, _ptr(weight), eps), FWD_SIG, dev)

@@ -84,11 +84,11 @@ def check_targets(logits: torch.Tensor, target: torch.Tensor, ignore_index: int)
 def cross_entropy_reference(logits, target, weight=None, ignore_index=-100, reduction="mean",
                             label_smoothing=0.0):
     """(loss, lse) in float64: PyTorch's cross_entropy on float64 copies, and logsumexp."""
-    x = logits.detach().double().cpu()
-    w = weight.detach().double().cpu() if weight is not None else None
-    t = target.cpu().long()
+    x = logits.detach().double()
+    w = weight.detach().double() if weight is not None else None
+    t = target.long()
     if x.shape[1] == 0:  # no classes: every row must be ignored (check_targets)
-        loss = torch.zeros(x.shape[0], dtype=torch.float64)
+        loss = torch.zeros(x.shape[0], dtype=torch.float64, device=x.device)
         loss = {"none": loss, "sum": loss.sum(), "mean": loss.sum() / 0.0}[reduction]
     else:
         loss = torch.nn.functional.cross_entropy(x, t, weight=w, ignore_index=ignore_index,
@@ -100,14 +100,14 @@ def cross_entropy_reference(logits, target, weight=None, ignore_index=-100, redu
 def _row_scale(logits, target, weight, ignore_index, label_smoothing) -> torch.Tensor:
     """Per row, the size of the terms a row's loss is the difference of (|lse| + |x_t| and
     the smoothing sum's), the magnitude its rounding is relative to."""
-    x = logits.detach().double().cpu()
-    t = target.cpu().long()
+    x = logits.detach().double()
+    t = target.long()
     keep = t != ignore_index
-    w = weight.detach().double().cpu() if weight is not None else torch.ones(x.shape[1],
-                                                                               dtype=x.dtype)
+    w = weight.detach().double() if weight is not None else torch.ones(
+        x.shape[1], dtype=x.dtype, device=x.device)
     tt = torch.where(keep, t, 0).clamp(0, max(x.shape[1] - 1, 0))
     if x.shape[1] == 0:
-        return torch.zeros(x.shape[0], dtype=torch.float64)
+        return torch.zeros(x.shape[0], dtype=torch.float64, device=x.device)
     xf = torch.where(torch.isfinite(x), x, 0.0)
     lse = torch.logsumexp(x, 1).nan_to_num(0.0, 0.0, 0.0).abs()
     wt = w[tt]
@@ -124,10 +124,10 @@ def loss_error_scale(logits, target, weight=None, ignore_index=-100, reduction="
         return s.to(logits.device)
     total = s.sum()
     if reduction == "mean":
-        keep = target.cpu() != ignore_index
-        w = weight.detach().double().cpu() if weight is not None else None
-        tt = torch.where(keep, target.cpu(), 0)
-        den = (w[tt] if w is not None else torch.ones(len(tt), dtype=torch.float64))[keep].sum()
+        keep = target.long() != ignore_index
+        tt = torch.where(keep, target.long(), 0)
+        wt = weight.detach().double()[tt] if weight is not None else torch.ones_like(s)
+        den = wt[keep].sum()
         total = total / den if den else total
     return total.to(logits.device)
 
@@ -193,30 +193,30 @@ def cross_entropy_edge_cases(dtype, device="cpu", generator=None) -> list:
 def cross_entropy_backward_reference(logits, target, weight, lse, grad, ignore_index=-100,
                                      reduction="mean", label_smoothing=0.0):
     """dlogits in float64 by autograd through PyTorch's float64 cross_entropy (lse unused)."""
-    x = logits.detach().double().cpu().requires_grad_(True)
-    w = weight.detach().double().cpu() if weight is not None else None
+    x = logits.detach().double().requires_grad_(True)
+    w = weight.detach().double() if weight is not None else None
     if x.shape[1] == 0:
         return torch.zeros_like(x).to(logits.device)
-    loss = torch.nn.functional.cross_entropy(x, target.cpu().long(), weight=w,
+    loss = torch.nn.functional.cross_entropy(x, target.long(), weight=w,
                                              ignore_index=ignore_index, reduction=reduction,
                                              label_smoothing=label_smoothing)
-    (dx,) = torch.autograd.grad(loss, x, grad.detach().double().cpu())
+    (dx,) = torch.autograd.grad(loss, x, grad.detach().double())
     return dx.to(logits.device)
 
 
 def backward_error_scale(logits, target, weight, lse, grad, ignore_index=-100,
                          reduction="mean", label_smoothing=0.0):
     """|s_i| * (a_i * p_j + terms subtracted): the size of what dx is the difference of."""
-    x = logits.detach().double().cpu()
+    x = logits.detach().double()
     if x.shape[1] == 0:
         return torch.zeros_like(x).to(logits.device)
     p = torch.softmax(x, 1).nan_to_num(0.0)
-    t = target.cpu().long()
+    t = target.long()
     keep = t != ignore_index
-    w = weight.detach().double().cpu() if weight is not None else torch.ones(x.shape[1],
-                                                                               dtype=x.dtype)
+    w = weight.detach().double() if weight is not None else torch.ones(
+        x.shape[1], dtype=x.dtype, device=x.device)
     tt = torch.where(keep, t, 0)
-    g = grad.detach().double().cpu()
+    g = grad.detach().double()
     s = g.expand(x.shape[0]) if g.dim() == 0 else g
     if reduction == "mean":
         den = w[tt][keep].sum()
