@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from kernel_lab import custom_ops, dispatch
+from kernel_lab import custom_ops, dispatch, registry
 
 from .op import check_kwargs, check_targets
 
@@ -49,8 +49,6 @@ def _fused_applies(logits, target, weight, variant, backward_variant) -> bool:
 
 
 def _cuda_variant():
-    from kernel_lab import registry
-
     return registry.get("cuda_cross_entropy")
 
 
@@ -89,8 +87,15 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor,
                             float(label_smoothing))
     kw = {"ignore_index": ignore_index, "reduction": reduction,
           "label_smoothing": float(label_smoothing)}
-    return custom_ops.call("cross_entropy", (logits, target, weight), kw, variant,
-                           backward_variant)[0]
+    if torch.compiler.is_compiling():  # the variants check inside the compiled graph
+        return custom_ops.call("cross_entropy", (logits, target, weight), kw, variant,
+                               backward_variant)[0]
+    if isinstance(target, torch.Tensor) and target.dim() == 1 and \
+            target.device == logits.device and not target.dtype.is_floating_point:
+        check_targets(logits, target, ignore_index)  # once: the variant then trusts them
+    with registry.trusted_inputs():
+        return custom_ops.call("cross_entropy", (logits, target, weight), kw, variant,
+                               backward_variant)[0]
 
 
 class CrossEntropyLoss(torch.nn.Module):

@@ -17,6 +17,7 @@ from kernel_lab.cuda_common import ALL_DTYPES, ctype, cuda_source, device_index,
 from kernel_lab.interop import launch
 from kernel_lab.registry import register
 
+from .op import check_kwargs
 from .torch_variants import _checked
 
 _T = [ctype(dt) for dt in ALL_DTYPES]
@@ -146,7 +147,7 @@ def backward(logits, target, weight, lse, coefs, out=None) -> torch.Tensor:
           source="cuda_src/cuda_cross_entropy_backward.cu")
 def cuda_cross_entropy_backward(logits, target, weight, lse, grad, ignore_index=-100,
                                 reduction="mean", label_smoothing=0.0):
-    _checked(logits, target, ignore_index, reduction, label_smoothing)
+    check_kwargs(ignore_index, reduction, label_smoothing)  # targets: NaN rows, no check
     x, t, w = _prepare(logits, target, weight)
     n = x.shape[1]
     coefs = coefficients(t, w, grad, n, ignore_index, reduction, float(label_smoothing),

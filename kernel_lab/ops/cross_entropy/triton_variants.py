@@ -15,7 +15,7 @@ from kernel_lab.registry import register
 from kernel_lab.triton_rows import num_warps as _num_warps
 from kernel_lab.triton_src import cross_entropy as kernels
 
-from .op import ALL_DTYPES
+from .op import ALL_DTYPES, check_kwargs
 from .torch_variants import _checked
 
 SOURCE = "triton_src/cross_entropy.py"
@@ -121,6 +121,6 @@ def backward(logits, target, weight, lse, grad, ignore_index: int, reduction: st
 )
 def triton_cross_entropy_backward(logits, target, weight, lse, grad, ignore_index=-100,
                                   reduction="mean", label_smoothing=0.0):
-    _checked(logits, target, ignore_index, reduction, label_smoothing)
+    check_kwargs(ignore_index, reduction, label_smoothing)  # targets: NaN rows, no check
     return backward(logits, target, weight, lse, grad, ignore_index, reduction,
                     label_smoothing)
