@@ -1,8 +1,8 @@
 """log_softmax over one dim: forward (``log_softmax``) and backward (``log_softmax_backward``).
 
-The lab's second op, added with new files only (see ``ADDING_AN_OP.md``): ``op.py`` (ops,
-float64 references, edge cases), then one file per backend of variants. Row handling is
-softmax's ``rows.py``.
+The lab's second op, added with new files only (README: "Adding a kernel, adding an op"):
+``op.py`` (ops, float64 references, edge cases), then one file per backend of variants. Row
+handling is the lab's ``rows.py``.
 """
 
 # Order matters: the ops are registered before their variants.
