@@ -35,6 +35,17 @@ LABELS = {
     "triton_fused": "Triton (fused)",
     "triton_backward": "Triton backward",
     "triton_log_softmax_backward": "Triton backward",
+    "cuda_cross_entropy": "lab: cuda_cross_entropy",
+    "cuda_cross_entropy_backward": "lab: cuda_cross_entropy_backward",
+    "torch_cross_entropy": "F.cross_entropy (+ lse)",
+    "torch_cross_entropy_backward": "torch backward formula",
+    "compile_cross_entropy": "torch.compile",
+    "compile_cross_entropy_backward": "torch.compile",
+    "triton_cross_entropy": "Triton",
+    "triton_cross_entropy_backward": "Triton",
+    "peer_quack_cross_entropy": "QuACK",
+    "peer_quack_cross_entropy_backward": "QuACK",
+    "peer_liger_cross_entropy": "Liger",
 }
 TIMED = ("ok", "inexact")  # statuses whose records carry timings (kernel_lab.benchmarking.TIMED)
 HEADER = """# Benchmark results
