@@ -30,6 +30,24 @@ template <typename T> __device__ __forceinline__ Acc<T> weight_at(const T* w, in
   return w ? to_acc(w[e]) : Acc<T>(1);
 }
 
+// exp(x - m) for the sum loop. 2-byte rows: exp2(x * log2(e) - m * log2(e)), one FFMA and the
+// MUFU (bf16 at copy speed is issue-bound, 8 elements a clock an SM); the product's rounding is
+// ~1e-7 * |x| in the exponent, within the lse tolerance for the values 2-byte types hold.
+// fp32 / fp64: the exact difference first (|x| up to 1e4 would cost 1e-3 there).
+// Past |m| = 1e37 (bf16 holds 3e38), m * log2(e) could overflow: the exact difference there.
+template <typename T> struct ExpShifted {
+  Acc<T> m, ml2e;
+  bool fma;
+  __device__ __forceinline__ explicit ExpShifted(Acc<T> m_)
+      : m(m_), ml2e(m_ * Acc<T>(CUDART_L2E)), fma(sizeof(T) == 2 && fabs(m_) < Acc<T>(1e37)) {}
+  __device__ __forceinline__ Acc<T> operator()(Acc<T> x) const {
+    if constexpr (sizeof(T) == 2) {
+      if (fma) return exp2f(fmaf(x, CUDART_L2E_F, -ml2e));
+    }
+    return exp_acc(x - m);
+  }
+};
+
 // The K windows v0 + k * step of a row (-inf past its end).
 template <typename T, int K>
 __device__ __forceinline__ void load_windows(Vec<T> (&r)[K], const T* row, int v0, int step,

@@ -4,7 +4,7 @@
 // cross_entropy_fwd<T, FUSED>: block b owns row b. Thread t reads the row's aligned 16-byte
 //   windows t, t + blockDim.x, ... four at a time, the next four in flight while it folds the
 //   current ones into its online (max, sum) (packed max for 2-byte types, one rescale per four
-//   windows); with smoothing also sum(w x) and sum(w). One block merge (static shared memory:
+//   windows, ExpShifted); with smoothing also sum(w x) and sum(w). One block merge (static shared memory:
 //   32 pairs), then thread 0 writes the row's loss, lse and w_t. FUSED: a second pass over the
 //   same windows writes dx = the gradient for the coefficients of cross_entropy_coefs (launched
 //   first, cuda_cross_entropy_backward.cu); dx may be the logits themselves (each thread reads a
@@ -53,10 +53,11 @@ __global__ void __launch_bounds__(256, 3)
     const A m = klab::amax(st.m, klab::rowk::vec_max(cur));
     const A ms = klab::safe_max(m);
     A s = st.s * klab::exp_acc(st.m - ms);
+    const klab::ce::ExpShifted<T> ex(ms);
 #pragma unroll
     for (int k = 0; k < K; ++k)
 #pragma unroll
-      for (int i = 0; i < W; ++i) s += klab::exp_acc(cur[k].get(i) - ms);
+      for (int i = 0; i < W; ++i) s += ex(cur[k].get(i));
     st = {m, s};
     if (smooth) {  // -inf logits make sum(w x) -inf and the loss +inf, like PyTorch
 #pragma unroll

@@ -34,7 +34,8 @@ class _Fused(torch.autograd.Function):
             dx.mul_(g.to(dx.dtype)[:, None])
         elif bool(g != 1):
             dx.mul_(g.to(dx.dtype))
-        return dx, None, None, None, None, None
+        # a new tensor over the buffer: autograd may keep it as a leaf's .grad without a copy
+        return dx.detach(), None, None, None, None, None
 
 
 def _fused_applies(logits, target, weight, variant, backward_variant) -> bool:
