@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+from datetime import datetime, timezone
 
 import torch
 import torch.nn.functional as F
@@ -71,6 +72,7 @@ def main() -> None:
     p.add_argument("--json", default=None, help="write the rows here")
     args = p.parse_args()
     copy = copy_bandwidth("cuda")
+    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     gpu = torch.cuda.get_device_name()
     print(f"{gpu}: loss forward + backward, M*N = 2^28; copy {copy:,.0f} GB/s")
     def trusted(x, t):  # the same without the target check's host sync
@@ -103,7 +105,7 @@ def main() -> None:
                 for k, v in times.items())
             print(f"{str(dtype)[6:]:8s} {m:5d} x {n:6d}  {cells}", flush=True)
             rows.append({"dtype": str(dtype)[6:], "m": m, "n": n, "gpu": gpu, "copy_gbps": copy,
-                         "us": {k: v * 1e3 for k, v in times.items()}})
+                         "measured_utc": stamp, "us": {k: v * 1e3 for k, v in times.items()}})
             del x, t
             torch.cuda.empty_cache()
     if args.json:

@@ -50,16 +50,18 @@ LABELS = {
 TIMED = ("ok", "inexact")  # statuses whose records carry timings (kernel_lab.benchmarking.TIMED)
 HEADER = """# Benchmark results
 
-One result set: the latest forward and backward softmax sweeps (GPU, date and commit in each
-section), M*N = 2^28 elements per shape (1 GiB of fp32: far past L2). GB/s counts the fewest
+One result set: the latest sweeps of softmax forward and backward and of cross-entropy (GPU,
+date and commit in each section), M*N = 2^28 elements per shape (1 GiB of fp32: far past L2),
+and a training step's loss (`bench/loss_step.py`). GB/s counts the fewest
 bytes a call must read plus write; % of copy is that over a device-to-device copy's GB/s on the
 same GPU; "inexact": outside the lab's tolerance for that dtype (timed all the same); "skipped":
 the variant does not take that row. Generated (do not edit):
 
     python bench/results_table.py bench/results/forward_h200.json \\
-        bench/results/backward_h200.json > bench/results/README.md
+        bench/results/backward_h200.json bench/results/loss_h200.json \\
+        bench/results/loss_step_h200.json > bench/results/README.md
 
-A new sweep (`bash .ci/gpu-bench forward backward`) replaces the JSON / PNG here.
+A new sweep (`bash .ci/gpu-bench forward backward loss`) replaces the JSON / PNG here.
 """
 
 
@@ -126,8 +128,29 @@ def tables(records: list[dict]) -> list[str]:
     return out
 
 
+def step_section(path: Path, rows: list[dict], commit: str | None) -> str:
+    """A ``bench/loss_step.py --json`` file: microseconds per forward + backward, x torch."""
+    names = list(dict.fromkeys(k for r in rows for k in r["us"]))
+    commit = commit or rows[0].get("commit") or added_in(path) or "unknown"
+    when_ = rows[0].get("measured_utc", "unknown date")
+    lines = [f"## cross_entropy forward + backward: `{path.name}`", "",
+             f"{rows[0]['gpu']}, measured {when_} at commit {commit}; copy "
+             f"{rows[0]['copy_gbps']:,.0f} "
+             "GB/s. One training step's loss (`loss.backward()` included), microseconds and the "
+             "speed-up over F.cross_entropy (**bold**: fastest).", "",
+             "| dtype | N | M | " + " | ".join(names) + " |", "|" + "---:|" * (3 + len(names))]
+    for r in rows:
+        us, best = r["us"], min(r["us"], key=r["us"].get)
+        cells = [("**{}**" if k == best else "{}").format(
+            f"{us[k]:,.0f} (x{us['torch'] / us[k]:.2f})") if k in us else "error" for k in names]
+        lines.append(f"| {r['dtype']} | {r['n']} | {r['m']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines + [""])
+
+
 def section(path: Path, commit: str | None = None) -> str:
     data = json.loads(path.read_text())
+    if isinstance(data, list):
+        return step_section(path, data, commit)
     meta, records = data["meta"], data["records"]
     gpu = (meta.get("gpu") or {}).get("name") or meta.get("bench_device") or meta.get("device")
     commit = commit or meta.get("commit") or added_in(path) or "unknown"

@@ -142,9 +142,14 @@ def test_cross_entropy_peer_reasons_are_short_and_name_the_limit(fake_quack, mon
         return torch.empty(m, n, dtype=dtype), torch.zeros(m, dtype=torch.long)
 
     bwd = functools.partial(cpv._quack_check, need="cross_entropy_bwd")
-    # QuACK's forward takes any N (vector width gcd(N, 16 B)), rows split over a cluster
+    # QuACK's forward takes any N (vector width gcd(N, 16 B)), rows split over a cluster, but
+    # odd 2-byte rows did not compile on the H200
     for n in (32000, 50257, 65536, 128256, 151936, 262144):
         for dtype in cpv.PEER_DTYPES:
+            if n % 2 and dtype != torch.float32:
+                assert cpv._quack_check(*x(n, dtype)) == bwd(*x(n, dtype)) == \
+                    f"N={n}: QuACK 0.6.5 does not compile odd 2-byte rows"
+                continue
             assert cpv._quack_check(*x(n, dtype)) is None and bwd(*x(n, dtype)) is None
             assert cpv._liger_check(*x(n, dtype)) is None  # Liger's CE loops over 32K blocks
     assert [cpv.quack_cluster_n(n, 2, 9) for n in (32000, 50257, 128256, 151936)] == [2, 4, 8, 16]
@@ -197,7 +202,7 @@ def test_quack_cross_entropy_launchers_reduce_like_the_reference(fake_quack):
                 assert res.ok, f"{op_name} {dtype} {label}: {res.message}"
                 assert all(b is None or torch.equal(b, a) for b, a in zip(before, inputs))
                 ran += 1
-        assert ran == 3 * 12  # 17 edge cases less the 6 smoothed, and a random one
+        assert ran == 3 * 12 + 1  # 17 edge cases less the 6 smoothed, a random one; huge_bf16
     logits, target = kernel_lab.get_op("cross_entropy").make_inputs((4, 50), torch.float32)
     target[1] = 50
     with pytest.raises(UnsupportedInputError, match=r"target\[1\] = 50 is out of range"):
