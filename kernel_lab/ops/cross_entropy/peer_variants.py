@@ -28,9 +28,9 @@ QuACK (quack-kernels 0.6.5, ``quack/cross_entropy.py``):
 * Forward: the whole row sits in shared memory, split over a cluster of up to 16 CTAs (8 on
   sm_12x; QuACK's own thresholds, :func:`quack_cluster_n`): rows longer than 16 x a CTA's
   share of smem are refused. The vector width is gcd(N, 16 bytes / element size): fp32
-  N = 50257 runs unvectorized, but odd 2-byte rows failed to compile on the H200 (refused). Backward: tiles of 16K
-  columns, any N, no row limit. Inputs must be 16-byte aligned for the widest vector: a
-  misaligned input is copied (as for the softmax peer).
+  N = 50257 runs unvectorized, but odd 2-byte rows failed to compile on the H200 (refused).
+  Backward: tiles of 16K columns, any N, no row limit. Inputs must be 16-byte aligned for the
+  widest vector: a misaligned input is copied (as for the softmax peer).
 
 Liger-Kernel (liger-kernel 0.8.5, ``liger_kernel/ops/cross_entropy.py``):
 
