@@ -26,7 +26,7 @@ Decisions:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -130,17 +130,18 @@ def define(name: str) -> Any:
 
 
 def _input_grads(op: registry.Op, saved: tuple, g: Any, kw: dict, backward_variant: str,
-                 backward_op: Any, eager: bool = False) -> tuple:
+                 backward_op: Any, eager: Callable[..., Any] | None = None) -> tuple:
     """One gradient (or None) per tensor input of ``op``: its formula, or its backward op run
-    by ``backward_variant`` (directly when ``eager``: no graph to record)."""
+    by ``backward_variant`` - directly by ``eager(op, variant, inputs, kw)`` when given (no
+    graph to record), else through the backward custom op."""
     grad = op.autograd
     if grad.formula is not None:
         return tuple(grad.formula(saved, g, kw))
     bop = registry.get_op(grad.backward)
     inputs = grad.backward_inputs(saved, g, kw)
     bkw = {k: kw.get(k, default) for k, default in bop.kwargs.items()}
-    if eager:
-        dx = dispatch.run(bop.name, backward_variant, inputs, bkw)
+    if eager is not None:
+        dx = eager(bop.name, backward_variant, inputs, bkw)
     else:
         more = (AUTO,) if _has_backward_variant(bop.name) else ()
         dx = backward_op(*inputs, *bkw.values(), backward_variant, *more)
@@ -169,11 +170,11 @@ class _EagerOp(torch.autograd.Function):
     backward is itself differentiated (``create_graph``), through the backward custom op."""
 
     @staticmethod
-    def forward(ctx, name, kw, variant, backward_variant, *tensors):
-        out = dispatch.run(name, variant, tensors, kw)
+    def forward(ctx, plan, name, kw, variant, backward_variant, *tensors):
+        out = plan.run(tensors, kw)
         op = registry.get_op(name)
         ctx.save_for_backward(*op.autograd.save(tensors, out, kw))
-        ctx.name, ctx.kw, ctx.backward_variant = name, kw, backward_variant
+        ctx.plan, ctx.name, ctx.kw, ctx.backward_variant = plan, name, kw, backward_variant
         _mark_outputs(op, ctx, out)
         return out
 
@@ -184,8 +185,8 @@ class _EagerOp(torch.autograd.Function):
         grads = _input_grads(op, ctx.saved_tensors, _output_grad(op, gs), ctx.kw,
                              ctx.backward_variant,
                              define(backward) if backward else None,
-                             eager=not torch.is_grad_enabled())
-        return (None, None, None, None, *grads)
+                             eager=None if torch.is_grad_enabled() else ctx.plan.run_backward)
+        return (None, None, None, None, None, *grads)
 
 
 def _functorch_active() -> bool:
@@ -209,7 +210,7 @@ class _Plan:
     once, then a dictionary hit per call. ``native``: PyTorch records autograd itself (the pick
     is PyTorch's own differentiable op and so would the backward's be)."""
 
-    __slots__ = ("fn", "kw", "grad", "native")
+    __slots__ = ("fn", "kw", "grad", "native", "backwards")
 
     def __init__(self, name: str, tensors: tuple, kw: dict, variant: str,
                  backward_variant: str) -> None:
@@ -220,9 +221,8 @@ class _Plan:
             v = dispatch.named_variant(name, variant)
         registry.ensure_supported(v, *tensors, **kw)
         self.kw, self.grad = kw, op.autograd is not None
-        # a CUDA launcher's one launch is recorded once and replayed (launch_plans)
-        self.fn = launch_plans.ReplayingCall(v.fn) if v.backend == "cuda" else (
-            lambda tensors, kw, fn=v.fn: fn(*tensors, **kw))
+        self.fn = _caller(v)
+        self.backwards: dict[tuple, Callable[..., Any]] = {}  # backward signature -> caller
         self.native = (variant == AUTO and backward_variant == AUTO and op.auto is not None
                        and op.auto.portable_autograd and v.name == op.auto.portable
                        and self.grad and _backward_is_portable(op, tensors, kw))
@@ -231,10 +231,41 @@ class _Plan:
                  backward_variant: str) -> Any:
         if self.grad and not self.native and torch.is_grad_enabled() and any(
                 t is not None and t.requires_grad for t in tensors):
-            return _EagerOp.apply(name, kw, variant, backward_variant, *tensors)
-        out = self.fn(tensors, kw)
-        return out.contiguous() if type(out) is torch.Tensor else tuple(
-            o.contiguous() for o in out)
+            return _EagerOp.apply(self, name, kw, variant, backward_variant, *tensors)
+        return self.run(tensors, kw)
+
+    def run(self, tensors: tuple, kw: dict) -> Any:
+        return _contiguous(self.fn(tensors, kw))
+
+    def run_backward(self, name: str, variant: str, inputs: tuple, kw: dict) -> Any:
+        """The backward op ``name`` on ``inputs``: its variant picked once per signature of
+        them (the upstream gradient's layout may differ between calls), then called."""
+        key = launch_plans.signature(inputs)
+        fn = self.backwards.get(key)
+        if fn is None:
+            if len(self.backwards) >= 64:
+                self.backwards.clear()
+            if variant == AUTO:
+                v = dispatch.choose_variant(name, *inputs, **kw)
+            else:
+                v = dispatch.named_variant(name, variant)
+                registry.ensure_supported(v, *inputs, **kw)
+            fn = self.backwards[key] = _caller(v, replay=False)
+        return _contiguous(fn(inputs, kw))
+
+
+def _caller(v: registry.Variant, replay: bool = True) -> Callable[..., Any]:
+    """``fn(tensors, kw)`` running variant ``v``; ``replay``: a CUDA launcher's one launch is
+    recorded once and replayed (launch_plans; the backwards call their launchers)."""
+    if replay and v.backend == "cuda":
+        return launch_plans.ReplayingCall(v.fn)
+    return lambda tensors, kw, fn=v.fn: fn(*tensors, **kw)
+
+
+def _contiguous(out: Any) -> Any:
+    if type(out) is torch.Tensor:
+        return out.contiguous()  # no copy when it already is
+    return tuple(o.contiguous() for o in out)
 
 
 def _backward_is_portable(op: registry.Op, tensors: tuple, kw: dict) -> bool:
