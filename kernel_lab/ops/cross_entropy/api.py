@@ -66,7 +66,9 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor,
     ``variant``: a ``cross_entropy`` variant name, or None / ``"auto"`` for the best one for the
     logits (PyTorch's own off CUDA); ``backward_variant``: the same for
     ``cross_entropy_backward``. A target outside [0, classes) that is not ``ignore_index``
-    raises before anything runs.
+    raises before anything runs: one host sync per call (measured on an H200 at 2^28 logits: a
+    third of an fp32 step's time in a tight loop). Inside ``kernel_lab.registry.trusted_inputs()``
+    it is skipped; the CUDA and Triton kernels then give such a row a NaN loss, never a fault.
 
     ``inplace_backward=True`` saves the memory of the gradient: the forward kernel writes
     dlogits over the logits (their values are gone after the call) and the backward returns
