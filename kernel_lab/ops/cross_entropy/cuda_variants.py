@@ -174,4 +174,12 @@ def launch_plan(n: int, dtype: torch.dtype) -> str:
             f"{forward_threads(n, dtype)} threads a row, then cross_entropy_reduce (1 block)")
 
 
+def backward_launch_plan(n: int, dtype: torch.dtype) -> str:
+    """What the backward launches for contiguous rows of n (``python -m kernel_lab plan``)."""
+    spans = -(-_windows(n, dtype) // (BWD_THREADS * BWD_WINDOWS_PER_THREAD))
+    return (f"cross_entropy_coefs<{ctype(dtype)}> (1 block), then cross_entropy_bwd<"
+            f"{ctype(dtype)}>: {spans} block(s) of {BWD_THREADS} threads a row")
+
+
 cuda_cross_entropy.launch_plan = launch_plan
+cuda_cross_entropy_backward.launch_plan = backward_launch_plan

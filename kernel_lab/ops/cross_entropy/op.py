@@ -16,6 +16,11 @@ and s_i the upstream gradient of row i (grad, or grad / the mean's denominator; 
 
     dx_j = s_i * ((1 - eps) * w_t * (p_j - [j == t]) + eps / C * (sum(w) * p_j - w_j))
 
+lse is kept in fp32 (fp64 for fp64 logits), so a gradient computed from it is exact up to
+fp32 rounding of x - lse: past |lse| ~ 1e7 the log(sum) term is lost to rounding, and a row with
+k tied maxima there gets p = 1 at each instead of 1 / k (PyTorch's backward, from log-softmax
+values, keeps it). The edge cases' huge rows have one max each.
+
 Targets outside [0, C) that are not ``ignore_index`` are refused before launch
 (:func:`check_targets`, one host sync: by the drop-in once per forward, by every forward variant
 run by name). The CUDA and Triton kernels never read outside a row for such a target: they give
@@ -191,6 +196,7 @@ def cross_entropy_edge_cases(dtype, device="cpu", generator=None) -> list:
     if dtype == torch.bfloat16:  # near bf16's largest: an exp's shifted argument must not overflow
         huge = randn((3, 40), dtype, device, generator) * 1e37
         huge[0, 3] = 3e38
+        huge[1:, 0] = huge[1:].abs().amax(1) * 2  # one max a row (module docstring: fp32 lse)
         cases.append(("huge_bf16", (huge, torch.tensor([3, 0, 39], device=device)), {}))
     row = randn((1, 50), dtype, device, generator)
     cases.append(("single_row", (row, torch.tensor([49], device=device)), {}))
