@@ -39,7 +39,7 @@ def _probe_inputs(v: registry.Variant, device: str) -> tuple:
     dtype = torch.float32 if torch.float32 in v.dtypes else v.dtypes[0]
     op = registry.get_op(v.op)
     inputs, _ = make_case_inputs(op, _PROBE, dtype, "cpu", None)
-    return tuple(t.to(device) for t in inputs)
+    return tuple(t if t is None else t.to(device) for t in inputs)
 
 
 def runs_here(v: registry.Variant) -> str:

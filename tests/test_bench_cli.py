@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -166,3 +167,12 @@ def test_a_recorded_launch_reads_as_name_and_shape():
     assert bm.describe_launch(interop.Launch(None, (4, 2, 1), (32, 4, 1), 0), None) == \
         "kernel <<<4x2, 32x4, 0>>>"
     assert jit.kernel_name(object()) is None
+
+
+def test_list_names_every_variant_and_where_it_runs():
+    """`python -m kernel_lab list` (what CI runs last): every op, optional inputs included."""
+    r = subprocess.run([sys.executable, "-m", "kernel_lab", "list"], cwd=REPO, text=True,
+                       capture_output=True, timeout=300, env={**os.environ, "COLUMNS": "200"})
+    assert r.returncode == 0, r.stderr
+    for name in ("fast_softmax", "cuda_cross_entropy_backward", "torch_cross_entropy_backward"):
+        assert name in r.stdout
