@@ -67,6 +67,38 @@ def test_input_roles_are_checked_before_launch():
         registry.Input("w", role="weights")
 
 
+def test_optional_per_row_and_free_inputs():
+    """What cross_entropy's backward declares: an optional column, a float per-row statistic,
+    a tensor of any shape (only its device is checked)."""
+    specs = (registry.Input("x"), registry.Input("w", role="column", optional=True),
+             registry.Input("s", role="per_row"), registry.Input("g", role="free"))
+    x, s = torch.randn(4, 6), torch.randn(4)
+    contract = registry._input_contract
+    assert contract(specs, (x, None, s, torch.ones(())), -1) is None
+    assert contract(specs, (x, torch.ones(6), s, torch.ones(4)), -1) is None
+    assert "floating" in contract(specs, (x, None, torch.zeros(4, dtype=torch.int64), s), -1)
+    assert "shape (4,)" in contract(specs, (x, None, torch.zeros(6), s), -1)
+    required = (registry.Input("x"), registry.Input("w", role="column"))
+    assert "not None" in contract(required, (x, None), -1)
+    if torch.cuda.is_available():
+        assert "is on" in contract(specs, (x, None, s, torch.ones((), device="cuda")), -1)
+
+
+def test_outputs_declare_shape_dtype_and_gradient():
+    """cross_entropy's fake kernel and checker come from its Output declarations alone."""
+    from kernel_lab import custom_ops
+
+    op = kernel_lab.get_op("cross_entropy")
+    x, t = torch.randn(5, 7), torch.randint(0, 7, (5,))
+    for red, shape in (("mean", ()), ("none", (5,))):
+        loss, lse = custom_ops._fake_outputs(op, (x, t, None), {"reduction": red})
+        assert loss.shape == shape and lse.shape == (5,) and lse.dtype == torch.float32
+    assert [o.differentiable for o in op.outputs] == [True, False]
+    loss = torch.nn.functional.cross_entropy(x, t)
+    bad = op.check((loss, torch.logsumexp(x, 1).double()), x, t)  # lse must be float32 here
+    assert not bad.ok and "lse: dtype" in bad.message
+
+
 def test_no_variant_shares_its_ops_name_and_old_names_still_resolve():
     for op in kernel_lab.ops():
         assert op not in {v.name for v in kernel_lab.variants()}
