@@ -54,13 +54,15 @@ def _peers() -> dict:
 
 def step_ms(loss_fn, x: torch.Tensor, t: torch.Tensor, inplace: bool = False) -> float:
     """Median ms of one forward + backward; in-place modes get a fresh leaf over x's buffer
-    (their forward overwrites it, so the timed inputs are the previous step's gradient)."""
+    (their forward overwrites it, so the timed inputs are the previous step's gradient). The
+    loss sees a view of the leaf, as a model's loss sees a matmul's output: a gradient that is
+    the logits' own tensor object would otherwise be copied by the leaf's AccumulateGrad."""
     leaf = x.detach().requires_grad_()
 
     def run():
         v = x.detach().requires_grad_() if inplace else leaf
         v.grad = None
-        loss_fn(v, t).backward()
+        loss_fn(v.view_as(v), t).backward()
 
     return do_bench(run, warmup=5, rep=50)
 
