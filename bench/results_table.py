@@ -137,7 +137,8 @@ def step_section(path: Path, rows: list[dict], commit: str | None) -> str:
              f"{rows[0]['gpu']}, measured {when_} at commit {commit}; copy "
              f"{rows[0]['copy_gbps']:,.0f} "
              "GB/s. One training step's loss (`loss.backward()` included), microseconds and the "
-             "speed-up over F.cross_entropy (**bold**: fastest).", "",
+             "speed-up over F.cross_entropy (**bold**: fastest)."
+             + (f" {rows[0]['note']}" if rows[0].get("note") else ""), "",
              "| dtype | N | M | " + " | ".join(names) + " |", "|" + "---:|" * (3 + len(names))]
     for r in rows:
         us, best = r["us"], min(r["us"], key=r["us"].get)
