@@ -251,14 +251,18 @@ class Workload:
         return self._ref
 
     def caller(self, variant: Variant) -> Callable[[], Any]:
-        """A no-argument call of ``variant`` that moves to the next input copy each time."""
+        """A no-argument call of ``variant`` that moves to the next input copy each time. Time
+        it inside ``registry.trusted_inputs()`` (:func:`calibrate` does): the inputs are
+        ``Op.make_inputs``', so value checks that sync the host stay out of the timing."""
         copies, kw, fn = self.copies, self.kwargs, variant.fn
+        if len(copies) == 1:
+            (args,) = copies
+            return lambda: fn(*args, **kw)
         state = [0]
 
-        def call() -> Any:  # the inputs are Op.make_inputs': no value checks (host syncs)
+        def call() -> Any:
             i = state[0] = (state[0] + 1) % len(copies)
-            with trusted_inputs():
-                return fn(*copies[i], **kw)
+            return fn(*copies[i], **kw)
 
         return call
 
@@ -385,11 +389,13 @@ def time_rounds(fn: Callable[[], Any], timer: Callable[[], float], p: Plan) -> l
 
 
 def calibrate(variant: Variant, work: Workload) -> tuple[Callable[[], Any], Plan, float | None]:
-    """The rotating call, its timing plan and (on a GPU) the CUDA-event median cross-check."""
+    """The rotating call, its timing plan and (on a GPU) the CUDA-event median cross-check.
+    Time ``fn`` inside ``registry.trusted_inputs()`` too, as this does."""
     fn = work.caller(variant)
     cuda = work.device.startswith("cuda")
-    p = plan(fn, timer_for(work.device), host_latency(fn) if cuda else 0.0)
-    event = cuda_event_median(fn, p.estimate_s) if cuda else None
+    with trusted_inputs():
+        p = plan(fn, timer_for(work.device), host_latency(fn) if cuda else 0.0)
+        event = cuda_event_median(fn, p.estimate_s) if cuda else None
     return fn, p, event
 
 

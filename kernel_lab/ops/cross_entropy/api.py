@@ -93,9 +93,7 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor,
     if torch.compiler.is_compiling():  # the variants check inside the compiled graph
         return custom_ops.call("cross_entropy", (logits, target, weight), kw, variant,
                                backward_variant)[0]
-    if isinstance(target, torch.Tensor) and target.dim() == 1 and \
-            target.device == logits.device and not target.dtype.is_floating_point:
-        check_targets(logits, target, ignore_index)  # once: the variant then trusts them
+    check_targets(logits, target, ignore_index)  # once: the variant then trusts them
     with registry.trusted_inputs():
         return custom_ops.call("cross_entropy", (logits, target, weight), kw, variant,
                                backward_variant)[0]

@@ -77,8 +77,11 @@ def check_kwargs(ignore_index: int, reduction: str, label_smoothing: float) -> N
 def check_targets(logits: torch.Tensor, target: torch.Tensor, ignore_index: int) -> None:
     """Raise UnsupportedInputError for a target outside [0, C) that is not ignore_index: one
     host sync. Skipped while a CUDA graph is captured (the kernels then give that row NaN) and
-    inside ``registry.trusted_inputs()`` (the drop-in checked them; the benchmark made them)."""
-    if (target.numel() == 0 or inputs_trusted()
+    inside ``registry.trusted_inputs()`` (the drop-in checked them; the benchmark made them),
+    and for targets the input contract refuses (not one integer per row, another device)."""
+    if (not isinstance(target, torch.Tensor) or target.numel() == 0 or inputs_trusted()
+            or target.dim() != 1 or target.device != logits.device
+            or target.dtype.is_floating_point or target.dtype == torch.bool
             or (target.is_cuda and torch.cuda.is_current_stream_capturing())):
         return
     c = logits.shape[1]
@@ -106,20 +109,32 @@ def cross_entropy_reference(logits, target, weight=None, ignore_index=-100, redu
     return loss.to(logits.device), torch.logsumexp(x, dim=1).to(logits.device)
 
 
+def target_weights(target, weight, ignore_index: int, dtype: torch.dtype):
+    """(keep, t, w_t) per row: not ignored; the target, 0 where ignored (always an index);
+    the weight of that target in ``dtype`` (1 without weights)."""
+    keep = target != ignore_index
+    t = torch.where(keep, target.long(), 0)
+    wt = weight.to(dtype)[t] if weight is not None else torch.ones(
+        target.shape, dtype=dtype, device=target.device)
+    return keep, t, wt
+
+
+def _class_weights(weight, x: torch.Tensor) -> torch.Tensor:
+    """The class weights in float64, ones without them."""
+    return weight.detach().double() if weight is not None else torch.ones(
+        x.shape[1], dtype=torch.float64, device=x.device)
+
+
 def _row_scale(logits, target, weight, ignore_index, label_smoothing) -> torch.Tensor:
     """Per row, the size of the terms a row's loss is the difference of (|lse| + |x_t| and
     the smoothing sum's), the magnitude its rounding is relative to."""
     x = logits.detach().double()
-    t = target.long()
-    keep = t != ignore_index
-    w = weight.detach().double() if weight is not None else torch.ones(
-        x.shape[1], dtype=x.dtype, device=x.device)
-    tt = torch.where(keep, t, 0).clamp(0, max(x.shape[1] - 1, 0))
     if x.shape[1] == 0:
         return torch.zeros(x.shape[0], dtype=torch.float64, device=x.device)
+    keep, tt, wt = target_weights(target, weight, ignore_index, torch.float64)
+    w = _class_weights(weight, x)
     xf = torch.where(torch.isfinite(x), x, 0.0)
     lse = torch.logsumexp(x, 1).nan_to_num(0.0, 0.0, 0.0).abs()
-    wt = w[tt]
     nll = wt * (lse + xf.gather(1, tt[:, None])[:, 0].abs())
     smooth = (xf.abs() * w).sum(1) / x.shape[1] + lse * w.abs().sum() / x.shape[1]
     return torch.where(keep, nll + label_smoothing * smooth, 0.0)
@@ -133,9 +148,7 @@ def loss_error_scale(logits, target, weight=None, ignore_index=-100, reduction="
         return s.to(logits.device)
     total = s.sum()
     if reduction == "mean":
-        keep = target.long() != ignore_index
-        tt = torch.where(keep, target.long(), 0)
-        wt = weight.detach().double()[tt] if weight is not None else torch.ones_like(s)
+        keep, _, wt = target_weights(target, weight, ignore_index, torch.float64)
         den = wt[keep].sum()
         total = total / den if den else total
     return total.to(logits.device)
@@ -225,19 +238,16 @@ def backward_error_scale(logits, target, weight, lse, grad, ignore_index=-100,
     if x.shape[1] == 0:
         return torch.zeros_like(x).to(logits.device)
     p = torch.softmax(x, 1).nan_to_num(0.0)
-    t = target.long()
-    keep = t != ignore_index
-    w = weight.detach().double() if weight is not None else torch.ones(
-        x.shape[1], dtype=x.dtype, device=x.device)
-    tt = torch.where(keep, t, 0)
+    keep, _, wt = target_weights(target, weight, ignore_index, torch.float64)
+    w = _class_weights(weight, x)
     g = grad.detach().double()
     s = g.expand(x.shape[0]) if g.dim() == 0 else g
     if reduction == "mean":
-        den = w[tt][keep].sum()
+        den = wt[keep].sum()
         s = s / den if den else s
     s = torch.where(keep, s.abs(), 0.0)
     c = x.shape[1]
-    a = (1 - label_smoothing) * w[tt] + label_smoothing / c * w.sum()
+    a = (1 - label_smoothing) * wt + label_smoothing / c * w.sum()
     return (s[:, None] * (a[:, None] * p + w.abs() * (1 + label_smoothing / c))).to(
         logits.device)
 

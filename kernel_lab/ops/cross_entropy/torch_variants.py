@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from kernel_lab.compiling import CompiledPerSignature
 from kernel_lab.registry import register
 
-from .op import ALL_DTYPES, check_kwargs, check_targets
+from .op import ALL_DTYPES, check_kwargs, check_targets, target_weights
 
 SOURCE = "kernel_lab/ops/cross_entropy/torch_variants.py"
 
@@ -43,10 +43,8 @@ def cross_entropy_math(logits, target, weight, ignore_index: int, reduction: str
     x = logits if logits.dtype == torch.float64 else logits.float()
     c = x.shape[1]
     lse = torch.logsumexp(x, 1)
-    keep = target != ignore_index
-    t = torch.where(keep, target, 0)
+    keep, t, wt = target_weights(target, weight, ignore_index, x.dtype)
     w = weight.to(x.dtype) if weight is not None else None
-    wt = w[t] if w is not None else torch.ones_like(lse)
     loss = (1 - label_smoothing) * wt * (lse - x.gather(1, t[:, None])[:, 0])
     if label_smoothing:
         if w is not None:
@@ -81,10 +79,7 @@ def compile_cross_entropy(logits, target, weight=None, ignore_index=-100, reduct
 def row_scale(target, weight, grad, ignore_index: int, reduction: str, dtype):
     """s_i: each row's upstream gradient (the mean's denominator divided out; 0 if ignored)
     and w_t, as ``dtype`` vectors."""
-    keep = target != ignore_index
-    t = torch.where(keep, target, 0)
-    wt = weight.to(dtype)[t] if weight is not None else torch.ones(
-        target.shape, dtype=dtype, device=target.device)
+    keep, t, wt = target_weights(target, weight, ignore_index, dtype)
     s = grad.to(dtype).expand(target.shape)
     if reduction == "mean":
         s = s / torch.where(keep, wt, 0.0).sum()
