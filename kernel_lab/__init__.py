@@ -32,9 +32,9 @@ from .registry import (
     ops,
     register,
     register_op,
-    run,
     variants,
 )
+from .plans import run
 
 __all__ = [
     "Auto",

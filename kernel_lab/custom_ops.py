@@ -32,7 +32,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
-from . import dispatch, launch_plans, registry
+from . import dispatch, plans, registry
 from .dispatch import AUTO
 
 _SCHEMA_TYPES = {bool: "bool", int: "int", float: "float", str: "str"}
@@ -109,7 +109,7 @@ def define(name: str) -> Any:
     @custom.register_fake
     def _(*args):
         tensors, kw, variant, backward_variant = _split(op, args)
-        check_names(name, variant, backward_variant)
+        dispatch.check_names(name, variant, backward_variant)
         return _fake_outputs(op, tensors, kw)
 
     if grad is not None:
@@ -155,26 +155,17 @@ def _has_backward_variant(name: str) -> bool:
     return a is not None and a.backward is not None
 
 
-def check_names(name: str, variant: str, backward_variant: str) -> None:
-    """Raise UnknownVariantError for a variant that does not compute ``name`` (or its backward)."""
-    if variant != AUTO:
-        dispatch.named_variant(name, variant)
-    grad = registry.get_op(name).autograd
-    if backward_variant != AUTO and grad is not None and grad.backward:
-        dispatch.named_variant(grad.backward, backward_variant)
-
-
 class _EagerOp(torch.autograd.Function):
     """A custom op's forward and autograd formula without the dispatcher (module docstring,
-    "Plain eager calls"). ``backward`` runs the backward variant directly, or, when the
-    backward is itself differentiated (``create_graph``), through the backward custom op."""
+    "Plain eager calls"). ``backward`` runs the backward op's plan directly, or, when the
+    backward is itself differentiated (``create_graph``), goes through the backward custom op."""
 
     @staticmethod
     def forward(ctx, plan, name, kw, variant, backward_variant, *tensors):
-        out = plan.run(tensors, kw)
+        out = plan(tensors, kw)
         op = registry.get_op(name)
         ctx.save_for_backward(*op.autograd.save(tensors, out, kw))
-        ctx.plan, ctx.name, ctx.kw, ctx.backward_variant = plan, name, kw, backward_variant
+        ctx.name, ctx.kw, ctx.backward_variant = name, kw, backward_variant
         _mark_outputs(op, ctx, out)
         return out
 
@@ -185,8 +176,14 @@ class _EagerOp(torch.autograd.Function):
         grads = _input_grads(op, ctx.saved_tensors, _output_grad(op, gs), ctx.kw,
                              ctx.backward_variant,
                              define(backward) if backward else None,
-                             eager=None if torch.is_grad_enabled() else ctx.plan.run_backward)
+                             eager=None if torch.is_grad_enabled() else _run_backward)
         return (None, None, None, None, None, *grads)
+
+
+def _run_backward(name: str, variant: str, inputs: tuple, kw: dict) -> Any:
+    """The backward op ``name`` by ``variant`` through its plan (picked once per signature of
+    its inputs: the upstream gradient's layout may differ between calls)."""
+    return plans.for_op(name, variant, AUTO, inputs, kw, replay=False)(inputs, kw)
 
 
 def _functorch_active() -> bool:
@@ -205,115 +202,34 @@ def eager_fast_path(*tensors: torch.Tensor) -> bool:
     return not torch.compiler.is_compiling() and _nothing_watches(tensors)
 
 
-class _Plan:
-    """What a drop-in call of one signature runs: the variant picked (and its inputs checked)
-    once, then a dictionary hit per call. ``native``: PyTorch records autograd itself (the pick
-    is PyTorch's own differentiable op and so would the backward's be)."""
-
-    __slots__ = ("fn", "kw", "grad", "native", "backwards")
-
-    def __init__(self, name: str, tensors: tuple, kw: dict, variant: str,
-                 backward_variant: str) -> None:
-        op = registry.get_op(name)
-        if variant == AUTO:
-            v = dispatch.choose_variant(name, *tensors, **kw)
-        else:
-            v = dispatch.named_variant(name, variant)
-        registry.ensure_supported(v, *tensors, **kw)
-        self.kw, self.grad = kw, op.autograd is not None
-        self.fn = _caller(v)
-        self.backwards: dict[tuple, Callable[..., Any]] = {}  # backward signature -> caller
-        self.native = (variant == AUTO and backward_variant == AUTO and op.auto is not None
-                       and op.auto.portable_autograd and v.name == op.auto.portable
-                       and self.grad and _backward_is_portable(op, tensors, kw))
-
-    def __call__(self, name: str, tensors: tuple, kw: dict, variant: str,
-                 backward_variant: str) -> Any:
-        if self.grad and not self.native and torch.is_grad_enabled() and any(
-                t is not None and t.requires_grad for t in tensors):
-            return _EagerOp.apply(self, name, kw, variant, backward_variant, *tensors)
-        return self.run(tensors, kw)
-
-    def run(self, tensors: tuple, kw: dict) -> Any:
-        return _contiguous(self.fn(tensors, kw))
-
-    def run_backward(self, name: str, variant: str, inputs: tuple, kw: dict) -> Any:
-        """The backward op ``name`` on ``inputs``: its variant picked once per signature of
-        them (the upstream gradient's layout may differ between calls), then called."""
-        key = launch_plans.signature(inputs)
-        fn = self.backwards.get(key)
-        if fn is None:
-            if len(self.backwards) >= 64:
-                self.backwards.clear()
-            if variant == AUTO:
-                v = dispatch.choose_variant(name, *inputs, **kw)
-            else:
-                v = dispatch.named_variant(name, variant)
-                registry.ensure_supported(v, *inputs, **kw)
-            fn = self.backwards[key] = _caller(v, replay=False)
-        return _contiguous(fn(inputs, kw))
-
-
-def _caller(v: registry.Variant, replay: bool = True) -> Callable[..., Any]:
-    """``fn(tensors, kw)`` running variant ``v``; ``replay``: a CUDA launcher's one launch is
-    recorded once and replayed (launch_plans; the backwards call their launchers)."""
-    if replay and v.backend == "cuda":
-        return launch_plans.ReplayingCall(v.fn)
-    return lambda tensors, kw, fn=v.fn: fn(*tensors, **kw)
-
-
-def _contiguous(out: Any) -> Any:
-    if type(out) is torch.Tensor:
-        return out.contiguous()  # no copy when it already is
-    return tuple(o.contiguous() for o in out)
-
-
-def _backward_is_portable(op: registry.Op, tensors: tuple, kw: dict) -> bool:
-    """Whether the backward op's "auto" would run its portable variant on output-shaped
-    tensors like these (what PyTorch's own autograd runs)."""
-    bop = registry.get_op(op.autograd.backward) if op.autograd.backward else None
-    if bop is None or bop.auto is None:
-        return False
-    like = tensors[0].contiguous()
-    bkw = {k: kw.get(k, d) for k, d in bop.kwargs.items()}
-    n_in = len(bop.inputs)
-    return dispatch.choose_variant(bop.name, *[like] * n_in, **bkw).name == bop.auto.portable
-
-
-_plans: dict[tuple, _Plan] = {}
-_plans_generation = -1
-_PLANS_MAX = 4096
-
-
 def call(name: str, tensors: tuple, kw: dict, variant: str | None = None,
          backward_variant: str | None = None) -> Any:
-    """Run op ``name`` as a drop-in: a cached plan per call signature when nothing watches,
-    else its custom op."""
-    global _plans_generation
+    """Run op ``name`` as a drop-in: its plan for this call signature when nothing watches
+    (:mod:`kernel_lab.plans`), else its custom op."""
     variant, backward_variant = variant or AUTO, backward_variant or AUTO
-    if torch.compiler.is_compiling():
-        return _custom_call(name, tensors, kw, variant, backward_variant)
     x = tensors[0]
-    if (type(x) is not torch.Tensor or _get_current_dispatch_mode() is not None
-            or _functorch_active() or len(tensors) > 1 and not _nothing_watches(tensors)):
-        check_names(name, variant, backward_variant)  # eager: fail before anything runs
+    if (type(x) is not torch.Tensor or torch.compiler.is_compiling()
+            or _get_current_dispatch_mode() is not None or _functorch_active()
+            or len(tensors) > 1 and not _nothing_watches(tensors)):
+        if not torch.compiler.is_compiling():
+            dispatch.check_names(name, variant, backward_variant)  # eager: fail before anything runs
         return _custom_call(name, tensors, kw, variant, backward_variant)
-    if len(tensors) == 1:  # the common case, inline (per-call hot path)
-        key = (name, variant, backward_variant, *kw.values(), x.shape, x.stride(), x.dtype,
-               x.get_device(), x.data_ptr() & 127, x.requires_grad)
-    else:
-        key = (name, variant, backward_variant, *kw.values(), *launch_plans.signature(tensors))
-    plan = _plans.get(key)
-    if plan is None or _plans_generation != registry.generation:
-        if _plans_generation != registry.generation or len(_plans) >= _PLANS_MAX:
-            _plans.clear()  # a new variant may change what "auto" picks
-            _plans_generation = registry.generation
-        check_names(name, variant, backward_variant)
-        plan = _plans[key] = _Plan(name, tensors, kw, variant, backward_variant)
+    plan = plans.for_op(name, variant, backward_variant, tensors, kw)
     if torch.autograd.profiler._is_profiler_enabled:  # traces still name the op
         with torch.profiler.record_function(f"kernel_lab::{name}"):
-            return plan(name, tensors, kw, variant, backward_variant)
-    return plan(name, tensors, kw, variant, backward_variant)
+            return _run(plan, name, tensors, kw, variant, backward_variant)
+    return _run(plan, name, tensors, kw, variant, backward_variant)
+
+
+def _run(plan: plans.Plan, name: str, tensors: tuple, kw: dict, variant: str,
+         backward_variant: str) -> Any:
+    """The plan, under the lab's autograd node when autograd records the call (and PyTorch's
+    own op does not record it itself)."""
+    if not plan.native and torch.is_grad_enabled() and any(
+            t is not None and t.requires_grad for t in tensors) and registry.get_op(
+            name).autograd is not None:
+        return _EagerOp.apply(plan, name, kw, variant, backward_variant, *tensors)
+    return plan(tensors, kw)
 
 
 def _custom_call(name: str, tensors: tuple, kw: dict, variant: str,

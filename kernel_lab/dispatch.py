@@ -32,6 +32,15 @@ def named_variant(op: str, name: str) -> registry.Variant:
     return v
 
 
+def check_names(name: str, variant: str, backward_variant: str) -> None:
+    """Raise UnknownVariantError for a variant that does not compute ``name`` (or its backward)."""
+    if variant != AUTO:
+        named_variant(name, variant)
+    grad = registry.get_op(name).autograd
+    if backward_variant != AUTO and grad is not None and grad.backward:
+        named_variant(grad.backward, backward_variant)
+
+
 @functools.cache
 def _has_cupy() -> bool:
     return importlib.util.find_spec("cupy") is not None
@@ -78,14 +87,30 @@ def choose_variant(op: str, *tensors: torch.Tensor, **kw: Any) -> registry.Varia
     return first_preference(op, tensors, kw, lambda v: can_run(v, *tensors, **kw))
 
 
+def pick(op: str, variant: str, tensors: Sequence[torch.Tensor], kw: dict) -> registry.Variant:
+    """The variant a call of ``op`` by ``variant`` (a name or ``"auto"``) runs on these (real)
+    tensors, its ``supports()`` asked once: raises UnsupportedInputError (or
+    UnknownVariantError) before anything is launched."""
+    if variant != AUTO:
+        v = named_variant(op, variant)
+    elif tensors[0].device.type == "cuda":
+        for name in policy(op).preferences(*tensors, **kw):
+            try:
+                v = registry.get(name)
+            except UnknownVariantError:  # not written (yet): the next preference
+                continue
+            if can_run(v, *tensors, **kw):
+                return v
+        v = registry.get(policy(op).portable)
+    else:
+        v = registry.get(policy(op).portable)
+    registry.ensure_supported(v, *tensors, **kw)
+    return v
+
+
 def run(op: str, variant: str, tensors: Sequence[torch.Tensor], kw: dict) -> Any:
     """Run ``op`` by ``variant`` (a name or ``"auto"``); outputs come back contiguous."""
-    if variant == AUTO:
-        v = choose_variant(op, *tensors, **kw)
-    else:
-        v = named_variant(op, variant)
-        registry.ensure_supported(v, *tensors, **kw)
-    out = v.fn(*tensors, **kw)
+    out = pick(op, variant, tensors, kw).fn(*tensors, **kw)
     if isinstance(out, torch.Tensor):
         return out.contiguous()  # no copy when it already is
     return tuple(o.contiguous() for o in out)

@@ -100,6 +100,11 @@ class Launch(NamedTuple):
     device_index: int = 0
 
 
+def recording() -> bool:
+    """Whether a :func:`record_launches` block is collecting launches now."""
+    return _recorder is not None
+
+
 @contextlib.contextmanager
 def record_launches():
     """Collect every launch made inside the block as a :class:`Launch` (for the register /
@@ -210,7 +215,7 @@ def launch(
     """Launch kernel ``fn`` (a CuPy ``Function``) on torch's current stream of ``device_index``.
 
     ``source``: (CudaSource, name expression) of ``fn``, kept by :func:`record_launches` so a
-    recorded launch can be replayed (:mod:`kernel_lab.launch_plans`).
+    recorded launch can be replayed (:mod:`kernel_lab.plans`).
     ``args`` must already be typed: tensor pointers as Python ints (sent as 64-bit), scalars as
     numpy scalars (``np.int32``, ``np.float32``); anything else raises ``TypeError``. Or give
     the C types as a ``signature`` (see :func:`pack_args`) and pass plain Python numbers.

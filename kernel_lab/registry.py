@@ -23,7 +23,6 @@ from typing import Any
 
 import torch
 
-from . import interop, launch_plans
 from .errors import DuplicateVariantError, UnknownVariantError, UnsupportedInputError
 
 BACKENDS = ("torch", "compile", "triton", "cuda", "peer")
@@ -410,26 +409,3 @@ def ensure_supported(variant: Variant, *inputs: Any, **kw: Any) -> None:
             else type(x).__name__
         )
         raise UnsupportedInputError(f"{variant.name}: cannot run input {desc}: {reason}")
-
-
-def run(name: str, *inputs: Any, **kw: Any) -> Any:
-    """Run variant ``name`` on ``inputs``.
-
-    Inputs are torch tensors or any DLPack producer (a CuPy array comes back as a CuPy array,
-    zero-copy both ways). Input checks happen before anything is launched.
-    """
-    variant = _variants.get(name) if _loaded else None  # the per-call hot path (no alias)
-    if variant is None:
-        variant = get(name)
-    tensors, back = interop.to_torch(inputs)
-    x = tensors[0] if tensors else None
-    if variant.backend == "cuda" and type(x) is torch.Tensor and x.is_cuda:
-        # checked once per call signature, then its one launch replayed (launch_plans)
-        key = (variant.name, generation, *kw.items(), *launch_plans.signature(tensors))
-        call = launch_plans._calls.get(key)
-        if call is None:
-            ensure_supported(variant, *tensors, **kw)
-            call = launch_plans.replaying(key, variant.fn)
-        return back(call(tensors, kw))
-    ensure_supported(variant, *tensors, **kw)
-    return back(variant.fn(*tensors, **kw))

@@ -1,4 +1,4 @@
-"""Recorded launches, replayed (kernel_lab.launch_plans): on CPU with a stand-in launch, on a
+"""Recorded launches, replayed (kernel_lab.plans): on CPU with a stand-in launch, on a
 GPU with every CUDA variant, each replayed result checked against the reference."""
 
 import numpy as np
@@ -7,7 +7,7 @@ import torch
 from conftest import needs_cuda
 
 import kernel_lab
-from kernel_lab import interop, launch_plans
+from kernel_lab import interop, plans
 
 
 class _Source:
@@ -26,7 +26,7 @@ def launched(monkeypatch):
     def fake_launch(fn, grid, block, args, *, device_index, shared_mem=0, signature=None,
                     source=None):
         seen.append(args)
-        if interop._recorder is not None:
+        if interop.recording():
             interop._recorder.append(interop.Launch(fn, grid, block, shared_mem, args,
                                                     signature, source, device_index))
 
@@ -48,13 +48,13 @@ def _launcher(src, calls, extra_pointer=None):
 
 
 def test_pointer_slots():
-    assert launch_plans._pointer_slots("QQqi4xqi4x") == [0, 1]
-    assert launch_plans._pointer_slots("Qf4xQdI4xQ") == [0, 2, 5]
+    assert plans.pointer_slots("QQqi4xqi4x") == [0, 1]
+    assert plans.pointer_slots("Qf4xQdI4xQ") == [0, 2, 5]
 
 
 def test_one_plain_launch_is_recorded_once_then_replayed(launched):
     src, calls = _Source(), []
-    call = launch_plans.ReplayingCall(_launcher(src, calls))
+    call = plans.ReplayingCall(_launcher(src, calls))
     x1, x2 = torch.randn(4, 8), torch.randn(4, 8)
     out1 = call((x1,), {})
     out2 = call((x2,), {})
@@ -69,7 +69,7 @@ def test_one_plain_launch_is_recorded_once_then_replayed(launched):
 def test_other_pointers_are_never_replayed(launched):
     src, calls = _Source(), []
     flags = torch.zeros(4)  # like the chunk kernels' flag words (per-launch epoch)
-    call = launch_plans.ReplayingCall(_launcher(src, calls, extra_pointer=flags))
+    call = plans.ReplayingCall(_launcher(src, calls, extra_pointer=flags))
     for _ in range(3):
         call((torch.randn(4, 8),), {})
     assert len(calls) == 3 and call.replay is None
@@ -77,7 +77,7 @@ def test_other_pointers_are_never_replayed(launched):
 
 def test_an_outer_recording_sees_every_launch(launched):
     src, calls = _Source(), []
-    call = launch_plans.ReplayingCall(_launcher(src, calls))
+    call = plans.ReplayingCall(_launcher(src, calls))
     call((torch.randn(4, 8),), {})
     with interop.record_launches() as rec:
         call((torch.randn(4, 8),), {})
