@@ -24,6 +24,7 @@ import re
 
 import torch
 
+from kernel_lab.cuda_common import cdiv
 from kernel_lab.rowkernels import backward_config as bc
 from kernel_lab.rowkernels import forward_config as fc
 from kernel_lab.rowkernels import launch as rk
@@ -48,7 +49,7 @@ def candidates(n: int, dtype: torch.dtype, extra_threads: tuple[int, ...] = (),
         if d != dtype:
             continue
         most = bc.backward_persist_max_threads(dtype, vpt)
-        cover = max(64, fc.round32(-(-nw // (vpt * cl))))
+        cover = max(64, fc.round32(cdiv(nw, vpt * cl)))
         for threads in sorted({cover, *(t for t in extra_threads if t * vpt * cl >= nw)}):
             if threads > most or threads % 32:
                 continue

@@ -30,6 +30,7 @@ import torch
 import kernel_lab
 from kernel_lab import jit
 from kernel_lab import occupancy as pc
+from kernel_lab.cuda_common import cdiv
 from kernel_lab.ops.log_softmax import cuda_variants as lcv
 from kernel_lab.ops.softmax import cuda_variants as cv
 from kernel_lab.rowkernels import forward_config as fc
@@ -74,7 +75,7 @@ def candidates(n: int, dtype: torch.dtype, aligned: bool) -> dict[str, fc.FastCo
     nwl = fc.line_windows(n, dtype, aligned)
     for vpt in (4, 8):  # one CTA per row, where one holds it (block x 8 takes 2-byte rows of
         # 16K-64K from the persistent kernels while its loads are plain, not evict-first)
-        threads = fc.round32(-(-nw // vpt))  # as fast_softmax_config sizes its block CTAs
+        threads = fc.round32(cdiv(nw, vpt))  # as fast_softmax_config sizes its block CTAs
         if threads <= 1024 and nw > fc.WARP_MAX_WINDOWS:
             c = fc.FastConfig("block", threads=threads, vpt=vpt)
             out.setdefault(c.label(), c)

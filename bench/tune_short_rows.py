@@ -17,6 +17,7 @@ import argparse
 import torch
 
 import kernel_lab
+from kernel_lab.cuda_common import cdiv
 from kernel_lab.ops.softmax import cuda_variants as cv
 from kernel_lab.rowkernels import forward_config as fc
 from kernel_lab.rowkernels import launch as rk
@@ -40,7 +41,7 @@ def candidates(n: int, dtype: torch.dtype) -> dict[str, fc.FastConfig]:
                 if c != default:
                     out.setdefault(f"warp g{g}x{v} t{threads}", c)
     for v in fc.FAST_BLOCK_VPT:
-        threads = fc.round32(-(-nw // v))
+        threads = fc.round32(cdiv(nw, v))
         if nw > 32 and threads <= fc.block_max_threads(v):
             c = fc.FastConfig("block", threads=threads, vpt=v)
             out.setdefault(c.label(), c)

@@ -56,7 +56,7 @@ __device__ __forceinline__ MaxSum<A> cluster_allreduce(MaxSum<A> st, A* part) {
 // The first wave in phases (block, cluster, block_slots). A launch's first wave - rows
 // [0, wave_rows), the CTAs (clusters) resident at once - would load, reduce and store together,
 // DRAM idle in between: a fixed cost of ~12-15 us a call at 2-byte 128K-152K on block_slots
-// clusters against the copy's 3-6 (bench/fixed_cost.py). Row r of it waits phase / 8 of wave_ns
+// clusters against the copy's 3-6 (bench/fixed_cost.py at 7992388^). Row r of it waits phase / 8 of wave_ns
 // (the wave's load time at copy speed: the launcher's estimate), phase = r * 8 / wave_rows,
 // before its first load (measured on H200: +2.0-2.5 % at 2-byte 131072 / 151936). wave_rows == 0:
 // no wait. Every thread of the CTA (cluster) waits the same phase; later rows start as CTAs retire.

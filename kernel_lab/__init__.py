@@ -11,6 +11,7 @@
 # ``kernel_lab.ops`` ends up bound to the public function ``ops()`` below, whatever imports later.
 from . import ops as _ops_package  # noqa: F401
 from .errors import (
+    DuplicateOpError,
     DuplicateVariantError,
     KernelCompileError,
     KernelLabError,
@@ -20,6 +21,7 @@ from .errors import (
 from .ops.cross_entropy.api import CrossEntropyLoss, cross_entropy
 from .ops.log_softmax.api import LogSoftmax, log_softmax
 from .ops.softmax.api import Softmax, softmax
+from .plans import run
 from .registry import (
     Auto,
     Autograd,
@@ -34,12 +36,12 @@ from .registry import (
     register_op,
     variants,
 )
-from .plans import run
 
 __all__ = [
     "Auto",
     "Autograd",
     "CrossEntropyLoss",
+    "DuplicateOpError",
     "DuplicateVariantError",
     "Input",
     "KernelCompileError",

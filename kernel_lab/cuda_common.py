@@ -34,6 +34,7 @@ from typing import Callable, Iterable, Sequence
 import torch
 
 from . import interop, jit
+from .inputs import ALL_DTYPES, FLOAT_DTYPES  # noqa: F401  (the lab's one dtype table)
 from .registry import register
 
 CTYPES: dict[torch.dtype, str] = {
@@ -42,8 +43,6 @@ CTYPES: dict[torch.dtype, str] = {
     torch.bfloat16: "__nv_bfloat16",
     torch.float64: "double",
 }
-FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-ALL_DTYPES = (*FLOAT_DTYPES, torch.float64)
 
 
 def ctype(dtype: torch.dtype) -> str:
@@ -57,6 +56,11 @@ def ctype(dtype: torch.dtype) -> str:
 def vec_width(dtype: torch.dtype) -> int:
     """Elements per 16-byte vector."""
     return 16 // dtype.itemsize  # no tensor allocation: this runs on every launch
+
+
+def cdiv(a: int, b: int) -> int:
+    """``ceil(a / b)`` for positive ``b``, in integers (blocks to cover ``a`` items)."""
+    return -(-a // b)
 
 
 def next_pow2(n: int) -> int:
@@ -219,7 +223,7 @@ def register_row_kernel(
     def launcher(*inputs: torch.Tensor, dim: int = -1) -> torch.Tensor:
         def run(out2d, *ins2d):
             m, n = out2d.shape
-            grid = -(-m // rows_per_block)
+            grid = cdiv(m, rows_per_block)
             launch_rows(src, exprs[out2d.dtype], out2d, ins2d, grid=grid,
                         block=pick(n, out2d.dtype))
 

@@ -186,9 +186,8 @@ def _run_backward(name: str, variant: str, inputs: tuple, kw: dict) -> Any:
     return plans.for_op(name, variant, AUTO, inputs, kw, replay=False)(inputs, kw)
 
 
-def _functorch_active() -> bool:
-    active = getattr(torch._C, "_are_functorch_transforms_active", None)
-    return bool(active and active())
+_is_compiling = torch.compiler.is_compiling
+_functorch_active = getattr(torch._C, "_are_functorch_transforms_active", lambda: False)
 
 
 def _nothing_watches(tensors: Sequence[Any]) -> bool:
@@ -199,7 +198,7 @@ def _nothing_watches(tensors: Sequence[Any]) -> bool:
 
 def eager_fast_path(*tensors: torch.Tensor) -> bool:
     """Whether a call on ``tensors`` may skip the custom op (:class:`_EagerOp`)."""
-    return not torch.compiler.is_compiling() and _nothing_watches(tensors)
+    return not _is_compiling() and _nothing_watches(tensors)
 
 
 def call(name: str, tensors: tuple, kw: dict, variant: str | None = None,
@@ -208,26 +207,28 @@ def call(name: str, tensors: tuple, kw: dict, variant: str | None = None,
     (:mod:`kernel_lab.plans`), else its custom op."""
     variant, backward_variant = variant or AUTO, backward_variant or AUTO
     x = tensors[0]
-    if (type(x) is not torch.Tensor or torch.compiler.is_compiling()
-            or _get_current_dispatch_mode() is not None or _functorch_active()
-            or len(tensors) > 1 and not _nothing_watches(tensors)):
-        if not torch.compiler.is_compiling():
-            dispatch.check_names(name, variant, backward_variant)  # eager: fail before anything runs
+    if (type(x) is not torch.Tensor or _is_compiling() or _get_current_dispatch_mode() is not None
+            or _functorch_active() or len(tensors) > 1 and not _nothing_watches(tensors)):
+        if not _is_compiling():
+            dispatch.check_names(name, variant, backward_variant)  # eager: fail before running
         return _custom_call(name, tensors, kw, variant, backward_variant)
     plan = plans.for_op(name, variant, backward_variant, tensors, kw)
     if torch.autograd.profiler._is_profiler_enabled:  # traces still name the op
         with torch.profiler.record_function(f"kernel_lab::{name}"):
             return _run(plan, name, tensors, kw, variant, backward_variant)
-    return _run(plan, name, tensors, kw, variant, backward_variant)
+    # under the lab's autograd node when autograd records the call (and PyTorch's own op
+    # does not record it itself)
+    if not plan.native and torch.is_grad_enabled() and any(
+            t is not None and t.requires_grad for t in tensors):
+        return _run(plan, name, tensors, kw, variant, backward_variant)
+    return plan(tensors, kw)
 
 
 def _run(plan: plans.Plan, name: str, tensors: tuple, kw: dict, variant: str,
          backward_variant: str) -> Any:
-    """The plan, under the lab's autograd node when autograd records the call (and PyTorch's
-    own op does not record it itself)."""
-    if not plan.native and torch.is_grad_enabled() and any(
-            t is not None and t.requires_grad for t in tensors) and registry.get_op(
-            name).autograd is not None:
+    if (not plan.native and registry.get_op(name).autograd is not None
+            and torch.is_grad_enabled() and any(t is not None and t.requires_grad
+                                                for t in tensors)):
         return _EagerOp.apply(plan, name, kw, variant, backward_variant, *tensors)
     return plan(tensors, kw)
 

@@ -28,4 +28,8 @@ class KernelCompileError(KernelLabError, RuntimeError):
 
 
 class DuplicateVariantError(KernelLabError, ValueError):
-    """Two variants (or ops) registered under one name."""
+    """Two variants (or a variant and an alias) registered under one name."""
+
+
+class DuplicateOpError(KernelLabError, ValueError):
+    """Two ops registered under one name."""

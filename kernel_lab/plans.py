@@ -130,12 +130,16 @@ class Plan:
     ``native``: a drop-in whose pick is PyTorch's own differentiable op, and whose backward's
     pick would be PyTorch's too, so PyTorch's autograd records the call itself."""
 
-    __slots__ = ("variant", "call", "native")
+    __slots__ = ("variant", "call", "native", "fn")
 
     def __init__(self, variant: registry.Variant, replay: bool, native: bool = False) -> None:
-        self.variant, self.native = variant, native
+        self.variant, self.native, self.fn = variant, native, variant.fn
+        # call(tensors, kw): the launcher itself, or its one launch recorded and replayed
         self.call = (ReplayingCall(variant.fn) if replay and variant.backend == "cuda"
-                     else _direct(variant.fn))
+                     else self._direct)
+
+    def _direct(self, tensors: tuple, kw: dict) -> Any:
+        return self.fn(*tensors, **kw)
 
     def __call__(self, tensors: tuple, kw: dict) -> Any:
         """Run the variant; outputs come back contiguous (no copy when they already are)."""
@@ -143,10 +147,6 @@ class Plan:
         if type(out) is torch.Tensor:
             return out if out.is_contiguous() else out.contiguous()
         return tuple(o.contiguous() for o in out)
-
-
-def _direct(fn: Callable[..., Any]) -> Callable[[tuple, dict], Any]:
-    return lambda tensors, kw: fn(*tensors, **kw)
 
 
 def signature(tensors: tuple) -> tuple:

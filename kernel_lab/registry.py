@@ -23,7 +23,12 @@ from typing import Any
 
 import torch
 
-from .errors import DuplicateVariantError, UnknownVariantError, UnsupportedInputError
+from .errors import (
+    DuplicateOpError,
+    DuplicateVariantError,
+    UnknownVariantError,
+    UnsupportedInputError,
+)
 
 BACKENDS = ("torch", "compile", "triton", "cuda", "peer")
 
@@ -272,7 +277,7 @@ def register_op(op: Op) -> Op:
     """Add an op. Its name must be new."""
     with _lock:
         if op.name in _ops:
-            raise DuplicateVariantError(f"op {op.name!r} is already registered")
+            raise DuplicateOpError(f"op {op.name!r} is already registered")
         _ops[op.name] = op
     return op
 

@@ -16,7 +16,7 @@ from conftest import HAS_CUDA
 
 import kernel_lab
 from kernel_lab import occupancy as pc
-from kernel_lab.cuda_common import ALL_DTYPES, ctype, vec_width
+from kernel_lab.cuda_common import ALL_DTYPES, cdiv, ctype, vec_width
 from kernel_lab.ops.log_softmax import cuda_variants as lcv
 from kernel_lab.ops.softmax import cuda_variants as cv
 from kernel_lab.rowkernels import backward_config as bc
@@ -47,7 +47,7 @@ def test_backward_config_holds_the_row(dtype, aligned):
         else:
             assert stages in (1, 2) and (stages == 1 or kind == "persist"), (n, kind, stages)
         assert threads % 32 == 0 and 32 <= threads <= 1024, (n, kind, threads)
-        nw = -(-n // vec_width(dtype))
+        nw = cdiv(n, vec_width(dtype))
         if kind == "persist":
             assert aligned and dtype in bc.BACKWARD_PERSIST_DTYPES, (n, dtype)
             assert f"fused_softmax_backward_persist<{t}, {vpt}, {cl}>" in declared
@@ -72,9 +72,9 @@ def test_chunk_config_keeps_the_chunk_count_with_full_chunks():
         for n in (307201, 327681, 400000, 524288, 1 << 20, 1000003, 1 << 21):
             cfg = bc.backward_chunk_config(n, dtype)
             nw = fc.line_windows(n, dtype)
-            most = 512 if -(-nw // 2048) <= bc.BACKWARD_CHUNK_MAX_WIDE else 256
-            full = -(-nw // (most * bc.BACKWARD_CHUNK_VPT))
-            chunks = -(-nw // (cfg.threads * cfg.vpt))
+            most = 512 if cdiv(nw, 2048) <= bc.BACKWARD_CHUNK_MAX_WIDE else 256
+            full = cdiv(nw, most * bc.BACKWARD_CHUNK_VPT)
+            chunks = cdiv(nw, cfg.threads * cfg.vpt)
             assert chunks == full and cfg.threads % 32 == 0, (n, dtype, cfg)
             assert (chunks - 1) * cfg.threads * cfg.vpt < nw <= chunks * cfg.threads * cfg.vpt
             assert (cfg.threads - 32) * cfg.vpt * chunks < nw, (n, dtype, cfg)  # no smaller CTA

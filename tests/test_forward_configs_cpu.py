@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernel_lab.cuda_common import ALL_DTYPES, vec_width
+from kernel_lab.cuda_common import ALL_DTYPES, cdiv, vec_width
 from kernel_lab.ops.log_softmax import cuda_variants as lcv
 from kernel_lab.ops.softmax import cuda_variants as cv
 from kernel_lab.rowkernels import forward_config as fc
@@ -188,7 +188,7 @@ def test_rows_past_one_ctas_registers_keep_a_few_windows_in_shared_memory():
                 assert c.capacity() >= nwl > c.capacity() - c.threads, (n, c)
                 if two_byte_256:  # only the odd rows block x 8 leaves at 352-416 threads
                     assert not aligned and 20472 < n < 26624, (n, c)
-                    assert 352 <= fc.round32(-(-fc.vector_windows(n, dtype, aligned) // 8)) <= 416
+                    assert 352 <= fc.round32(cdiv(fc.vector_windows(n, dtype, aligned), 8)) <= 416
                     assert c.slots >= 3, (n, c)
                 else:
                     assert 32768 < n <= (106496 if w == 8 else 53248), (n, dtype)
@@ -223,7 +223,7 @@ def test_2byte_rows_of_16k_to_64k_take_one_cta_of_8_vectors(dtype, aligned, vec)
              False: [*range(32, 321, 32), 448, 480, 512, 960, 992, 1024]}[aligned]
     for n in range(16385, 65537 + 4096, 331):
         nw = fc.vector_windows(n, dtype, aligned)
-        threads = fc.round32(-(-nw // 8))
+        threads = fc.round32(cdiv(nw, 8))
         c = fc.fast_softmax_config(n, dtype, aligned, vec)
         x8 = threads in sizes
         assert (c.kind == "block" and c.vpt == 8) == x8, (n, nw, c)

@@ -15,7 +15,7 @@ import torch
 from conftest import HAS_CUDA
 
 from kernel_lab import occupancy as pc
-from kernel_lab.cuda_common import ALL_DTYPES, vec_width
+from kernel_lab.cuda_common import ALL_DTYPES, cdiv, vec_width
 from kernel_lab.ops.log_softmax import cuda_variants as lcv
 from kernel_lab.ops.log_softmax import op as log_op
 from kernel_lab.ops.softmax import cuda_variants as cv
@@ -335,7 +335,7 @@ def test_chunk_kernel_any_row(kind, dtype, vpt, threads, lag, ahead):
         for x in (buf[:, :n].contiguous(), buf[:, :n]):  # dense rows; rows apart
             x = _edge_rows(x.clone() if x.is_contiguous() else x)
             chunks = fc.row_chunks(cfg, n, dtype, line=False)
-            least = max(1, -(-(chunks - 1) // lag))
+            least = max(1, cdiv(chunks - 1, lag))
             for kernels, ref_fn, tol in BOTH_OPS:
                 ref = ref_fn(x)
                 for groups in (least, None):

@@ -73,13 +73,13 @@ def test_quack_and_liger_reasons_are_short_and_name_the_limit(monkeypatch):
 
 
 def test_a_missing_or_broken_peer_says_which(tmp_path, monkeypatch):
-    assert pv._missing("kernel_lab_no_such_peer", "no-such-peer") == \
+    assert pv.package_missing("kernel_lab_no_such_peer", "no-such-peer") == \
         "not installed (pip install no-such-peer)"
     pkg = tmp_path / "kernel_lab_half_peer"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("raise ImportError('libcute_dsl_runtime.so: not found')\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    assert pv._missing("kernel_lab_half_peer", "half") == (
+    assert pv.package_missing("kernel_lab_half_peer", "half") == (
         "kernel_lab_half_peer does not import: ImportError: libcute_dsl_runtime.so: not found")
     sys.modules.pop("kernel_lab_half_peer", None)
     # every peer launcher carries its probe (the sweep's --peers auto asks it)

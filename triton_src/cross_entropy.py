@@ -21,7 +21,7 @@ argument would be fp32, 1e-8 off for fp64 inputs.
 import triton
 import triton.language as tl
 
-from .softmax import _acc
+from .rows import to_acc
 
 
 @triton.jit
@@ -69,14 +69,14 @@ def cross_entropy_fwd_kernel(
     ws = s
     for start in range(0, N, BLOCK_N):
         c = start + cols
-        x = _acc(tl.load(x_row + c, mask=c < N, other=-float("inf")), IS_FP64)
+        x = to_acc(tl.load(x_row + c, mask=c < N, other=-float("inf")), IS_FP64)
         m_new = tl.maximum(m, x)
         safe = tl.where(m_new == -float("inf"), 0.0, m_new)  # never -inf - -inf
         s = s * tl.exp(m - safe) + tl.exp(x - safe)
         m = m_new
         if EPS != 0.0:
             if HAS_WEIGHT:
-                w = _acc(tl.load(w_ptr + c, mask=c < N, other=0.0), IS_FP64)
+                w = to_acc(tl.load(w_ptr + c, mask=c < N, other=0.0), IS_FP64)
                 wx += tl.where(c < N, w * x, 0.0)  # a real -inf logit adds -inf, as in PyTorch
                 ws += w
             else:
@@ -87,9 +87,9 @@ def cross_entropy_fwd_kernel(
     lse = row_max + log_sum  # an all -inf row: -inf + log(0) = -inf
 
     t, keep, bad = _target(t_ptr, row, N, ignore_index)
-    x_t = _acc(tl.load(x_row + t), IS_FP64)
+    x_t = to_acc(tl.load(x_row + t), IS_FP64)
     if HAS_WEIGHT:
-        w_t = _acc(tl.load(w_ptr + t), IS_FP64)
+        w_t = to_acc(tl.load(w_ptr + t), IS_FP64)
     else:
         w_t = _num(1.0, IS_FP64)
     # (max - x_t) + log(sum): exact to ulp(lse - x_t), not ulp(lse) as lse - x_t would be
@@ -127,29 +127,29 @@ def cross_entropy_bwd_kernel(
     mask = c < N
     t, keep, bad = _target(t_ptr, row, N, ignore_index)
     if HAS_WEIGHT:
-        w_t = _acc(tl.load(w_ptr + t), IS_FP64)
+        w_t = to_acc(tl.load(w_ptr + t), IS_FP64)
     else:
         w_t = _num(1.0, IS_FP64)
     if GRAD_PER_ROW:
-        s = _acc(tl.load(g_ptr + row), IS_FP64)
+        s = to_acc(tl.load(g_ptr + row), IS_FP64)
     else:
-        s = _acc(tl.load(g_ptr), IS_FP64)
+        s = to_acc(tl.load(g_ptr), IS_FP64)
     if MEAN:
-        s = s / _acc(tl.load(den_ptr), IS_FP64)
+        s = s / to_acc(tl.load(den_ptr), IS_FP64)
     s = tl.where(keep, s, 0.0)
     b = (1.0 - EPS) * w_t  # the target's coefficient
     a = b
     if EPS != 0.0:
         if HAS_WEIGHT:
-            a += EPS / _num(N, IS_FP64) * _acc(tl.load(wsum_ptr), IS_FP64)
+            a += EPS / _num(N, IS_FP64) * to_acc(tl.load(wsum_ptr), IS_FP64)
         else:
             a += EPS
-    x = _acc(tl.load(x_ptr + row * x_row_stride + c, mask=mask, other=-float("inf")), IS_FP64)
-    lse = _acc(tl.load(lse_ptr + row), IS_FP64)
+    x = to_acc(tl.load(x_ptr + row * x_row_stride + c, mask=mask, other=-float("inf")), IS_FP64)
+    lse = to_acc(tl.load(lse_ptr + row), IS_FP64)
     dx = a * tl.exp(x - lse) - tl.where(c == t, b, 0.0)
     if EPS != 0.0:
         if HAS_WEIGHT:
-            w = _acc(tl.load(w_ptr + c, mask=mask, other=0.0), IS_FP64)
+            w = to_acc(tl.load(w_ptr + c, mask=mask, other=0.0), IS_FP64)
             dx -= EPS / _num(N, IS_FP64) * w
         else:
             dx -= EPS / _num(N, IS_FP64)

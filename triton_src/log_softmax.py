@@ -1,6 +1,6 @@
 """log_softmax kernels in Triton: forward (whole rows, or tiled online) and backward.
 
-Same conventions as ``softmax.py`` (whose ``_acc`` they reuse): the input is (M, N) with unit
+Same conventions as ``softmax.py`` (row helpers in ``rows.py``): the input is (M, N) with unit
 column stride and a row stride in elements; the output is contiguous (M, N); accumulation is fp32
 (fp64 for fp64 input). -inf entries give -inf, an all -inf row gives NaN, NaN propagates - like
 torch.log_softmax. Outputs are ``(x - max) - log(sum)``, never ``x - (max + log(sum))``: the
@@ -10,7 +10,7 @@ latter rounds to ulp(max), which is 1e-3 for a row near 1e4 in fp32.
 import triton
 import triton.language as tl
 
-from .softmax import _acc, load_row_block, online_row_stats, row_block
+from .rows import load_row_block, online_row_stats, row_block, to_acc
 
 
 @triton.jit
@@ -48,7 +48,7 @@ def log_softmax_online_kernel(
     log_sum = tl.log(row_sum)
     for start in range(0, N, BLOCK_N):
         c = start + cols
-        x = _acc(tl.load(x_row + c, mask=c < N, other=-float("inf")), IS_FP64)
+        x = to_acc(tl.load(x_row + c, mask=c < N, other=-float("inf")), IS_FP64)
         y = (x - row_max) - log_sum  # an all -inf row: -inf - -inf = NaN, like torch
         tl.store(o_row + c, y.to(out_ptr.dtype.element_ty), mask=c < N)
 
@@ -67,8 +67,8 @@ def log_softmax_backward_kernel(
     """
     if BLOCK_N >= N:
         r, c, mask = row_block(M, N, ROWS, BLOCK_N)
-        y = _acc(tl.load(y_ptr + r * y_row_stride + c, mask=mask, other=0.0), IS_FP64)
-        dy = _acc(tl.load(dy_ptr + r * dy_row_stride + c, mask=mask, other=0.0), IS_FP64)
+        y = to_acc(tl.load(y_ptr + r * y_row_stride + c, mask=mask, other=0.0), IS_FP64)
+        dy = to_acc(tl.load(dy_ptr + r * dy_row_stride + c, mask=mask, other=0.0), IS_FP64)
         dx = dy - tl.exp(y) * tl.sum(dy, axis=1)[:, None]
         tl.store(dx_ptr + r * N + c, dx.to(dx_ptr.dtype.element_ty), mask=mask)
     else:
@@ -82,11 +82,11 @@ def log_softmax_backward_kernel(
             acc = tl.zeros([BLOCK_N], tl.float32)
         for start in range(0, N, BLOCK_N):
             c = start + cols
-            acc += _acc(tl.load(dy_row + c, mask=c < N, other=0.0), IS_FP64)
+            acc += to_acc(tl.load(dy_row + c, mask=c < N, other=0.0), IS_FP64)
         total = tl.sum(acc, axis=0)
         for start in range(0, N, BLOCK_N):
             c = start + cols
-            y = _acc(tl.load(y_row + c, mask=c < N, other=0.0), IS_FP64)
-            dy = _acc(tl.load(dy_row + c, mask=c < N, other=0.0), IS_FP64)
+            y = to_acc(tl.load(y_row + c, mask=c < N, other=0.0), IS_FP64)
+            dy = to_acc(tl.load(dy_row + c, mask=c < N, other=0.0), IS_FP64)
             dx = dy - tl.exp(y) * total
             tl.store(dx_ptr + row * N + c, dx.to(dx_ptr.dtype.element_ty), mask=c < N)

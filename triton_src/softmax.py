@@ -8,63 +8,7 @@ stride in elements; the output is contiguous (M, N). Accumulation is fp32 (fp64 
 import triton
 import triton.language as tl
 
-
-@triton.jit
-def _acc(x, IS_FP64: tl.constexpr):
-    if IS_FP64:
-        return x.to(tl.float64)
-    else:
-        return x.to(tl.float32)
-
-
-@triton.jit
-def row_block(M, N, ROWS: tl.constexpr, BLOCK_N: tl.constexpr):
-    """Program p's rows [p*ROWS, p*ROWS + ROWS) and all BLOCK_N >= N columns: (row indices as an
-    int64 (ROWS, 1) column, column indices as a (1, BLOCK_N) row, the in-bounds mask)."""
-    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
-    cols = tl.arange(0, BLOCK_N)
-    return rows[:, None].to(tl.int64), cols[None, :], (rows[:, None] < M) & (cols[None, :] < N)
-
-
-@triton.jit
-def load_row_block(x_ptr, M, N, x_row_stride, ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
-                   IS_FP64: tl.constexpr):
-    """Program p's rows (:func:`row_block`) in registers.
-
-    Returns (x in the accumulator type, -inf in masked lanes; the mask; each element's offset in
-    a contiguous (M, N) output).
-    """
-    r, c, mask = row_block(M, N, ROWS, BLOCK_N)
-    x = tl.load(x_ptr + r * x_row_stride + c, mask=mask, other=-float("inf"))
-    return _acc(x, IS_FP64), mask, r * N + c
-
-
-@triton.jit
-def online_row_stats(x_row, N, BLOCK_N: tl.constexpr, IS_FP64: tl.constexpr):
-    """(max, sum of exp(x - max)) of one row in a single pass over BLOCK_N-wide tiles.
-
-    Each lane keeps a running (max, sum) - the online softmax of Milakov & Gimelshein -
-    rescaling its sum by exp(m_old - m_new) when the max grows; the lanes merge at the end.
-    A lane whose max is still -inf never forms exp(-inf - -inf) = NaN. An all -inf row returns
-    (-inf, 0), so callers' exp(x - max) / sum gives NaN like torch.
-    """
-    cols = tl.arange(0, BLOCK_N)
-    if IS_FP64:
-        m = tl.full([BLOCK_N], -float("inf"), tl.float64)
-        s = tl.zeros([BLOCK_N], tl.float64)
-    else:
-        m = tl.full([BLOCK_N], -float("inf"), tl.float32)
-        s = tl.zeros([BLOCK_N], tl.float32)
-    for start in range(0, N, BLOCK_N):
-        c = start + cols
-        x = _acc(tl.load(x_row + c, mask=c < N, other=-float("inf")), IS_FP64)
-        m_new = tl.maximum(m, x)
-        safe = tl.where(m_new == -float("inf"), 0.0, m_new)
-        s = s * tl.exp(m - safe) + tl.exp(x - safe)
-        m = m_new
-    row_max = tl.max(m, axis=0)
-    safe_max = tl.where(row_max == -float("inf"), 0.0, row_max)
-    return row_max, tl.sum(s * tl.exp(m - safe_max), axis=0)
+from .rows import load_row_block, online_row_stats, row_block, to_acc
 
 
 @triton.jit
@@ -103,7 +47,7 @@ def softmax_online_kernel(
     row_max, row_sum = online_row_stats(x_row, N, BLOCK_N, IS_FP64)
     for start in range(0, N, BLOCK_N):
         c = start + cols
-        x = _acc(tl.load(x_row + c, mask=c < N, other=-float("inf")), IS_FP64)
+        x = to_acc(tl.load(x_row + c, mask=c < N, other=-float("inf")), IS_FP64)
         y = tl.exp(x - row_max) / row_sum
         tl.store(o_row + c, y.to(out_ptr.dtype.element_ty), mask=c < N)
 
@@ -123,8 +67,8 @@ def softmax_backward_kernel(
     """
     if BLOCK_N >= N:
         r, c, mask = row_block(M, N, ROWS, BLOCK_N)
-        y = _acc(tl.load(y_ptr + r * y_row_stride + c, mask=mask, other=0.0), IS_FP64)
-        dy = _acc(tl.load(dy_ptr + r * dy_row_stride + c, mask=mask, other=0.0), IS_FP64)
+        y = to_acc(tl.load(y_ptr + r * y_row_stride + c, mask=mask, other=0.0), IS_FP64)
+        dy = to_acc(tl.load(dy_ptr + r * dy_row_stride + c, mask=mask, other=0.0), IS_FP64)
         dx = y * (dy - tl.sum(y * dy, axis=1)[:, None])
         tl.store(dx_ptr + r * N + c, dx.to(dx_ptr.dtype.element_ty), mask=mask)
     else:
@@ -136,13 +80,13 @@ def softmax_backward_kernel(
             acc = tl.zeros([BLOCK_N], tl.float32)
         for start in range(0, N, BLOCK_N):
             c = start + cols
-            y = _acc(tl.load(y_ptr + row * y_row_stride + c, mask=c < N, other=0.0), IS_FP64)
-            dy = _acc(tl.load(dy_ptr + row * dy_row_stride + c, mask=c < N, other=0.0), IS_FP64)
+            y = to_acc(tl.load(y_ptr + row * y_row_stride + c, mask=c < N, other=0.0), IS_FP64)
+            dy = to_acc(tl.load(dy_ptr + row * dy_row_stride + c, mask=c < N, other=0.0), IS_FP64)
             acc += y * dy
         dot = tl.sum(acc, axis=0)
         for start in range(0, N, BLOCK_N):
             c = start + cols
-            y = _acc(tl.load(y_ptr + row * y_row_stride + c, mask=c < N, other=0.0), IS_FP64)
-            dy = _acc(tl.load(dy_ptr + row * dy_row_stride + c, mask=c < N, other=0.0), IS_FP64)
+            y = to_acc(tl.load(y_ptr + row * y_row_stride + c, mask=c < N, other=0.0), IS_FP64)
+            dy = to_acc(tl.load(dy_ptr + row * dy_row_stride + c, mask=c < N, other=0.0), IS_FP64)
             dx = y * (dy - dot)
             tl.store(dx_ptr + row * N + c, dx.to(dx_ptr.dtype.element_ty), mask=c < N)

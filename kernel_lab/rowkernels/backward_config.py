@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 import torch
 
-from kernel_lab.cuda_common import vec_width
+from kernel_lab.cuda_common import cdiv, vec_width
 
 from .forward_config import MAX_CTA_SHARED, cluster_shape, line_windows, round32, vec_config
 
@@ -122,7 +122,7 @@ class BackwardConfig(NamedTuple):
 
     def chunks_of(self, windows: int) -> int:
         """``chunks``: the chunks of ``threads * vpt`` windows a row of ``windows`` is cut into."""
-        return -(-windows // (self.threads * self.vpt))
+        return cdiv(windows, self.threads * self.vpt)
 
     def shared_mem(self) -> int:
         """Dynamic shared memory per CTA: ``stages`` sets of y and dy slots (persist, chunks)."""
@@ -155,7 +155,7 @@ def backward_config(n: int, dtype: torch.dtype, aligned: bool = True,
     the launcher streams them when the GPU holds too few CTAs for a row's chunks). Rows in
     different phases: a one-row cluster of up to 16 CTAs of 512 x 8 (fp32) or x 4 (2-byte)
     vectors; longer rows stream (two passes)."""
-    nw = -(-n // vec_width(dtype))
+    nw = cdiv(n, vec_width(dtype))
     persist_ok = (aligned if phase is None else phase) and dtype in BACKWARD_PERSIST_DTYPES
     threads, vpt = vec_config(n, dtype, BWD_MAX_THREADS)
     if vpt and not (persist_ok and aligned
@@ -210,8 +210,8 @@ def backward_chunk_config(n: int, dtype: torch.dtype, aligned: bool = True,
     nwl = line_windows(n, dtype, aligned)
     if most is None:
         most = BACKWARD_CHUNK_MAX_THREADS
-        if -(-nwl // (most * vpt)) > BACKWARD_CHUNK_MAX_WIDE:
+        if cdiv(nwl, most * vpt) > BACKWARD_CHUNK_MAX_WIDE:
             most = BACKWARD_CHUNK_SMALL_THREADS
-    chunks = -(-nwl // (most * vpt))
-    threads = round32(-(-nwl // (chunks * vpt)))
+    chunks = cdiv(nwl, most * vpt)
+    threads = round32(cdiv(nwl, chunks * vpt))
     return BackwardConfig("chunks", threads, vpt, 1, ahead)

@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 import torch
 
-from kernel_lab.cuda_common import ALL_DTYPES, ctype, next_pow2, vec_width
+from kernel_lab.cuda_common import ALL_DTYPES, cdiv, ctype, next_pow2, vec_width
 
 _T = [ctype(dt) for dt in ALL_DTYPES]
 VPT = (1, 2, 4, 8)  # 16-byte vectors per thread kept in registers (vec_softmax, backward block)
@@ -24,14 +24,14 @@ VEC_MAX_THREADS = 1024
 def vec_config(n: int, dtype: torch.dtype, max_threads: int = VEC_MAX_THREADS):
     """(threads, vectors per thread) keeping a row of ``n`` in registers, or (threads, None)
     when it does not fit (the streaming kernel then runs)."""
-    nv = -(-n // vec_width(dtype))
-    threads = min(max_threads, max(32, next_pow2(-(-nv // 4))))
-    vpt = next_pow2(-(-nv // threads))
+    nv = cdiv(n, vec_width(dtype))
+    threads = min(max_threads, max(32, next_pow2(cdiv(nv, 4))))
+    vpt = next_pow2(cdiv(nv, threads))
     return (threads, vpt) if vpt <= VPT[-1] else (max_threads, None)
 
 
 def round32(threads: int) -> int:
-    return max(32, -(-threads // 32) * 32)
+    return max(32, cdiv(threads, 32) * 32)
 
 
 def cluster_shape(
@@ -42,7 +42,7 @@ def cluster_shape(
     covers them; None if even the largest cluster is too small."""
     for cl in sizes:
         if nw <= cl * max_threads * vpt:
-            return cl, round32(-(-nw // (vpt * cl)))
+            return cl, round32(cdiv(nw, vpt * cl))
     return None
 
 
@@ -291,7 +291,7 @@ def vector_windows(n: int, dtype: torch.dtype, aligned: bool = True) -> int:
     """16-byte windows a row spans: ceil(n / W) when rows start 16-byte aligned, else one more
     for the worst-case head offset."""
     w = vec_width(dtype)
-    return -(-n // w) if aligned else -(-(n + w - 1) // w)
+    return cdiv(n, w) if aligned else cdiv(n + w - 1, w)
 
 
 # The persistent kernels (persist, pipe) measure a row's head from its 128-byte line, not its
@@ -315,7 +315,7 @@ def line_windows(n: int, dtype: torch.dtype, aligned: bool = True,
     defaults to ``aligned`` (rows on 16 bytes) with N * itemsize a multiple of 128."""
     w = vec_width(dtype)
     line = rows_on_lines(n, dtype, aligned, line)
-    return -(-n // w) if line else -(-(n + LINE_BYTES // dtype.itemsize - 1) // w)
+    return cdiv(n, w) if line else cdiv(n + LINE_BYTES // dtype.itemsize - 1, w)
 
 
 # The kinds whose windows start at the row's 128-byte line (line heads): they copy whole aligned
@@ -334,7 +334,7 @@ def config_windows(cfg: "FastConfig", n: int, dtype: torch.dtype, aligned: bool,
 def row_chunks(cfg: "FastConfig", n: int, dtype: torch.dtype, line: bool) -> int:
     """chunks: the chunks of ``cfg.threads * cfg.vpt`` windows a row of ``n`` is cut into (line
     heads, as the persistent kernels)."""
-    return -(-line_windows(n, dtype, line=line) // (cfg.threads * cfg.vpt))
+    return cdiv(line_windows(n, dtype, line=line), cfg.threads * cfg.vpt)
 
 
 def chunks_fit(chunks: int, lag: int, groups: int) -> bool:
@@ -348,7 +348,7 @@ def persist_config(nw: int, vpt: int, cluster: int, late: bool = False,
                    stages: int = 1) -> FastConfig:
     """The persistent shape holding ``nw`` windows with ``vpt`` per thread over ``cluster``
     CTAs: the multiple of 32 threads that just covers the row."""
-    return FastConfig("persist", threads=round32(-(-nw // (vpt * cluster))), vpt=vpt,
+    return FastConfig("persist", threads=round32(cdiv(nw, vpt * cluster)), vpt=vpt,
                       cluster=cluster, late=late and cluster > 1, stages=stages)
 
 
@@ -360,7 +360,7 @@ def block_slots_config(nwl: int, threads: int, vpt: int = BLOCK_SLOTS_VPT,
     them."""
     per = cluster * threads
     return FastConfig(kind, threads=threads, vpt=vpt, cluster=cluster,
-                      slots=max(0, -(-(nwl - per * vpt) // per)))
+                      slots=max(0, cdiv(nwl - per * vpt, per)))
 
 
 def wide_config(nw: int, cluster: int | None = None, threads: int = 1024,
@@ -379,8 +379,8 @@ def wide_config(nw: int, cluster: int | None = None, threads: int = 1024,
 
 def wide_per_thread(nw: int, cluster: int, threads: int) -> int:
     """Windows each thread of the wide kernel owns: ceil(ceil(nw / cluster) / threads)."""
-    chunk = -(-nw // cluster)
-    return -(-chunk // threads)
+    chunk = cdiv(nw, cluster)
+    return cdiv(chunk, threads)
 
 
 # chunks: rows past every PERSIST_SHAPES rule with more than CHUNK_REG_MAX_CHUNKS chunks. fp32
@@ -408,7 +408,7 @@ def chunk_config(n: int, dtype: torch.dtype, line: bool) -> FastConfig:
     chunks = row_chunks(d, n, dtype, line)
     if chunks > CHUNK_REG_MAX_CHUNKS:
         return CHUNK_DEFAULT
-    threads = round32(-(-line_windows(n, dtype, line=line) // (chunks * d.vpt)))
+    threads = round32(cdiv(line_windows(n, dtype, line=line), chunks * d.vpt))
     if threads >= d.threads:
         return d
     return FastConfig("chunks_reg", threads=threads, vpt=d.vpt, ahead=d.ahead)
@@ -461,9 +461,9 @@ def fast_softmax_config(
     if nw <= WARP_MAX_WINDOWS:
         if nw < 32:
             vpt = 1 if nw <= 4 else 2
-            g = max(4, next_pow2(-(-nw // vpt)))
+            g = max(4, next_pow2(cdiv(nw, vpt)))
         else:
-            g, vpt = 32, next_pow2(-(-nw // 32))
+            g, vpt = 32, next_pow2(cdiv(nw, 32))
         return FastConfig("warp", threads=128, vpt=vpt, group=g)
     persist_ok = vec and dtype in PERSIST_DTYPES
     if es == 2 and nw > PERSIST_MIN_NW[2] and (x8 := block_x8_threads(nw, aligned)):
@@ -471,7 +471,7 @@ def fast_softmax_config(
     block_max = PERSIST_MIN_NW[es] if persist_ok else 1024 * (4 if es == 2 else 8)
     if nw <= block_max:
         vpt = 2 if (nw <= 256 and es >= 4) else 4 if (nw <= 2048 or es == 2) else 8
-        return FastConfig("block", threads=round32(-(-nw // vpt)), vpt=vpt)
+        return FastConfig("block", threads=round32(cdiv(nw, vpt)), vpt=vpt)
     if persist_ok:
         line = rows_on_lines(n, dtype, aligned, line)
         nwl = line_windows(n, dtype, aligned, line)
@@ -544,5 +544,5 @@ BLOCK_SLOTS_RULES = {  # by itemsize
 def block_x8_threads(nw: int, aligned: bool = True) -> int:
     """The CTA size of 8 vectors a thread that holds a row of ``nw`` 16-byte windows, where that
     CTA runs fast (fp16/bf16: BLOCK_X8_THREADS; ``aligned``: rows start on 16 bytes), else 0."""
-    threads = round32(-(-nw // 8))
+    threads = round32(cdiv(nw, 8))
     return threads if any(lo <= threads <= hi for lo, hi in BLOCK_X8_THREADS[aligned]) else 0

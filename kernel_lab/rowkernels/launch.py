@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from kernel_lab.cuda_common import ctype, device_index, launch_rows, same_vector_phase
+from kernel_lab.cuda_common import cdiv, ctype, device_index, launch_rows, same_vector_phase
 from kernel_lab.flag_words import flag_words
 from kernel_lab.interop import i32, i64
 from kernel_lab.occupancy import allow_non_portable_cluster, first_wave, persistent_grid
@@ -280,7 +280,7 @@ def fast_launch(
         raise ValueError(f"{expr} needs input and output rows in the same 16-byte phase")
     if cfg.kind == "warp":
         rows_per_block = cfg.threads // cfg.group
-        launch_rows(src, expr, out, (x2d,), grid=-(-m // rows_per_block), block=cfg.threads,
+        launch_rows(src, expr, out, (x2d,), grid=cdiv(m, rows_per_block), block=cfg.threads,
                     extra=(vec,))
     elif cfg.kind == "block":
         launch_rows(src, expr, out, (x2d,), grid=m, block=cfg.threads,

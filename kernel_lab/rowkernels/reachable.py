@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from kernel_lab.cuda_common import ALL_DTYPES, ctype, vec_width
+from kernel_lab.cuda_common import ALL_DTYPES, cdiv, ctype, vec_width
 
 from . import backward_config as bc
 from . import forward_config as fc
@@ -51,7 +51,7 @@ def row_lengths(dtype: torch.dtype) -> tuple[int, ...]:
     q = DENSE_N // w
     while q * w <= LAST_N + w:
         n = q * w
-        ns.update((n, n + 1, n + 2, -(-n // line) * line))
+        ns.update((n, n + 1, n + 2, cdiv(n, line) * line))
         q += max(1, q // GRID_STEPS)
     for k in range(12, 29):
         ns.update(range((1 << k) - 2, (1 << k) + 3))

@@ -66,7 +66,7 @@ import importlib
 
 import torch
 
-from kernel_lab.ops.softmax.peer_variants import QUACK_SMEM_BYTES, _missing
+from kernel_lab.ops.softmax.peer_variants import QUACK_SMEM_BYTES, package_missing
 from kernel_lab.registry import register
 
 from .op import check_kwargs, check_targets
@@ -75,8 +75,8 @@ SOURCE = "kernel_lab/ops/cross_entropy/peer_variants.py"
 PEER_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 QUACK_SM12_SMEM_BYTES = 96 * 1024  # sm_12x: 99 KB of smem a block
 
-LIGER = functools.partial(_missing, "liger_kernel.ops.cross_entropy", "liger-kernel")
-QUACK = functools.partial(_missing, "quack.cross_entropy", "quack-kernels")
+LIGER = functools.partial(package_missing, "liger_kernel.ops.cross_entropy", "liger-kernel")
+QUACK = functools.partial(package_missing, "quack.cross_entropy", "quack-kernels")
 
 # liger_cross_entropy_kernel's parameters in 0.8.5, all passed by name below
 LIGER_KERNEL_ARGS = (

@@ -20,6 +20,7 @@ import torch
 
 from kernel_lab.cuda_common import (
     ALL_DTYPES,
+    cdiv,
     ctype,
     cuda_source,
     launch_rows,
@@ -74,7 +75,7 @@ BACKWARD = cuda_source(
 
 def _row_threads(n: int, per_thread: int = 8) -> int:
     """Threads for a block-per-row kernel: ~per_thread elements each, 32..1024."""
-    return min(1024, max(32, next_pow2(-(-n // per_thread))))
+    return min(1024, max(32, next_pow2(cdiv(n, per_thread))))
 
 
 def _n(x: torch.Tensor, dim: int) -> int:
@@ -94,7 +95,7 @@ def naive_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     def launch(out, x2d):
         m = out.shape[0]
         launch_rows(NAIVE, f"naive_softmax<{ctype(x2d.dtype)}>", out, (x2d,),
-                    grid=-(-m // 128), block=128)
+                    grid=cdiv(m, 128), block=128)
 
     return rowwise(launch, x, dim=dim)
 
@@ -144,7 +145,7 @@ def warp_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
         m, n = out.shape
         ept = warp_softmax_config(n)
         launch_rows(WARP, f"warp_softmax<{ctype(x2d.dtype)}, {ept}>", out, (x2d,),
-                    grid=-(-m // 4), block=128)
+                    grid=cdiv(m, 4), block=128)
 
     return rowwise(launch, x, dim=dim)
 

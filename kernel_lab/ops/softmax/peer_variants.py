@@ -35,7 +35,7 @@ QUACK_CLUSTER, QUACK_SMEM_BYTES = 16, 200 * 1024  # per-CTA share of a row must 
 
 
 @functools.lru_cache(maxsize=None)
-def _missing(module: str, dist: str) -> str | None:
+def package_missing(module: str, dist: str) -> str | None:
     """Why ``module`` (of pip package ``dist``) cannot be used here, or None once it imports."""
     if importlib.util.find_spec(module.split(".")[0]) is None:
         return f"not installed (pip install {dist})"
@@ -47,8 +47,8 @@ def _missing(module: str, dist: str) -> str | None:
     return None
 
 
-LIGER = functools.partial(_missing, "liger_kernel.ops.softmax", "liger-kernel")
-QUACK = functools.partial(_missing, "quack.softmax", "quack-kernels")
+LIGER = functools.partial(package_missing, "liger_kernel.ops.softmax", "liger-kernel")
+QUACK = functools.partial(package_missing, "quack.softmax", "quack-kernels")
 
 
 def _last_dim(x: torch.Tensor, dim: int) -> str | None:
