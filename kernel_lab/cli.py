@@ -1,7 +1,7 @@
-"""``python -m kernel_lab``: list, check, bench, watch, resources, plan, compile.
+"""``python -m kernel_lab``: list, check, bench, watch, resources, picks, compile.
 
 Each subcommand's work lives in its own module (``checking``, ``sweep``, ``watch``,
-``resources``, ``planning``, ``precompile``); this file
+``resources``, ``picks``, ``precompile``); this file
 only parses arguments and dispatches.
 """
 
@@ -47,10 +47,11 @@ def _parser() -> argparse.ArgumentParser:
     resources.add_arguments(sub.add_parser(
         "resources", help="registers and spills of a CUDA variant's kernels (NVRTC, no GPU)"))
 
-    from . import planning
+    from . import picks
 
-    planning.add_arguments(sub.add_parser(
-        "plan", help="per row length: the auto choice and each CUDA launcher's kernel (no GPU)"))
+    picks.add_arguments(sub.add_parser(
+        "picks", aliases=["plan"],
+        help="per row length: the auto choice and each CUDA launcher's kernel (no GPU)"))
 
     from . import precompile
 
@@ -96,10 +97,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         from .resources import main as resources_main
 
         return resources_main(args)
-    if args.command == "plan":
-        from .planning import main as plan_main
+    if args.command in ("picks", "plan"):
+        from .picks import main as picks_main
 
-        return plan_main(args)
+        return picks_main(args)
     if args.command == "compile":
         from .precompile import main as compile_main
 

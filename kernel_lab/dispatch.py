@@ -68,7 +68,7 @@ def preferences(op: str, *tensors: torch.Tensor, **kw: Any) -> Sequence[str]:
 def first_preference(op: str, tensors: Sequence[torch.Tensor], kw: dict,
                      accepts: Callable[[registry.Variant], bool]) -> registry.Variant:
     """The first registered preference that ``accepts``, else the portable variant
-    (``python -m kernel_lab plan`` asks it with meta tensors)."""
+    (``python -m kernel_lab picks`` asks it with meta tensors)."""
     auto = policy(op)
     for name in auto.preferences(*tensors, **kw):
         try:

@@ -10,7 +10,7 @@
 
 NVRTC compiles each instantiation asked for on its own (the JIT's programs, through its disk
 cache; several at once in a process pool: ``-j``) - with ``--n`` / ``--dtype`` only the one the
-variant's launch plan picks for that row length. This module reads the cubins' ELF directly:
+variant's launch shape for that row length. This module reads the cubins' ELF directly:
 per kernel the register count (``EIATTR_REGCOUNT``), the stack frame, which is where spilled
 registers go (``EIATTR_FRAME_SIZE``), its static shared memory (the size of its
 ``.nv.shared.<kernel>`` section: the 1 KB the hardware reserves plus the kernel's own; dynamic
@@ -219,7 +219,7 @@ def source_resources(src, arch: str = "sm_90", contains: str | None = None, expr
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("name", help="a CUDA variant (its .cu file's instantiations are compiled)")
     p.add_argument("--n", type=int, default=None,
-                   help="only what rows of N elements launch (the variant's launch plan for "
+                   help="only what rows of N elements launch (the variant's launch shape for "
                         "contiguous rows; without one, every alignment's pick)")
     p.add_argument("--dtype", default=None,
                    help="with --n: the element type (default float32): fp32/float32, "
@@ -236,7 +236,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="compiler processes for many instantiations (default: every CPU)")
 
 
-def _planned(variant, src, n: int | None, dtype) -> tuple[list[str], str]:
+def _shaped(variant, src, n: int | None, dtype) -> tuple[list[str], str]:
     """(instantiations, the line saying why) for ``--n`` / ``--dtype``."""
     from .cuda_common import ctype
     from .rowkernels import reachable
@@ -246,11 +246,11 @@ def _planned(variant, src, n: int | None, dtype) -> tuple[list[str], str]:
             return list(src.name_expressions), ""
         t = ctype(dtype)
         return [e for e in src.name_expressions if f"<{t}>" in e or f"<{t}," in e], ""
-    plan = getattr(variant.fn, "launch_plan", None)
-    if plan is None:
+    shape = getattr(variant.fn, "launch_shape", None)
+    if shape is None:
         exprs = reachable.launched(src, n, dtype)
         return exprs, f"launches (any alignment): {', '.join(exprs) or 'nothing'}"
-    text = plan(n, dtype)
+    text = shape(n, dtype)
     found = [e for e in src.name_expressions if e in text]
     return sorted(found, key=len)[-1:], f"launches (contiguous rows) {text}"
 
@@ -280,7 +280,7 @@ def main(args: argparse.Namespace) -> int:
             raise KernelLabError(f"{variant.name} does not take {dtype}")
     picked = {}
     for s in sources:
-        exprs, why = _planned(variant, s, args.n, dtype)
+        exprs, why = _shaped(variant, s, args.n, dtype)
         if why:
             print(f"{variant.name}, rows of {args.n} {str(dtype)[6:]}: {why}", flush=True)
         picked[id(s)] = _selected(s, args.contains, exprs)

@@ -60,8 +60,8 @@ def test_random_row_lengths_launch_only_reachable_instantiations():
     ns += [rng.randint(reachable.LAST_N, 1 << 26) for _ in range(20)]
     for prefix, src in sorted(BY_PREFIX.items()):
         picked = set(reachable.launchable(src))
-        plans = [v.fn.launch_plan for v in kernel_lab.variants()
-                 if v.source == jit.display_name(src.path) and hasattr(v.fn, "launch_plan")]
+        plans = [v.fn.launch_shape for v in kernel_lab.variants()
+                 if v.source == jit.display_name(src.path) and hasattr(v.fn, "launch_shape")]
         for dt in ALL_DTYPES:
             for n in ns:
                 got = set(reachable.launched(src, n, dt))

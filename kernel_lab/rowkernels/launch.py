@@ -122,14 +122,14 @@ def _contiguous_rows(n: int, dtype: torch.dtype) -> bool:
     return n * dtype.itemsize % 16 == 0
 
 
-def backward_plan(n: int, dtype: torch.dtype, prefix: str) -> str:
+def backward_shape(n: int, dtype: torch.dtype, prefix: str) -> str:
     """What the backward of kernel-name ``prefix`` launches for contiguous rows of n (``python
-    -m kernel_lab plan``): y, dy and dx share their 16-byte phase there."""
+    -m kernel_lab picks``): y, dy and dx share their 16-byte phase there."""
     cfg = backward_config(n, dtype, _contiguous_rows(n, dtype), phase=True)
-    return f"{cfg.label()}: {cfg.expr(ctype(dtype), prefix)}{backward_plan_note(cfg, n, dtype)}"
+    return f"{cfg.label()}: {cfg.expr(ctype(dtype), prefix)}{backward_shape_note(cfg, n, dtype)}"
 
 
-def backward_plan_note(cfg: BackwardConfig, n: int, dtype: torch.dtype) -> str:
+def backward_shape_note(cfg: BackwardConfig, n: int, dtype: torch.dtype) -> str:
     """For a ``chunks`` plan: how many chunks a contiguous row is cut into, and that the launch
     streams the rows on a GPU holding fewer resident CTAs + 1 (only the launcher knows; an H200
     holds 132 of 512 threads, 264 of 256)."""
@@ -139,9 +139,9 @@ def backward_plan_note(cfg: BackwardConfig, n: int, dtype: torch.dtype) -> str:
     return f" ({chunks} chunks a row; streamed on a GPU of fewer than {chunks - 1} resident CTAs)"
 
 
-def fast_plan(n: int, dtype: torch.dtype, prefix: str) -> str:
+def fast_shape(n: int, dtype: torch.dtype, prefix: str) -> str:
     """What the forward of kernel-name ``prefix`` (fast_softmax, log_softmax) launches for
-    contiguous rows of n (``python -m kernel_lab plan``): input and output in one phase, rows
+    contiguous rows of n (``python -m kernel_lab picks``): input and output in one phase, rows
     on 128-byte lines when n * itemsize is a multiple of 128. "phased start": the launch's
     first wave starts in phases (STAGGERED_KINDS)."""
     cfg = fast_softmax_config(n, dtype, _contiguous_rows(n, dtype), True)

@@ -168,18 +168,18 @@ def fused_forward(logits, target, weight, ignore_index: int, reduction: str, eps
     return loss, lse, x
 
 
-def launch_plan(n: int, dtype: torch.dtype) -> str:
-    """What the forward launches for contiguous rows of n (``python -m kernel_lab plan``)."""
+def launch_shape(n: int, dtype: torch.dtype) -> str:
+    """What the forward launches for contiguous rows of n (``python -m kernel_lab picks``)."""
     return (f"cross_entropy_fwd<{ctype(dtype)}, false>: one block of "
             f"{forward_threads(n, dtype)} threads a row, then cross_entropy_reduce (1 block)")
 
 
-def backward_launch_plan(n: int, dtype: torch.dtype) -> str:
-    """What the backward launches for contiguous rows of n (``python -m kernel_lab plan``)."""
+def backward_launch_shape(n: int, dtype: torch.dtype) -> str:
+    """What the backward launches for contiguous rows of n (``python -m kernel_lab picks``)."""
     spans = -(-_windows(n, dtype) // (BWD_THREADS * BWD_WINDOWS_PER_THREAD))
     return (f"cross_entropy_coefs<{ctype(dtype)}> (1 block), then cross_entropy_bwd<"
             f"{ctype(dtype)}>: {spans} block(s) of {BWD_THREADS} threads a row")
 
 
-cuda_cross_entropy.launch_plan = launch_plan
-cuda_cross_entropy_backward.launch_plan = backward_launch_plan
+cuda_cross_entropy.launch_shape = launch_shape
+cuda_cross_entropy_backward.launch_shape = backward_launch_shape

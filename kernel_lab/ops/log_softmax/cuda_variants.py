@@ -43,10 +43,10 @@ from kernel_lab.rowkernels.forward_config import VPT, row_kernel_exprs, vec_conf
 from kernel_lab.rowkernels.launch import (
     RowKernels,
     backward_launch,
-    backward_plan_note,
+    backward_shape_note,
     fast_choice,
     fast_launch,
-    fast_plan,
+    fast_shape,
 )
 from kernel_lab.rows import rowwise
 
@@ -113,7 +113,7 @@ def fast_log_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     return rowwise(launch, x, dim=dim)
 
 
-fast_log_softmax.launch_plan = functools.partial(fast_plan, prefix="log_softmax")
+fast_log_softmax.launch_shape = functools.partial(fast_shape, prefix="log_softmax")
 
 
 @register(
@@ -141,15 +141,15 @@ def fused_log_softmax_backward(y: torch.Tensor, dy: torch.Tensor,
     return rowwise(launch, y, dy, dim=dim)
 
 
-def log_backward_plan(n: int, dtype: torch.dtype) -> str:
+def log_backward_shape(n: int, dtype: torch.dtype) -> str:
     """What log_softmax_backward launches for contiguous rows of n (``python -m kernel_lab
     plan``): y, dy and dx share their 16-byte phase there."""
     cfg = log_backward_config(n, dtype, n * dtype.itemsize % 16 == 0, True)
     return (f"{cfg.label()}: {cfg.expr(ctype(dtype), BACKWARD_KERNELS.prefix)}"
-            f"{backward_plan_note(cfg, n, dtype)}")
+            f"{backward_shape_note(cfg, n, dtype)}")
 
 
-fused_log_softmax_backward.launch_plan = log_backward_plan
+fused_log_softmax_backward.launch_shape = log_backward_shape
 
 # the names these variants had when they shared their ops' names
 alias("log_softmax", "fast_log_softmax")

@@ -41,10 +41,10 @@ from kernel_lab.rowkernels.forward_config import VPT, row_kernel_exprs, vec_conf
 from kernel_lab.rowkernels.launch import (
     RowKernels,
     backward_launch,
-    backward_plan,
+    backward_shape,
     fast_choice,
     fast_launch,
-    fast_plan,
+    fast_shape,
 )
 from kernel_lab.rows import normalize_dim, rowwise
 
@@ -211,7 +211,7 @@ def fused_softmax_backward(y: torch.Tensor, dy: torch.Tensor, dim: int = -1) -> 
     return rowwise(launch, y, dy, dim=dim)
 
 
-fused_softmax_backward.launch_plan = functools.partial(backward_plan,
+fused_softmax_backward.launch_shape = functools.partial(backward_shape,
                                                       prefix="fused_softmax_backward")
 
 
@@ -239,4 +239,4 @@ def fast_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     return rowwise(launch, x, dim=dim)
 
 
-fast_softmax.launch_plan = functools.partial(fast_plan, prefix="fast_softmax")
+fast_softmax.launch_shape = functools.partial(fast_shape, prefix="fast_softmax")

@@ -1,10 +1,10 @@
-"""``python -m kernel_lab plan``: what would run for rows of N, without a GPU.
+"""``python -m kernel_lab picks``: what would run for rows of N, without a GPU.
 
 Per op, dtype and row length N (contiguous rows): the variant ``kernel_lab.softmax`` & co. pick on
 CUDA with ``variant=None`` for a tensor of ``--numel`` elements (the first of
 the op's ``auto.preferences`` that is registered, takes the dtype and holds the row; the
 default size is the sweeps' 2^28 elements, small tensors go to PyTorch's own kernel), and for every
-variant whose launcher declares a launch plan (``fn.launch_plan(n, dtype) -> str``: the CUDA
+variant whose launcher declares its launch shape (``fn.launch_shape(n, dtype) -> str``: the CUDA
 launchers' configs, pure functions of N and dtype), the kernel and shape it launches. Shapes come
 from the configs' own rules, so this is what a sweep runs - the saved sweep's ``kernels`` column
 records it as launched.
@@ -23,8 +23,8 @@ from .benchmarking import ELEMENTS, SWEEP_N, dtype_name, parse_dtype
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--op", action="append", help="ops to plan (repeatable; default: every op "
-                   "with a planned variant or a measured auto order)")
+    p.add_argument("--op", action="append", help="ops to show (repeatable; default: every op "
+                   "with a shaped variant or a measured auto order)")
     p.add_argument("--dtype", default="float32,bfloat16",
                    help="comma-separated dtypes (default: float32,bfloat16)")
     p.add_argument("--n", default=",".join(map(str, sorted(SWEEP_N))),
@@ -48,21 +48,21 @@ def auto_choice(op: str, n: int, dtype: torch.dtype, numel: int = ELEMENTS) -> s
         v.check is None or v.check(x, **kw) is None)).name
 
 
-def planned_variants(op: str) -> list[registry.Variant]:
-    return [v for v in registry.variants(op) if callable(getattr(v.fn, "launch_plan", None))]
+def shaped_variants(op: str) -> list[registry.Variant]:
+    return [v for v in registry.variants(op) if callable(getattr(v.fn, "launch_shape", None))]
 
 
-def plan_rows(op: str, dtype: torch.dtype, ns: Sequence[int],
+def pick_rows(op: str, dtype: torch.dtype, ns: Sequence[int],
               numel: int = ELEMENTS) -> tuple[list[str], list[list[str]]]:
-    """(header, rows): N, the auto choice for a tensor of ``numel`` elements, then each planned
+    """(header, rows): N, the auto choice for a tensor of ``numel`` elements, then each shaped
     variant's launch."""
-    planned = planned_variants(op)
-    header = ["N", "auto (CUDA)", *(v.name for v in planned)]
+    shaped = shaped_variants(op)
+    header = ["N", "auto (CUDA)", *(v.name for v in shaped)]
     rows = []
     for n in ns:
         cells = [str(n), auto_choice(op, n, dtype, numel)]
-        for v in planned:
-            cells.append(v.fn.launch_plan(n, dtype) if dtype in v.dtypes else "-")
+        for v in shaped:
+            cells.append(v.fn.launch_shape(n, dtype) if dtype in v.dtypes else "-")
         rows.append(cells)
     return header, rows
 
@@ -70,7 +70,7 @@ def plan_rows(op: str, dtype: torch.dtype, ns: Sequence[int],
 def _parse(args: argparse.Namespace) -> tuple[list[str], list[torch.dtype], list[int], int]:
     """(ops, dtypes, row lengths, numel) from the arguments; ValueError / KernelLabError if bad."""
     registry.ops()  # load the ops
-    ops = args.op or [o for o in registry.ops() if planned_variants(o)
+    ops = args.op or [o for o in registry.ops() if shaped_variants(o)
                       or registry.get_op(o).auto is not None]
     for o in ops:
         registry.get_op(o)  # an unknown op: UnknownVariantError with suggestions
@@ -96,13 +96,13 @@ def main(args: argparse.Namespace) -> int:
     try:
         ops, dtypes, ns, numel = _parse(args)
     except (KernelLabError, ValueError) as e:
-        print(f"kernel_lab plan: {e}", file=sys.stderr)
+        print(f"kernel_lab picks: {e}", file=sys.stderr)
         return 2
     console = Console()
     console.print(f"auto (CUDA): the pick for a tensor of {numel:,} elements (--numel)")
     for o in ops:
         for dt in dtypes:
-            header, rows = plan_rows(o, dt, ns, numel)
+            header, rows = pick_rows(o, dt, ns, numel)
             table = Table(title=f"{o} {dtype_name(dt)}: contiguous rows of N",
                           title_justify="left")
             for h in header:
