@@ -7,9 +7,6 @@
     kernel_lab.cross_entropy(logits, target)     # ... and for F.cross_entropy
 """
 
-# The subpackage kernel_lab.ops (the op implementations) is imported first so that the name
-# ``kernel_lab.ops`` ends up bound to the public function ``ops()`` below, whatever imports later.
-from . import ops as _ops_package  # noqa: F401
 from .errors import (
     DuplicateOpError,
     DuplicateVariantError,
@@ -31,7 +28,7 @@ from .registry import (
     Variant,
     get,
     get_op,
-    ops,
+    op_names,
     register,
     register_op,
     variants,
@@ -57,7 +54,7 @@ __all__ = [
     "get",
     "get_op",
     "log_softmax",
-    "ops",
+    "op_names",
     "register",
     "register_op",
     "run",

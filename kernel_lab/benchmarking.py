@@ -51,7 +51,7 @@ from .machine import (  # noqa: F401  (re-exported: the sweep and bench/ use bm.
     machine_info,
 )
 from .reference import CheckResult
-from .registry import BACKENDS, Op, Variant, get, get_op, ops, trusted_inputs, variants
+from .registry import BACKENDS, Op, Variant, get, get_op, op_names, trusted_inputs, variants
 
 ROUND_S = 20e-3  # one timed round (one sync) covers at least this much work
 HOST_LATENCY_ROUNDS = 100  # ... and at least this many times one call's host time
@@ -174,8 +174,8 @@ def select(
     benchmark skips them with their ``supports()`` reason.
     """
     p = PRESETS[preset] if isinstance(preset, str) else preset
-    op_names = _split(ops_filter) or list(p.ops or ops())
-    for name in op_names:
+    names = _split(ops_filter) or list(p.ops or op_names())
+    for name in names:
         get_op(name)
     tokens = _split(variants_filter) or list(p.variants or ())
     for t in tokens:
@@ -184,7 +184,7 @@ def select(
     dtypes = [parse_dtype(d) for d in _split(dtypes_filter)] or list(p.dtypes)
     shapes = [parse_shape(t) for t in _split(shapes_filter)] or list(p.shapes)
     out = []
-    for op_name in op_names:
+    for op_name in names:
         chosen = [v for v in variants(op_name)
                   if not tokens or v.name in tokens or v.backend in tokens]
         for dtype in dtypes:

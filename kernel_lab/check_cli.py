@@ -52,7 +52,7 @@ def list_main(args) -> int:
     from rich.table import Table
 
     console = wide_console()
-    names = [args.op] if getattr(args, "op", None) else registry.ops()
+    names = [args.op] if getattr(args, "op", None) else registry.op_names()
     for op_name in names:
         op = registry.get_op(op_name)
         table = Table(title=f"{op.name}: {op.description}", title_justify="left")

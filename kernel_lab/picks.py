@@ -69,8 +69,8 @@ def pick_rows(op: str, dtype: torch.dtype, ns: Sequence[int],
 
 def _parse(args: argparse.Namespace) -> tuple[list[str], list[torch.dtype], list[int], int]:
     """(ops, dtypes, row lengths, numel) from the arguments; ValueError / KernelLabError if bad."""
-    registry.ops()  # load the ops
-    ops = args.op or [o for o in registry.ops() if shaped_variants(o)
+    registry.op_names()  # load the ops
+    ops = args.op or [o for o in registry.op_names() if shaped_variants(o)
                       or registry.get_op(o).auto is not None]
     for o in ops:
         registry.get_op(o)  # an unknown op: UnknownVariantError with suggestions

@@ -385,7 +385,7 @@ def get_op(name: str) -> Op:
         ) from None
 
 
-def ops() -> list[str]:
+def op_names() -> list[str]:
     """Names of all registered ops, sorted."""
     _ensure_loaded()
     return sorted(_ops)

@@ -24,13 +24,14 @@ REPO = Path(__file__).resolve().parents[1]
 HAS_CUDA = torch.cuda.is_available()
 # The registry as the package builds it, taken at collection: later tests register toy kernels
 # in this process, which a fresh `pytest bench` process rightly does not see.
-REGISTERED = {op: [(v.name, v.backend) for v in kernel_lab.variants(op)] for op in kernel_lab.ops()}
+REGISTERED = {op: [(v.name, v.backend) for v in kernel_lab.variants(op)]
+              for op in kernel_lab.op_names()}
 FAKE_PLUGIN = '''
 import torch
 import kernel_lab
 from kernel_lab.registry import register
 
-kernel_lab.ops()  # load the registry, then add two test doubles to it
+kernel_lab.op_names()  # load the registry, then add two test doubles to it
 
 
 def _limit(x, dim=-1):

@@ -16,7 +16,7 @@ TEST_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
 
 def _params():
-    for op in kernel_lab.ops():
+    for op in kernel_lab.op_names():
         for v in kernel_lab.variants(op):
             for dtype in TEST_DTYPES:
                 if dtype not in v.dtypes:
@@ -27,7 +27,7 @@ def _params():
 
 
 def _edge_params():
-    for op_name in kernel_lab.ops():
+    for op_name in kernel_lab.op_names():
         if kernel_lab.get_op(op_name).edge_cases is None:
             continue
         for v in kernel_lab.variants(op_name):

@@ -10,7 +10,7 @@ from kernel_lab.registry import Variant, add_variant
 
 
 def test_ops_and_variants_are_listed():
-    assert "softmax" in kernel_lab.ops() and "softmax_backward" in kernel_lab.ops()
+    assert "softmax" in kernel_lab.op_names() and "softmax_backward" in kernel_lab.op_names()
     names = [v.name for v in kernel_lab.variants("softmax")]
     for expected in ("torch_eager", "torch_naive", "compile_naive", "triton_fused",
                      "triton_online"):
