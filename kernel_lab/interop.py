@@ -244,6 +244,31 @@ def launch(
             driver.launchKernel(fn.ptr, gx, gy, gz, bx, by, bz, shared_mem, stream, params, 0)
 
 
+class PreparedLaunch:
+    """A recorded :class:`Launch`, ready to go again with new arguments (the replayed launches of
+    :mod:`kernel_lab.plans`): function pointer, launch shape and argument signature fixed, so a
+    launch is one pack and one ``cuLaunchKernel``. Under :func:`record_launches`, on a thread
+    without a current context or for a tensor on another GPU it takes :func:`launch`'s path."""
+
+    __slots__ = ("launch", "ptr", "shape")
+
+    def __init__(self, launch: Launch) -> None:
+        self.launch = launch
+        self.ptr = launch.fn.ptr
+        self.shape = (*launch.grid, *launch.block, launch.shared_mem)
+
+    def __call__(self, args: tuple) -> None:
+        rec = self.launch
+        dev = rec.device_index
+        if (_recorder is None and getattr(_thread, "ready", False) and _get_raw_stream is not None
+                and _runtime.getDevice() == dev):
+            params = pack_args(args, rec.signature)
+            _driver.launchKernel(self.ptr, *self.shape, _get_raw_stream(dev), params, 0)
+        else:
+            launch(rec.fn, rec.grid, rec.block, args, device_index=dev,
+                   shared_mem=rec.shared_mem, signature=rec.signature, source=rec.source)
+
+
 def i32(v: int) -> np.int32:
     """A kernel ``int`` argument, range-checked (a silent wrap would be a wrong answer)."""
     if not -(2**31) <= v < 2**31:

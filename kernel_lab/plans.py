@@ -35,26 +35,24 @@ MAX_PLANS = 4096  # signatures kept before the cache starts over (shape-polymorp
 class _Replay:
     """One recorded launch with its pointer arguments re-pointed at each call's tensors."""
 
-    __slots__ = ("launch", "slots", "args")
+    __slots__ = ("launch", "slots", "args", "source", "expr")
 
     def __init__(self, launch: interop.Launch, slots: list[tuple[int, int]]) -> None:
-        self.launch = launch
+        self.launch = interop.PreparedLaunch(launch)
+        self.source, self.expr = launch.source
         self.slots = slots  # (argument index, -1 for the output or the input's index)
         self.args = list(launch.args)
 
     def __call__(self, tensors: tuple) -> torch.Tensor | None:
         """The output, or None when the kernel was reloaded since the recording."""
         launch = self.launch
-        src, expr = launch.source
-        if src.function(expr, launch.device_index) is not launch.fn:
+        if self.source.function(self.expr, launch.launch.device_index) is not launch.launch.fn:
             return None
         out = torch.empty_like(tensors[0], memory_format=torch.contiguous_format)
         args = self.args
         for i, which in self.slots:
             args[i] = (out if which < 0 else tensors[which]).data_ptr()
-        interop.launch(launch.fn, launch.grid, launch.block, tuple(args),
-                       device_index=launch.device_index, shared_mem=launch.shared_mem,
-                       signature=launch.signature, source=launch.source)
+        launch(tuple(args))
         return out
 
 
@@ -177,7 +175,12 @@ def clear() -> None:
 
 def for_variant(name: str, tensors: tuple, kw: dict) -> Plan:
     """The plan of ``run(name, *tensors, **kw)``: the variant checked once for the signature."""
-    key = (name, *kw.items(), *signature(tensors))
+    if len(tensors) == 1 and type(tensors[0]) is torch.Tensor:  # per-call hot path, inline
+        x = tensors[0]
+        key = (name, *kw.items(), x.shape, x.stride(), x.dtype, x.get_device(),
+               x.data_ptr() & 127, x.requires_grad)
+    else:
+        key = (name, *kw.items(), *signature(tensors))
     plan = _cache.get(key)
     if plan is None or _generation != registry.generation:
         variant = registry.get(name)
@@ -191,8 +194,8 @@ def for_op(op: str, variant: str, backward_variant: str, tensors: tuple, kw: dic
     """The plan of a drop-in call of ``op`` by ``variant`` (a name or ``"auto"``), whose
     backward (if any) runs ``backward_variant``. ``replay=False``: the launcher runs every call
     (the backwards, whose upstream gradients' layouts vary)."""
-    x = tensors[0]
     if len(tensors) == 1:  # the common case, inline (per-call hot path)
+        x = tensors[0]
         key = (op, variant, backward_variant, *kw.values(), x.shape, x.stride(), x.dtype,
                x.get_device(), x.data_ptr() & 127, x.requires_grad)
     else:
@@ -230,11 +233,16 @@ def run(name: str, *inputs: Any, **kw: Any) -> Any:
     zero-copy both ways). Input checks happen before anything is launched, once per call
     signature (:func:`for_variant`).
     """
-    tensors, back = interop.to_torch(inputs)
+    if len(inputs) == 1 and type(inputs[0]) is torch.Tensor:  # per-call hot path
+        tensors, back = inputs, None
+    else:
+        tensors, back = interop.to_torch(inputs)
     try:
         plan = for_variant(name, tensors, kw)
     except TypeError:  # an unhashable keyword or input: checked and run without a plan
         variant = registry.get(name)
         registry.ensure_supported(variant, *tensors, **kw)
-        return back(variant.fn(*tensors, **kw))
-    return back(plan.call(tensors, kw))
+        out = variant.fn(*tensors, **kw)
+    else:
+        out = plan.call(tensors, kw)
+    return out if back is None else back(out)

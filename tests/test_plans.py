@@ -1,6 +1,8 @@
 """Recorded launches, replayed (kernel_lab.plans): on CPU with a stand-in launch, on a
 GPU with every CUDA variant, each replayed result checked against the reference."""
 
+import types
+
 import numpy as np
 import pytest
 import torch
@@ -12,7 +14,7 @@ from kernel_lab import interop, plans
 
 class _Source:
     def __init__(self):
-        self.fn = object()
+        self.fn = types.SimpleNamespace(ptr=0)  # a loaded function (its CUfunction handle)
 
     def function(self, expr, dev):
         return self.fn
@@ -61,7 +63,7 @@ def test_one_plain_launch_is_recorded_once_then_replayed(launched):
     assert len(calls) == 1  # the launcher ran once; the second call was a replay
     assert launched[1][:2] == (out2.data_ptr(), x2.data_ptr())
     assert launched[1][2:] == launched[0][2:] and out2.shape == out1.shape
-    src.fn = object()  # a hot reload: a new function, recorded anew
+    src.fn = types.SimpleNamespace(ptr=1)  # a hot reload: a new function, recorded anew
     call((x1,), {})
     assert len(calls) == 2
 
@@ -106,3 +108,27 @@ def test_replayed_cuda_launches_are_correct(shape):
                 ref = ref_fn(x.float(), -1).to(dtype)
                 torch.testing.assert_close(out, ref, atol=2e-2 if dtype != torch.float32
                                            else 1e-5, rtol=1.6e-2, msg=v.name)
+
+
+def test_a_replay_is_one_pack_and_one_driver_launch(monkeypatch):
+    """With a current context (a fake driver here), a replayed launch skips interop.launch:
+    its new pointers are packed and handed to cuLaunchKernel with the recorded shape."""
+    src, calls, driver_calls, packed = _Source(), [], [], []
+    src.fn = types.SimpleNamespace(ptr=1234)
+    monkeypatch.setattr(interop, "_driver", types.SimpleNamespace(
+        launchKernel=lambda *a: driver_calls.append(a)))
+    monkeypatch.setattr(interop, "_runtime", types.SimpleNamespace(
+        getDevice=lambda: 0, setDevice=lambda d: None))
+    monkeypatch.setattr(interop, "_get_raw_stream", lambda dev: 77)
+    monkeypatch.setattr(interop._thread, "ready", False, raising=False)  # restored after
+    real_pack = interop.pack_args
+    monkeypatch.setattr(interop, "pack_args",
+                        lambda args, sig=None: packed.append(args) or real_pack(args, sig))
+    call = plans.ReplayingCall(_launcher(src, calls))
+    call((torch.randn(4, 8),), {})  # recorded through interop.launch (which sets up the thread)
+    monkeypatch.setattr(interop, "launch", None)  # the replay must not need it
+    x = torch.randn(4, 8)
+    out = call((x,), {})
+    assert len(calls) == 1 and len(driver_calls) == 2
+    assert driver_calls[1][:8] == (1234, 4, 1, 1, 128, 1, 1, 0) and driver_calls[1][8] == 77
+    assert packed[-1][:2] == (out.data_ptr(), x.data_ptr())
