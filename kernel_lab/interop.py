@@ -245,28 +245,40 @@ def launch(
 
 
 class PreparedLaunch:
-    """A recorded :class:`Launch`, ready to go again with new arguments (the replayed launches of
-    :mod:`kernel_lab.plans`): function pointer, launch shape and argument signature fixed, so a
-    launch is one pack and one ``cuLaunchKernel``. Under :func:`record_launches`, on a thread
-    without a current context or for a tensor on another GPU it takes :func:`launch`'s path."""
+    """A recorded :class:`Launch`, ready to go again with new pointers (the replayed launches of
+    :mod:`kernel_lab.plans`): its arguments are packed once into a buffer of its own, and a
+    launch writes the pointer slots (argument indices ``slots``) and calls ``cuLaunchKernel``.
+    On another thread, under :func:`record_launches`, on a thread without a current context or
+    for a tensor on another GPU it takes :func:`launch`'s path with the full arguments."""
 
-    __slots__ = ("launch", "ptr", "shape")
+    __slots__ = ("launch", "slots", "ptr", "shape", "packer", "params", "words", "owner")
 
-    def __init__(self, launch: Launch) -> None:
-        self.launch = launch
+    def __init__(self, launch: Launch, slots: list[int]) -> None:
+        self.launch, self.slots = launch, slots
         self.ptr = launch.fn.ptr
         self.shape = (*launch.grid, *launch.block, launch.shared_mem)
+        # its own buffer and pointer array, kept alive with it (the driver reads them at launch)
+        self.packer = packer = _ArgPacker(launch.signature or slot_format(map(type, launch.args)))
+        self.params = packer.pack(launch.args)
+        self.words = (ctypes.c_uint64 * (len(packer.values) // 8)).from_buffer(packer.values)
+        self.owner = threading.get_ident()
 
-    def __call__(self, args: tuple) -> None:
+    def __call__(self, pointers: list[int]) -> None:
         rec = self.launch
         dev = rec.device_index
-        if (_recorder is None and getattr(_thread, "ready", False) and _get_raw_stream is not None
+        if (_recorder is None and threading.get_ident() == self.owner
+                and getattr(_thread, "ready", False) and _get_raw_stream is not None
                 and _runtime.getDevice() == dev):
-            params = pack_args(args, rec.signature)
-            _driver.launchKernel(self.ptr, *self.shape, _get_raw_stream(dev), params, 0)
-        else:
-            launch(rec.fn, rec.grid, rec.block, args, device_index=dev,
-                   shared_mem=rec.shared_mem, signature=rec.signature, source=rec.source)
+            words = self.words
+            for i, p in zip(self.slots, pointers):
+                words[i] = p
+            _driver.launchKernel(self.ptr, *self.shape, _get_raw_stream(dev), self.params, 0)
+            return
+        args = list(rec.args)
+        for i, p in zip(self.slots, pointers):
+            args[i] = p
+        launch(rec.fn, rec.grid, rec.block, tuple(args), device_index=dev,
+               shared_mem=rec.shared_mem, signature=rec.signature, source=rec.source)
 
 
 def i32(v: int) -> np.int32:

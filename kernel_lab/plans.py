@@ -35,24 +35,20 @@ MAX_PLANS = 4096  # signatures kept before the cache starts over (shape-polymorp
 class _Replay:
     """One recorded launch with its pointer arguments re-pointed at each call's tensors."""
 
-    __slots__ = ("launch", "slots", "args", "source", "expr")
+    __slots__ = ("launch", "owners", "source", "expr", "fn", "device_index")
 
     def __init__(self, launch: interop.Launch, slots: list[tuple[int, int]]) -> None:
-        self.launch = interop.PreparedLaunch(launch)
+        self.launch = interop.PreparedLaunch(launch, [i for i, _ in slots])
+        self.owners = tuple(w for _, w in slots)  # per pointer slot: -1 output, else input k
         self.source, self.expr = launch.source
-        self.slots = slots  # (argument index, -1 for the output or the input's index)
-        self.args = list(launch.args)
+        self.fn, self.device_index = launch.fn, launch.device_index
 
     def __call__(self, tensors: tuple) -> torch.Tensor | None:
         """The output, or None when the kernel was reloaded since the recording."""
-        launch = self.launch
-        if self.source.function(self.expr, launch.launch.device_index) is not launch.launch.fn:
+        if self.source.function(self.expr, self.device_index) is not self.fn:
             return None
         out = torch.empty_like(tensors[0], memory_format=torch.contiguous_format)
-        args = self.args
-        for i, which in self.slots:
-            args[i] = (out if which < 0 else tensors[which]).data_ptr()
-        launch(tuple(args))
+        self.launch([(out if w < 0 else tensors[w]).data_ptr() for w in self.owners])
         return out
 
 

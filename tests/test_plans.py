@@ -110,25 +110,31 @@ def test_replayed_cuda_launches_are_correct(shape):
                                            else 1e-5, rtol=1.6e-2, msg=v.name)
 
 
-def test_a_replay_is_one_pack_and_one_driver_launch(monkeypatch):
-    """With a current context (a fake driver here), a replayed launch skips interop.launch:
-    its new pointers are packed and handed to cuLaunchKernel with the recorded shape."""
-    src, calls, driver_calls, packed = _Source(), [], [], []
+def test_a_replay_is_one_driver_launch_with_new_pointers(monkeypatch):
+    """With a current context (a fake driver here), a replayed launch skips interop.launch: its
+    own argument buffer gets the new pointers, and cuLaunchKernel the recorded shape."""
+    import ctypes
+
+    src, calls, driver_calls = _Source(), [], []
     src.fn = types.SimpleNamespace(ptr=1234)
-    monkeypatch.setattr(interop, "_driver", types.SimpleNamespace(
-        launchKernel=lambda *a: driver_calls.append(a)))
+
+    def fake_launch_kernel(*a):  # read the pointer slots (0, 1) as the driver would, at once
+        params = a[9]
+        slot = [ctypes.c_uint64.from_address(ctypes.c_void_p.from_address(params + 8 * k).value)
+                .value for k in range(2)]
+        driver_calls.append((*a[:9], slot))
+
+    monkeypatch.setattr(interop, "_driver", types.SimpleNamespace(launchKernel=fake_launch_kernel))
     monkeypatch.setattr(interop, "_runtime", types.SimpleNamespace(
         getDevice=lambda: 0, setDevice=lambda d: None))
     monkeypatch.setattr(interop, "_get_raw_stream", lambda dev: 77)
     monkeypatch.setattr(interop._thread, "ready", False, raising=False)  # restored after
-    real_pack = interop.pack_args
-    monkeypatch.setattr(interop, "pack_args",
-                        lambda args, sig=None: packed.append(args) or real_pack(args, sig))
     call = plans.ReplayingCall(_launcher(src, calls))
     call((torch.randn(4, 8),), {})  # recorded through interop.launch (which sets up the thread)
     monkeypatch.setattr(interop, "launch", None)  # the replay must not need it
-    x = torch.randn(4, 8)
-    out = call((x,), {})
-    assert len(calls) == 1 and len(driver_calls) == 2
-    assert driver_calls[1][:8] == (1234, 4, 1, 1, 128, 1, 1, 0) and driver_calls[1][8] == 77
-    assert packed[-1][:2] == (out.data_ptr(), x.data_ptr())
+    for _ in range(2):
+        x = torch.randn(4, 8)
+        out = call((x,), {})
+        assert driver_calls[-1] == (1234, 4, 1, 1, 128, 1, 1, 0, 77,
+                                    [out.data_ptr(), x.data_ptr()])
+    assert len(calls) == 1 and len(driver_calls) == 3
