@@ -205,8 +205,16 @@ def call(name: str, tensors: tuple, kw: dict, variant: str | None = None,
          backward_variant: str | None = None) -> Any:
     """Run op ``name`` as a drop-in: its plan for this call signature when nothing watches
     (:mod:`kernel_lab.plans`), else its custom op."""
-    variant, backward_variant = variant or AUTO, backward_variant or AUTO
     x = tensors[0]
+    if variant is None and backward_variant is None and type(x) is torch.Tensor:
+        native = _natives.get(name, _UNSEEN)
+        if native is _UNSEEN:
+            native = _natives[name] = _native_of(name)
+        if (native is not None and native[0](*tensors, **kw) and not _is_compiling()
+                and _get_current_dispatch_mode() is None and not _functorch_active()
+                and not torch.autograd.profiler._is_profiler_enabled):
+            return native[1](*tensors, **kw)  # "auto" runs PyTorch's own op (Auto.native)
+    variant, backward_variant = variant or AUTO, backward_variant or AUTO
     if (type(x) is not torch.Tensor or _is_compiling() or _get_current_dispatch_mode() is not None
             or _functorch_active() or len(tensors) > 1 and not _nothing_watches(tensors)):
         if not _is_compiling():
@@ -222,6 +230,17 @@ def call(name: str, tensors: tuple, kw: dict, variant: str | None = None,
             t is not None and t.requires_grad for t in tensors):
         return _run(plan, name, tensors, kw, variant, backward_variant)
     return plan(tensors, kw)
+
+
+_UNSEEN = object()
+_natives: dict[str, tuple | None] = {}  # op -> (Auto.native, the portable variant's launcher)
+
+
+def _native_of(name: str) -> tuple | None:
+    auto = registry.get_op(name).auto
+    if auto is None or auto.native is None:
+        return None
+    return auto.native, registry.get(auto.portable).fn
 
 
 def _run(plan: plans.Plan, name: str, tensors: tuple, kw: dict, variant: str,

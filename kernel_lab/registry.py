@@ -84,12 +84,38 @@ class Auto:
     registered and supports the inputs runs); ``portable``: the variant for every other device
     and the last resort. ``portable_autograd``: the portable variant is PyTorch's own
     differentiable op, so where the backward would run PyTorch's kernel too, the drop-in lets
-    PyTorch's autograd record the call (no Python autograd node of the lab's).
+    PyTorch's autograd record the call (no Python autograd node of the lab's). ``native(*inputs,
+    **kw) -> bool``: a cheap test (no registry lookup, no allocation) that "auto" picks the
+    portable variant for these inputs and for their backward, and that its output is contiguous;
+    where it says so, the drop-in calls the portable variant at once, with no plan.
     """
 
     preferences: Callable[..., Sequence[str]]
     portable: str
     portable_autograd: bool = False
+    native: Callable[..., bool] | None = None
+
+
+def native_below(numel: int, forward: str, backward: str) -> Callable[..., bool]:
+    """An :attr:`Auto.native` test for an op whose portable variants ``forward`` and
+    ``backward`` are PyTorch's own ops: true off CUDA, and on CUDA for tensors of at most
+    ``numel`` elements whose dtype both variants compute within the lab's tolerance; contiguous
+    inputs only (the output then is contiguous too)."""
+    dtypes: dict[bool, frozenset] = {}
+
+    def native(x: torch.Tensor, *rest: Any, **kw: Any) -> bool:
+        on_cuda = x.is_cuda
+        ok = dtypes.get(on_cuda)
+        if ok is None:  # the first call: the variants are registered by now
+            fwd, bwd = get(forward), get(backward)
+            ok = set(fwd.dtypes) & set(bwd.dtypes)
+            if on_cuda:
+                ok -= set(fwd.known_inexact) | set(bwd.known_inexact)
+            ok = dtypes[on_cuda] = frozenset(ok)
+        return (x.dtype in ok and x.is_contiguous() and not rest
+                and (not on_cuda or x.numel() <= numel))
+
+    return native
 
 
 @dataclass(frozen=True)

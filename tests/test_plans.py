@@ -138,3 +138,39 @@ def test_a_replay_is_one_driver_launch_with_new_pointers(monkeypatch):
         assert driver_calls[-1] == (1234, 4, 1, 1, 128, 1, 1, 0, 77,
                                     [out.data_ptr(), x.data_ptr()])
     assert len(calls) == 1 and len(driver_calls) == 3
+
+
+def _native_cases(device):
+    for op in ("softmax", "log_softmax"):
+        for dtype in (torch.float32, torch.float16, torch.bfloat16, torch.float64):
+            for shape in ((4, 16), (1024, 2048), (2048, 1024), (2049, 1024), (8, 1 << 18)):
+                x = torch.randn(shape, device=device).to(dtype)
+                yield op, x
+                yield op, x.t()  # not contiguous: never native
+                yield op, x.requires_grad_()
+
+
+def _check_native_matches_the_plan(device):
+    """Auto.native (the drop-ins' cheap test) says "native" only where the op's plan for "auto"
+    runs the portable variant with PyTorch's autograd (it may be conservative), and says it for
+    every small contiguous tensor PyTorch computes within tolerance."""
+    checked = 0
+    for op, x in _native_cases(device):
+        auto = kernel_lab.get_op(op).auto
+        plan = plans.for_op(op, "auto", "auto", (x,), {"dim": -1})
+        said = auto.native(x, dim=-1)
+        if said:
+            assert plan.native and plan.variant.name == auto.portable, (op, x.shape, x.dtype)
+        checked += said
+        if x.is_contiguous() and x.numel() <= 1 << 21 and plan.native:
+            assert said, (op, x.shape, x.dtype, x.device)
+    assert checked  # the fast path is taken somewhere
+
+
+def test_native_matches_the_plan_cpu():
+    _check_native_matches_the_plan("cpu")
+
+
+@needs_cuda
+def test_native_matches_the_plan_cuda():
+    _check_native_matches_the_plan("cuda")
