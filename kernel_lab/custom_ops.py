@@ -206,7 +206,7 @@ def call(name: str, tensors: tuple, kw: dict, variant: str | None = None,
     """Run op ``name`` as a drop-in: its plan for this call signature when nothing watches
     (:mod:`kernel_lab.plans`), else its custom op."""
     x = tensors[0]
-    if variant is None and backward_variant is None and type(x) is torch.Tensor:
+    if (variant in _AUTOS and backward_variant in _AUTOS and type(x) is torch.Tensor):
         native = _natives.get(name, _UNSEEN)
         if native is _UNSEEN:
             native = _natives[name] = _native_of(name)
@@ -232,6 +232,7 @@ def call(name: str, tensors: tuple, kw: dict, variant: str | None = None,
     return plan(tensors, kw)
 
 
+_AUTOS = (None, AUTO)
 _UNSEEN = object()
 _natives: dict[str, tuple | None] = {}  # op -> (Auto.native, the portable variant's launcher)
 
@@ -245,6 +246,7 @@ def _native_of(name: str) -> tuple | None:
 
 def _run(plan: plans.Plan, name: str, tensors: tuple, kw: dict, variant: str,
          backward_variant: str) -> Any:
+    """The plan, under the lab's autograd node where autograd records the call."""
     if (not plan.native and registry.get_op(name).autograd is not None
             and torch.is_grad_enabled() and any(t is not None and t.requires_grad
                                                 for t in tensors)):
