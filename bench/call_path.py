@@ -1,0 +1,113 @@
+"""The path of one call through the lab's files: which files it crosses, how often it moves
+between them, and whether a lower layer ever calls up into a higher one.
+
+    python bench/call_path.py            # on a GPU: run("online_softmax"), the drop-ins, a CE step
+
+For each call (cold: its first call in the process; warm: the next), a profile hook records
+every Python call whose code lives in kernel_lab/ (or triton_src/); it prints the files in the
+order first entered, the number of moves between files, and every "climb": a call from a file
+of a lower layer into a higher one (API -> drop-in glue -> plan / pick -> variant -> launch ->
+JIT, DESIGN.md "The path of a call").
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+import kernel_lab
+
+ROOT = Path(kernel_lab.__file__).resolve().parent
+
+# layer of a file, by its path inside kernel_lab/ (first match); lower number = higher layer
+LAYERS = (
+    ("__init__.py", 0), ("ops/*/api.py", 0), ("nn.py", 0),
+    ("custom_ops.py", 1),
+    ("plans.py", 2), ("dispatch.py", 2),
+    ("registry.py", 3), ("errors.py", 3), ("ops/*/auto.py", 4), ("ops/*/op.py", 4),
+    ("ops/*/*_variants.py", 4), ("rows.py", 4), ("rowkernels/*", 4), ("cuda_common.py", 4),
+    ("triton_rows.py", 4), ("flag_words.py", 4), ("occupancy.py", 4), ("inputs.py", 4),
+    ("compiling.py", 4), ("triton_src/*", 4),
+    ("interop.py", 5),
+    ("jit.py", 6),
+)
+
+
+def layer(rel: str) -> int:
+    p = Path(rel)
+    for pattern, k in LAYERS:
+        if p.match(pattern):
+            return k
+    return 4
+
+
+def _rel(filename: str) -> str | None:
+    try:
+        return Path(filename).resolve().relative_to(ROOT).as_posix()
+    except ValueError:
+        return None
+
+
+def trace(fn) -> tuple[list[str], int, list[tuple[str, str]]]:
+    """(files in order of first entry, moves between files, climbs) of one call of ``fn``."""
+    files: list[str] = []
+    moves = 0
+    climbs: list[tuple[str, str]] = []
+    last: list[str | None] = [None]
+
+    def hook(frame, event, arg):
+        nonlocal moves
+        if event != "call":
+            return
+        rel = _rel(frame.f_code.co_filename)
+        if rel is None:
+            return
+        if rel not in files:
+            files.append(rel)
+        if last[0] is not None and rel != last[0]:
+            moves += 1
+        caller = frame.f_back
+        crel = _rel(caller.f_code.co_filename) if caller is not None else None
+        if crel is not None and crel != rel and layer(rel) < layer(crel):
+            climbs.append((crel, rel))
+        last[0] = rel
+
+    sys.setprofile(hook)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return files, moves, sorted(set(climbs))
+
+
+def report(label: str, fn) -> None:
+    for phase in ("cold", "warm"):
+        files, moves, climbs = trace(fn)
+        print(f"{label} [{phase}]: {len(files)} files, {moves} moves: {' > '.join(files)}")
+        for a, b in climbs:
+            print(f"    climb: {a} -> {b}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    args = ap.parse_args()
+    dev = args.device
+    x = torch.randn(32, 1024, device=dev)
+    logits = torch.randn(64, 1000, device=dev, requires_grad=True)
+    target = torch.randint(0, 1000, (64,), device=dev)
+    if dev == "cuda":
+        report('run("online_softmax", x)', lambda: kernel_lab.run("online_softmax", x))
+        report('softmax(x, variant="fast_softmax")',
+               lambda: kernel_lab.softmax(x, variant="fast_softmax"))
+    report("softmax(x)", lambda: kernel_lab.softmax(x))
+    report("cross_entropy(logits, target).backward()",
+           lambda: kernel_lab.cross_entropy(logits, target).backward())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
