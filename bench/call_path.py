@@ -22,12 +22,13 @@ import kernel_lab
 
 ROOT = Path(kernel_lab.__file__).resolve().parent
 
-# layer of a file, by its path inside kernel_lab/ (first match); lower number = higher layer
+# layer of a file, by its path inside kernel_lab/ (first match); lower number = higher layer;
+# None: the registry, the data every layer reads (its Variant objects call their launchers)
 LAYERS = (
     ("__init__.py", 0), ("ops/*/api.py", 0), ("nn.py", 0),
     ("custom_ops.py", 1),
     ("plans.py", 2), ("dispatch.py", 2),
-    ("registry.py", 3), ("errors.py", 3), ("ops/*/auto.py", 4), ("ops/*/op.py", 4),
+    ("registry.py", None), ("errors.py", None), ("ops/*/auto.py", 4), ("ops/*/op.py", 4),
     ("ops/*/*_variants.py", 4), ("rows.py", 4), ("rowkernels/*", 4), ("cuda_common.py", 4),
     ("triton_rows.py", 4), ("flag_words.py", 4), ("occupancy.py", 4), ("inputs.py", 4),
     ("compiling.py", 4), ("triton_src/*", 4),
@@ -36,7 +37,7 @@ LAYERS = (
 )
 
 
-def layer(rel: str) -> int:
+def layer(rel: str) -> int | None:
     p = Path(rel)
     for pattern, k in LAYERS:
         if p.match(pattern):
@@ -71,7 +72,8 @@ def trace(fn) -> tuple[list[str], int, list[tuple[str, str]]]:
             moves += 1
         caller = frame.f_back
         crel = _rel(caller.f_code.co_filename) if caller is not None else None
-        if crel is not None and crel != rel and layer(rel) < layer(crel):
+        lo, hi = layer(crel) if crel is not None else None, layer(rel)
+        if crel != rel and lo is not None and hi is not None and hi < lo:
             climbs.append((crel, rel))
         last[0] = rel
 
