@@ -72,29 +72,30 @@ class Merged:
     header: torch.Tensor  # (world, HEADER): each rank's start, width, weight sum
 
 
-def gather_stats(start: int, width: int, weight_sum: torch.Tensor, lse_r: torch.Tensor,
-                 xt: torch.Tensor, wt: torch.Tensor | None, smooth_r: torch.Tensor | None,
-                 group, world: int) -> Merged:
-    """The forward's only O(rows) collective: every rank's header and per-row (lse_r, xt, [wt],
-    [smooth_r]) in one float64 all_gather, merged on every rank (logsumexp of the lse_r; sums of
-    the rest, each owned by one rank; the smoothing sums moved from each shard's shift to the
-    global lse). ``wt`` / ``smooth_r`` must be given on all ranks or on none."""
+def gather_stats(start: int, width: int, weight_sum: torch.Tensor, m: torch.Tensor,
+                 s: torch.Tensor, xt: torch.Tensor, wt: torch.Tensor | None,
+                 smooth: torch.Tensor | None, group, world: int) -> Merged:
+    """The forward's only O(rows) collective: every rank's header and per-row (m, s, xt, [wt],
+    [smooth]) of :func:`shard_math.shard_stats` in one float64 all_gather, merged on every rank:
+    lse = logsumexp over the shards of c_r + log(s_r); sums of xt and wt, each owned by one rank;
+    the smoothing sums moved from each shard's shift c_r to the global lse. ``wt`` / ``smooth``
+    must be given on all ranks or on none."""
     f64 = torch.float64
-    rows = [v.to(f64) for v in (lse_r, xt, wt, smooth_r) if v is not None]
-    head = torch.stack([torch.tensor(float(start), dtype=f64, device=lse_r.device),
-                        torch.tensor(float(width), dtype=f64, device=lse_r.device),
-                        weight_sum.to(f64)])
+    rows = [v.to(f64) for v in (m, s, xt, wt, smooth) if v is not None]
+    dev = m.device
+    head = torch.stack([torch.tensor(float(start), dtype=f64, device=dev),
+                        torch.tensor(float(width), dtype=f64, device=dev), weight_sum.to(f64)])
     got = all_gather_rows(torch.cat([head, *rows]), group, world)
     header, stats = got[:, :HEADER], got[:, HEADER:].view(world, len(rows), -1)
-    lse = torch.logsumexp(stats[:, 0], 0)
-    k = 2
-    wt_all = smooth = None
+    shift = finite_shift(stats[:, 0])
+    lse = torch.logsumexp(shift + torch.log(stats[:, 1]), 0)
+    k = 3
+    wt_all = smooth_all = None
     if wt is not None:
         wt_all, k = stats[:, k].sum(0), k + 1
-    if smooth_r is not None:  # sum over shards of sum_j w_j (c_r - x_j) + (lse - c_r) W_r
-        shift = finite_shift(stats[:, 0])
-        smooth = (stats[:, k] + (lse[None] - shift) * header[:, 2:3]).sum(0)
-    return Merged(lse, stats[:, 1].sum(0), wt_all, smooth, header[:, 1].sum(),
+    if smooth is not None:  # sum over shards of sum_j w_j (c_r - x_j) + (lse - c_r) W_r
+        smooth_all = (stats[:, k] + (lse[None] - shift) * header[:, 2:3]).sum(0)
+    return Merged(lse, stats[:, 2].sum(0), wt_all, smooth_all, header[:, 1].sum(),
                   header[:, 2].sum(), header)
 
 

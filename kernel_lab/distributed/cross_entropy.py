@@ -137,18 +137,19 @@ def loss_from_stats(m: Merged, target: torch.Tensor, ignore_index: int, reductio
 
 
 def merge_shards(start: int, width: int, w: torch.Tensor | None, t_local: torch.Tensor,
-                 lse_r: torch.Tensor, xt: torch.Tensor, smooth_r: torch.Tensor | None,
-                 group, world: int) -> Merged:
+                 stats: tuple, group, world: int) -> Merged:
     """Add the target's class weight (from this shard's slice ``w``, where it owns the target)
-    and the shard's weight sum to its statistics, and gather and merge them."""
+    and the shard's weight sum to its statistics (``shard_stats``'s), and gather and merge
+    them."""
+    m, s, xt, smooth = stats
     wt = None
     if w is not None:
         owned = (t_local >= 0) & (t_local < width)
         wt = torch.where(owned, w[torch.where(owned, t_local, 0)], 0.0) if width else \
-            torch.zeros_like(lse_r)
+            torch.zeros_like(xt)
     wsum = w.sum() if w is not None else torch.tensor(float(width), dtype=torch.float64,
-                                                       device=lse_r.device)
-    return gather_stats(start, width, wsum, lse_r, xt, wt, smooth_r, group, world)
+                                                       device=xt.device)
+    return gather_stats(start, width, wsum, m, s, xt, wt, smooth, group, world)
 
 
 def check_merged(m: Merged, weight, width: int, target: torch.Tensor, ignore_index: int,
@@ -175,11 +176,11 @@ class VocabParallelCrossEntropy(torch.autograd.Function):
         acc = acc_dtype(logits.dtype)
         w = w.to(acc) if w is not None else None
         t_local = target.long() - vocab_start
-        lse_r, xt, smooth_r = shard_stats(logits, t_local, w, bool(eps))
-        m = merge_shards(vocab_start, width, w, t_local, lse_r, xt, smooth_r, group, world)
+        stats = shard_stats(logits, t_local, w, bool(eps))
+        m = merge_shards(vocab_start, width, w, t_local, stats, group, world)
         check_merged(m, weight, width, target, ignore_index, name)
         loss, coefs = loss_from_stats(m, target, ignore_index, reduction, eps, logits.dtype, acc)
-        ctx.save_for_backward(logits, t_local, w, m.lse.to(acc))
+        ctx.save_for_backward(logits, t_local, w, m.lse)
         ctx.coefs = coefs
         return loss
 
@@ -229,9 +230,10 @@ def vocab_parallel_cross_entropy(logits_shard: torch.Tensor, target: torch.Tenso
       :func:`comm.vocab_layout` does that once, for the caller to pass here.
 
     Every rank returns the same loss, in the logits' dtype. The forward sends O(rows) values
-    (one float64 all_gather of (shard lse, target logit, [target weight], [smoothing sum]) per
-    row, plus 3 numbers per rank); nothing of O(rows x V) crosses ranks, and the backward sends
-    nothing: the upstream gradient must be the same on every rank (as for a replicated loss).
+    (one float64 all_gather of (shard max, sum of exp, target logit, [target weight],
+    [smoothing sum]) per row, plus 3 numbers per rank); nothing of O(rows x V) crosses ranks,
+    and the backward sends nothing: the upstream gradient must be the same on every rank (as
+    for a replicated loss).
 
     Checks: shapes, dtypes and devices raise on the rank that has them before any collective
     (the other ranks then wait in theirs until the group's timeout, as with any collective);

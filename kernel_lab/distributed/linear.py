@@ -63,18 +63,17 @@ class VocabParallelLinearCrossEntropy(torch.autograd.Function):
         w = shard_weight(class_weight, vocab_start, width, NAME)
         w = w.to(acc) if w is not None else None
         t_local = target.long() - vocab_start
-        lse_r = torch.empty(rows, dtype=acc, device=hidden.device)
-        xt = torch.empty_like(lse_r)
-        smooth_r = torch.empty_like(lse_r) if eps else None
+        stats = [torch.empty(rows, dtype=acc, device=hidden.device) for _ in range(3)]
+        stats.append(torch.empty(rows, dtype=acc, device=hidden.device) if eps else None)
         for a, b in row_chunks(rows, width, chunk_size):
             z, _ = chunk_logits(hidden[a:b], weight, bias, softcap)
-            lse_r[a:b], xt[a:b], s = shard_stats(z, t_local[a:b], w, bool(eps))
-            if s is not None:
-                smooth_r[a:b] = s
-        m = merge_shards(vocab_start, width, w, t_local, lse_r, xt, smooth_r, group, world)
+            for whole, part in zip(stats, shard_stats(z, t_local[a:b], w, bool(eps))):
+                if part is not None:
+                    whole[a:b] = part
+        m = merge_shards(vocab_start, width, w, t_local, stats, group, world)
         check_merged(m, class_weight, width, target, ignore_index, NAME)
         loss, coefs = loss_from_stats(m, target, ignore_index, reduction, eps, hidden.dtype, acc)
-        ctx.save_for_backward(hidden, weight, bias, t_local, w, m.lse.to(acc))
+        ctx.save_for_backward(hidden, weight, bias, t_local, w, m.lse)
         ctx.coefs, ctx.group, ctx.world = coefs, group, world
         ctx.softcap, ctx.chunk_size, ctx.reduce = softcap, chunk_size, reduce_hidden_grad
         return loss
@@ -84,7 +83,7 @@ class VocabParallelLinearCrossEntropy(torch.autograd.Function):
     def backward(ctx, grad):
         hidden, weight, bias, t_local, w, lse = ctx.saved_tensors
         need_h, need_w, need_b = ctx.needs_input_grad[:3]
-        acc = lse.dtype
+        acc = acc_dtype(hidden.dtype)
         coef_p, coef_t, coef_w = (None if c is None else c.expand(lse.shape)
                                   for c in ctx.coefs.scaled(grad))
         dh = torch.empty_like(hidden) if need_h else None

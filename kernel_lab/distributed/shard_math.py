@@ -28,66 +28,75 @@ def row_chunks(rows: int, width: int, chunk_rows: int | None = None) -> list[tup
     return [(i, min(i + step, rows)) for i in range(0, rows, step)]
 
 
-def finite_shift(lse: torch.Tensor) -> torch.Tensor:
-    """The shift the smoothing sum is taken about: the shard's lse, 0 where it is -inf (an empty
-    shard or one of -inf logits), so that no -inf - -inf appears."""
-    return torch.where(lse == float("-inf"), 0.0, lse)
+def finite_shift(m: torch.Tensor) -> torch.Tensor:
+    """The shift a shard's sums are taken about: its row max, 0 where that is -inf (a shard of
+    width 0 or of -inf logits), so that no -inf - -inf appears."""
+    return torch.where(m == float("-inf"), 0.0, m)
 
 
 def shard_stats(x: torch.Tensor, t_local: torch.Tensor, w: torch.Tensor | None,
-                smoothing: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """Per row of this rank's logits ``x`` (rows, width), in the accumulator dtype:
+                smoothing: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor,
+                                          torch.Tensor | None]:
+    """Per row of this rank's logits ``x`` (rows, width), in the accumulator dtype, with
+    c = finite_shift(m):
 
-    * ``lse_r``: log(sum_j exp(x_j)) over the shard (= max + log(sum exp(x - max)); -inf for a
-      shard of width 0);
+    * ``m``: the shard's row max (-inf for a shard of width 0);
+    * ``s``: sum_j exp(x_j - c), so that the shard's lse is c + log(s) (kept apart: c is exact,
+      and the merge adds them in float64, so the lse the backward reads is not rounded to fp32
+      at |lse| ~ 1e4, where that would cost 5e-4 relative in every probability);
     * ``xt``: the target's logit where this shard owns the target (0 <= t_local < width), else 0;
-    * ``smooth_r`` (only when ``smoothing``): sum_j w_j * (c - x_j), c = finite_shift(lse_r),
-      w_j = 1 without class weights ``w`` (this shard's slice, accumulator dtype).
+    * ``smooth`` (only when ``smoothing``): sum_j w_j * (c - x_j), w_j = 1 without class
+      weights ``w`` (this shard's slice, accumulator dtype).
 
-    The one-read kernel seam: a kernel returning these three from one pass over ``x`` replaces
+    The one-read kernel seam: a kernel returning these four from one pass over ``x`` replaces
     this function; nothing else changes.
     """
     acc = acc_dtype(x.dtype)
     rows, width = x.shape
-    lse_r = torch.full((rows,), float("-inf"), dtype=acc, device=x.device)
+    m = torch.full((rows,), float("-inf"), dtype=acc, device=x.device)
+    s = torch.zeros(rows, dtype=acc, device=x.device)
     xt = torch.zeros(rows, dtype=acc, device=x.device)
-    smooth_r = torch.zeros(rows, dtype=acc, device=x.device) if smoothing else None
+    smooth = torch.zeros(rows, dtype=acc, device=x.device) if smoothing else None
     if width == 0:
-        return lse_r, xt, smooth_r
+        return m, s, xt, smooth
     owned = (t_local >= 0) & (t_local < width)
     t_safe = torch.where(owned, t_local, 0)
     for a, b in row_chunks(rows, width):
         xc = x[a:b].to(acc)
-        lse_r[a:b] = torch.logsumexp(xc, 1)
+        m[a:b] = xc.amax(1)
+        c = finite_shift(m[a:b])[:, None]
+        s[a:b] = torch.exp(xc - c).sum(1)
         xt[a:b] = torch.where(owned[a:b], xc.gather(1, t_safe[a:b, None])[:, 0], 0.0)
         if smoothing:
-            d = finite_shift(lse_r[a:b])[:, None] - xc
-            smooth_r[a:b] = (d * w).sum(1) if w is not None else d.sum(1)
-    return lse_r, xt, smooth_r
+            smooth[a:b] = ((c - xc) * w).sum(1) if w is not None else (c - xc).sum(1)
+    return m, s, xt, smooth
 
 
 def shard_grad(x: torch.Tensor, t_local: torch.Tensor, w: torch.Tensor | None,
                lse: torch.Tensor, coef_p: torch.Tensor, coef_t: torch.Tensor,
                coef_w: torch.Tensor | None) -> torch.Tensor:
-    """This rank's dlogits, in ``x``'s dtype, from the global per-row ``lse``:
+    """This rank's dlogits, in ``x``'s dtype, from the global per-row ``lse`` (float64):
 
         dx_ij = coef_p_i * exp(x_ij - lse_i) - coef_t_i * [j == t_local_i] - coef_w_i * w_j
 
     (w_j = 1 without class weights; the coef_t term only where this shard owns the target; no
-    coef_w term when it is None). The coefficient vectors are in the accumulator dtype; the
-    caller folds the upstream gradient, the reduction and the weights into them. The backward
-    kernel seam, as :func:`shard_stats` is the forward's.
+    coef_w term when it is None). x - lse is taken as (x - hi) - lo with lse = hi + lo split
+    into two accumulator-dtype numbers: exact where p is not negligible. The coefficient vectors
+    are in the accumulator dtype; the caller folds the upstream gradient, the reduction and the
+    weights into them. The backward kernel seam, as :func:`shard_stats` is the forward's.
     """
     acc = acc_dtype(x.dtype)
     rows, width = x.shape
     dx = torch.empty_like(x, memory_format=torch.contiguous_format)
     if dx.numel() == 0:
         return dx
+    hi = lse.to(acc)
+    lo = (lse - hi.to(lse.dtype)).to(acc)
     owned = (t_local >= 0) & (t_local < width)
     t_safe = torch.where(owned, t_local, 0)
     for a, b in row_chunks(rows, width):
         g = x[a:b].to(acc, copy=True)  # a copy: the in-place steps below must not touch x
-        g.sub_(lse[a:b, None]).exp_().mul_(coef_p[a:b, None])
+        g.sub_(hi[a:b, None]).sub_(lo[a:b, None]).exp_().mul_(coef_p[a:b, None])
         g.scatter_add_(1, t_safe[a:b, None], torch.where(owned[a:b], -coef_t[a:b], 0.0)[:, None])
         if coef_w is not None:
             g.sub_(coef_w[a:b, None] * (w[None] if w is not None else 1.0))
