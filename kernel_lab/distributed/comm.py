@@ -82,9 +82,8 @@ def gather_stats(start: int, width: int, weight_sum: torch.Tensor, m: torch.Tens
     must be given on all ranks or on none."""
     f64 = torch.float64
     rows = [v.to(f64) for v in (m, s, xt, wt, smooth) if v is not None]
-    dev = m.device
-    head = torch.stack([torch.tensor(float(start), dtype=f64, device=dev),
-                        torch.tensor(float(width), dtype=f64, device=dev), weight_sum.to(f64)])
+    ws = weight_sum.to(f64).reshape(1)  # new_full, not torch.tensor: no host-to-device copy
+    head = torch.cat([ws.new_full((1,), start), ws.new_full((1,), width), ws])
     got = all_gather_rows(torch.cat([head, *rows]), group, world)
     header, stats = got[:, :HEADER], got[:, HEADER:].view(world, len(rows), -1)
     shift = finite_shift(stats[:, 0])
@@ -99,10 +98,10 @@ def gather_stats(start: int, width: int, weight_sum: torch.Tensor, m: torch.Tens
                   header[:, 2].sum(), header)
 
 
-def check_layout(header: torch.Tensor) -> int:
-    """Raise unless the gathered [start, start + width) ranges tile [0, V) (one host sync; the
-    same answer on every rank); returns V."""
-    spans = sorted((int(s), int(w)) for s, w, _ in header.tolist())
+def check_layout(spans: list) -> int:
+    """Raise unless the gathered (start, width) pairs (host numbers) tile [0, V), the same
+    answer on every rank; returns V."""
+    spans = sorted((int(s), int(w)) for s, w in spans)
     end = 0
     for s, w in spans:
         if s != end:

@@ -26,7 +26,7 @@ from kernel_lab.errors import UnsupportedInputError
 from kernel_lab.ops.cross_entropy.op import check_kwargs
 from kernel_lab.registry import inputs_trusted
 
-from .comm import Merged, check_layout, gather_stats, group_info, vocab_layout
+from .comm import HEADER, Merged, check_layout, gather_stats, group_info, vocab_layout
 from .shard_math import acc_dtype, shard_grad, shard_stats
 
 
@@ -76,20 +76,6 @@ def check_full_weight(weight, width: int, vocab_size: int, name: str) -> None:
     if weight is not None and weight.numel() not in (width, vocab_size):
         raise UnsupportedInputError(f"{name}: weight has {weight.numel()} elements: neither this "
                                     f"shard's {width} nor the vocabulary's {vocab_size}")
-
-
-def check_targets_in_range(target: torch.Tensor, vocab_size: int, ignore_index: int,
-                           name: str) -> None:
-    """A class outside [0, V) that is not ignore_index raises (one host sync; target is the same
-    on every rank, so every rank raises). Skipped inside ``registry.trusted_inputs()``; such a
-    row then gets a NaN loss."""
-    if inputs_trusted() or target.numel() == 0:
-        return
-    bad = ((target < 0) | (target >= vocab_size)) & (target != ignore_index)
-    if bool(bad.any()):
-        i = int(bad.nonzero()[0, 0])
-        raise UnsupportedInputError(f"{name}: target[{i}] = {int(target[i])} is out of range "
-                                    f"for {vocab_size} classes (ignore_index = {ignore_index})")
 
 
 @dataclass
@@ -147,19 +133,30 @@ def merge_shards(start: int, width: int, w: torch.Tensor | None, t_local: torch.
         owned = (t_local >= 0) & (t_local < width)
         wt = torch.where(owned, w[torch.where(owned, t_local, 0)], 0.0) if width else \
             torch.zeros_like(xt)
-    wsum = w.sum() if w is not None else torch.tensor(float(width), dtype=torch.float64,
-                                                       device=xt.device)
+    wsum = w.sum() if w is not None else xt.new_full((), width, dtype=torch.float64)
     return gather_stats(start, width, wsum, m, s, xt, wt, smooth, group, world)
 
 
 def check_merged(m: Merged, weight, width: int, target: torch.Tensor, ignore_index: int,
                  name: str) -> None:
-    """The checks that need V: the layout, the full weight's length, the targets' range (one
-    host sync, every rank alike); none inside ``registry.trusted_inputs()``."""
-    if not inputs_trusted():
-        vocab_size = check_layout(m.header)
-        check_full_weight(weight, width, vocab_size, name)
-        check_targets_in_range(target, vocab_size, ignore_index, name)
+    """The checks that need V: the layout, the full weight's length, and a class outside [0, V)
+    that is not ignore_index. One host sync, every rank alike (the target is the same on every
+    rank, so every rank raises); none inside ``registry.trusted_inputs()``, where such a row's
+    loss is NaN instead."""
+    if inputs_trusted():
+        return
+    f64 = torch.float64
+    bad = (target != ignore_index) & ((target < 0) | (target >= m.vocab_size))
+    first = torch.argmax(bad.to(torch.uint8)) if bad.numel() else None
+    tail = [bad.any(), first, target[first]] if first is not None else []
+    host = torch.cat([m.header.flatten(), *(v.to(f64).reshape(1) for v in tail)]).tolist()
+    world = m.header.shape[0]
+    vocab_size = check_layout([host[HEADER * r:HEADER * r + 2] for r in range(world)])
+    check_full_weight(weight, width, vocab_size, name)
+    if tail and host[-3]:
+        raise UnsupportedInputError(f"{name}: target[{int(host[-2])}] = {int(host[-1])} is out "
+                                    f"of range for {vocab_size} classes (ignore_index = "
+                                    f"{ignore_index})")
 
 
 class VocabParallelCrossEntropy(torch.autograd.Function):
