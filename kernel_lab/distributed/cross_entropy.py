@@ -224,13 +224,16 @@ def vocab_parallel_cross_entropy(logits_shard: torch.Tensor, target: torch.Tenso
       rank's (width,) slice; told apart by length. Treated as a constant (no gradient).
     * ``vocab_start``: this shard's first column. None: the shards lie in group rank order and
       one extra all_gather of the widths (and a host sync) finds it on every call;
-      :func:`comm.vocab_layout` does that once, for the caller to pass here.
+      :func:`comm.vocab_layout` does that once, for the caller to pass here. Either every rank
+      passes it or none does (the collectives must match).
 
     Every rank returns the same loss, in the logits' dtype. The forward sends O(rows) values
     (one float64 all_gather of (shard max, sum of exp, target logit, [target weight],
     [smoothing sum]) per row, plus 3 numbers per rank); nothing of O(rows x V) crosses ranks,
     and the backward sends nothing: the upstream gradient must be the same on every rank (as
-    for a replicated loss).
+    for a replicated loss). Memory per rank: the shard's dlogits plus fp32 temporaries of at
+    most ``shard_math.ROW_CHUNK_ELEMENTS``; the per-rank math is plain torch (``shard_math``,
+    where a kernel slots in).
 
     Checks: shapes, dtypes and devices raise on the rank that has them before any collective
     (the other ranks then wait in theirs until the group's timeout, as with any collective);
