@@ -154,6 +154,10 @@ def main() -> None:
         device = torch.device("cuda", local)
     else:
         device = torch.device("cpu")
+    # NVLink multicast stays off (the GPU machines require it; set there already, kept here
+    # for a machine where it is not)
+    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
+    os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
     dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     dtype = parse_dtype(args.dtype)

@@ -86,6 +86,7 @@ def _entry(rank: int, worker, world: int, backend: str, device: str, d: str) -> 
     torch.set_num_threads(1)  # ranks share the cores: one thread each (tiny tensors anyway)
     if device == "cuda":
         torch.cuda.set_device(0)  # every rank on the one GPU
+        os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # NVLink multicast off, as required
     dist.init_process_group(backend, init_method=f"file://{os.path.join(d, 'store')}",
                             rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=GROUP_TIMEOUT_S))
