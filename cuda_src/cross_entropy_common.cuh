@@ -7,8 +7,8 @@
 // with A_i = s_i * ((1 - eps) * w_t + eps / C * sum(w)), B_i = s_i * (1 - eps) * w_t,
 // D_i = s_i * eps / C, s_i the row's upstream gradient (cross_entropy_coefs: 0 for ignored rows).
 // A row whose target is ignore_index has loss 0 (its lse is still computed); a target outside
-// [0, C) gives loss NaN and a NaN gradient row and is never read (the launchers refuse such
-// targets before launch; only a CUDA-graph capture, which cannot read them back, gets here).
+// [0, C) gives loss NaN and a NaN gradient row and is never read; the forward flags it
+// (flag_bad), and the host raises at its next call (kernel_lab/ops/cross_entropy/deferred.py).
 // Rows are read in aligned 16-byte windows (softmax_common.cuh: any stride, any alignment).
 #pragma once
 
@@ -17,6 +17,16 @@
 namespace klab::ce {
 
 template <typename T> using Acc = acc_t<T>;
+
+// Record bad row r (target t) for the host: atomicMin of the packed key (row << 32 | t + 2^31,
+// both saturated: the first bad row of every launch wins) in device memory, then 1 into the
+// mapped pinned host word the host polls. Null pointers: nothing recorded.
+__device__ __forceinline__ void flag_bad(long long* first, int* flag, long long r, long long t) {
+  const long long row = r < 0x7fffffffLL ? r : 0x7fffffffLL;
+  const long long v = t < -0x80000000LL ? -0x80000000LL : (t > 0x7fffffffLL ? 0x7fffffffLL : t);
+  if (first) atomicMin(first, (row << 32) | (v + 0x80000000LL));
+  if (flag) *(volatile int*)flag = 1;
+}
 
 // Window v of the row, or -inf past its ends (vec: 16-byte loads for the whole windows).
 template <typename T>

@@ -5,7 +5,8 @@
 //   windows t, t + blockDim.x, ... four at a time, the next four in flight while it folds the
 //   current ones into its online (max, sum) (packed max for 2-byte types, one rescale per four
 //   windows, ExpShifted); with smoothing also sum(w x) and sum(w). One block merge (static shared memory:
-//   32 pairs), then thread 0 writes the row's loss, lse and w_t. FUSED: a second pass over the
+//   32 pairs), then thread 0 writes the row's loss, lse and w_t (a bad target: NaN, and the
+//   row flagged, flag_bad). FUSED: a second pass over the
 //   same windows writes dx = the gradient for the coefficients of cross_entropy_coefs (launched
 //   first, cuda_cross_entropy_backward.cu); dx may be the logits themselves (each thread reads a
 //   window before it writes it; x_t is read before the merge).
@@ -23,7 +24,7 @@ __global__ void __launch_bounds__(256, 3)
     cross_entropy_fwd(T* loss_none, Acc<T>* loss_rows, Acc<T>* lse_out, Acc<T>* wt_out, T* dx,
                       const Acc<T>* coefs, const T* x, long long rows, int n, long long stride,
                       int vec, const long long* target, long long ignore_index, const T* weight,
-                      double eps) {
+                      double eps, long long* bad_first, int* bad_flag) {
   using A = Acc<T>;
   using klab::Vec;
   constexpr int W = Vec<T>::N;
@@ -83,7 +84,10 @@ __global__ void __launch_bounds__(256, 3)
     A loss = (A(1) - A(eps)) * wt * (lse - xt);
     if (smooth) loss += A(eps) / A(n) * (lse * sums.w - sums.wx);
     if (ignored) loss = A(0);
-    if (bad) loss = A(CUDART_NAN);
+    if (bad) {
+      loss = A(CUDART_NAN);
+      klab::ce::flag_bad(bad_first, bad_flag, r, t);
+    }
     if (loss_none) loss_none[r] = klab::from_acc<T>(loss);
     if (loss_rows) loss_rows[r] = loss;
     lse_out[r] = lse;

@@ -9,6 +9,8 @@
 //   Launch: grid (M, ceil(windows / span)), span = 2048 windows. Bytes: M * C * sizeof(T) read
 //   + the same written. dx is contiguous; its rows share the logits' 16-byte phase (vec) or
 //   are written element-wise.
+// cross_entropy_scale<T>: the in-place mode's backward, dx *= g with g read on the device; a
+//   no-op (one load of g a thread) when g == 1. Grid-stride, 256 threads.
 // Accumulates in fp32 (fp64 for double).
 #include "cross_entropy_common.cuh"
 
@@ -78,3 +80,20 @@ __global__ void __launch_bounds__(1024)
   }
 }
 
+
+// The in-place mode's backward: dx *= g for one upstream gradient g read on the device (no host
+// sync). Every thread reads g first and returns when it is 1 (loss.backward()): no pass over dx
+// then. Else a grid-stride loop over the rows x n elements of dx (row stride `stride`).
+template <typename T>
+__global__ void __launch_bounds__(256)
+    cross_entropy_scale(T* dx, long long rows, int n, long long stride, const T* g) {
+  using A = Acc<T>;
+  const A s = klab::to_acc(g[0]);
+  if (s == A(1)) return;
+  const long long count = rows * n;
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < count;
+       i += (long long)gridDim.x * blockDim.x) {
+    const long long r = i / n, j = i - r * n;
+    dx[r * stride + j] = klab::from_acc<T>(klab::to_acc(dx[r * stride + j]) * s);
+  }
+}

@@ -11,8 +11,8 @@ smoothing, w the class weights (1 without, sum(w) = C):
 with a_i = (1 - eps) * w_t + eps / C * sum(w) and s_i the row's upstream gradient. A row whose
 target is ignore_index has loss 0, w_t 0 and s_i = 0: a zero gradient row (its lse is still
 computed; NaN where exp(x - lse) is, as PyTorch's autograd gives). A target outside [0, C) that
-is not ignore_index is never read: loss, w_t and the gradient row are NaN (the launcher refuses
-such targets; only a CUDA-graph capture gets here). -inf logits follow PyTorch: exp(-inf) adds
+is not ignore_index is never read: loss, w_t and the gradient row are NaN, and the forward flags
+the row for the host (``_flag_bad``). -inf logits follow PyTorch: exp(-inf) adds
 0, with smoothing sum(w x) is -inf and the loss +inf, an all -inf row gives NaN. eps is a
 constexpr (one compile per smoothing value, 0 compiles the smoothing sums out): a runtime float
 argument would be fp32, 1e-8 off for fp64 inputs.
@@ -44,8 +44,19 @@ def _target(t_ptr, row, N, ignore_index):
 
 
 @triton.jit
+def _flag_bad(first_ptr, flag_ptr, row, t, bad):
+    """For a bad row: atomic min of row << 32 | (t + 2^31) (both saturated) into the device
+    word, and 1 into the host-mapped word (kernel_lab/ops/cross_entropy/deferred.py)."""
+    r = tl.minimum(row, 2147483647)
+    v = tl.minimum(tl.maximum(t, -2147483648), 2147483647) + 2147483648
+    tl.atomic_min(first_ptr, r * 4294967296 + v, mask=bad)
+    tl.store(flag_ptr, 1, mask=bad)
+
+
+@triton.jit
 def cross_entropy_fwd_kernel(
     loss_ptr, lse_ptr, wt_ptr, x_ptr, t_ptr, w_ptr, N, x_row_stride, ignore_index,
+    bad_first_ptr, bad_flag_ptr,
     BLOCK_N: tl.constexpr, HAS_WEIGHT: tl.constexpr, EPS: tl.constexpr,
     IS_FP64: tl.constexpr,
 ):
@@ -53,7 +64,8 @@ def cross_entropy_fwd_kernel(
 
     Each lane keeps a running (max, sum of exp) (the online softmax, as ``online_row_stats`` in
     softmax.py) and, with smoothing, sum(w x) and sum(w); the lanes merge at the end, then x_t
-    and w_t are two scalar loads. Writes loss_i, lse_i, w_t_i (accumulator type). Cost: one read
+    and w_t are two scalar loads. Writes loss_i, lse_i, w_t_i (accumulator type); a bad target
+    also flags the row (``_flag_bad``). Cost: one read
     of the row (M*C*elem bytes; with smoothing and weights also C weights a row, from L2).
     """
     row = tl.program_id(0).to(tl.int64)
@@ -105,6 +117,7 @@ def cross_entropy_fwd_kernel(
     tl.store(loss_ptr + row, loss)
     tl.store(lse_ptr + row, lse)
     tl.store(wt_ptr + row, tl.where(bad, nan, tl.where(keep, w_t, 0.0)))
+    _flag_bad(bad_first_ptr, bad_flag_ptr, row, tl.load(t_ptr + row).to(tl.int64), bad)
 
 
 @triton.jit

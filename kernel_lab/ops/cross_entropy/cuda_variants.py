@@ -17,6 +17,7 @@ from kernel_lab.cuda_common import ALL_DTYPES, ctype, cuda_source, device_index,
 from kernel_lab.interop import launch
 from kernel_lab.registry import register
 
+from . import deferred
 from .op import check_kwargs
 from .torch_variants import _checked
 
@@ -27,8 +28,11 @@ FORWARD = cuda_source(
     + [f"cross_entropy_reduce<{t}>" for t in _T],
 )
 BACKWARD = cuda_source("cuda_cross_entropy_backward.cu",
-                       [f"cross_entropy_{k}<{t}>" for k in ("bwd", "coefs") for t in _T])
-FWD_SIG = "QQQQQQQqi4xqi4xQqQd"
+                       [f"cross_entropy_{k}<{t}>" for k in ("bwd", "coefs", "scale")
+                        for t in _T])
+FWD_SIG = "QQQQQQQqi4xqi4xQqQdQQ"
+SCALE_SIG = "Qqi4xqQ"
+SCALE_BLOCKS = 1024  # x 256 threads: the grid-stride loop of the in-place mode's g != 1
 BWD_SIG = "QQqi4xqi4xi4xQQQQ"
 COEFS_SIG = "QQqi4xqQdQi4xi4x"
 REDUCE_SIG = "QQQqi4x"
@@ -101,10 +105,11 @@ def forward(logits, target, weight, ignore_index: int, reduction: str, eps: floa
     loss_none = logits.new_empty(m) if none else None
     loss_rows = None if none else torch.empty(m, dtype=acc, device=logits.device)
     expr = f"cross_entropy_fwd<{ctype(logits.dtype)}, {'false' if dx is None else 'true'}>"
+    flags = deferred.flags(logits.device)
     _launch(FORWARD, expr, (m,), forward_threads(n, logits.dtype),
             (_ptr(loss_none), _ptr(loss_rows), lse.data_ptr(), wt.data_ptr(), _ptr(dx),
              _ptr(coefs), logits.data_ptr(), m, n, logits.stride(0), 1, target.data_ptr(),
-             ignore_index, _ptr(weight), eps), FWD_SIG, dev)
+             ignore_index, _ptr(weight), eps, flags.first_ptr, flags.raised_ptr), FWD_SIG, dev)
     if none:
         return loss_none, lse
     loss = logits.new_empty(())
@@ -119,7 +124,7 @@ def forward(logits, target, weight, ignore_index: int, reduction: str, eps: floa
           "a one-block reduction", source="cuda_src/cuda_cross_entropy.cu")
 def cuda_cross_entropy(logits, target, weight=None, ignore_index=-100, reduction="mean",
                        label_smoothing=0.0):
-    _checked(logits, target, ignore_index, reduction, label_smoothing)
+    _checked(logits, target, ignore_index, reduction, label_smoothing, deferrable=True)
     x, t, w = _prepare(logits, target, weight)
     return forward(x, t, w, ignore_index, reduction, float(label_smoothing))
 
@@ -166,6 +171,18 @@ def fused_forward(logits, target, weight, ignore_index: int, reduction: str, eps
     coefs = coefficients(t, w, g, x.shape[1], ignore_index, reduction, eps, x.dtype)
     loss, lse = forward(x, t, w, ignore_index, reduction, eps, dx=x, coefs=coefs)
     return loss, lse, x
+
+
+def scale(dx: torch.Tensor, g: torch.Tensor) -> None:
+    """dx *= g (one value, read on the device; nothing happens to dx when it is 1): the
+    in-place mode's backward without a host sync. dx: unit column stride."""
+    m, n = dx.shape
+    if m == 0 or n == 0:
+        return
+    g = g.to(dx.dtype).contiguous()  # no copy for the loss's own dtype
+    blocks = min(SCALE_BLOCKS, -(-m * n // 256))
+    _launch(BACKWARD, f"cross_entropy_scale<{ctype(dx.dtype)}>", (blocks,), 256,
+            (dx.data_ptr(), m, n, dx.stride(0), g.data_ptr()), SCALE_SIG, device_index(dx))
 
 
 def launch_plan(n: int, dtype: torch.dtype) -> str:

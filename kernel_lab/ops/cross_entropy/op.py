@@ -21,14 +21,18 @@ fp32 rounding of x - lse: past |lse| ~ 1e7 the log(sum) term is lost to rounding
 k tied maxima there gets p = 1 at each instead of 1 / k (PyTorch's backward, from log-softmax
 values, keeps it). The edge cases' huge rows have one max each.
 
-Targets outside [0, C) that are not ``ignore_index`` are refused before launch
-(:func:`check_targets`, one host sync: by the drop-in once per forward, by every forward variant
-run by name). The CUDA and Triton kernels never read outside a row for such a target: they give
-it a NaN loss and gradient (what a CUDA-graph replay, which cannot raise, returns); so their
-backward variants do not check.
+Targets outside [0, C) that are not ``ignore_index``: the CUDA and Triton kernels never read
+outside a row for such a target; they give it a NaN loss and gradient and flag it
+(:mod:`.deferred`), and the next call raises - how the drop-in runs by default, with no host
+sync (:func:`deferred_targets`). Every forward variant run by name, the PyTorch and peer
+variants always, and the drop-in with ``validate="sync"`` refuse them before launch instead
+(:func:`check_targets`, one host sync). The backward variants do not check.
 """
 
 from __future__ import annotations
+
+import contextlib
+import threading
 
 import torch
 
@@ -39,7 +43,8 @@ from kernel_lab.registry import Autograd, Input, Op, Output, inputs_trusted, reg
 
 from .auto import CROSS_ENTROPY_AUTO, CROSS_ENTROPY_BACKWARD_AUTO
 
-__all__ = ["ALL_DTYPES", "FLOAT_DTYPES", "KWARGS", "REDUCTIONS", "check_targets"]
+__all__ = ["ALL_DTYPES", "FLOAT_DTYPES", "KWARGS", "REDUCTIONS", "check_targets",
+           "deferred_targets"]
 
 REDUCTIONS = ("mean", "sum", "none")
 KWARGS = {"ignore_index": -100, "reduction": "mean", "label_smoothing": 0.0}
@@ -74,12 +79,31 @@ def check_kwargs(ignore_index: int, reduction: str, label_smoothing: float) -> N
         raise ValueError(f"label_smoothing must be between 0.0 and 1.0. Got: {label_smoothing}")
 
 
-def check_targets(logits: torch.Tensor, target: torch.Tensor, ignore_index: int) -> None:
+_deferring = threading.local()
+
+
+@contextlib.contextmanager
+def deferred_targets():
+    """Inside, the variants whose kernels flag a bad target (:mod:`.deferred`: the CUDA and
+    Triton forwards) skip the synchronizing check; the others still check. What the drop-in
+    does by default (``validate="async"``)."""
+    before = getattr(_deferring, "on", False)
+    _deferring.on = True
+    try:
+        yield
+    finally:
+        _deferring.on = before
+
+
+def check_targets(logits: torch.Tensor, target: torch.Tensor, ignore_index: int,
+                  deferrable: bool = False) -> None:
     """Raise UnsupportedInputError for a target outside [0, C) that is not ignore_index: one
-    host sync. Skipped while a CUDA graph is captured (the kernels then give that row NaN) and
+    host sync. Skipped while a CUDA graph is captured (the kernels then give that row NaN),
     inside ``registry.trusted_inputs()`` (the drop-in checked them; the benchmark made them),
+    for a ``deferrable`` caller (a kernel that flags bad rows) inside :func:`deferred_targets`,
     and for targets the input contract refuses (not one integer per row, another device)."""
     if (not isinstance(target, torch.Tensor) or target.numel() == 0 or inputs_trusted()
+            or (deferrable and getattr(_deferring, "on", False))
             or target.dim() != 1 or target.device != logits.device
             or target.dtype.is_floating_point or target.dtype == torch.bool
             or (target.is_cuda and torch.cuda.is_current_stream_capturing())):
@@ -277,6 +301,27 @@ def cross_entropy_backward_edge_cases(dtype, device="cpu", generator=None) -> li
     return cases
 
 
+def cross_entropy_double_backward(saved, gg, kw):
+    """Gradients of the backward op's dlogits (the second derivative) by autograd through the
+    PyTorch formula, with lse recomputed from the logits: the saved lse is a function of them
+    (a non-differentiable output of the forward), so its path is taken here. None for the
+    target, the weights and lse."""
+    from .torch_variants import cross_entropy_backward_math
+
+    logits, target, weight, _lse, grad = saved
+    acc = lse_dtype(logits.dtype)
+    x = logits.detach().requires_grad_()
+    g = grad.detach().requires_grad_()
+    with torch.enable_grad():
+        if x.shape[1] == 0:
+            return None, None, None, None, None
+        dx = cross_entropy_backward_math(x, target, weight, torch.logsumexp(x.to(acc), 1), g,
+                                         kw["ignore_index"], kw["reduction"],
+                                         kw["label_smoothing"])
+        gx, gg_grad = torch.autograd.grad(dx, (x, g), gg.to(dx.dtype), allow_unused=True)
+    return gx, None, None, None, gg_grad
+
+
 def _save(inputs, out, kw):
     logits, target, weight = inputs
     return logits, target, weight, out[1]
@@ -327,5 +372,7 @@ CROSS_ENTROPY_BACKWARD = register_op(
                 Input("grad", role="free")),
         outputs=(Output("dlogits"),),
         auto=CROSS_ENTROPY_BACKWARD_AUTO,
+        autograd=Autograd(save=lambda inputs, dx, kw: inputs,
+                          formula=cross_entropy_double_backward),
     )
 )

@@ -9,14 +9,18 @@ import torch.nn.functional as F
 from kernel_lab.compiling import CompiledPerSignature
 from kernel_lab.registry import register
 
+from . import deferred
 from .op import ALL_DTYPES, check_kwargs, check_targets, target_weights
 
 SOURCE = "kernel_lab/ops/cross_entropy/torch_variants.py"
 
 
-def _checked(logits, target, ignore_index, reduction, label_smoothing):
+def _checked(logits, target, ignore_index, reduction, label_smoothing, deferrable=False):
+    """Keywords checked; targets too unless ``deferrable`` (a kernel that flags bad rows, given
+    classes to run on: C = 0 launches nothing) and deferred (op.deferred_targets)."""
     check_kwargs(ignore_index, reduction, label_smoothing)
-    check_targets(logits, target, ignore_index)
+    deferred.raise_pending()  # a bad target an earlier kernel flagged
+    check_targets(logits, target, ignore_index, deferrable and logits.shape[-1] > 0)
     return target.long()
 
 

@@ -15,6 +15,7 @@ from kernel_lab.registry import register
 from kernel_lab.triton_rows import num_warps as _num_warps
 from kernel_lab.triton_src import cross_entropy as kernels
 
+from . import deferred
 from .op import ALL_DTYPES, check_kwargs
 from .torch_variants import _checked
 
@@ -44,7 +45,7 @@ def _reduce(rows: torch.Tensor, den: torch.Tensor, reduction: str) -> torch.Tens
 
 def forward(logits, target, weight, ignore_index: int, reduction: str, eps: float):
     """(loss, lse) without the checks: the kernels' own answer for any target (NaN rows for
-    targets outside [0, C))."""
+    targets outside [0, C), flagged: :mod:`.deferred`)."""
     x, t, w = _prepare(logits, target, weight)
     m, n = x.shape
     acc = _acc(x.dtype)
@@ -54,8 +55,9 @@ def forward(logits, target, weight, ignore_index: int, reduction: str, eps: floa
         return _reduce(zeros, zeros, reduction), lse
     loss, lse, wt = (torch.empty(m, dtype=acc, device=x.device) for _ in range(3))
     block = min(triton.next_power_of_2(n), FORWARD_BLOCK)
+    flags = deferred.flags(x.device)
     kernels.cross_entropy_fwd_kernel[(m,)](
-        loss, lse, wt, x, t, w, n, x.stride(0), ignore_index,
+        loss, lse, wt, x, t, w, n, x.stride(0), ignore_index, flags.first, flags.raised,
         BLOCK_N=block, HAS_WEIGHT=w is not None, EPS=float(eps),
         IS_FP64=acc == torch.float64, num_warps=_num_warps(block),
     )
@@ -72,7 +74,7 @@ def forward(logits, target, weight, ignore_index: int, reduction: str, eps: floa
 )
 def triton_cross_entropy(logits, target, weight=None, ignore_index=-100, reduction="mean",
                          label_smoothing=0.0):
-    _checked(logits, target, ignore_index, reduction, label_smoothing)
+    _checked(logits, target, ignore_index, reduction, label_smoothing, deferrable=True)
     return forward(logits, target, weight, ignore_index, reduction, label_smoothing)
 
 
