@@ -12,9 +12,17 @@ import torch.nn.functional as F
 from conftest import DEVICE, HAS_CUDA, needs_cuda
 
 import kernel_lab
+from kernel_lab.ops.cross_entropy import deferred
 
 KWARGS = [dict(reduction=r, label_smoothing=s, weighted=w)
           for r in ("mean", "sum", "none") for s in (0.0, 0.1) for w in (False, True)]
+
+
+@pytest.fixture(autouse=True)
+def _no_pending_flag():
+    """A bad target flagged in one test must not fail the next one's first call."""
+    yield
+    deferred.clear()
 
 
 def _case(m=9, c=67, dtype=torch.float32, device=DEVICE, seed=0):
@@ -69,7 +77,7 @@ def test_bad_inputs_raise_before_running():
     bad = t.clone()
     bad[3] = x.shape[1]
     with pytest.raises(kernel_lab.UnsupportedInputError, match=r"target\[3\] = 67 is out of"):
-        kernel_lab.cross_entropy(x, bad)
+        kernel_lab.cross_entropy(x, bad, validate="sync")
     bad[3] = -1
     for v in kernel_lab.variants("cross_entropy"):
         if v.supports(x, bad) is None:
@@ -79,10 +87,12 @@ def test_bad_inputs_raise_before_running():
         kernel_lab.cross_entropy(x, t, reduction="avg")
     with pytest.raises(ValueError, match="label_smoothing must be between"):
         kernel_lab.cross_entropy(x, t, label_smoothing=1.5)
-    with pytest.raises(ValueError, match=r"shape \(rows, classes\)"):
-        kernel_lab.cross_entropy(x[None], t[None])
+    with pytest.raises(ValueError, match=r"takes logits \(N, C\)"):
+        kernel_lab.cross_entropy(x[None], t[None])  # (1, 9, 67) wants targets (1, 67)
+    with pytest.raises(ValueError, match="validate must be one of"):
+        kernel_lab.cross_entropy(x, t, validate="later")
     with pytest.raises(kernel_lab.UnsupportedInputError, match="integer tensor"):
-        kernel_lab.cross_entropy(x, torch.softmax(x, 1))  # class probabilities: not supported
+        kernel_lab.cross_entropy(x, t.float())  # one float a row: neither indices nor probabilities
     with pytest.raises(kernel_lab.UnsupportedInputError, match=r"weight must be a \(67,\)"):
         kernel_lab.cross_entropy(x, t, torch.ones(5, device=DEVICE))
 
@@ -203,6 +213,8 @@ def test_cuda_graph_capture_and_bad_targets_during_capture():
     graph.replay()
     torch.cuda.synchronize()
     assert torch.isnan(loss)
+    with pytest.raises(kernel_lab.UnsupportedInputError, match=r"target\[1\] = 1000000"):
+        kernel_lab.cross_entropy(x, t.clamp(0, 4095))  # ... and the next call says so
 
 
 @needs_cuda
