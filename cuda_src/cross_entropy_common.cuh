@@ -18,6 +18,14 @@ namespace klab::ce {
 
 template <typename T> using Acc = acc_t<T>;
 
+// The saved lse's type: double for fp32 / fp64 rows (max + log(sum) summed unrounded), float for
+// 2-byte rows. The backward splits it into an Acc pair (hi, lo) and takes exp((x - hi) - lo):
+// exact to the rounding of x - lse, not of |lse| (fp32 gradients as exact as PyTorch's).
+template <typename T> struct LseOf { using type = double; };
+template <> struct LseOf<__half> { using type = float; };
+template <> struct LseOf<__nv_bfloat16> { using type = float; };
+template <typename T> using Lse = typename LseOf<T>::type;
+
 // Record bad row r (target t) for the host: atomicMin of the packed key (row << 32 | t + 2^31,
 // both saturated: the first bad row of every launch wins) in device memory, then 1 into the
 // mapped pinned host word the host polls. Null pointers: nothing recorded.
@@ -71,11 +79,12 @@ __device__ __forceinline__ void load_windows(Vec<T> (&r)[K], const T* row, int v
 
 // dx over windows v0, v0 + blockDim.x, ... < end of one row: 4 windows loaded before any is
 // computed and stored (4 loads in flight a thread; out may alias row: each thread reads its
-// windows before it writes them). c = the row's (A, B, D).
+// windows before it writes them). c = the row's (A, B, D); p = exp((x - hi) - lo) with
+// hi + lo = lse (2-byte rows: lo is 0 and not subtracted, an instruction fewer an element).
 template <typename T>
 __device__ __forceinline__ void grad_windows(T* out, const T* row, int v0, int end, int n, int h,
-                                             int vec, long long t, const T* weight, Acc<T> lse,
-                                             const Acc<T>* c) {
+                                             int vec, long long t, const T* weight, Acc<T> hi,
+                                             Acc<T> lo, const Acc<T>* c) {
   using A = Acc<T>;
   constexpr int W = Vec<T>::N, K = 4;
   const A ca = c[0], cb = c[1], cd = c[2];
@@ -92,7 +101,9 @@ __device__ __forceinline__ void grad_windows(T* out, const T* row, int v0, int e
       const int e0 = v * W - h;
       const Vec<T> o = vec_of<T>([&](int i) {
         const int e = e0 + i;
-        A d = ca * exp_acc(in[k].get(i) - lse) - (e == t ? cb : A(0));
+        A z = in[k].get(i) - hi;
+        if constexpr (sizeof(T) != 2) z -= lo;
+        A d = ca * exp_acc(z) - (e == t ? cb : A(0));
         if (cd != A(0)) d -= cd * weight_at(weight, e, n);
         return d;
       });

@@ -20,8 +20,8 @@ using klab::ce::Acc;
 template <typename T>
 __global__ void __launch_bounds__(256)
     cross_entropy_bwd(T* dx, const T* x, long long rows, int n, long long stride, int vec,
-                      int span, const long long* target, const T* weight, const Acc<T>* lse,
-                      const Acc<T>* coefs) {
+                      int span, const long long* target, const T* weight,
+                      const klab::ce::Lse<T>* lse, const Acc<T>* coefs) {
   using A = Acc<T>;
   constexpr int W = klab::Vec<T>::N;
   const long long r = blockIdx.x;
@@ -30,8 +30,10 @@ __global__ void __launch_bounds__(256)
   const int h = klab::row_head(row, vec);
   const int nwin = (n + h + W - 1) / W;
   const long long t = target[r];
+  const klab::ce::Lse<T> l = lse[r];
+  const A hi = A(l), lo = A(l - klab::ce::Lse<T>(hi));  // hi + lo = lse
   klab::ce::grad_windows(out, row, blockIdx.y * span + threadIdx.x, min(nwin, int(blockIdx.y + 1) * span),
-                         n, h, vec, t, weight, lse[r], coefs + 3 * r);
+                         n, h, vec, t, weight, hi, lo, coefs + 3 * r);
 }
 
 // Per row (A, B, D) into coefs[3 r .. 3 r + 2] for an upstream gradient `grad` (one value, or

@@ -1,8 +1,10 @@
 """cross_entropy kernels in Triton: forward (loss, lse and w_t per row) and backward (dlogits).
 
 Logits are (M, C) with unit column stride and a row stride in elements; dlogits are contiguous
-(M, C). Accumulation is fp32 (fp64 for fp64 input). Per row i, t = target[i], eps = label
-smoothing, w the class weights (1 without, sum(w) = C):
+(M, C). Accumulation is fp32 (fp64 for fp64 input); lse is stored as max + log(sum) summed in
+fp64 (the lse buffer is fp64 for fp32 / fp64 rows, fp32 for 2-byte ones) and read back as an
+(hi, lo) pair: exp((x - hi) - lo) keeps the fp32 gradient exact at any logit magnitude. Per
+row i, t = target[i], eps = label smoothing, w the class weights (1 without, sum(w) = C):
 
     lse    = max + log(sum_j exp(x_j - max))
     loss_i = (1 - eps) * w_t * (lse - x_t) + eps / C * (lse * sum_j w_j - sum_j w_j x_j)
@@ -97,6 +99,8 @@ def cross_entropy_fwd_kernel(
     safe_max = tl.where(row_max == -float("inf"), 0.0, row_max)
     log_sum = tl.log(tl.sum(s * tl.exp(m - safe_max), axis=0))
     lse = row_max + log_sum  # an all -inf row: -inf + log(0) = -inf
+    # stored as max + log(sum) summed in fp64: an fp64 lse_ptr (fp32 rows) keeps it unrounded
+    lse_exact = row_max.to(tl.float64) + log_sum.to(tl.float64)
 
     t, keep, bad = _target(t_ptr, row, N, ignore_index)
     x_t = _acc(tl.load(x_row + t), IS_FP64)
@@ -115,7 +119,7 @@ def cross_entropy_fwd_kernel(
     nan = float("nan")
     loss = tl.where(bad, nan, tl.where(keep, loss, 0.0))
     tl.store(loss_ptr + row, loss)
-    tl.store(lse_ptr + row, lse)
+    tl.store(lse_ptr + row, lse_exact)
     tl.store(wt_ptr + row, tl.where(bad, nan, tl.where(keep, w_t, 0.0)))
     _flag_bad(bad_first_ptr, bad_flag_ptr, row, tl.load(t_ptr + row).to(tl.int64), bad)
 
@@ -158,8 +162,10 @@ def cross_entropy_bwd_kernel(
         else:
             a += EPS
     x = _acc(tl.load(x_ptr + row * x_row_stride + c, mask=mask, other=-float("inf")), IS_FP64)
-    lse = _acc(tl.load(lse_ptr + row), IS_FP64)
-    dx = a * tl.exp(x - lse) - tl.where(c == t, b, 0.0)
+    lse = tl.load(lse_ptr + row).to(tl.float64)  # (hi, lo): x - lse exact to its own rounding
+    hi = _acc(lse, IS_FP64)
+    lo = _acc(lse - hi.to(tl.float64), IS_FP64)
+    dx = a * tl.exp((x - hi) - lo) - tl.where(c == t, b, 0.0)
     if EPS != 0.0:
         if HAS_WEIGHT:
             w = _acc(tl.load(w_ptr + c, mask=mask, other=0.0), IS_FP64)

@@ -18,7 +18,7 @@ from kernel_lab.interop import launch
 from kernel_lab.registry import register
 
 from . import deferred
-from .op import check_kwargs
+from .op import check_kwargs, lse_dtype
 from .torch_variants import _checked
 
 _T = [ctype(dt) for dt in ALL_DTYPES]
@@ -92,7 +92,7 @@ def forward(logits, target, weight, ignore_index: int, reduction: str, eps: floa
     ``coefs``, also the gradient into dx."""
     m, n = logits.shape
     acc = acc_dtype(logits.dtype)
-    lse = torch.empty(m, dtype=acc, device=logits.device)
+    lse = torch.empty(m, dtype=lse_dtype(logits.dtype), device=logits.device)
     if m == 0 or n == 0:  # every row is ignored (the target check): loss 0
         zeros = logits.new_zeros(m)
         lse.fill_(float("-inf"))
@@ -158,7 +158,7 @@ def cuda_cross_entropy_backward(logits, target, weight, lse, grad, ignore_index=
     n = x.shape[1]
     coefs = coefficients(t, w, grad, n, ignore_index, reduction, float(label_smoothing),
                          x.dtype)
-    return backward(x, t, w, lse.to(acc_dtype(x.dtype)), coefs)
+    return backward(x, t, w, lse.to(lse_dtype(x.dtype)), coefs)
 
 
 def fused_forward(logits, target, weight, ignore_index: int, reduction: str, eps: float):

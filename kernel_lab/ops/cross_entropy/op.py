@@ -16,10 +16,10 @@ and s_i the upstream gradient of row i (grad, or grad / the mean's denominator; 
 
     dx_j = s_i * ((1 - eps) * w_t * (p_j - [j == t]) + eps / C * (sum(w) * p_j - w_j))
 
-lse is kept in fp32 (fp64 for fp64 logits), so a gradient computed from it is exact up to
-fp32 rounding of x - lse: past |lse| ~ 1e7 the log(sum) term is lost to rounding, and a row with
-k tied maxima there gets p = 1 at each instead of 1 / k (PyTorch's backward, from log-softmax
-values, keeps it). The edge cases' huge rows have one max each.
+lse is kept in float64 for fp32 and fp64 logits (float32 for 2-byte ones), summed from the row's
+max and log(sum) without rounding; the backward splits it into an fp32 pair (hi, lo) and takes
+p = exp((x - hi) - lo), so x - lse is exact to the rounding of the difference, not of |lse|: the
+fp32 gradient is as exact as PyTorch's (from (x - max) - log(sum)) at any logit magnitude.
 
 Targets outside [0, C) that are not ``ignore_index``: the CUDA and Triton kernels never read
 outside a row for such a target; they give it a NaN loss and gradient and flag it
@@ -67,8 +67,31 @@ GRAD_TOLERANCES: dict[torch.dtype, Tolerance] = {
 
 
 def lse_dtype(dtype: torch.dtype) -> torch.dtype:
-    """lse is kept in the accumulator's dtype: float32, float64 for float64 logits."""
-    return torch.float64 if dtype == torch.float64 else torch.float32
+    """lse's dtype: float64 for fp32 and fp64 logits (module docstring), float32 for 2-byte
+    ones (their gradient's rounding dominates)."""
+    return torch.float64 if dtype in (torch.float32, torch.float64) else torch.float32
+
+
+def row_lse(x: torch.Tensor) -> torch.Tensor:
+    """Per row of fp32 / fp64 / fp16 / bf16 ``x``: max + log(sum(exp(x - max))) in fp32 (fp64
+    for fp64), the sum taken in ``lse_dtype`` so that it is not rounded to fp32 (-inf for a row
+    of -inf or no classes, +inf for +inf, NaN for NaN, as torch.logsumexp)."""
+    acc = torch.float64 if x.dtype == torch.float64 else torch.float32
+    out = lse_dtype(x.dtype)
+    x = x.to(acc)
+    if x.shape[1] == 0:
+        return torch.full(x.shape[:1], float("-inf"), dtype=out, device=x.device)
+    m = x.amax(1)
+    ms = torch.where(torch.isinf(m), 0.0, m)  # never inf - inf
+    log_sum = torch.log(torch.exp(x - ms[:, None]).sum(1))
+    return ms.to(out) + log_sum.to(out)
+
+
+def split_lse(lse: torch.Tensor, acc: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """(hi, lo) in ``acc`` with hi + lo = lse (lo = 0 when lse is already ``acc``): the
+    backward's p = exp((x - hi) - lo)."""
+    hi = lse.to(acc)
+    return hi, (lse - hi.to(lse.dtype)).to(acc)
 
 
 def check_kwargs(ignore_index: int, reduction: str, label_smoothing: float) -> None:
@@ -209,6 +232,7 @@ def _edge_logits(dtype, device, generator):
     x[2, ::2], x[2, 1::2] = 30.0, -30.0  # wide spread
     x[3, 17] = 80.0 if dtype != torch.float16 else 11.0  # one dominant logit (the target's)
     x[4, :700] = float("-inf")  # a long -inf prefix
+    x[6] *= 100  # |logits| in the hundreds: the fp32 gradient must not lose ulp(|lse|)
     return x
 
 

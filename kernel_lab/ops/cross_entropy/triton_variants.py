@@ -16,7 +16,7 @@ from kernel_lab.triton_rows import num_warps as _num_warps
 from kernel_lab.triton_src import cross_entropy as kernels
 
 from . import deferred
-from .op import ALL_DTYPES, check_kwargs
+from .op import ALL_DTYPES, check_kwargs, lse_dtype, row_lse
 from .torch_variants import _checked
 
 SOURCE = "triton_src/cross_entropy.py"
@@ -50,10 +50,10 @@ def forward(logits, target, weight, ignore_index: int, reduction: str, eps: floa
     m, n = x.shape
     acc = _acc(x.dtype)
     if m == 0 or n == 0:  # as torch_cross_entropy: loss 0 a row (0 / 0 for "mean")
-        lse = torch.logsumexp(x.to(acc), 1)
         zeros = x.new_zeros(m)
-        return _reduce(zeros, zeros, reduction), lse
-    loss, lse, wt = (torch.empty(m, dtype=acc, device=x.device) for _ in range(3))
+        return _reduce(zeros, zeros, reduction), row_lse(x)
+    loss, wt = (torch.empty(m, dtype=acc, device=x.device) for _ in range(2))
+    lse = torch.empty(m, dtype=lse_dtype(x.dtype), device=x.device)
     block = min(triton.next_power_of_2(n), FORWARD_BLOCK)
     flags = deferred.flags(x.device)
     kernels.cross_entropy_fwd_kernel[(m,)](
@@ -106,7 +106,8 @@ def backward(logits, target, weight, lse, grad, ignore_index: int, reduction: st
     wsum = w.to(acc).sum() if w is not None and eps else g
     block = min(triton.next_power_of_2(n), BACKWARD_BLOCK)
     kernels.cross_entropy_bwd_kernel[(m, triton.cdiv(n, block))](
-        dx, x, t, w, lse.to(acc).contiguous(), g, den, wsum, n, x.stride(0), ignore_index,
+        dx, x, t, w, lse.to(lse_dtype(x.dtype)).contiguous(), g, den, wsum, n, x.stride(0),
+        ignore_index,
         BLOCK_N=block, HAS_WEIGHT=w is not None, EPS=float(eps), GRAD_PER_ROW=g.dim() > 0,
         MEAN=mean, IS_FP64=acc == torch.float64, num_warps=_num_warps(block),
     )
