@@ -6,7 +6,9 @@ block kernel reduces the loss ("mean", "sum"). ``cuda_cross_entropy_backward``: 
 turns the upstream gradient into three coefficients per row, then one read of the logits and
 one write of dlogits. :func:`fused_forward` is the memory-saving mode of
 ``kernel_lab.cross_entropy(..., inplace_backward=True)``: the forward kernel also writes the
-gradient for a unit upstream gradient, into the logits' own buffer.
+gradient for a unit upstream gradient, into the logits' own buffer; :func:`scale` is its
+backward (``cross_entropy_scale``: the upstream gradient read on the device). The forward
+kernel flags a bad target in its device's flag words (:mod:`.deferred`).
 """
 
 from __future__ import annotations
