@@ -37,11 +37,12 @@ __global__ void __launch_bounds__(256)
 }
 
 // Per row (A, B, D) into coefs[3 r .. 3 r + 2] for an upstream gradient `grad` (one value, or
-// one per row when grad_per_row), divided by the denominator sum(w_t) when mean.
+// one per row when grad_per_row; in the loss's dtype T, as autograd hands it: no cast kernel),
+// divided by the denominator sum(w_t) when mean.
 template <typename T>
 __global__ void __launch_bounds__(1024)
     cross_entropy_coefs(Acc<T>* coefs, const long long* target, long long rows, int n,
-                        long long ignore_index, const T* weight, double eps, const Acc<T>* grad,
+                        long long ignore_index, const T* weight, double eps, const T* grad,
                         int grad_per_row, int mean) {
   using A = Acc<T>;
   __shared__ A red[32];
@@ -63,7 +64,7 @@ __global__ void __launch_bounds__(1024)
   }
   for (long long r = threadIdx.x; r < rows; r += blockDim.x) {
     const long long t = target[r];
-    A s = grad[grad_per_row ? r : 0];
+    A s = klab::to_acc(grad[grad_per_row ? r : 0]);
     if (mean) s /= den;
     A a = A(0), b = A(0), d = A(0);
     if (t != ignore_index) {

@@ -60,7 +60,7 @@ def cross_entropy_fwd_kernel(
     loss_ptr, lse_ptr, wt_ptr, x_ptr, t_ptr, w_ptr, N, x_row_stride, ignore_index,
     bad_first_ptr, bad_flag_ptr,
     BLOCK_N: tl.constexpr, HAS_WEIGHT: tl.constexpr, EPS: tl.constexpr,
-    IS_FP64: tl.constexpr,
+    IS_FP64: tl.constexpr, FLAG: tl.constexpr,
 ):
     """Any row length: program p owns row p, walks it once in BLOCK_N tiles.
 
@@ -121,7 +121,8 @@ def cross_entropy_fwd_kernel(
     tl.store(loss_ptr + row, loss)
     tl.store(lse_ptr + row, lse_exact)
     tl.store(wt_ptr + row, tl.where(bad, nan, tl.where(keep, w_t, 0.0)))
-    _flag_bad(bad_first_ptr, bad_flag_ptr, row, tl.load(t_ptr + row).to(tl.int64), bad)
+    if FLAG:
+        _flag_bad(bad_first_ptr, bad_flag_ptr, row, tl.load(t_ptr + row).to(tl.int64), bad)
 
 
 @triton.jit

@@ -78,10 +78,12 @@ def _prepare(logits, target, weight):
 
 def coefficients(target, weight, grad, n: int, ignore_index: int, reduction: str,
                  eps: float, dtype: torch.dtype) -> torch.Tensor:
-    """(M, 3) per-row (A, B, D) of the gradient (cuda_src/cross_entropy_common.cuh)."""
+    """(M, 3) per-row (A, B, D) of the gradient (cuda_src/cross_entropy_common.cuh); ``grad``
+    0-d (one value for every row) or one a row, read in the logits' dtype (autograd's own:
+    no copy)."""
     m, dev = target.shape[0], device_index(target)
     coefs = torch.empty((m, 3), dtype=acc_dtype(dtype), device=target.device)
-    g = grad.to(acc_dtype(dtype)).contiguous()
+    g = grad.to(dtype).contiguous()
     _launch(BACKWARD, f"cross_entropy_coefs<{ctype(dtype)}>", (1,), 1024,
             (coefs.data_ptr(), target.data_ptr(), m, n, ignore_index, _ptr(weight), eps,
              g.data_ptr(), int(g.dim() > 0), int(reduction == "mean")), COEFS_SIG, dev)
@@ -107,11 +109,12 @@ def forward(logits, target, weight, ignore_index: int, reduction: str, eps: floa
     loss_none = logits.new_empty(m) if none else None
     loss_rows = None if none else torch.empty(m, dtype=acc, device=logits.device)
     expr = f"cross_entropy_fwd<{ctype(logits.dtype)}, {'false' if dx is None else 'true'}>"
-    flags = deferred.flags(logits.device)
+    flags = deferred.flags_or_none(logits.device)
     _launch(FORWARD, expr, (m,), forward_threads(n, logits.dtype),
             (_ptr(loss_none), _ptr(loss_rows), lse.data_ptr(), wt.data_ptr(), _ptr(dx),
              _ptr(coefs), logits.data_ptr(), m, n, logits.stride(0), 1, target.data_ptr(),
-             ignore_index, _ptr(weight), eps, flags.first_ptr, flags.raised_ptr), FWD_SIG, dev)
+             ignore_index, _ptr(weight), eps, flags.first_ptr if flags else 0,
+             flags.raised_ptr if flags else 0), FWD_SIG, dev)
     if none:
         return loss_none, lse
     loss = logits.new_empty(())
@@ -163,14 +166,26 @@ def cuda_cross_entropy_backward(logits, target, weight, lse, grad, ignore_index=
     return backward(x, t, w, lse.to(lse_dtype(x.dtype)), coefs)
 
 
+_ONES: dict[tuple, torch.Tensor] = {}
+
+
+def _one(device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """A 0-d 1 kept per (device, dtype): no fill kernel per call (read only). Not kept when
+    made during a CUDA-graph capture (the graph's pool owns that memory)."""
+    one = _ONES.get((device, dtype))
+    if one is None:
+        one = torch.ones((), dtype=dtype, device=device)
+        if not torch.cuda.is_current_stream_capturing():
+            _ONES[(device, dtype)] = one
+    return one
+
+
 def fused_forward(logits, target, weight, ignore_index: int, reduction: str, eps: float):
     """(loss, lse), and the gradient of the loss for a unit upstream gradient written over the
     logits (their buffer, when its columns are contiguous). Returns (loss, lse, dlogits)."""
     x, t, w = _prepare(logits, target, weight)
-    g = torch.ones((), dtype=acc_dtype(x.dtype), device=x.device)
-    if reduction == "none":
-        g = g.expand(x.shape[0])
-    coefs = coefficients(t, w, g, x.shape[1], ignore_index, reduction, eps, x.dtype)
+    coefs = coefficients(t, w, _one(x.device, x.dtype), x.shape[1], ignore_index, reduction,
+                         eps, x.dtype)  # 0-d: every row's upstream gradient is 1
     loss, lse = forward(x, t, w, ignore_index, reduction, eps, dx=x, coefs=coefs)
     return loss, lse, x
 

@@ -77,15 +77,28 @@ _lock = threading.Lock()
 def flags(device: torch.device) -> Flags:
     """The flag words of ``device`` (made once per device and process, never freed: a captured
     CUDA graph keeps their addresses)."""
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
     got = _flags.get(device)
     if got is None:
         with _lock:
             got = _flags.get(device)
             if got is None:
-                if device.type == "cuda" and device.index is None:
-                    device = torch.device("cuda", torch.cuda.current_device())
                 got = _flags[device] = Flags(device)
     return got
+
+
+def flags_or_none(device: torch.device) -> Flags | None:
+    """:func:`flags`, or None when they do not exist yet and a CUDA graph is being captured:
+    they cannot be allocated then (the graph's pool would own them). A graph captured before
+    any eager call on its device gives bad rows NaN without flagging them; warming up before
+    capture, as CUDA graphs require anyway, makes them."""
+    got = _flags.get(device)
+    if got is not None:
+        return got
+    if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        return None
+    return flags(device)
 
 
 def pack(row: int, value: int) -> int:

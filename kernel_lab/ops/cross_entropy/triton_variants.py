@@ -55,9 +55,10 @@ def forward(logits, target, weight, ignore_index: int, reduction: str, eps: floa
     loss, wt = (torch.empty(m, dtype=acc, device=x.device) for _ in range(2))
     lse = torch.empty(m, dtype=lse_dtype(x.dtype), device=x.device)
     block = min(triton.next_power_of_2(n), FORWARD_BLOCK)
-    flags = deferred.flags(x.device)
+    flags = deferred.flags_or_none(x.device)  # None: first use inside a graph capture
     kernels.cross_entropy_fwd_kernel[(m,)](
-        loss, lse, wt, x, t, w, n, x.stride(0), ignore_index, flags.first, flags.raised,
+        loss, lse, wt, x, t, w, n, x.stride(0), ignore_index,
+        flags.first if flags else loss, flags.raised if flags else loss, FLAG=flags is not None,
         BLOCK_N=block, HAS_WEIGHT=w is not None, EPS=float(eps),
         IS_FP64=acc == torch.float64, num_warps=_num_warps(block),
     )
