@@ -6,9 +6,8 @@
 //   current ones into its online (max, sum) (packed max for 2-byte types, one rescale per four
 //   windows, ExpShifted); with smoothing also sum(w x) and sum(w). One block merge (static shared memory:
 //   32 pairs), then thread 0 writes the row's loss, lse (Lse<T>: max + log(sum) unrounded for
-//   fp32) and w_t (a bad target: NaN, and the
-//   row flagged, flag_bad). FUSED: a second pass over the
-//   same windows writes dx = the gradient for the coefficients of cross_entropy_coefs (launched
+//   fp32) and w_t (a bad target: NaN, and the row flagged, flag_bad). FUSED: a second pass over
+//   the same windows writes dx = the gradient for the coefficients of cross_entropy_coefs (launched
 //   first, cuda_cross_entropy_backward.cu); dx may be the logits themselves (each thread reads a
 //   window before it writes it; x_t is read before the merge).
 //   Launch: grid M blocks of 32-256 threads (forward_threads), 3 blocks an SM (<= 85 registers). Bytes: M * C * sizeof(T) read
