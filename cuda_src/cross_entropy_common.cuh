@@ -7,8 +7,8 @@
 // with A_i = s_i * ((1 - eps) * w_t + eps / C * sum(w)), B_i = s_i * (1 - eps) * w_t,
 // D_i = s_i * eps / C, s_i the row's upstream gradient (cross_entropy_coefs: 0 for ignored rows).
 // A row whose target is ignore_index has loss 0 (its lse is still computed); a target outside
-// [0, C) gives loss NaN and a NaN gradient row and is never read (the launchers refuse such
-// targets before launch; only a CUDA-graph capture, which cannot read them back, gets here).
+// [0, C) gives loss NaN and a NaN gradient row and is never read; the forward flags it
+// (flag_bad), and the host raises at its next call (kernel_lab/ops/cross_entropy/deferred.py).
 // Rows are read in aligned 16-byte windows (softmax_common.cuh: any stride, any alignment).
 #pragma once
 
@@ -17,6 +17,24 @@
 namespace klab::ce {
 
 template <typename T> using Acc = acc_t<T>;
+
+// The saved lse's type: double for fp32 / fp64 rows (max + log(sum) summed unrounded), float for
+// 2-byte rows. The backward splits it into an Acc pair (hi, lo) and takes exp((x - hi) - lo):
+// exact to the rounding of x - lse, not of |lse| (fp32 gradients as exact as PyTorch's).
+template <typename T> struct LseOf { using type = double; };
+template <> struct LseOf<__half> { using type = float; };
+template <> struct LseOf<__nv_bfloat16> { using type = float; };
+template <typename T> using Lse = typename LseOf<T>::type;
+
+// Record bad row r (target t) for the host: atomicMin of the packed key (row << 32 | t + 2^31,
+// both saturated: the first bad row of every launch wins) in device memory, then 1 into the
+// mapped pinned host word the host polls. Null pointers: nothing recorded.
+__device__ __forceinline__ void flag_bad(long long* first, int* flag, long long r, long long t) {
+  const long long row = r < 0x7fffffffLL ? r : 0x7fffffffLL;
+  const long long v = t < -0x80000000LL ? -0x80000000LL : (t > 0x7fffffffLL ? 0x7fffffffLL : t);
+  if (first) atomicMin(first, (row << 32) | (v + 0x80000000LL));
+  if (flag) *(volatile int*)flag = 1;
+}
 
 // Window v of the row, or -inf past its ends (vec: 16-byte loads for the whole windows).
 template <typename T>
@@ -61,11 +79,12 @@ __device__ __forceinline__ void load_windows(Vec<T> (&r)[K], const T* row, int v
 
 // dx over windows v0, v0 + blockDim.x, ... < end of one row: 4 windows loaded before any is
 // computed and stored (4 loads in flight a thread; out may alias row: each thread reads its
-// windows before it writes them). c = the row's (A, B, D).
+// windows before it writes them). c = the row's (A, B, D); p = exp((x - hi) - lo) with
+// hi + lo = lse (2-byte rows: lo is 0 and not subtracted, an instruction fewer an element).
 template <typename T>
 __device__ __forceinline__ void grad_windows(T* out, const T* row, int v0, int end, int n, int h,
-                                             int vec, long long t, const T* weight, Acc<T> lse,
-                                             const Acc<T>* c) {
+                                             int vec, long long t, const T* weight, Acc<T> hi,
+                                             Acc<T> lo, const Acc<T>* c) {
   using A = Acc<T>;
   constexpr int W = Vec<T>::N, K = 4;
   const A ca = c[0], cb = c[1], cd = c[2];
@@ -82,7 +101,9 @@ __device__ __forceinline__ void grad_windows(T* out, const T* row, int v0, int e
       const int e0 = v * W - h;
       const Vec<T> o = vec_of<T>([&](int i) {
         const int e = e0 + i;
-        A d = ca * exp_acc(in[k].get(i) - lse) - (e == t ? cb : A(0));
+        A z = in[k].get(i) - hi;
+        if constexpr (sizeof(T) != 2) z -= lo;
+        A d = ca * exp_acc(z) - (e == t ? cb : A(0));
         if (cd != A(0)) d -= cd * weight_at(weight, e, n);
         return d;
       });

@@ -5,8 +5,9 @@
 //   windows t, t + blockDim.x, ... four at a time, the next four in flight while it folds the
 //   current ones into its online (max, sum) (packed max for 2-byte types, one rescale per four
 //   windows, ExpShifted); with smoothing also sum(w x) and sum(w). One block merge (static shared memory:
-//   32 pairs), then thread 0 writes the row's loss, lse and w_t. FUSED: a second pass over the
-//   same windows writes dx = the gradient for the coefficients of cross_entropy_coefs (launched
+//   32 pairs), then thread 0 writes the row's loss, lse (Lse<T>: max + log(sum) unrounded for
+//   fp32) and w_t (a bad target: NaN, and the row flagged, flag_bad). FUSED: a second pass over
+//   the same windows writes dx = the gradient for the coefficients of cross_entropy_coefs (launched
 //   first, cuda_cross_entropy_backward.cu); dx may be the logits themselves (each thread reads a
 //   window before it writes it; x_t is read before the merge).
 //   Launch: grid M blocks of 32-256 threads (forward_threads), 3 blocks an SM (<= 85 registers). Bytes: M * C * sizeof(T) read
@@ -20,10 +21,10 @@ using klab::ce::Acc;
 
 template <typename T, bool FUSED>
 __global__ void __launch_bounds__(256, 3)
-    cross_entropy_fwd(T* loss_none, Acc<T>* loss_rows, Acc<T>* lse_out, Acc<T>* wt_out, T* dx,
+    cross_entropy_fwd(T* loss_none, Acc<T>* loss_rows, klab::ce::Lse<T>* lse_out, Acc<T>* wt_out, T* dx,
                       const Acc<T>* coefs, const T* x, long long rows, int n, long long stride,
                       int vec, const long long* target, long long ignore_index, const T* weight,
-                      double eps) {
+                      double eps, long long* bad_first, int* bad_flag) {
   using A = Acc<T>;
   using klab::Vec;
   constexpr int W = Vec<T>::N;
@@ -76,22 +77,26 @@ __global__ void __launch_bounds__(256, 3)
   st = klab::block_allreduce(st, klab::MergeOp{}, klab::maxsum_identity<A>(), red);
   if (smooth)
     sums = klab::block_allreduce(sums, klab::ce::SumsOp{}, klab::ce::Sums<A>{A(0), A(0)}, red_sums);
-  const A lse = st.m + log(st.s);
+  const A log_sum = log(st.s);
+  const A lse = st.m + log_sum;
 
   if (threadIdx.x == 0) {
     const A wt = ignored || bad ? A(0) : klab::ce::weight_at(weight, int(t), n);
-    A loss = (A(1) - A(eps)) * wt * (lse - xt);
+    A loss = (A(1) - A(eps)) * wt * ((st.m - xt) + log_sum);  // exact to ulp(lse - x_t)
     if (smooth) loss += A(eps) / A(n) * (lse * sums.w - sums.wx);
     if (ignored) loss = A(0);
-    if (bad) loss = A(CUDART_NAN);
+    if (bad) {
+      loss = A(CUDART_NAN);
+      klab::ce::flag_bad(bad_first, bad_flag, r, t);
+    }
     if (loss_none) loss_none[r] = klab::from_acc<T>(loss);
     if (loss_rows) loss_rows[r] = loss;
-    lse_out[r] = lse;
+    lse_out[r] = klab::ce::Lse<T>(st.m) + klab::ce::Lse<T>(log_sum);  // unrounded for fp32
     wt_out[r] = wt;
   }
-  if constexpr (FUSED)
-    klab::ce::grad_windows(dx + r * stride, row, threadIdx.x, nwin, n, h, vec, t, weight, lse,
-                           coefs + 3 * r);
+  if constexpr (FUSED)  // p = exp((x - max) - log(sum)) (2-byte rows: exp(x - lse))
+    klab::ce::grad_windows(dx + r * stride, row, threadIdx.x, nwin, n, h, vec, t, weight,
+                           sizeof(T) == 2 ? lse : st.m, log_sum, coefs + 3 * r);
 }
 
 // The reduced loss: sum of the rows' losses, divided by sum(w_t) when mean (0 / 0 = NaN when

@@ -9,6 +9,8 @@
 //   Launch: grid (M, ceil(windows / span)), span = 2048 windows. Bytes: M * C * sizeof(T) read
 //   + the same written. dx is contiguous; its rows share the logits' 16-byte phase (vec) or
 //   are written element-wise.
+// cross_entropy_scale<T>: the in-place mode's backward, dx *= g with g read on the device; a
+//   no-op (one load of g a thread) when g == 1. Grid-stride, 256 threads.
 // Accumulates in fp32 (fp64 for double).
 #include "cross_entropy_common.cuh"
 
@@ -18,8 +20,8 @@ using klab::ce::Acc;
 template <typename T>
 __global__ void __launch_bounds__(256)
     cross_entropy_bwd(T* dx, const T* x, long long rows, int n, long long stride, int vec,
-                      int span, const long long* target, const T* weight, const Acc<T>* lse,
-                      const Acc<T>* coefs) {
+                      int span, const long long* target, const T* weight,
+                      const klab::ce::Lse<T>* lse, const Acc<T>* coefs) {
   using A = Acc<T>;
   constexpr int W = klab::Vec<T>::N;
   const long long r = blockIdx.x;
@@ -28,16 +30,19 @@ __global__ void __launch_bounds__(256)
   const int h = klab::row_head(row, vec);
   const int nwin = (n + h + W - 1) / W;
   const long long t = target[r];
+  const klab::ce::Lse<T> l = lse[r];
+  const A hi = A(l), lo = A(l - klab::ce::Lse<T>(hi));  // hi + lo = lse
   klab::ce::grad_windows(out, row, blockIdx.y * span + threadIdx.x, min(nwin, int(blockIdx.y + 1) * span),
-                         n, h, vec, t, weight, lse[r], coefs + 3 * r);
+                         n, h, vec, t, weight, hi, lo, coefs + 3 * r);
 }
 
 // Per row (A, B, D) into coefs[3 r .. 3 r + 2] for an upstream gradient `grad` (one value, or
-// one per row when grad_per_row), divided by the denominator sum(w_t) when mean.
+// one per row when grad_per_row; in the loss's dtype T, as autograd hands it: no cast kernel),
+// divided by the denominator sum(w_t) when mean.
 template <typename T>
 __global__ void __launch_bounds__(1024)
     cross_entropy_coefs(Acc<T>* coefs, const long long* target, long long rows, int n,
-                        long long ignore_index, const T* weight, double eps, const Acc<T>* grad,
+                        long long ignore_index, const T* weight, double eps, const T* grad,
                         int grad_per_row, int mean) {
   using A = Acc<T>;
   __shared__ A red[32];
@@ -59,7 +64,7 @@ __global__ void __launch_bounds__(1024)
   }
   for (long long r = threadIdx.x; r < rows; r += blockDim.x) {
     const long long t = target[r];
-    A s = grad[grad_per_row ? r : 0];
+    A s = klab::to_acc(grad[grad_per_row ? r : 0]);
     if (mean) s /= den;
     A a = A(0), b = A(0), d = A(0);
     if (t != ignore_index) {
@@ -78,3 +83,20 @@ __global__ void __launch_bounds__(1024)
   }
 }
 
+
+// The in-place mode's backward: dx *= g for one upstream gradient g read on the device (no host
+// sync). Every thread reads g first and returns when it is 1 (loss.backward()): no pass over dx
+// then. Else a grid-stride loop over the rows x n elements of dx (row stride `stride`).
+template <typename T>
+__global__ void __launch_bounds__(256)
+    cross_entropy_scale(T* dx, long long rows, int n, long long stride, const T* g) {
+  using A = Acc<T>;
+  const A s = klab::to_acc(g[0]);
+  if (s == A(1)) return;
+  const long long count = rows * n;
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < count;
+       i += (long long)gridDim.x * blockDim.x) {
+    const long long r = i / n, j = i - r * n;
+    dx[r * stride + j] = klab::from_acc<T>(klab::to_acc(dx[r * stride + j]) * s);
+  }
+}

@@ -32,7 +32,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
-from . import dispatch, plans, registry
+from . import deferred, dispatch, plans, registry
 from .dispatch import AUTO
 
 _SCHEMA_TYPES = {bool: "bool", int: "int", float: "float", str: "str"}
@@ -204,7 +204,9 @@ def eager_fast_path(*tensors: torch.Tensor) -> bool:
 def call(name: str, tensors: tuple, kw: dict, variant: str | None = None,
          backward_variant: str | None = None) -> Any:
     """Run op ``name`` as a drop-in: its plan for this call signature when nothing watches
-    (:mod:`kernel_lab.plans`), else its custom op."""
+    (:mod:`kernel_lab.plans`), else its custom op. A bad class index an earlier kernel flagged
+    raises first (:mod:`kernel_lab.deferred`)."""
+    deferred.raise_pending()
     x = tensors[0]
     if (variant in _AUTOS and backward_variant in _AUTOS and type(x) is torch.Tensor):
         native = _natives.get(name, _UNSEEN)

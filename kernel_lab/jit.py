@@ -48,6 +48,8 @@ _ERROR_RE = re.compile(r"^(.*?\(\d+\)): (?:catastrophic )?error.*$", re.MULTILIN
 BASE_OPTIONS = ("-std=c++17", "-ftz=true")  # fp32 tolerances allow for flushed denormals
 # Seconds between two re-stats of a module's files on the call path (env: milliseconds).
 RELOAD_CHECK_S = float(os.environ.get("KERNEL_LAB_RELOAD_CHECK_MS", "1")) / 1000
+# The clock that interval is measured on (tests put a fake one here)
+clock = time.monotonic
 
 
 def cuda_src_dir() -> Path:
@@ -370,7 +372,7 @@ class CudaModule:
         With ``fallback=True`` a failing edit returns the last good build instead of raising.
         Files are re-checked when the last check is over ``RELOAD_CHECK_S`` old (see top).
         """
-        now = time.monotonic()
+        now = clock()
         if now - self._checked_at >= RELOAD_CHECK_S or not self._key:
             self._checked_at = now  # before the stat: a save during it is caught next time
             key = self.source_key()

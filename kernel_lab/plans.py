@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from . import dispatch, interop, registry
+from . import deferred, dispatch, interop, registry
 from .dispatch import AUTO
 
 MAX_PLANS = 4096  # signatures kept before the cache starts over (shape-polymorphic callers)
@@ -227,8 +227,10 @@ def run(name: str, *inputs: Any, **kw: Any) -> Any:
 
     Inputs are torch tensors or any DLPack producer (a CuPy array comes back as a CuPy array,
     zero-copy both ways). Input checks happen before anything is launched, once per call
-    signature (:func:`for_variant`).
+    signature (:func:`for_variant`). A bad class index an earlier kernel flagged raises first
+    (:mod:`kernel_lab.deferred`).
     """
+    deferred.raise_pending()
     if len(inputs) == 1 and type(inputs[0]) is torch.Tensor:  # per-call hot path
         tensors, back = inputs, None
     else:

@@ -144,14 +144,18 @@ def fake_device(monkeypatch, tmp_path):
 
 
 def test_function_rechecks_files_at_most_once_per_interval(tmp_path, monkeypatch, fake_device):
+    """On a fake clock: a loaded machine's scheduling cannot stretch the interval."""
+    now = [1000.0]
+    monkeypatch.setattr(jit, "clock", lambda: now[0])
     d = _toy_folder(tmp_path)
     mod = jit.CudaModule(d / "toy.cu", ["toy<float>"], include_dirs=[CUDA_SRC])
     monkeypatch.setattr(jit, "RELOAD_CHECK_S", 0.5)
     first = mod.function("toy<float>", 0)
     (d / "toy.cu").write_text(TOY_KERNEL + "// an edit that changes the size\n")
+    now[0] += 0.499
     assert mod.function("toy<float>", 0) is first  # within the interval: no stat, same build
     assert len(fake_device) == 1
-    time.sleep(0.5)
+    now[0] += 0.001
     assert mod.function("toy<float>", 0) is not first  # over the interval after the save
     assert len(fake_device) == 2
     with pytest.raises(KeyError, match="no name expression"):

@@ -20,6 +20,7 @@ import torch.distributed as dist
 from torch.autograd.function import once_differentiable
 
 from kernel_lab.errors import UnsupportedInputError
+from kernel_lab.inputs import acc_dtype
 from kernel_lab.ops.cross_entropy.op import check_kwargs
 
 from .comm import group_info, vocab_layout
@@ -32,7 +33,7 @@ from .cross_entropy import (
     merge_shards,
     shard_weight,
 )
-from .shard_math import acc_dtype, row_chunks, shard_grad, shard_stats
+from .shard_math import row_chunks, shard_grad, shard_stats
 
 NAME = "vocab_parallel_linear_cross_entropy"
 

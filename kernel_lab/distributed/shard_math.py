@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import torch
 
+from kernel_lab.inputs import acc_dtype
+
 # Rows per chunk = this many elements / the shard's width (fp32 temporaries: 256 MiB).
 ROW_CHUNK_ELEMENTS = 1 << 26
 
 
-def acc_dtype(dtype: torch.dtype) -> torch.dtype:
-    """The accumulator: float64 for float64 logits, float32 otherwise."""
-    return torch.float64 if dtype == torch.float64 else torch.float32
 
 
 def row_chunks(rows: int, width: int, chunk_rows: int | None = None) -> list[tuple[int, int]]:

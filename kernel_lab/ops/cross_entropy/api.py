@@ -1,39 +1,48 @@
 """``kernel_lab.cross_entropy`` and ``kernel_lab.CrossEntropyLoss``: drop-ins for
-``F.cross_entropy`` and ``torch.nn.CrossEntropyLoss`` over (rows, classes) logits,
-differentiable and compilable (``torch.ops.kernel_lab.cross_entropy``)."""
+``F.cross_entropy`` and ``torch.nn.CrossEntropyLoss``, differentiable (twice) and compilable
+(``torch.ops.kernel_lab.cross_entropy``), with no host synchronization in a training step."""
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
-from kernel_lab import custom_ops, dispatch, registry
+from kernel_lab import custom_ops, deferred, dispatch, registry
 
-from .op import check_kwargs, check_targets
+from .op import check_kwargs, check_targets, deferred_targets
 
 cross_entropy_op = custom_ops.define("cross_entropy")
 
 
+VALIDATE = ("async", "sync")
+
+
 class _Fused(torch.autograd.Function):
     """The memory-saving mode: the forward kernel writes the gradient (for a unit upstream
-    gradient) over the logits; the backward scales it in place when the upstream gradient is
-    not 1 (one host sync to find out) and hands the logits' buffer back as dlogits."""
+    gradient) over the logits; the backward scales it in place on the device (a kernel that
+    reads the upstream gradient and does nothing when it is 1: no host sync) and hands the
+    logits' buffer back as dlogits."""
 
     @staticmethod
     def forward(ctx, logits, target, weight, ignore_index, reduction, eps):
         from .cuda_variants import fused_forward
 
-        check_targets(logits, target, ignore_index)
         loss, _, dx = fused_forward(logits, target, weight, ignore_index, reduction, eps)
         ctx.dx, ctx.none = dx, reduction == "none"
         return loss
 
     @staticmethod
     def backward(ctx, g):
+        from .cuda_variants import scale
+
+        if torch.is_grad_enabled():
+            raise RuntimeError("kernel_lab.cross_entropy(inplace_backward=True) has no double "
+                               "backward (create_graph=True): call it without inplace_backward")
         dx, ctx.dx = ctx.dx, None
         if ctx.none:
             dx.mul_(g.to(dx.dtype)[:, None])
-        elif bool(g != 1):
-            dx.mul_(g.to(dx.dtype))
+        else:
+            scale(dx, g)
         # a new tensor over the buffer: autograd may keep it as a leaf's .grad without a copy
         return dx.detach(), None, None, None, None, None
 
@@ -53,61 +62,115 @@ def _cuda_variant():
     return registry.get("cuda_cross_entropy")
 
 
+def _as_rows(logits: torch.Tensor, target: torch.Tensor):
+    """(rows, classes) logits and one target a row from F.cross_entropy's shapes: (C,) with a
+    0-d target; (N, C); (N, C, d1, ...) with (N, d1, ...) (class dim 1: moved last, a view when
+    the layout allows (channels-last), else a copy). None when they do not fit."""
+    if logits.dim() == 1 and target.dim() == 0:
+        return logits[None], target.reshape(1)
+    if logits.dim() == 2 and target.dim() == 1:
+        return logits, target
+    if logits.dim() > 2 and target.shape == logits.shape[:1] + logits.shape[2:]:
+        c = logits.shape[1]
+        return logits.movedim(1, -1).reshape(-1, c), target.reshape(-1)
+    return None
+
+
 def cross_entropy(logits: torch.Tensor, target: torch.Tensor,
                   weight: torch.Tensor | None = None, ignore_index: int = -100,
                   reduction: str = "mean", label_smoothing: float = 0.0,
                   variant: str | None = None, *,
                   backward_variant: str | None = None,
-                  inplace_backward: bool = False) -> torch.Tensor:
+                  inplace_backward: bool = False, validate: str = "async") -> torch.Tensor:
     """``F.cross_entropy(logits, target, weight, ignore_index=, reduction=, label_smoothing=)``
-    computed by a lab variant, for logits of shape (rows, classes) (or (classes,) with a 0-d
-    target) and class-index targets. Accumulates in fp32; returns the loss in the logits' dtype.
+    computed by a lab variant. Accumulates in fp32; returns the loss in the logits' dtype.
+
+    Shapes, as F.cross_entropy: logits (N, C) with class-index targets (N,); (C,) with a 0-d
+    target; (N, C, d1, ...) with targets (N, d1, ...) - the class dim is moved last, a view
+    when the layout allows (channels-last), else a copy of the logits. Class-probability
+    targets (a float tensor shaped like the logits) run PyTorch's own F.cross_entropy (no lab
+    kernel yet; ``variant`` is then ignored).
 
     ``variant``: a ``cross_entropy`` variant name, or None / ``"auto"`` for the best one for the
     logits (PyTorch's own off CUDA); ``backward_variant``: the same for
-    ``cross_entropy_backward``. A target outside [0, classes) that is not ``ignore_index``
-    raises before anything runs: one host sync per call (measured on an H200 at 2^28 logits: a
-    third of an fp32 step's time in a tight loop). Inside ``kernel_lab.registry.trusted_inputs()``
-    it is skipped; the CUDA and Triton kernels then give such a row a NaN loss, never a fault.
+    ``cross_entropy_backward``.
+
+    ``validate``, for a class index outside [0, C) that is not ``ignore_index``:
+
+    * ``"async"`` (default): no host synchronization. The CUDA and Triton kernels give that
+      row a NaN loss (and gradient) and flag it; the next ``kernel_lab`` cross-entropy call
+      after the kernel has run raises UnsupportedInputError naming the first bad index
+      (``kernel_lab.deferred``; CUDA-graph replays flag too). The PyTorch
+      variants (CPU, or asked for by name) still check before they run.
+    * ``"sync"``: checked before anything runs, one host sync per call (measured on an H200 at
+      2^28 logits: a third of an fp32 step's time in a tight loop); the error is raised by the
+      call itself. For debugging.
+
+    Inside ``kernel_lab.registry.trusted_inputs()`` nothing is checked before the launch.
 
     ``inplace_backward=True`` saves the memory of the gradient: the forward kernel writes
     dlogits over the logits (their values are gone after the call) and the backward returns
-    that buffer. It applies to eager CUDA logits that require grad; elsewhere (CPU, under
-    ``torch.compile``, another variant) the call runs as without it.
+    that buffer, scaled on the device by the upstream gradient. It applies to eager CUDA logits
+    that require grad; elsewhere (CPU, under ``torch.compile``, another variant) the call runs
+    as without it. It has no double backward.
     """
     check_kwargs(ignore_index, reduction, label_smoothing)
-    if not isinstance(logits, torch.Tensor) or logits.dim() not in (1, 2):
-        shape = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits)
-        raise ValueError(f"kernel_lab.cross_entropy takes logits of shape (rows, classes) or "
-                         f"(classes,), got {shape}; move the class dim last and flatten the rest")
-    if logits.dim() == 1:
-        loss = cross_entropy(logits[None], target.reshape(1), weight, ignore_index, reduction,
-                             label_smoothing, variant, backward_variant=backward_variant,
-                             inplace_backward=inplace_backward)
-        return loss[0] if reduction == "none" else loss
+    if validate not in VALIDATE:
+        raise ValueError(f"validate must be one of {VALIDATE}, got {validate!r}")
+    if not torch.compiler.is_compiling():
+        deferred.raise_pending()
+    if not isinstance(logits, torch.Tensor) or not isinstance(target, torch.Tensor):
+        raise ValueError(f"kernel_lab.cross_entropy takes tensors, got {type(logits).__name__} "
+                         f"and {type(target).__name__}")
+    if target.is_floating_point() and target.shape == logits.shape:  # class probabilities
+        return F.cross_entropy(logits, target, weight, reduction=reduction,
+                               label_smoothing=label_smoothing)
+    rows = _as_rows(logits, target)
+    if rows is None:
+        raise ValueError(f"kernel_lab.cross_entropy takes logits (N, C), (C,) or (N, C, d1, ...) "
+                         f"with targets (N,), () or (N, d1, ...), got {tuple(logits.shape)} and "
+                         f"{tuple(target.shape)}")
+    x, t = rows
+    loss = _rows_loss(x, t, weight, ignore_index, reduction, float(label_smoothing), variant,
+                      backward_variant, inplace_backward, validate)
+    if reduction == "none":
+        return loss.reshape(target.shape)
+    return loss
+
+
+def _rows_loss(logits, target, weight, ignore_index, reduction, eps, variant, backward_variant,
+               inplace_backward, validate):
     if inplace_backward and _fused_applies(logits, target, weight, variant, backward_variant):
-        return _Fused.apply(logits, target, weight, ignore_index, reduction,
-                            float(label_smoothing))
-    kw = {"ignore_index": ignore_index, "reduction": reduction,
-          "label_smoothing": float(label_smoothing)}
+        if validate == "sync" or logits.shape[1] == 0:  # C = 0: no kernel runs to flag
+            check_targets(logits, target, ignore_index)
+        with deferred_targets():
+            return _Fused.apply(logits, target, weight, ignore_index, reduction, eps)
+    kw = {"ignore_index": ignore_index, "reduction": reduction, "label_smoothing": eps}
     if torch.compiler.is_compiling():  # the variants check inside the compiled graph
         return custom_ops.call("cross_entropy", (logits, target, weight), kw, variant,
                                backward_variant)[0]
-    check_targets(logits, target, ignore_index)  # once: the variant then trusts them
-    with registry.trusted_inputs():
+    if validate == "sync":
+        check_targets(logits, target, ignore_index)  # once: the variant then trusts them
+        with registry.trusted_inputs():
+            return custom_ops.call("cross_entropy", (logits, target, weight), kw, variant,
+                                   backward_variant)[0]
+    with deferred_targets():
         return custom_ops.call("cross_entropy", (logits, target, weight), kw, variant,
                                backward_variant)[0]
 
 
 class CrossEntropyLoss(torch.nn.Module):
-    """``torch.nn.CrossEntropyLoss`` run by a lab variant (class-index targets)."""
+    """``torch.nn.CrossEntropyLoss`` run by a lab variant (:func:`cross_entropy`'s arguments)."""
 
     def __init__(self, weight: torch.Tensor | None = None, ignore_index: int = -100,
                  reduction: str = "mean", label_smoothing: float = 0.0,
                  variant: str | None = None, backward_variant: str | None = None,
-                 inplace_backward: bool = False) -> None:
+                 inplace_backward: bool = False, validate: str = "async") -> None:
         super().__init__()
         check_kwargs(ignore_index, reduction, label_smoothing)
+        if validate not in VALIDATE:
+            raise ValueError(f"validate must be one of {VALIDATE}, got {validate!r}")
+        self.validate = validate
         self.register_buffer("weight", weight)
         self.ignore_index, self.reduction = ignore_index, reduction
         self.label_smoothing = label_smoothing
@@ -118,7 +181,7 @@ class CrossEntropyLoss(torch.nn.Module):
         return cross_entropy(logits, target, self.weight, self.ignore_index, self.reduction,
                              self.label_smoothing, self.variant,
                              backward_variant=self.backward_variant,
-                             inplace_backward=self.inplace_backward)
+                             inplace_backward=self.inplace_backward, validate=self.validate)
 
     def extra_repr(self) -> str:
         return (f"ignore_index={self.ignore_index}, reduction={self.reduction!r}, "

@@ -6,19 +6,22 @@ block kernel reduces the loss ("mean", "sum"). ``cuda_cross_entropy_backward``: 
 turns the upstream gradient into three coefficients per row, then one read of the logits and
 one write of dlogits. :func:`fused_forward` is the memory-saving mode of
 ``kernel_lab.cross_entropy(..., inplace_backward=True)``: the forward kernel also writes the
-gradient for a unit upstream gradient, into the logits' own buffer.
+gradient for a unit upstream gradient, into the logits' own buffer; :func:`scale` is its
+backward (``cross_entropy_scale``: the upstream gradient read on the device). The forward
+kernel flags a bad target in its device's flag words (:mod:`.deferred`).
 """
 
 from __future__ import annotations
 
 import torch
 
-from kernel_lab.cuda_common import ALL_DTYPES, ctype, cuda_source, device_index, next_pow2
+from kernel_lab import deferred
+from kernel_lab.cuda_common import ALL_DTYPES, cdiv, ctype, cuda_source, device_index, next_pow2
+from kernel_lab.inputs import acc_dtype
 from kernel_lab.interop import launch
 from kernel_lab.registry import register
 
-from .op import check_kwargs
-from .torch_variants import _checked
+from .op import check_call, check_kwargs, lse_dtype
 
 _T = [ctype(dt) for dt in ALL_DTYPES]
 FORWARD = cuda_source(
@@ -27,16 +30,17 @@ FORWARD = cuda_source(
     + [f"cross_entropy_reduce<{t}>" for t in _T],
 )
 BACKWARD = cuda_source("cuda_cross_entropy_backward.cu",
-                       [f"cross_entropy_{k}<{t}>" for k in ("bwd", "coefs") for t in _T])
-FWD_SIG = "QQQQQQQqi4xqi4xQqQd"
+                       [f"cross_entropy_{k}<{t}>" for k in ("bwd", "coefs", "scale")
+                        for t in _T])
+FWD_SIG = "QQQQQQQqi4xqi4xQqQdQQ"
+SCALE_SIG = "Qqi4xqQ"
+SCALE_BLOCKS = 1024  # x 256 threads: the grid-stride loop of the in-place mode's g != 1
 BWD_SIG = "QQqi4xqi4xi4xQQQQ"
 COEFS_SIG = "QQqi4xqQdQi4xi4x"
 REDUCE_SIG = "QQQqi4x"
 BWD_THREADS, BWD_WINDOWS_PER_THREAD = 256, 8
 
 
-def acc_dtype(dtype: torch.dtype) -> torch.dtype:
-    return torch.float64 if dtype == torch.float64 else torch.float32
 
 
 def _windows(n: int, dtype: torch.dtype) -> int:
@@ -49,7 +53,7 @@ def forward_threads(n: int, dtype: torch.dtype) -> int:
     """Threads of the row's block: 128 for long rows (6 blocks an SM, 4 + 4 windows in flight a
     thread; H200, bf16 8388 x 32000: 3,619 GB/s against 3,530 with 256 and 3,555 with 64),
     fewer so that short rows give each thread >= 8 windows."""
-    return min(128, max(32, next_pow2(-(-_windows(n, dtype) // 8))))
+    return min(128, max(32, next_pow2(cdiv(_windows(n, dtype), 8))))
 
 
 def _launch(src, expr: str, grid, block: int, args: tuple, sig: str, dev: int) -> None:
@@ -72,10 +76,12 @@ def _prepare(logits, target, weight):
 
 def coefficients(target, weight, grad, n: int, ignore_index: int, reduction: str,
                  eps: float, dtype: torch.dtype) -> torch.Tensor:
-    """(M, 3) per-row (A, B, D) of the gradient (cuda_src/cross_entropy_common.cuh)."""
+    """(M, 3) per-row (A, B, D) of the gradient (cuda_src/cross_entropy_common.cuh); ``grad``
+    0-d (one value for every row) or one a row, read in the logits' dtype (autograd's own:
+    no copy)."""
     m, dev = target.shape[0], device_index(target)
     coefs = torch.empty((m, 3), dtype=acc_dtype(dtype), device=target.device)
-    g = grad.to(acc_dtype(dtype)).contiguous()
+    g = grad.to(dtype).contiguous()
     _launch(BACKWARD, f"cross_entropy_coefs<{ctype(dtype)}>", (1,), 1024,
             (coefs.data_ptr(), target.data_ptr(), m, n, ignore_index, _ptr(weight), eps,
              g.data_ptr(), int(g.dim() > 0), int(reduction == "mean")), COEFS_SIG, dev)
@@ -88,7 +94,7 @@ def forward(logits, target, weight, ignore_index: int, reduction: str, eps: floa
     ``coefs``, also the gradient into dx."""
     m, n = logits.shape
     acc = acc_dtype(logits.dtype)
-    lse = torch.empty(m, dtype=acc, device=logits.device)
+    lse = torch.empty(m, dtype=lse_dtype(logits.dtype), device=logits.device)
     if m == 0 or n == 0:  # every row is ignored (the target check): loss 0
         zeros = logits.new_zeros(m)
         lse.fill_(float("-inf"))
@@ -101,10 +107,12 @@ def forward(logits, target, weight, ignore_index: int, reduction: str, eps: floa
     loss_none = logits.new_empty(m) if none else None
     loss_rows = None if none else torch.empty(m, dtype=acc, device=logits.device)
     expr = f"cross_entropy_fwd<{ctype(logits.dtype)}, {'false' if dx is None else 'true'}>"
+    flags = deferred.flags_or_none(logits.device)
     _launch(FORWARD, expr, (m,), forward_threads(n, logits.dtype),
             (_ptr(loss_none), _ptr(loss_rows), lse.data_ptr(), wt.data_ptr(), _ptr(dx),
              _ptr(coefs), logits.data_ptr(), m, n, logits.stride(0), 1, target.data_ptr(),
-             ignore_index, _ptr(weight), eps), FWD_SIG, dev)
+             ignore_index, _ptr(weight), eps, flags.first_ptr if flags else 0,
+             flags.raised_ptr if flags else 0), FWD_SIG, dev)
     if none:
         return loss_none, lse
     loss = logits.new_empty(())
@@ -119,7 +127,7 @@ def forward(logits, target, weight, ignore_index: int, reduction: str, eps: floa
           "a one-block reduction", source="cuda_src/cuda_cross_entropy.cu")
 def cuda_cross_entropy(logits, target, weight=None, ignore_index=-100, reduction="mean",
                        label_smoothing=0.0):
-    _checked(logits, target, ignore_index, reduction, label_smoothing)
+    check_call(logits, target, ignore_index, reduction, label_smoothing, deferrable=True)
     x, t, w = _prepare(logits, target, weight)
     return forward(x, t, w, ignore_index, reduction, float(label_smoothing))
 
@@ -130,7 +138,7 @@ def backward(logits, target, weight, lse, coefs, out=None) -> torch.Tensor:
     dx = torch.empty((m, n), dtype=logits.dtype, device=logits.device) if out is None else out
     if m == 0 or n == 0:
         return dx.zero_()
-    spans = -(-_windows(n, logits.dtype) // (BWD_THREADS * BWD_WINDOWS_PER_THREAD))
+    spans = cdiv(_windows(n, logits.dtype), BWD_THREADS * BWD_WINDOWS_PER_THREAD)
     # one phase for input and output rows: 16-byte windows for both, else element-wise
     es = logits.element_size()
     vec = int((logits.data_ptr() - dx.data_ptr()) % 16 == 0
@@ -153,30 +161,55 @@ def cuda_cross_entropy_backward(logits, target, weight, lse, grad, ignore_index=
     n = x.shape[1]
     coefs = coefficients(t, w, grad, n, ignore_index, reduction, float(label_smoothing),
                          x.dtype)
-    return backward(x, t, w, lse.to(acc_dtype(x.dtype)), coefs)
+    return backward(x, t, w, lse.to(lse_dtype(x.dtype)), coefs)
+
+
+_ONES: dict[tuple, torch.Tensor] = {}
+
+
+def _one(device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """A 0-d 1 kept per (device, dtype): no fill kernel per call (read only). Not kept when
+    made during a CUDA-graph capture (the graph's pool owns that memory)."""
+    one = _ONES.get((device, dtype))
+    if one is None:
+        one = torch.ones((), dtype=dtype, device=device)
+        if not torch.cuda.is_current_stream_capturing():
+            _ONES[(device, dtype)] = one
+    return one
 
 
 def fused_forward(logits, target, weight, ignore_index: int, reduction: str, eps: float):
     """(loss, lse), and the gradient of the loss for a unit upstream gradient written over the
     logits (their buffer, when its columns are contiguous). Returns (loss, lse, dlogits)."""
     x, t, w = _prepare(logits, target, weight)
-    g = torch.ones((), dtype=acc_dtype(x.dtype), device=x.device)
-    if reduction == "none":
-        g = g.expand(x.shape[0])
-    coefs = coefficients(t, w, g, x.shape[1], ignore_index, reduction, eps, x.dtype)
+    coefs = coefficients(t, w, _one(x.device, x.dtype), x.shape[1], ignore_index, reduction,
+                         eps, x.dtype)  # 0-d: every row's upstream gradient is 1
     loss, lse = forward(x, t, w, ignore_index, reduction, eps, dx=x, coefs=coefs)
     return loss, lse, x
 
 
+def scale(dx: torch.Tensor, g: torch.Tensor) -> None:
+    """dx *= g (one value, read on the device; nothing happens to dx when it is 1): the
+    in-place mode's backward without a host sync. dx: unit column stride."""
+    m, n = dx.shape
+    if m == 0 or n == 0:
+        return
+    g = g.to(dx.dtype).contiguous()  # no copy for the loss's own dtype
+    blocks = min(SCALE_BLOCKS, cdiv(m * n, 256))
+    _launch(BACKWARD, f"cross_entropy_scale<{ctype(dx.dtype)}>", (blocks,), 256,
+            (dx.data_ptr(), m, n, dx.stride(0), g.data_ptr()), SCALE_SIG, device_index(dx))
+
+
 def launch_shape(n: int, dtype: torch.dtype) -> str:
     """What the forward launches for contiguous rows of n (``python -m kernel_lab picks``)."""
+
     return (f"cross_entropy_fwd<{ctype(dtype)}, false>: one block of "
             f"{forward_threads(n, dtype)} threads a row, then cross_entropy_reduce (1 block)")
 
 
 def backward_launch_shape(n: int, dtype: torch.dtype) -> str:
     """What the backward launches for contiguous rows of n (``python -m kernel_lab picks``)."""
-    spans = -(-_windows(n, dtype) // (BWD_THREADS * BWD_WINDOWS_PER_THREAD))
+    spans = cdiv(_windows(n, dtype), BWD_THREADS * BWD_WINDOWS_PER_THREAD)
     return (f"cross_entropy_coefs<{ctype(dtype)}> (1 block), then cross_entropy_bwd<"
             f"{ctype(dtype)}>: {spans} block(s) of {BWD_THREADS} threads a row")
 

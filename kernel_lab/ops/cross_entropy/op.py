@@ -16,22 +16,27 @@ and s_i the upstream gradient of row i (grad, or grad / the mean's denominator; 
 
     dx_j = s_i * ((1 - eps) * w_t * (p_j - [j == t]) + eps / C * (sum(w) * p_j - w_j))
 
-lse is kept in fp32 (fp64 for fp64 logits), so a gradient computed from it is exact up to
-fp32 rounding of x - lse: past |lse| ~ 1e7 the log(sum) term is lost to rounding, and a row with
-k tied maxima there gets p = 1 at each instead of 1 / k (PyTorch's backward, from log-softmax
-values, keeps it). The edge cases' huge rows have one max each.
+lse is kept in float64 for fp32 and fp64 logits (float32 for 2-byte ones), summed from the row's
+max and log(sum) without rounding; the backward splits it into an fp32 pair (hi, lo) and takes
+p = exp((x - hi) - lo), so x - lse is exact to the rounding of the difference, not of |lse|: the
+fp32 gradient is as exact as PyTorch's (from (x - max) - log(sum)) at any logit magnitude.
 
-Targets outside [0, C) that are not ``ignore_index`` are refused before launch
-(:func:`check_targets`, one host sync: by the drop-in once per forward, by every forward variant
-run by name). The CUDA and Triton kernels never read outside a row for such a target: they give
-it a NaN loss and gradient (what a CUDA-graph replay, which cannot raise, returns); so their
-backward variants do not check.
+Targets outside [0, C) that are not ``ignore_index``: the CUDA and Triton kernels never read
+outside a row for such a target; they give it a NaN loss and gradient and flag it
+(:mod:`.deferred`), and the next call raises - how the drop-in runs by default, with no host
+sync (:func:`deferred_targets`). Every forward variant run by name, the PyTorch and peer
+variants always, and the drop-in with ``validate="sync"`` refuse them before launch instead
+(:func:`check_targets`, one host sync). The backward variants do not check.
 """
 
 from __future__ import annotations
 
+import contextlib
+import threading
+
 import torch
 
+from kernel_lab import deferred
 from kernel_lab.errors import UnsupportedInputError
 from kernel_lab.inputs import ALL_DTYPES, FLOAT_DTYPES, randn
 from kernel_lab.reference import Tolerance
@@ -39,7 +44,8 @@ from kernel_lab.registry import Autograd, Input, Op, Output, inputs_trusted, reg
 
 from .auto import CROSS_ENTROPY_AUTO, CROSS_ENTROPY_BACKWARD_AUTO
 
-__all__ = ["ALL_DTYPES", "FLOAT_DTYPES", "KWARGS", "REDUCTIONS", "check_targets"]
+__all__ = ["ALL_DTYPES", "FLOAT_DTYPES", "KWARGS", "REDUCTIONS", "check_targets",
+           "deferred_targets"]
 
 REDUCTIONS = ("mean", "sum", "none")
 KWARGS = {"ignore_index": -100, "reduction": "mean", "label_smoothing": 0.0}
@@ -62,8 +68,31 @@ GRAD_TOLERANCES: dict[torch.dtype, Tolerance] = {
 
 
 def lse_dtype(dtype: torch.dtype) -> torch.dtype:
-    """lse is kept in the accumulator's dtype: float32, float64 for float64 logits."""
-    return torch.float64 if dtype == torch.float64 else torch.float32
+    """lse's dtype: float64 for fp32 and fp64 logits (module docstring), float32 for 2-byte
+    ones (their gradient's rounding dominates)."""
+    return torch.float64 if dtype in (torch.float32, torch.float64) else torch.float32
+
+
+def row_lse(x: torch.Tensor) -> torch.Tensor:
+    """Per row of fp32 / fp64 / fp16 / bf16 ``x``: max + log(sum(exp(x - max))) in fp32 (fp64
+    for fp64), the sum taken in ``lse_dtype`` so that it is not rounded to fp32 (-inf for a row
+    of -inf or no classes, +inf for +inf, NaN for NaN, as torch.logsumexp)."""
+    acc = torch.float64 if x.dtype == torch.float64 else torch.float32
+    out = lse_dtype(x.dtype)
+    x = x.to(acc)
+    if x.shape[1] == 0:
+        return torch.full(x.shape[:1], float("-inf"), dtype=out, device=x.device)
+    m = x.amax(1)
+    ms = torch.where(torch.isinf(m), 0.0, m)  # never inf - inf
+    log_sum = torch.log(torch.exp(x - ms[:, None]).sum(1))
+    return ms.to(out) + log_sum.to(out)
+
+
+def split_lse(lse: torch.Tensor, acc: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """(hi, lo) in ``acc`` with hi + lo = lse (lo = 0 when lse is already ``acc``): the
+    backward's p = exp((x - hi) - lo)."""
+    hi = lse.to(acc)
+    return hi, (lse - hi.to(lse.dtype)).to(acc)
 
 
 def check_kwargs(ignore_index: int, reduction: str, label_smoothing: float) -> None:
@@ -74,12 +103,31 @@ def check_kwargs(ignore_index: int, reduction: str, label_smoothing: float) -> N
         raise ValueError(f"label_smoothing must be between 0.0 and 1.0. Got: {label_smoothing}")
 
 
-def check_targets(logits: torch.Tensor, target: torch.Tensor, ignore_index: int) -> None:
+_deferring = threading.local()
+
+
+@contextlib.contextmanager
+def deferred_targets():
+    """Inside, the variants whose kernels flag a bad target (:mod:`.deferred`: the CUDA and
+    Triton forwards) skip the synchronizing check; the others still check. What the drop-in
+    does by default (``validate="async"``)."""
+    before = getattr(_deferring, "on", False)
+    _deferring.on = True
+    try:
+        yield
+    finally:
+        _deferring.on = before
+
+
+def check_targets(logits: torch.Tensor, target: torch.Tensor, ignore_index: int,
+                  deferrable: bool = False) -> None:
     """Raise UnsupportedInputError for a target outside [0, C) that is not ignore_index: one
-    host sync. Skipped while a CUDA graph is captured (the kernels then give that row NaN) and
+    host sync. Skipped while a CUDA graph is captured (the kernels then give that row NaN),
     inside ``registry.trusted_inputs()`` (the drop-in checked them; the benchmark made them),
+    for a ``deferrable`` caller (a kernel that flags bad rows) inside :func:`deferred_targets`,
     and for targets the input contract refuses (not one integer per row, another device)."""
     if (not isinstance(target, torch.Tensor) or target.numel() == 0 or inputs_trusted()
+            or (deferrable and getattr(_deferring, "on", False))
             or target.dim() != 1 or target.device != logits.device
             or target.dtype.is_floating_point or target.dtype == torch.bool
             or (target.is_cuda and torch.cuda.is_current_stream_capturing())):
@@ -91,6 +139,17 @@ def check_targets(logits: torch.Tensor, target: torch.Tensor, ignore_index: int)
         raise UnsupportedInputError(
             f"target[{i}] = {int(target[i])} is out of range for {c} classes "
             f"(ignore_index = {ignore_index})")
+
+
+def check_call(logits, target, ignore_index, reduction, label_smoothing, deferrable=False):
+    """What every variant checks first: the keywords, a bad target a kernel flagged earlier
+    (:mod:`kernel_lab.deferred`), and the targets too unless ``deferrable`` (a kernel that flags
+    bad rows, given classes to run on: C = 0 launches nothing) and deferred
+    (:func:`deferred_targets`). Returns the targets as int64."""
+    check_kwargs(ignore_index, reduction, label_smoothing)
+    deferred.raise_pending()  # a bad target an earlier kernel flagged
+    check_targets(logits, target, ignore_index, deferrable and logits.shape[-1] > 0)
+    return target.long()
 
 
 def cross_entropy_reference(logits, target, weight=None, ignore_index=-100, reduction="mean",
@@ -185,6 +244,9 @@ def _edge_logits(dtype, device, generator):
     x[2, ::2], x[2, 1::2] = 30.0, -30.0  # wide spread
     x[3, 17] = 80.0 if dtype != torch.float16 else 11.0  # one dominant logit (the target's)
     x[4, :700] = float("-inf")  # a long -inf prefix
+    # |logits| in the hundreds: the fp32 gradient must not lose ulp(|lse|) (fp16: tens, or
+    # PyTorch's own fp16 smoothing sum overflows)
+    x[6] *= 100 if dtype != torch.float16 else 10
     return x
 
 
@@ -277,6 +339,27 @@ def cross_entropy_backward_edge_cases(dtype, device="cpu", generator=None) -> li
     return cases
 
 
+def cross_entropy_double_backward(saved, gg, kw):
+    """Gradients of the backward op's dlogits (the second derivative) by autograd through the
+    PyTorch formula, with lse recomputed from the logits: the saved lse is a function of them
+    (a non-differentiable output of the forward), so its path is taken here. None for the
+    target, the weights and lse."""
+    from .torch_variants import cross_entropy_backward_math
+
+    logits, target, weight, _lse, grad = saved
+    acc = lse_dtype(logits.dtype)
+    x = logits.detach().requires_grad_()
+    g = grad.detach().requires_grad_()
+    with torch.enable_grad():
+        if x.shape[1] == 0:
+            return None, None, None, None, None
+        dx = cross_entropy_backward_math(x, target, weight, torch.logsumexp(x.to(acc), 1), g,
+                                         kw["ignore_index"], kw["reduction"],
+                                         kw["label_smoothing"])
+        gx, gg_grad = torch.autograd.grad(dx, (x, g), gg.to(dx.dtype), allow_unused=True)
+    return gx, None, None, None, gg_grad
+
+
 def _save(inputs, out, kw):
     logits, target, weight = inputs
     return logits, target, weight, out[1]
@@ -327,5 +410,7 @@ CROSS_ENTROPY_BACKWARD = register_op(
                 Input("grad", role="free")),
         outputs=(Output("dlogits"),),
         auto=CROSS_ENTROPY_BACKWARD_AUTO,
+        autograd=Autograd(save=lambda inputs, dx, kw: inputs,
+                          formula=cross_entropy_double_backward),
     )
 )

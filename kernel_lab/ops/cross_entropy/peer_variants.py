@@ -18,7 +18,8 @@ QuACK (quack-kernels 0.6.5, ``quack/cross_entropy.py``):
 
 * Forward ``cross_entropy_fwd(x, target, weight=, ignore_index=, return_lse=True)`` returns the
   unreduced loss (fp32, 0 on ignored rows, times w_t) and the lse (fp32, every row): the lse is
-  QuACK's own. The reduction is done here as QuACK's ``cross_entropy()`` does it (``sum`` /
+  QuACK's own (widened to the op's fp64 for fp32 logits). The reduction is done here as
+  QuACK's ``cross_entropy()`` does it (``sum`` /
   ``sum / sum of w_t over kept rows``, a few O(rows) PyTorch ops), then cast to the logits'
   dtype. Backward ``cross_entropy_bwd(x, target, dloss, lse, weight=, ignore_index=)`` is a
   plain backward (dloss fp32 per row: the upstream gradient, divided by the mean's denominator,
@@ -66,10 +67,11 @@ import importlib
 
 import torch
 
+from kernel_lab.cuda_common import cdiv
 from kernel_lab.ops.softmax.peer_variants import QUACK_SMEM_BYTES, package_missing
 from kernel_lab.registry import register
 
-from .op import check_kwargs, check_targets
+from .op import check_kwargs, check_targets, lse_dtype
 
 SOURCE = "kernel_lab/ops/cross_entropy/peer_variants.py"
 PEER_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -157,7 +159,7 @@ def _quack_check(*inputs, ignore_index=-100, reduction="mean", label_smoothing=0
         n, es = x.shape[1], x.element_size()
         cluster = quack_cluster_n(n, es, major)
         smem = QUACK_SM12_SMEM_BYTES if major == 12 else QUACK_SMEM_BYTES
-        if -(-n // cluster) * es > smem:
+        if cdiv(n, cluster) * es > smem:
             return f"N={n}: row too long for a {cluster}-CTA cluster's smem"
     if not hasattr(importlib.import_module("quack.cross_entropy"), need):
         return f"this quack version has no quack.cross_entropy.{need}"
@@ -200,7 +202,7 @@ def peer_quack_cross_entropy(logits, target, weight=None, ignore_index=-100, red
     keep = wt = None
     if reduction == "mean":
         keep, _t, wt = _kept_weights(target, w, ignore_index)
-    return _reduce(loss_rows, keep, wt, reduction, logits.dtype), lse
+    return _reduce(loss_rows, keep, wt, reduction, logits.dtype), lse.to(lse_dtype(logits.dtype))
 
 
 peer_quack_cross_entropy.peer_missing = QUACK
@@ -320,7 +322,7 @@ def peer_liger_cross_entropy(logits, target, weight=None, ignore_index=-100, red
             rows = bad_lse.nonzero()[:, 0]
             lse[rows] = torch.logsumexp(x[rows].float(), 1)
     loss = torch.where(keep, loss, 0.0)
-    return _reduce(loss, keep, wt, reduction, logits.dtype), lse
+    return _reduce(loss, keep, wt, reduction, logits.dtype), lse.to(lse_dtype(logits.dtype))
 
 
 peer_liger_cross_entropy.peer_missing = LIGER

@@ -9,15 +9,9 @@ import torch.nn.functional as F
 from kernel_lab.compiling import CompiledPerSignature
 from kernel_lab.registry import register
 
-from .op import ALL_DTYPES, check_kwargs, check_targets, target_weights
+from .op import ALL_DTYPES, check_call, row_lse, split_lse, target_weights
 
 SOURCE = "kernel_lab/ops/cross_entropy/torch_variants.py"
-
-
-def _checked(logits, target, ignore_index, reduction, label_smoothing):
-    check_kwargs(ignore_index, reduction, label_smoothing)
-    check_targets(logits, target, ignore_index)
-    return target.long()
 
 
 @register("torch_cross_entropy", op="cross_entropy", backend="torch", dtypes=ALL_DTYPES,
@@ -25,15 +19,15 @@ def _checked(logits, target, ignore_index, reduction, label_smoothing):
           source=SOURCE)
 def torch_cross_entropy(logits, target, weight=None, ignore_index=-100, reduction="mean",
                         label_smoothing=0.0):
-    target = _checked(logits, target, ignore_index, reduction, label_smoothing)
-    lse = torch.logsumexp(logits.float() if logits.dtype != torch.float64 else logits, 1)
+    target = check_call(logits, target, ignore_index, reduction, label_smoothing)
+    lse = row_lse(logits)
     if logits.shape[1] == 0:  # PyTorch refuses C = 0 even with every row ignored
         loss = logits.new_zeros(logits.shape[0])
         loss = {"none": loss, "sum": loss.sum(), "mean": loss.sum() / 0.0}[reduction]
     else:
         loss = F.cross_entropy(logits, target, weight=weight, ignore_index=ignore_index,
                                reduction=reduction, label_smoothing=label_smoothing)
-    return loss, lse.float() if logits.dtype != torch.float64 else lse
+    return loss, lse
 
 
 def cross_entropy_math(logits, target, weight, ignore_index: int, reduction: str,
@@ -42,7 +36,8 @@ def cross_entropy_math(logits, target, weight, ignore_index: int, reduction: str
     reduction (the op module's formula)."""
     x = logits if logits.dtype == torch.float64 else logits.float()
     c = x.shape[1]
-    lse = torch.logsumexp(x, 1)
+    lse_out = row_lse(logits)
+    lse = lse_out.to(x.dtype)
     keep, t, wt = target_weights(target, weight, ignore_index, x.dtype)
     w = weight.to(x.dtype) if weight is not None else None
     loss = (1 - label_smoothing) * wt * (lse - x.gather(1, t[:, None])[:, 0])
@@ -57,7 +52,7 @@ def cross_entropy_math(logits, target, weight, ignore_index: int, reduction: str
         loss = loss.sum()
     elif reduction == "mean":
         loss = loss.sum() / torch.where(keep, wt, 0.0).sum()
-    return loss.to(logits.dtype), lse
+    return loss.to(logits.dtype), lse_out
 
 
 _compiled = CompiledPerSignature(cross_entropy_math)
@@ -68,7 +63,7 @@ _compiled = CompiledPerSignature(cross_entropy_math)
           source=SOURCE)
 def compile_cross_entropy(logits, target, weight=None, ignore_index=-100, reduction="mean",
                           label_smoothing=0.0):
-    target = _checked(logits, target, ignore_index, reduction, label_smoothing)
+    target = check_call(logits, target, ignore_index, reduction, label_smoothing)
     if logits.numel() == 0:  # nothing to compile: PyTorch's answer (every row ignored)
         return torch_cross_entropy(logits, target, weight, ignore_index, reduction,
                                    label_smoothing)
@@ -93,7 +88,8 @@ def cross_entropy_backward_math(logits, target, weight, lse, grad, ignore_index:
     x = logits.to(acc)
     c = x.shape[1]
     s, wt, t = row_scale(target, weight, grad, ignore_index, reduction, acc)
-    p = torch.exp(x - lse.to(acc)[:, None])
+    hi, lo = split_lse(lse, acc)
+    p = torch.exp((x - hi[:, None]) - lo[:, None])
     a = (1 - label_smoothing) * wt
     if label_smoothing:
         wsum = weight.to(acc).sum() if weight is not None else torch.tensor(float(c), dtype=acc)
@@ -110,7 +106,7 @@ def cross_entropy_backward_math(logits, target, weight, lse, grad, ignore_index:
           source=SOURCE)
 def torch_cross_entropy_backward(logits, target, weight, lse, grad, ignore_index=-100,
                                  reduction="mean", label_smoothing=0.0):
-    target = _checked(logits, target, ignore_index, reduction, label_smoothing)
+    target = check_call(logits, target, ignore_index, reduction, label_smoothing)
     if logits.numel() == 0:
         return torch.zeros_like(logits)
     return cross_entropy_backward_math(logits, target, weight, lse, grad, ignore_index,
@@ -125,7 +121,7 @@ _compiled_backward = CompiledPerSignature(cross_entropy_backward_math)
           source=SOURCE)
 def compile_cross_entropy_backward(logits, target, weight, lse, grad, ignore_index=-100,
                                    reduction="mean", label_smoothing=0.0):
-    target = _checked(logits, target, ignore_index, reduction, label_smoothing)
+    target = check_call(logits, target, ignore_index, reduction, label_smoothing)
     if logits.numel() == 0:
         return torch.zeros_like(logits)
     return _compiled_backward(logits, target, weight, lse, grad, ignore_index=ignore_index,

@@ -11,20 +11,19 @@ from __future__ import annotations
 import torch
 import triton
 
+from kernel_lab import deferred
+from kernel_lab.inputs import acc_dtype
 from kernel_lab.registry import register
 from kernel_lab.triton_rows import num_warps as _num_warps
 from kernel_lab.triton_src import cross_entropy as kernels
 
-from .op import ALL_DTYPES, check_kwargs
-from .torch_variants import _checked
+from .op import ALL_DTYPES, check_call, check_kwargs, lse_dtype, row_lse
 
 SOURCE = "triton_src/cross_entropy.py"
 FORWARD_BLOCK = 4096  # the online tile, as log_softmax's
 BACKWARD_BLOCK = 4096
 
 
-def _acc(dtype: torch.dtype) -> torch.dtype:
-    return torch.float64 if dtype == torch.float64 else torch.float32
 
 
 def _prepare(logits, target, weight):
@@ -44,18 +43,20 @@ def _reduce(rows: torch.Tensor, den: torch.Tensor, reduction: str) -> torch.Tens
 
 def forward(logits, target, weight, ignore_index: int, reduction: str, eps: float):
     """(loss, lse) without the checks: the kernels' own answer for any target (NaN rows for
-    targets outside [0, C))."""
+    targets outside [0, C), flagged: :mod:`.deferred`)."""
     x, t, w = _prepare(logits, target, weight)
     m, n = x.shape
-    acc = _acc(x.dtype)
+    acc = acc_dtype(x.dtype)
     if m == 0 or n == 0:  # as torch_cross_entropy: loss 0 a row (0 / 0 for "mean")
-        lse = torch.logsumexp(x.to(acc), 1)
         zeros = x.new_zeros(m)
-        return _reduce(zeros, zeros, reduction), lse
-    loss, lse, wt = (torch.empty(m, dtype=acc, device=x.device) for _ in range(3))
+        return _reduce(zeros, zeros, reduction), row_lse(x)
+    loss, wt = (torch.empty(m, dtype=acc, device=x.device) for _ in range(2))
+    lse = torch.empty(m, dtype=lse_dtype(x.dtype), device=x.device)
     block = min(triton.next_power_of_2(n), FORWARD_BLOCK)
+    flags = deferred.flags_or_none(x.device)  # None: first use inside a graph capture
     kernels.cross_entropy_fwd_kernel[(m,)](
         loss, lse, wt, x, t, w, n, x.stride(0), ignore_index,
+        flags.first if flags else loss, flags.raised if flags else loss, FLAG=flags is not None,
         BLOCK_N=block, HAS_WEIGHT=w is not None, EPS=float(eps),
         IS_FP64=acc == torch.float64, num_warps=_num_warps(block),
     )
@@ -72,7 +73,7 @@ def forward(logits, target, weight, ignore_index: int, reduction: str, eps: floa
 )
 def triton_cross_entropy(logits, target, weight=None, ignore_index=-100, reduction="mean",
                          label_smoothing=0.0):
-    _checked(logits, target, ignore_index, reduction, label_smoothing)
+    check_call(logits, target, ignore_index, reduction, label_smoothing, deferrable=True)
     return forward(logits, target, weight, ignore_index, reduction, label_smoothing)
 
 
@@ -96,7 +97,7 @@ def backward(logits, target, weight, lse, grad, ignore_index: int, reduction: st
     dx = torch.empty((m, n), dtype=x.dtype, device=x.device)
     if m == 0 or n == 0:
         return dx.zero_()
-    acc = _acc(x.dtype)
+    acc = acc_dtype(x.dtype)
     g = grad.to(acc).contiguous()
     mean = reduction == "mean"
     # device scalars, or any tensor where the kernel does not read them
@@ -104,7 +105,8 @@ def backward(logits, target, weight, lse, grad, ignore_index: int, reduction: st
     wsum = w.to(acc).sum() if w is not None and eps else g
     block = min(triton.next_power_of_2(n), BACKWARD_BLOCK)
     kernels.cross_entropy_bwd_kernel[(m, triton.cdiv(n, block))](
-        dx, x, t, w, lse.to(acc).contiguous(), g, den, wsum, n, x.stride(0), ignore_index,
+        dx, x, t, w, lse.to(lse_dtype(x.dtype)).contiguous(), g, den, wsum, n, x.stride(0),
+        ignore_index,
         BLOCK_N=block, HAS_WEIGHT=w is not None, EPS=float(eps), GRAD_PER_ROW=g.dim() > 0,
         MEAN=mean, IS_FP64=acc == torch.float64, num_warps=_num_warps(block),
     )
