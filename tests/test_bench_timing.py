@@ -230,3 +230,44 @@ def test_gpu_memory_column_counts_outputs_and_gradients():
     back = bm.make_workload(bm.Case("softmax_backward", torch.float32, (1024, 4096)), "cuda")
     peak = bm.memory(kernel_lab.get("torch_eager_backward"), back)
     assert peak.step is None and peak.note == "" and peak.forward >= out_bytes
+
+
+# -- bench/compare_gate.py: the slowdown edit and what it reads from pytest-benchmark ------------
+def _compare_gate():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "bench" / "compare_gate.py"
+    spec = importlib.util.spec_from_file_location("compare_gate", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_gate_reads_the_cells_pytest_benchmark_names():
+    gate = _compare_gate()
+    out = ("Performance has regressed:\n"
+           "\ttest_variant[softmax-float32-64x4096-online_softmax] (0001_abc) - Field 'median' "
+           "has failed PercentageRegressionCheck: 11.2 > 5.0\n"
+           "\ttest_host[run(\"online_softmax\")] (0001_abc) - Field 'median' has failed "
+           "PercentageRegressionCheck: 6.0 > 5.0\n")
+    assert gate.regressed(out) == ["test_variant[softmax-float32-64x4096-online_softmax]",
+                                   'test_host[run("online_softmax")]']
+    assert gate.worst_change({"a": 1.0, "b": 2.0}, {"a": 1.02, "b": 1.9}) == \
+        pytest.approx((-0.05, "b"))
+    assert set(gate.GATE) == set(bm.PRESETS)  # every preset is gated
+    assert gate.TARGET.endswith("-online_softmax")
+
+
+def test_gate_slowdown_edit_compiles_and_keeps_the_kernel(tmp_path):
+    """The extra pass the gate inserts compiles with NVRTC for sm_90 (no GPU needed)."""
+    pytest.importorskip("cupy")
+    from kernel_lab import jit
+
+    gate = _compare_gate()
+    src = gate.KERNEL.read_text()
+    assert gate.ANCHOR in src
+    edited = tmp_path / "online_softmax.cu"
+    edited.write_text(src.replace(gate.ANCHOR, gate.extra_pass(50) + gate.ANCHOR))
+    out = jit.compile_cubin(edited, ["online_softmax<float>"], include_dirs=[jit.cuda_src_dir()])
+    assert out is not None
