@@ -109,7 +109,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             keep.append(item)
             continue  # `pytest tests bench`: leave the other suite's items alone
         if "host_cell" in params:
-            if no_gpu is not None:  # no launch path to time: not collected as a benchmark
+            if no_gpu is not None or params["host_cell"] not in config.stash[HOST_CELLS]:
+                # no launch path to time (or no host cell selected): not a benchmark here
                 dropped.append(item)
                 continue
             clock = bm.Clock(bm.timing.host_reader, name="host_clock")

@@ -113,9 +113,10 @@ def _panels(records: Iterable[Record]) -> dict[tuple[str, str], list[Record]]:
 
 def legend(device: str, copy_gbps: float) -> str:
     """The line above the tables: what the cells mean and the roofline they are a % of."""
+    per_call = "device time per call" if device.startswith("cuda") else "time per call"
     return (f"{bm.device_label(device)}: cells are GB/s and % of device copy "
-            f"({copy_gbps:,.0f} GB/s) from device time per call, then peak memory above the "
-            "inputs (forward / step); ★ = best per shape (M x N: rows x row length)")
+            f"({copy_gbps:,.0f} GB/s) from {per_call}, then peak memory above the inputs "
+            "(forward / step); ★ = best per shape (M x N: rows x row length)")
 
 
 def memory_cell(r: Record) -> str:
@@ -142,7 +143,12 @@ def render_tables(records: Sequence[Record], copy_gbps: float) -> list:
             if r.status == "ok" and r.gbps > best.get((r.n, r.m), (0.0,))[0]:
                 best[(r.n, r.m)] = (r.gbps, r.variant)
         # Shapes down, variants across: a sweep's many shapes stay readable in any width.
-        t = Table(title=f"{op} {dtype}: GB/s (% of copy)", title_justify="left")
+        measured = any(r.mem_fwd_bytes is not None for r in recs)
+        notes = sorted({r.mem_note for r in recs if r.mem_note and r.mem_fwd_bytes is None})
+        title = f"{op} {dtype}: GB/s (% of copy)" + (
+            ", peak memory above inputs (forward / step)" if measured else
+            f"; memory {notes[0]}" if notes else "")
+        t = Table(title=title, title_justify="left")
         t.add_column("M x N", style="bold", justify="right")
         for name in names:
             t.add_column(name, justify="right", overflow="fold")
@@ -171,7 +177,7 @@ def render_tables(records: Sequence[Record], copy_gbps: float) -> list:
 
 
 def _mem_line(r: Record) -> str:
-    text = memory_cell(r)
+    text = memory_cell(r) if r.mem_fwd_bytes is not None else ""  # no figure: said in the title
     return f"\n[dim]{text}[/]" if text else ""
 
 
