@@ -163,13 +163,13 @@ def copy_gbps(bench_device: str) -> float:
 
 
 @pytest.fixture(scope="session")
-def host_candidates(bench_device: str) -> dict:
-    """The host group's calls on one launch-bound fp32 tensor, each warmed up (compiled)."""
+def host_candidates(pytestconfig: pytest.Config, bench_device: str) -> dict:
+    """The host group's selected calls on one launch-bound fp32 tensor, each warmed up."""
     import overhead
     import torch
 
     x = torch.randn(*overhead.HOST_SHAPE, device=bench_device)
-    calls = overhead.candidates(x)
+    calls = overhead.candidates(x, pytestconfig.stash[HOST_CELLS])
     for fn in calls.values():
         fn()
     return calls

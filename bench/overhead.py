@@ -91,7 +91,7 @@ def host_cells(ops: Sequence[str] | None = None, chosen: Sequence[str] | None = 
     for op in ("softmax", "log_softmax"):
         for v in kernel_lab.variants(op, backend="cuda"):
             rows[f'run("{v.name}")'] = (op, v.name)
-    rows["torch.compile(torch.softmax)"] = ("softmax", None)
+    rows["torch.compile(torch.softmax)"] = ("softmax", "compile_naive")  # with `compile` chosen
     for name in PEERS:
         try:
             v = kernel_lab.get(name)
@@ -109,9 +109,16 @@ def host_cells(ops: Sequence[str] | None = None, chosen: Sequence[str] | None = 
     return {label: spec for label, spec in rows.items() if keep(*spec)}
 
 
-def candidates(x: torch.Tensor) -> dict[str, Callable[[], Any]]:
+def candidates(x: torch.Tensor, labels: Sequence[str] | None = None,
+               ) -> dict[str, Callable[[], Any]]:
     """The table's calls, each on the same tensor: torch, the lab's drop-ins (auto), every CUDA
-    variant by name, torch.compile, and the peers that import and take ``x``."""
+    variant by name, torch.compile, and the peers that import and take ``x``; only ``labels``
+    (:func:`host_cells`) when given."""
+    rows = _all_candidates(x, labels)
+    return {k: f for k, f in rows.items() if labels is None or k in labels}
+
+
+def _all_candidates(x: torch.Tensor, labels: Sequence[str] | None) -> dict:
     xg = x.detach().clone().requires_grad_()
     rows = {
         "torch.softmax": lambda: torch.softmax(x, -1),
@@ -127,7 +134,8 @@ def candidates(x: torch.Tensor) -> dict[str, Callable[[], Any]]:
     for v in kernel_lab.variants():
         if v.backend == "cuda" and v.op in ("softmax", "log_softmax") and v.supports(x) is None:
             rows[f'run("{v.name}")'] = lambda v=v: kernel_lab.run(v.name, x)
-    if x.is_cuda:  # (inductor on a CPU compiles for many seconds: not a host-path figure)
+    wanted = labels is None or "torch.compile(torch.softmax)" in labels
+    if x.is_cuda and wanted:  # (inductor on a CPU compiles for many seconds; compile only asked)
         compiled = torch.compile(lambda t: torch.softmax(t, -1), fullgraph=True)
         rows["torch.compile(torch.softmax)"] = lambda: compiled(x)
     for name in PEERS:
