@@ -29,6 +29,7 @@ from pathlib import Path
 
 import pytest
 
+import kernel_lab
 from kernel_lab import benchmarking as bm
 from kernel_lab import sweep
 
@@ -78,7 +79,7 @@ def _host_cells(config: pytest.Config) -> list[str]:
     import overhead  # bench/ is on sys.path: pytest put it there for this conftest
 
     p = bm.PRESETS[config.getoption("preset")]
-    ops_ = bm.split_tokens(config.getoption("op")) or list(p.ops or bm.ops())
+    ops_ = bm.split_tokens(config.getoption("op")) or list(p.ops or kernel_lab.ops())
     chosen = bm.split_tokens(config.getoption("variants")) or (
         list(p.variants) if p.variants else None)
     return list(overhead.host_cells(ops_, chosen))
