@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -63,6 +64,7 @@ class OutOfTime(Exception):
 
 DEADLINE = [float("inf")]  # time.time() past which no new run starts
 LAST_RUN_S = [0.0]
+EXTRA_ARGS: list[str] = []  # --pytest-args, added to every run
 
 
 def pytest_bench(preset: str, *args: str, log: Path) -> tuple[int, str, float]:
@@ -71,7 +73,8 @@ def pytest_bench(preset: str, *args: str, log: Path) -> tuple[int, str, float]:
         raise OutOfTime(preset)
     cmd = [sys.executable, "-m", "pytest", "bench", "-q", "-p", "no:cacheprovider",
            "--preset", preset, *GATE[preset],
-           "--benchmark-storage", str(Path(".benchmarks") / f"gate-{preset}"), *args]
+           "--benchmark-storage", str(Path(".benchmarks") / f"gate-{preset}"), *EXTRA_ARGS,
+           *args]
     t0 = time.time()
     r = subprocess.run(cmd, cwd=REPO, text=True, capture_output=True)
     out = r.stdout + r.stderr
@@ -165,8 +168,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=Path("/tmp/kernel_lab_gate"))
     p.add_argument("--budget-s", type=float, default=560.0,
                    help="start no run that would end later than this (a summary still prints)")
+    p.add_argument("--pytest-args", default="",
+                   help='more options for every pytest run, e.g. "-k 1x128" (shell-split)')
     args = p.parse_args(argv)
     DEADLINE[0] = time.time() + args.budget_s
+    EXTRA_ARGS[:] = shlex.split(args.pytest_args)
     unknown = [x for x in args.presets if x not in GATE]
     if unknown:
         p.error(f"unknown preset(s) {unknown}; use {', '.join(GATE)}")
