@@ -3,7 +3,12 @@
 Decisions:
 
 * The same selection (:func:`kernel_lab.benchmarking.select`), inputs, correctness gate and
-  timer as ``pytest bench``, so the two never disagree on what was measured.
+  timing (:func:`kernel_lab.benchmarking.prepare`: device time per call, eager or a CUDA graph
+  per cell) as ``pytest bench``, so the two never disagree on what was measured.
+* The memory column: each timed cell's second line is the variant's peak device memory above
+  its inputs, forward / step (:mod:`kernel_lab.peak_memory`); the JSON and CSV carry it as
+  ``mem_fwd_bytes`` / ``mem_step_bytes``, the plot's legend as a multiple of one M x N tensor.
+  Off CUDA each table's title says "memory n/a".
 * Output goes to ``bench/results/`` (gitignored) under one stem per run
   (``bench-<preset>-<device>-<UTC time>``, ``bench-shapes-...`` when ``--shape`` picks the
   shapes); the paths are printed last.
