@@ -4,9 +4,15 @@ Decisions:
 
 * Parametrized from the registry (``kernel_lab.benchmarking.select``) in ``pytest_configure``:
   a bad ``--variants`` / ``--op`` / ``--dtype`` is a usage error, not a collection error.
-* pytest-benchmark's timer is replaced (``benchmark`` marker) by ``cuda_sync_timer``, so its
-  min / median / mean are per-call GPU times. Each test's group is its (op, dtype, shape): one
-  table per shape compares the variants.
+* pytest-benchmark's timer is replaced (``benchmark`` marker) by a per-test
+  :class:`kernel_lab.timing.Clock`: CUDA events, counting in units of one call, so its min /
+  median / mean - what ``--benchmark-compare`` compares - are device time per call, whether the
+  cell is timed as eager calls or as a CUDA graph of K calls (chosen per cell, recorded in
+  ``extra_info``). Each test's group is its (op, dtype, shape): one table per shape compares
+  the variants.
+* The ``host`` group (``test_host.py``): host time per call of ``bench/overhead.py``'s rows,
+  for the selected ops (softmax, log_softmax) and variants; ``--host none`` leaves it out,
+  ``--host only`` runs nothing else. Without a GPU it is deselected (nothing to time).
 * No GPU (and ``--device cuda``, the default): every test is still collected, skipped with the
   reason "no CUDA GPU", and the run ends with ONE summary line and exit code 0.
 * ``machine_info`` gets the GPU (name, capability, driver) and library versions;
@@ -23,10 +29,12 @@ from pathlib import Path
 
 import pytest
 
+import kernel_lab
 from kernel_lab import benchmarking as bm
 from kernel_lab import sweep
 
 PAIRS = pytest.StashKey[list]()
+HOST_CELLS = pytest.StashKey[list]()
 RECORDS = pytest.StashKey[list]()
 SKIPPED_NO_GPU = pytest.StashKey[int]()
 
@@ -37,6 +45,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         g.addoption(flag, **kw)
     g.addoption("--allow-device-mismatch", action="store_true",
                 help="let --benchmark-compare compare runs taken on different devices")
+    g.addoption("--host", default="auto", choices=("auto", "none", "only"),
+                help="the host group (host time per call, bench/overhead.py's rows): auto = "
+                     "for the selected softmax / log_softmax (default), none, only")
 
 
 def _device(config: pytest.Config) -> str:
@@ -56,11 +67,27 @@ def pytest_configure(config: pytest.Config) -> None:
         )
     except (ValueError, KeyError) as e:
         raise pytest.UsageError(f"kernel_lab bench: {e}") from None
+    config.stash[HOST_CELLS] = _host_cells(config)
     config.stash[RECORDS] = []
     config.stash[SKIPPED_NO_GPU] = 0
 
 
+def _host_cells(config: pytest.Config) -> list[str]:
+    """Labels of the host group's cells for this selection (empty with ``--host none``)."""
+    if config.getoption("host") == "none":
+        return []
+    import overhead  # bench/ is on sys.path: pytest put it there for this conftest
+
+    p = bm.PRESETS[config.getoption("preset")]
+    ops_ = bm.split_tokens(config.getoption("op")) or list(p.ops or kernel_lab.op_names())
+    chosen = bm.split_tokens(config.getoption("variants")) or (
+        list(p.variants) if p.variants else None)
+    return list(overhead.host_cells(ops_, chosen))
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "host_cell" in metafunc.fixturenames:
+        metafunc.parametrize("host_cell", metafunc.config.stash[HOST_CELLS])
     if "variant" not in metafunc.fixturenames:
         return
     metafunc.parametrize(
@@ -71,20 +98,53 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    timer = bm.cuda_sync_timer if _device(config) == "cuda" else time.perf_counter
+    cuda = _device(config) == "cuda"
     no_gpu = pytest.mark.skip(reason=bm.NO_GPU) if _no_gpu(config) else None
     unused = pytest.mark.filterwarnings("ignore:Benchmark fixture was not used")
     here = Path(__file__).parent
+    host_only = config.getoption("host") == "only"
+    keep, dropped = [], []
     for item in items:
         params = getattr(getattr(item, "callspec", None), "params", {})
-        if item.path.parent != here or "variant" not in params:
+        if item.path.parent != here or not ({"variant", "host_cell"} & set(params)):
+            keep.append(item)
             continue  # `pytest tests bench`: leave the other suite's items alone
+        if "host_cell" in params:
+            if no_gpu is not None or params["host_cell"] not in config.stash[HOST_CELLS]:
+                # no launch path to time (or no host cell selected): not a benchmark here
+                dropped.append(item)
+                continue
+            clock = bm.Clock(bm.timing.host_reader, name="host_clock")
+            item.add_marker(pytest.mark.benchmark(group="host", timer=clock, disable_gc=True))
+            keep.append(item)
+            continue
+        if host_only:
+            dropped.append(item)
+            continue
         group = f"{params['op']}-{params['dtype']}-{params['shape']}"
+        timer = bm.Clock() if cuda else time.perf_counter  # one clock per cell
         item.add_marker(pytest.mark.benchmark(group=group, timer=timer))
         item.add_marker(unused)  # a skipped / wrong variant never reaches the timer
         if no_gpu is not None:
             item.add_marker(no_gpu)
             config.stash[SKIPPED_NO_GPU] += 1
+        keep.append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep
+
+
+def _clock_of(item: pytest.Item):
+    marker = item.get_closest_marker("benchmark")
+    timer = marker.kwargs.get("timer") if marker else None
+    return timer if isinstance(timer, bm.Clock) else None
+
+
+@pytest.fixture
+def bench_clock(request: pytest.FixtureRequest):
+    """The cell's pytest-benchmark timer when it is a :class:`~kernel_lab.timing.Clock` (GPU
+    cells, host cells), else None (``--device cpu``: ``perf_counter``)."""
+    return _clock_of(request.node)
 
 
 @pytest.fixture(scope="session")
@@ -101,6 +161,22 @@ def workloads(bench_device: str) -> bm.WorkloadCache:
 @pytest.fixture(scope="session")
 def copy_gbps(bench_device: str) -> float:
     return bm.copy_bandwidth(bench_device)
+
+
+@pytest.fixture(scope="session")
+def host_candidates(pytestconfig: pytest.Config, bench_device: str) -> dict:
+    """The host group's selected calls on one launch-bound fp32 tensor, each warmed up."""
+    import overhead
+    import torch
+
+    x = torch.randn(*overhead.HOST_SHAPE, device=bench_device)
+    calls: dict = overhead.candidates(x, pytestconfig.stash[HOST_CELLS])
+    for label, fn in list(calls.items()):
+        try:
+            fn()
+        except Exception as e:  # noqa: BLE001 - one broken row (a peer) must not end the group
+            calls[label] = f"{label}: {type(e).__name__}: {str(e).splitlines()[0][:120]}"
+    return calls
 
 
 @pytest.fixture(scope="session")

@@ -5,7 +5,8 @@
 Prints microseconds per call, and the ratio to ``torch.softmax``, for torch, the drop-ins on
 "auto" (with and without autograd recording), every CUDA variant through ``kernel_lab.run``,
 torch.compile and the peers that import; then fp32 rows of 128 under ``do_bench``. Targets:
-the drop-ins on auto <= 1.15x, ``run`` of a CUDA variant <= 1.3x.
+the drop-ins on auto <= 1.15x, ``run`` of a CUDA variant <= 1.3x. The same rows are the
+``host`` group of ``pytest bench`` (``test_host.py``), where ``--benchmark-compare`` gates them.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -67,9 +69,56 @@ def pieces(v, x) -> dict[str, float]:
     return {name: per_call_us(f, calls=5000, rounds=5) for name, f in steps.items()}
 
 
-def _candidates(x: torch.Tensor) -> dict:
+HOST_SHAPE = (32, 1024)  # fp32: launch-bound on any GPU; the table's and the host group's tensor
+PEERS = ("peer_quack", "peer_liger")
+
+
+def host_cells(ops: Sequence[str] | None = None, chosen: Sequence[str] | None = None,
+               ) -> dict[str, tuple[str, str | None]]:
+    """The table's rows without a device: label -> (op, variant it runs by name, or None).
+
+    ``ops``: only rows of these ops; ``chosen``: only by-name rows of these variants or
+    backends (None: all). The pytest-benchmark ``host`` group is parametrized from this."""
+    rows: dict[str, tuple[str, str | None]] = {
+        "torch.softmax": ("softmax", None),
+        "kernel_lab.softmax (auto)": ("softmax", None),
+        "torch.log_softmax": ("log_softmax", None),
+        "kernel_lab.log_softmax (auto)": ("log_softmax", None),
+        "torch.softmax, autograd recording": ("softmax", None),
+        "kernel_lab.softmax (auto), autograd recording": ("softmax", None),
+        'kernel_lab.softmax(x, variant="fast_softmax")': ("softmax", "fast_softmax"),
+    }
+    for op in ("softmax", "log_softmax"):
+        for v in kernel_lab.variants(op, backend="cuda"):
+            rows[f'run("{v.name}")'] = (op, v.name)
+    rows["torch.compile(torch.softmax)"] = ("softmax", "compile_naive")  # with `compile` chosen
+    for name in PEERS:
+        try:
+            v = kernel_lab.get(name)
+        except kernel_lab.UnknownVariantError:
+            continue
+        rows[f"{name} (its own launch path)"] = (v.op, name)
+
+    def keep(op: str, name: str | None) -> bool:
+        if ops is not None and op not in ops:
+            return False
+        if name is None or chosen is None:
+            return True
+        return name in chosen or kernel_lab.get(name).backend in chosen
+
+    return {label: spec for label, spec in rows.items() if keep(*spec)}
+
+
+def candidates(x: torch.Tensor, labels: Sequence[str] | None = None,
+               ) -> dict[str, Callable[[], Any]]:
     """The table's calls, each on the same tensor: torch, the lab's drop-ins (auto), every CUDA
-    variant by name, torch.compile, and the peers that import."""
+    variant by name, torch.compile, and the peers that import and take ``x``; only ``labels``
+    (:func:`host_cells`) when given."""
+    rows = _all_candidates(x, labels)
+    return {k: f for k, f in rows.items() if labels is None or k in labels}
+
+
+def _all_candidates(x: torch.Tensor, labels: Sequence[str] | None) -> dict:
     xg = x.detach().clone().requires_grad_()
     rows = {
         "torch.softmax": lambda: torch.softmax(x, -1),
@@ -78,15 +127,18 @@ def _candidates(x: torch.Tensor) -> dict:
         "kernel_lab.log_softmax (auto)": lambda: kernel_lab.log_softmax(x),
         "torch.softmax, autograd recording": lambda: torch.softmax(xg, -1),
         "kernel_lab.softmax (auto), autograd recording": lambda: kernel_lab.softmax(xg),
-        'kernel_lab.softmax(x, variant="fast_softmax")':
-            lambda: kernel_lab.softmax(x, -1, "fast_softmax"),
     }
+    if kernel_lab.get("fast_softmax").supports(x) is None:
+        rows['kernel_lab.softmax(x, variant="fast_softmax")'] = \
+            lambda: kernel_lab.softmax(x, -1, "fast_softmax")
     for v in kernel_lab.variants():
         if v.backend == "cuda" and v.op in ("softmax", "log_softmax") and v.supports(x) is None:
             rows[f'run("{v.name}")'] = lambda v=v: kernel_lab.run(v.name, x)
-    compiled = torch.compile(lambda t: torch.softmax(t, -1), fullgraph=True)
-    rows["torch.compile(torch.softmax)"] = lambda: compiled(x)
-    for name in ("peer_quack", "peer_liger"):
+    wanted = labels is None or "torch.compile(torch.softmax)" in labels
+    if x.is_cuda and wanted:  # (inductor on a CPU compiles for many seconds; compile only asked)
+        compiled = torch.compile(lambda t: torch.softmax(t, -1), fullgraph=True)
+        rows["torch.compile(torch.softmax)"] = lambda: compiled(x)
+    for name in PEERS:
         try:
             v = kernel_lab.get(name)
         except kernel_lab.UnknownVariantError:
@@ -98,7 +150,7 @@ def _candidates(x: torch.Tensor) -> dict:
 
 def table(x: torch.Tensor, repeats: int) -> dict[str, float]:
     """Median us per call of each candidate over ``repeats`` interleaved rounds."""
-    rows = _candidates(x)
+    rows = candidates(x)
     samples: dict[str, list[float]] = {k: [] for k in rows}
     for _ in range(repeats):
         for name, fn in rows.items():

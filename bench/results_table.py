@@ -6,8 +6,9 @@
 Per file: a heading stamped with the GPU, the date the sweep was measured and the commit that
 recorded it (the JSON's ``meta["commit"]`` if it has one, else the oldest commit holding the
 file's content; ``--commit`` overrides), then one table per (op, dtype): N (and M)
-down; the lab's CUDA kernel first, then every peer in the file; each cell "GB/s (% of copy)",
-the row's fastest in bold. Stdlib only: it runs where torch is not installed.
+down; the lab's CUDA kernel first, then every peer in the file; each cell "GB/s (% of copy)"
+(and "· forward / step" peak memory above the inputs where the JSON has it), the row's fastest
+in bold. Stdlib only: it runs where torch is not installed.
 """
 
 from __future__ import annotations
@@ -89,12 +90,27 @@ def added_in(path: Path) -> str | None:
     return lines[-1] if blob and out.returncode == 0 and lines else None
 
 
+def size(n: int) -> str:
+    """Bytes as the sweep's tables show them (kernel_lab.peak_memory.format_bytes; this script
+    stays stdlib-only, so it cannot import the package)."""
+    for unit, step in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= step:
+            v = n / step
+            return f"{v:.1f} {unit}" if v < 10 else f"{v:.0f} {unit}"
+    return f"{n} B"
+
+
 def cell(r: dict | None) -> str:
+    """``GB/s (% of copy)``, then the memory column when the sweep measured it: peak above the
+    inputs, forward / step."""
     if r is None:
         return ""
     if r["status"] not in TIMED:
         return r["status"]
     text = f"{r['gbps']:,.0f} ({r['pct_of_copy']:.0f}%)"
+    if r.get("mem_fwd_bytes") is not None:
+        step = r.get("mem_step_bytes")
+        text += f" · {size(r['mem_fwd_bytes'])}" + (f" / {size(step)}" if step is not None else "")
     return text + " inexact" if r["status"] == "inexact" else text
 
 

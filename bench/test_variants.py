@@ -3,8 +3,10 @@
 Each test: skip with the variant's own ``supports()`` reason if it cannot run the input; run it
 once and compare with the float64 reference (fail if wrong, unless the variant declares that
 miss in ``known_inexact``: then it is timed and marked ``inexact``); then time it with
-``benchmark.pedantic`` (rounds x iterations chosen by calibration, synchronizing timer) and
-record bytes, GB/s, % of copy bandwidth, the CUDA-event median and kernel registers/spills.
+``benchmark.pedantic``: device time per call on a GPU, as eager calls or a CUDA graph of K calls
+chosen per cell (``kernel_lab.timing``), read by the cell's clock. ``extra_info`` records the
+method and K, the device and host time per call, bytes, GB/s, % of copy bandwidth, the
+CUDA-event median, kernel registers / spills and the memory column.
 """
 
 from __future__ import annotations
@@ -14,11 +16,9 @@ import pytest
 import kernel_lab
 from kernel_lab import benchmarking as bm
 
-EXTRA = ("backend", "bytes_moved", "gbps", "pct_of_copy", "copy_gbps", "event_median_s",
-         "event_gbps", "registers", "spill_bytes", "kernels", "rounds", "iterations")
 
-
-def test_variant(benchmark, workloads, copy_gbps, bench_records, op, dtype, shape, variant):
+def test_variant(benchmark, bench_clock, workloads, copy_gbps, bench_records, op, dtype, shape,
+                 variant):
     case = bm.Case.parse(op, dtype, shape)
     v = kernel_lab.get(variant)
     work = workloads.get(case)
@@ -34,17 +34,22 @@ def test_variant(benchmark, workloads, copy_gbps, bench_records, op, dtype, shap
         pytest.fail(f"{variant} is wrong on {case.id}: {rec.reason}", pytrace=False)
     inexact = ("inexact", rec.reason) if rec is not None else ()  # a known miss: timed, marked
 
-    fn, plan, event = bm.calibrate(v, work)
+    peak = bm.memory(v, work)  # before any graph holds memory
+    timing, event = bm.prepare(v, work, clock=bench_clock)
+    s = timing.schedule
     with bm.trusted_inputs():  # Op.make_inputs' values: no checks timed
-        benchmark.pedantic(fn, rounds=plan.rounds, iterations=plan.iterations, warmup_rounds=1)
+        benchmark.pedantic(timing.target, rounds=s.rounds, iterations=s.iterations,
+                           warmup_rounds=1)
+    timing.close()
     if benchmark.stats is None:  # --benchmark-disable: checked, not timed
         return
     rec = bm.Record.start(case, v, *inexact).fill(
-        work, benchmark.stats.stats.median, event, copy_gbps, bm.kernel_attributes(v, work), plan
-    )
-    info = rec.as_dict()
-    benchmark.extra_info.update({k: info[k] for k in EXTRA if info[k] is not None})
+        work, benchmark.stats.stats.median, event, copy_gbps, bm.kernel_attributes(v, work), s,
+        peak, timing.host_s)
+    benchmark.extra_info.update(bm.extra_info(rec))
     benchmark.extra_info["source"] = v.source
+    if timing.note:
+        benchmark.extra_info["timing_note"] = timing.note
     if inexact:
         benchmark.extra_info["inexact"] = inexact[1]
     bench_records.append(rec)

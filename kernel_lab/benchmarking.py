@@ -2,22 +2,26 @@
 
 Decisions (see DESIGN.md "Measuring"):
 
-* **Per-call GPU time.** :func:`cuda_sync_timer` synchronizes the device, then reads
-  ``perf_counter``. Used as pytest-benchmark's timer, one round is ``sync; k launches; sync``, so
-  ``(round time) / k`` is the GPU time per call (or the launch cost, when launching is slower
-  than the kernel: the true per-call cost of a small shape). ``k`` is chosen so a round lasts
-  >= :data:`ROUND_S`, which keeps the idle time at each end of a round (the sync, the first
-  call's launch) near 0.2 % of it, and >= :data:`HOST_LATENCY_ROUNDS` times the host time of
-  one call: each round starts from an idle GPU, so the first call's host latency is idle GPU
-  time inside the round. (A torch.compile wrapper spends ~0.5 ms of host time per call; with 5
-  ms rounds that read 6-10 % slow against the CUDA events in the second H200 sweep. With 5 ms
-  rounds the ninth H200 sweeps still read a median 1.0-2.0 % under the events per variant,
-  0.6-1.0 % for torch's own ops, whose launch is quickest: hence 20 ms.)
+* **Device time per call** is the figure pytest-benchmark stores and compares, and the one the
+  sweep's GB/s come from. :func:`prepare` picks the method per cell from measured times
+  (:mod:`kernel_lab.timing`): eager back-to-back calls read with CUDA events where the device
+  is the slower side, a CUDA graph of K calls replayed and event-timed where launching is (the
+  launch-bound presets ``small`` and ``seed``); a launch-bound variant that cannot be captured
+  (peers) stays eager. Rounds last >= ``ROUND_S`` (20 ms) and >= ``HOST_LATENCY_ROUNDS`` x one
+  call's host time: each round starts from an idle GPU, so the first call's host latency is idle
+  time inside it. (A torch.compile wrapper spends ~0.5 ms of host time per call; 5 ms rounds
+  read 6-10 % slow against CUDA events on an H200: hence 20 ms.) The method, K, rounds and the
+  host time per call go into the record.
+* **Host time** is measured apart, in the ``host`` group of ``pytest bench``
+  (``bench/test_host.py``); :func:`calibrate` keeps the wall-time schedule (host included) for
+  tools that race what a caller pays (``bench/auto_check.py``).
 * **Cross-check.** :func:`cuda_event_median` brackets short bursts of back-to-back calls with
   CUDA events, one call queued ahead so the stream is busy when the start event fires, and
-  takes the median per call. (The first H200 sweep bracketed single calls, do_bench style: host
-  launch gaps then landed inside the events, and two-kernel variants read up to 20 % slow.) A
-  large gap between the two timers means a host sync inside the variant.
+  takes the median per call. (Bracketing single calls, do_bench style, puts host launch gaps
+  inside the events: two-kernel variants read up to 20 % slow on an H200.) A large gap between
+  it and a device-bound cell's figure means a host sync inside the variant.
+* **Memory** (:mod:`kernel_lab.peak_memory`): each record carries the variant's peak device
+  memory above its inputs, for the forward and, for ops with a backward, a step.
 * **Same inputs for every variant** of one (op, dtype, shape): :class:`WorkloadCache` builds
   them once from ``Op.make_inputs`` (random normals, never zeros) with a fixed seed. Inputs
   smaller than twice the L2 are cloned into several copies that calls rotate through, so no
@@ -35,10 +39,11 @@ import math
 import statistics
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
+from . import timing
 from .checking import DTYPE_NAMES, dtype_name, parse_dtype  # noqa: F401  (re-exported)
 from .machine import (  # noqa: F401  (re-exported: the sweep and bench/ use bm.<name>)
     NO_GPU,
@@ -50,14 +55,23 @@ from .machine import (  # noqa: F401  (re-exported: the sweep and bench/ use bm.
     library_versions,
     machine_info,
 )
+from .peak_memory import Peak, measure
 from .reference import CheckResult
-from .registry import BACKENDS, Op, Variant, get, get_op, op_names, trusted_inputs, variants
+from .registry import Op, Variant, get_op, trusted_inputs, variants
+from .timing import (  # noqa: F401  (re-exported: bench/ and the tests use bm.<name>)
+    BUDGET_S,
+    HOST_LATENCY_ROUNDS,
+    MAX_ITERATIONS,
+    MAX_ROUNDS,
+    MIN_ROUNDS,
+    ROUND_S,
+    Clock,
+    Schedule,
+    Timing,
+    schedule,
+    time_rounds,
+)
 
-ROUND_S = 20e-3  # one timed round (one sync) covers at least this much work
-HOST_LATENCY_ROUNDS = 100  # ... and at least this many times one call's host time
-BUDGET_S = 0.25  # timed work per (variant, shape), split into rounds
-MIN_ROUNDS, MAX_ROUNDS = 10, 50
-MAX_ITERATIONS = 10_000
 EVENT_BUDGET_S = 0.05  # work bracketed by events for the cross-check
 MAX_COPIES = 1024  # rotation copies for tiny inputs (launch-bound anyway)
 SEED = 0
@@ -70,127 +84,21 @@ def has_cuda() -> bool:
     return torch.cuda.is_available()
 
 
-# -- shapes: presets and cases ----------------------------------------------------------------
-ELEMENTS = 2**28  # the sweep's working set: 1 GiB of fp32, far past any L2
-
-
-def _fixed_elements(ns: Iterable[int]) -> tuple[tuple[int, int], ...]:
-    return tuple((max(1, ELEMENTS // n), n) for n in sorted(ns))
-
-
-@dataclass(frozen=True)
-class Preset:
-    """Shapes ((rows M, columns N): the op over the N of each row), dtypes and, optionally, ops
-    and variants.
-
-    ``variants`` holds variant names or backend names (``"triton"`` = every Triton variant);
-    None selects everything registered. Command-line filters replace these, never intersect.
-    """
-
-    name: str
-    description: str
-    shapes: tuple[tuple[int, int], ...]
-    dtypes: tuple[torch.dtype, ...]
-    ops: tuple[str, ...] | None = None
-    variants: tuple[str, ...] | None = None
-
-
-SWEEP_N = (*(2**k for k in range(7, 21)), 32000, 50257, 128256, 151936)
-ROW_OPS = ("softmax", "softmax_backward", "log_softmax", "log_softmax_backward")
-VOCAB_N = (32000, 50257, 65536, 128256, 151936, 262144)
-LOSS_OPS = ("cross_entropy", "cross_entropy_backward")
-PRESETS: dict[str, Preset] = {
-    p.name: p
-    for p in (
-        Preset("quick", "M*N = 2^28 at five row lengths, fp32 + bf16: a few minutes on an H200",
-               _fixed_elements((128, 4096, 32000, 65536, 151936)), (torch.float32, torch.bfloat16),
-               ops=ROW_OPS),
-        Preset("sweep", "M*N = 2^28, N = 128 ... 1,048,576 plus vocab sizes, fp32 + bf16",
-               _fixed_elements(SWEEP_N), (torch.float32, torch.bfloat16), ops=ROW_OPS),
-        Preset("vocab", "cross-entropy: M*N = 2^28 at vocab sizes 32000 ... 262144, fp32 + bf16",
-               _fixed_elements(VOCAB_N), (torch.float32, torch.bfloat16), ops=LOSS_OPS),
-        Preset("seed", "the seed experiment: fp32, N = 128, M = 256 ... 2432 step 128",
-               tuple((m, 128) for m in range(256, 2433, 128)), (torch.float32,),
-               ops=("softmax",), variants=("torch_eager", "torch_naive", "triton")),
-        Preset("small", "launch-bound shapes (a few KB to ~1 MB): per-call overhead",
-               ((1, 128), (16, 1024), (64, 4096), (8, 32000), (1, 151936)),
-               (torch.float32, torch.bfloat16), ops=ROW_OPS),
-    )
-}
-DEFAULT_PRESET = "quick"
-
-
-@dataclass(frozen=True)
-class Case:
-    """One (op, dtype, shape): the unit whose variants race on identical inputs."""
-
-    op: str
-    dtype: torch.dtype
-    shape: tuple[int, int]
-
-    @property
-    def shape_id(self) -> str:
-        return "x".join(map(str, self.shape))
-
-    @property
-    def id(self) -> str:
-        return f"{self.op}-{dtype_name(self.dtype)}-{self.shape_id}"
-
-    @classmethod
-    def parse(cls, op: str, dtype: str, shape: str) -> "Case":
-        return cls(op, parse_dtype(dtype), tuple(int(s) for s in shape.split("x")))
-
-
-def _split(tokens: Sequence[str] | None) -> list[str]:
-    return [t.strip() for tok in tokens or () for t in tok.split(",") if t.strip()]
-
-
-def parse_shape(token: str) -> tuple[int, int]:
-    """``"N"`` (rows M = 2^28 // N, the sweep's working set) or ``"MxN"`` -> (M, N)."""
-    parts = token.lower().split("x")
-    try:
-        dims = [int(d) for d in parts]
-    except ValueError:
-        dims = []
-    if len(dims) not in (1, 2) or min(dims) < 1:
-        raise ValueError(f"bad shape {token!r}: use N or MxN with positive integers, e.g. "
-                         "262144 or 1024x262144")
-    return (max(1, ELEMENTS // dims[0]), dims[0]) if len(dims) == 1 else (dims[0], dims[1])
-
-
-def select(
-    preset: str | Preset = DEFAULT_PRESET,
-    *,
-    ops_filter: Sequence[str] | None = None,
-    variants_filter: Sequence[str] | None = None,
-    dtypes_filter: Sequence[str] | None = None,
-    shapes_filter: Sequence[str] | None = None,
-) -> list[tuple[Case, Variant]]:
-    """Every (case, variant) pair to benchmark, case-major (all variants of a case together).
-
-    Filters are comma-separated or repeated tokens; a variant token may be a backend; a shape
-    token is N or MxN (:func:`parse_shape`) and replaces the preset's shapes. Unknown ops /
-    variants raise with close-match suggestions. Variants that cannot run a case are kept: the
-    benchmark skips them with their ``supports()`` reason.
-    """
-    p = PRESETS[preset] if isinstance(preset, str) else preset
-    names = _split(ops_filter) or list(p.ops or op_names())
-    for name in names:
-        get_op(name)
-    tokens = _split(variants_filter) or list(p.variants or ())
-    for t in tokens:
-        if t not in BACKENDS:
-            get(t)
-    dtypes = [parse_dtype(d) for d in _split(dtypes_filter)] or list(p.dtypes)
-    shapes = [parse_shape(t) for t in _split(shapes_filter)] or list(p.shapes)
-    out = []
-    for op_name in names:
-        chosen = [v for v in variants(op_name)
-                  if not tokens or v.name in tokens or v.backend in tokens]
-        for dtype in dtypes:
-            for shape in shapes:
-                out.extend((Case(op_name, dtype, shape), v) for v in chosen)
-    return out
+# -- shapes: presets and cases (kernel_lab.presets) -------------------------------------------
+from .presets import (  # noqa: E402,F401  (re-exported: the sweep, bench/ and tests use bm.<name>)
+    DEFAULT_PRESET,
+    ELEMENTS,
+    LOSS_OPS,
+    PRESETS,
+    ROW_OPS,
+    SWEEP_N,
+    VOCAB_N,
+    Case,
+    Preset,
+    parse_shape,
+    select,
+    split_tokens,
+)
 
 
 def peer_missing(variant: Variant) -> str | None:
@@ -326,9 +234,10 @@ def vet(variant: Variant, work: Workload) -> "Record | None":
     return None
 
 
-# -- timing -----------------------------------------------------------------------------------
+# -- timing (kernel_lab.timing: the schedule, the clocks, the method per cell) ----------------
 def cuda_sync_timer() -> float:
-    """pytest-benchmark timer: wait for the GPU, then read the clock (name shows in JSON)."""
+    """Wall time once the GPU is idle: synchronize, then read the clock (``calibrate``'s
+    timer: host-inclusive time per call, what ``bench/auto_check.py`` races)."""
     torch.cuda.synchronize()
     return time.perf_counter()
 
@@ -337,66 +246,37 @@ def timer_for(device: str) -> Callable[[], float]:
     return cuda_sync_timer if device.startswith("cuda") else time.perf_counter
 
 
-@dataclass(frozen=True)
-class Plan:
-    rounds: int
-    iterations: int
-    estimate_s: float  # per call, from the calibration
-
-
 def host_latency(fn: Callable[[], Any]) -> float:
     """Host seconds one call takes to return, started on an idle GPU (median of 5)."""
-    samples = []
-    for _ in range(5):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - t0)
-    torch.cuda.synchronize()
-    return statistics.median(samples)
+    return timing.CudaStopwatch().host_latency(fn)
 
 
-def plan(fn: Callable[[], Any], timer: Callable[[], float], host_s: float = 0.0) -> Plan:
-    """Calibrate: iterations so one round lasts ROUND_S and HOST_LATENCY_ROUNDS x ``host_s``
-    (one call's host latency, see the module notes), rounds so all fit BUDGET_S (at least
-    MIN_ROUNDS)."""
-    n = 1
-    while True:
-        t0 = timer()
-        for _ in range(n):
-            fn()
-        dt = timer() - t0
-        if dt >= 1e-3 or n >= MAX_ITERATIONS:
-            break
-        n *= 4
-    est = max(dt / n, 1e-9)
-    round_s = max(ROUND_S, HOST_LATENCY_ROUNDS * host_s)
-    iterations = max(1, min(MAX_ITERATIONS, math.ceil(round_s / est)))
-    rounds = max(MIN_ROUNDS, min(MAX_ROUNDS, math.ceil(BUDGET_S / (iterations * est))))
-    return Plan(rounds, iterations, est)
-
-
-def time_rounds(fn: Callable[[], Any], timer: Callable[[], float], p: Plan) -> list[float]:
-    """Per-call seconds of each round, exactly as pytest-benchmark's pedantic mode measures."""
-    fn()  # warm-up round of one call: the timer's first sync then starts from an idle GPU
-    out = []
-    for _ in range(p.rounds):
-        t0 = timer()
-        for _ in range(p.iterations):
-            fn()
-        out.append((timer() - t0) / p.iterations)
-    return out
-
-
-def calibrate(variant: Variant, work: Workload) -> tuple[Callable[[], Any], Plan, float | None]:
-    """The rotating call, its timing plan and (on a GPU) the CUDA-event median cross-check.
-    Time ``fn`` inside ``registry.trusted_inputs()`` too, as this does."""
+def calibrate(variant: Variant, work: Workload) -> tuple[Callable[[], Any], Schedule, float | None]:
+    """The rotating call, its wall-time schedule (``cuda_sync_timer``: host time included, as
+    a caller pays it) and, on a GPU, the CUDA-event median cross-check. Time ``fn`` inside
+    ``registry.trusted_inputs()`` too, as this does. The benchmarks time cells with
+    :func:`prepare` instead (device time per call)."""
     fn = work.caller(variant)
     cuda = work.device.startswith("cuda")
     with trusted_inputs():
-        p = plan(fn, timer_for(work.device), host_latency(fn) if cuda else 0.0)
-        event = cuda_event_median(fn, p.estimate_s) if cuda else None
-    return fn, p, event
+        s = schedule(fn, timer_for(work.device), host_latency(fn) if cuda else 0.0)
+        event = cuda_event_median(fn, s.estimate_s) if cuda else None
+    return fn, s, event
+
+
+def prepare(variant: Variant, work: Workload, clock: Clock | None = None,
+            stopwatch: timing.Stopwatch | None = None) -> tuple[Timing, float | None]:
+    """How a benchmark cell is timed (:func:`kernel_lab.timing.prepare`: device time per call,
+    eager calls or a CUDA graph per cell) and the CUDA-event median of eager bursts beside it.
+    ``clock``: the timer pytest-benchmark holds for this cell (configured here)."""
+    fn = work.caller(variant)
+    with trusted_inputs():
+        if not work.device.startswith("cuda"):
+            return timing.prepare_cpu(fn), None
+        t = timing.prepare(fn, copies=len(work.copies), backend=variant.backend,
+                           stopwatch=stopwatch, clock=clock)
+        event = cuda_event_median(fn, t.schedule.estimate_s) if stopwatch is None else None
+    return t, event
 
 
 def cuda_event_median(fn: Callable[[], Any], estimate_s: float) -> float:
@@ -404,7 +284,8 @@ def cuda_event_median(fn: Callable[[], Any], estimate_s: float) -> float:
 
     Each sample queues one call first (the stream is then busy when the start event fires, so
     the host's launch latency stays outside), then records events around ``burst`` calls
-    (~1 ms of work, at least 2) and divides. One sync at the end.
+    (~1 ms of work, at least 2) and divides. One sync at the end. Where launching is slower
+    than the kernel, this is the launch rate.
     """
     est = max(estimate_s, 1e-9)
     burst = max(2, min(64, math.ceil(1e-3 / est)))
@@ -437,7 +318,7 @@ def copy_bandwidth(device: str = "cuda") -> float:
     src = torch.randn(nbytes // 4, device=device)
     dst = torch.empty_like(src)
     timer = timer_for(device)
-    times = time_rounds(lambda: dst.copy_(src), timer, plan(lambda: dst.copy_(src), timer))
+    times = time_rounds(lambda: dst.copy_(src), timer, schedule(lambda: dst.copy_(src), timer))
     return gbps(2 * src.numel() * src.element_size(), statistics.median(times))
 
 
@@ -516,6 +397,12 @@ class Record:
     registers: int | None = None
     spill_bytes: int | None = None
     kernels: str | None = None  # what one call launched (kernel_attributes' ``launches``)
+    method: str | None = None  # how median_s was timed: events | graph | cpu (kernel_lab.timing)
+    k: int | None = None  # calls per graph replay (graph), 1 otherwise
+    host_s: float | None = None  # host seconds of one call from an idle GPU
+    mem_fwd_bytes: int | None = None  # peak device memory above the inputs: one forward call
+    mem_step_bytes: int | None = None  # ... one forward + backward (ops with a backward)
+    mem_note: str = ""  # why a memory figure is missing ("n/a: not a CUDA device", ...)
 
     @classmethod
     def start(cls, case: Case, variant: Variant, status: str = "ok", reason: str = "") -> "Record":
@@ -530,8 +417,10 @@ class Record:
         return cls.start(case, variant, "error", f"{type(exc).__name__}: {first}")
 
     def fill(self, work: Workload, median_s: float, event_s: float | None, copy: float,
-             attrs: dict[str, Any], p: Plan | None = None) -> "Record":
-        """Add the numbers: GB/s from the sync-timed median, and its share of the copy roofline."""
+             attrs: dict[str, Any], p: Schedule | None = None, peak: Peak | None = None,
+             host_s: float | None = None) -> "Record":
+        """Add the numbers: GB/s from the median per call, its share of the copy roofline, how
+        it was timed and the memory column."""
         self.bytes_moved, self.median_s, self.event_median_s = work.bytes_moved, median_s, event_s
         self.gbps = gbps(work.bytes_moved, median_s)
         self.event_gbps = gbps(work.bytes_moved, event_s) if event_s else None
@@ -540,8 +429,36 @@ class Record:
         self.spill_bytes = attrs.get("local_size_bytes")
         self.kernels = attrs.get("launches")
         if p is not None:
-            self.rounds, self.iterations = p.rounds, p.iterations
+            self.rounds, self.iterations, self.method, self.k = (p.rounds, p.iterations,
+                                                                 p.method, p.k)
+        self.host_s = host_s
+        if peak is not None:
+            self.mem_fwd_bytes, self.mem_step_bytes, self.mem_note = (peak.forward, peak.step,
+                                                                      peak.note)
         return self
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def memory(variant: Variant, work: Workload) -> Peak:
+    """The memory column of ``variant`` on the workload's checked inputs (outside timing)."""
+    with trusted_inputs():
+        return measure(variant, work.inputs, work.kwargs)
+
+
+# extra_info of a pytest-benchmark cell: how it was timed, what it moved, its memory
+EXTRA = ("backend", "method", "k", "rounds", "iterations", "median_s", "host_s",
+         "event_median_s", "bytes_moved", "gbps", "pct_of_copy", "copy_gbps", "event_gbps",
+         "mem_fwd_bytes", "mem_step_bytes", "mem_note", "registers", "spill_bytes", "kernels")
+
+
+def extra_info(rec: Record) -> dict[str, Any]:
+    """The record's fields for ``benchmark.extra_info`` (unset ones left out; ``median_s`` as
+    ``device_s`` on a GPU: the compared figure, named for what it is)."""
+    info = {k: v for k, v in rec.as_dict().items() if k in EXTRA and v not in (None, "")}
+    if rec.method in ("events", "graph") and "median_s" in info:
+        info["device_s"] = info.pop("median_s")
+    if rec.mem_fwd_bytes is None and not rec.mem_note:
+        info.pop("mem_note", None)
+    return info

@@ -3,7 +3,12 @@
 Decisions:
 
 * The same selection (:func:`kernel_lab.benchmarking.select`), inputs, correctness gate and
-  timer as ``pytest bench``, so the two never disagree on what was measured.
+  timing (:func:`kernel_lab.benchmarking.prepare`: device time per call, eager or a CUDA graph
+  per cell) as ``pytest bench``, so the two never disagree on what was measured.
+* The memory column: each timed cell's second line is the variant's peak device memory above
+  its inputs, forward / step (:mod:`kernel_lab.peak_memory`); the JSON and CSV carry it as
+  ``mem_fwd_bytes`` / ``mem_step_bytes``, the plot's legend as a multiple of one M x N tensor.
+  Off CUDA each table's title says "memory n/a".
 * Output goes to ``bench/results/`` (gitignored) under one stem per run
   (``bench-<preset>-<device>-<UTC time>``, ``bench-shapes-...`` when ``--shape`` picks the
   shapes); the paths are printed last.
@@ -32,6 +37,7 @@ from typing import Iterable, Sequence
 from . import benchmarking as bm
 from .benchmarking import Record
 from .errors import KernelLabError
+from .peak_memory import format_bytes
 
 STATUS_CELL = {"skipped": "[dim]skip[/]", "wrong": "[bold red]WRONG[/]", "error": "[red]error[/]"}
 PEER_REASON_CHARS = 48  # a peer's skip reason in its cell is cut here (problems() has it whole)
@@ -86,13 +92,16 @@ def run_sweep(pairs: Sequence[tuple[bm.Case, bm.Variant]], device: str,
             work = cache.get(case)
             rec = bm.vet(variant, work)
             if rec is None or rec.status == "inexact":
-                fn, plan, event = bm.calibrate(variant, work)
+                peak = bm.memory(variant, work)  # before any graph holds memory
+                timing, event = bm.prepare(variant, work)
                 with bm.trusted_inputs():  # Op.make_inputs' values: no checks timed
-                    median = sorted(bm.time_rounds(fn, bm.timer_for(device), plan))
+                    per_call = sorted(bm.time_rounds(timing.target, timing.clock,
+                                                     timing.schedule))
+                timing.close()
                 status = ("inexact", rec.reason) if rec is not None else ()
                 rec = Record.start(case, variant, *status).fill(
-                    work, median[len(median) // 2], event, copy_gbps,
-                    bm.kernel_attributes(variant, work), plan)
+                    work, per_call[len(per_call) // 2], event, copy_gbps,
+                    bm.kernel_attributes(variant, work), timing.schedule, peak, timing.host_s)
         except Exception as e:  # noqa: BLE001 - one broken variant must not end the sweep
             rec = Record.crashed(case, variant, e)
         records.append(rec)
@@ -109,8 +118,20 @@ def _panels(records: Iterable[Record]) -> dict[tuple[str, str], list[Record]]:
 
 def legend(device: str, copy_gbps: float) -> str:
     """The line above the tables: what the cells mean and the roofline they are a % of."""
+    per_call = "device time per call" if device.startswith("cuda") else "time per call"
     return (f"{bm.device_label(device)}: cells are GB/s and % of device copy "
-            f"({copy_gbps:,.0f} GB/s); ★ = best per shape (M x N: rows x row length)")
+            f"({copy_gbps:,.0f} GB/s) from {per_call}, then peak memory above the inputs "
+            "(forward / step); ★ = best per shape (M x N: rows x row length)")
+
+
+def memory_cell(r: Record) -> str:
+    """The memory column of a timed record: ``fwd / step`` above the inputs, "n/a" off CUDA."""
+    if r.mem_fwd_bytes is None:
+        return "mem n/a" if r.mem_note else ""
+    fwd = format_bytes(r.mem_fwd_bytes)
+    if r.mem_step_bytes is not None:
+        return f"{fwd} / {format_bytes(r.mem_step_bytes)}"
+    return f"{fwd} / step n/a" if r.mem_note else fwd
 
 
 def render_tables(records: Sequence[Record], copy_gbps: float) -> list:
@@ -127,7 +148,12 @@ def render_tables(records: Sequence[Record], copy_gbps: float) -> list:
             if r.status == "ok" and r.gbps > best.get((r.n, r.m), (0.0,))[0]:
                 best[(r.n, r.m)] = (r.gbps, r.variant)
         # Shapes down, variants across: a sweep's many shapes stay readable in any width.
-        t = Table(title=f"{op} {dtype}: GB/s (% of copy)", title_justify="left")
+        measured = any(r.mem_fwd_bytes is not None for r in recs)
+        notes = sorted({r.mem_note for r in recs if r.mem_note and r.mem_fwd_bytes is None})
+        title = f"{op} {dtype}: GB/s (% of copy)" + (
+            ", peak memory above inputs (forward / step)" if measured else
+            f"; memory {notes[0]}" if notes else "")
+        t = Table(title=title, title_justify="left")
         t.add_column("M x N", style="bold", justify="right")
         for name in names:
             t.add_column(name, justify="right", overflow="fold")
@@ -139,18 +165,25 @@ def render_tables(records: Sequence[Record], copy_gbps: float) -> list:
                 if r is None:
                     row.append("")
                 elif r.status == "inexact":
-                    row.append(f"[yellow]{_num(r.gbps)} ({r.pct_of_copy:.0f}%) inexact[/]")
+                    row.append(f"[yellow]{_num(r.gbps)} ({r.pct_of_copy:.0f}%) inexact[/]"
+                               + _mem_line(r))
                 elif r.status == "skipped" and r.backend == "peer":
                     row.append(f"[dim]skip: {escape(_cut(r.reason, PEER_REASON_CHARS))}[/]")
                 elif r.status != "ok":
                     row.append(STATUS_CELL.get(r.status, r.status))
                 elif best[(n, m)][1] == name:
-                    row.append(f"[bold green]★ {_num(r.gbps)} ({r.pct_of_copy:.0f}%)[/]")
+                    row.append(f"[bold green]★ {_num(r.gbps)} ({r.pct_of_copy:.0f}%)[/]"
+                               + _mem_line(r))
                 else:
-                    row.append(f"{_num(r.gbps)} ({r.pct_of_copy:.0f}%)")
+                    row.append(f"{_num(r.gbps)} ({r.pct_of_copy:.0f}%)" + _mem_line(r))
             t.add_row(f"{m}x{n}", *row)
         tables.append(t)
     return tables
+
+
+def _mem_line(r: Record) -> str:
+    text = memory_cell(r) if r.mem_fwd_bytes is not None else ""  # no figure: said in the title
+    return f"\n[dim]{text}[/]" if text else ""
 
 
 def problems(records: Sequence[Record]) -> list[str]:
@@ -199,10 +232,32 @@ def _num(g: float) -> str:
     return f"{g:,.0f}" if g >= 10 else f"{g:.2g}"
 
 
+def memory_label(recs: Sequence[Record]) -> str:
+    """A variant's memory in its legend entry: the median over shapes of its peak above the
+    inputs in units of one M x N rows tensor (forward / step); "" when nothing was measured."""
+    import statistics
+
+    def ratio(field: str) -> str | None:
+        vals = [getattr(r, field) / _rows_bytes(r) for r in recs
+                if getattr(r, field) is not None]
+        return f"{statistics.median(vals):.1f}x" if vals else None
+
+    fwd, step = ratio("mem_fwd_bytes"), ratio("mem_step_bytes")
+    if fwd is None:
+        return " (mem n/a)" if any(r.mem_note for r in recs) else ""
+    return f" (mem {fwd}" + (f" / {step}" if step else "") + " of M x N)"
+
+
+def _rows_bytes(r: Record) -> float:
+    size = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2}.get(r.dtype, 4)
+    return float(max(1, r.m * r.n) * size)
+
+
 def plot_results(records: Sequence[Record], copy_gbps: float, path: Path) -> Path:
     """PNG: GB/s vs N (log2 axis; vs M when N is fixed) per variant, one panel per (op, dtype).
 
     The dashed line is the measured device-to-device copy: the roofline of a memory-bound op.
+    Each legend entry carries the variant's memory column (:func:`memory_label`).
     Uses matplotlib's object API (Agg canvas), never pyplot's global state.
     """
     from matplotlib.figure import Figure
@@ -218,7 +273,8 @@ def plot_results(records: Sequence[Record], copy_gbps: float, path: Path) -> Pat
             pts = sorted((x_of(r), r.gbps) for r in recs
                          if r.variant == name and r.status in bm.TIMED)
             if pts:
-                ax.plot(*zip(*pts), marker="o", ms=3, lw=1.2, label=name)
+                ax.plot(*zip(*pts), marker="o", ms=3, lw=1.2,
+                        label=name + memory_label([r for r in recs if r.variant == name]))
         ax.set_xscale("log", base=2)
         ax.set_xlabel(xlabel)
         ax.set_ylabel("GB/s")

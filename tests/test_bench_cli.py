@@ -1,6 +1,6 @@
 """The bench CLI (`python -m kernel_lab bench`) and what it shows, checked on a CPU (no timings
 are judged here): tables, CSV / JSON / PNG from fake records, the timer cross-check, shape
-tokens, the timed rounds' plan and a record's launches.
+tokens, the timed rounds' schedule and a record's launches.
 """
 
 from __future__ import annotations
@@ -139,7 +139,7 @@ def test_cli_entry_point_without_gpu():
     assert r.returncode == 0 and r.stdout.count("\n") == 1 and bm.NO_GPU in r.stdout, r
 
 
-def test_plan_rounds_cover_the_host_latency_of_one_call():
+def test_schedule_rounds_cover_the_host_latency_of_one_call():
     """A round starts from an idle GPU: the first call's host time must stay ~1 % of it."""
     clock = [0.0]
 
@@ -149,9 +149,9 @@ def test_plan_rounds_cover_the_host_latency_of_one_call():
     def call():  # 650 us of work per call, as compile_naive at 32768x8192 fp32 on an H200
         clock[0] += 650e-6
 
-    short = bm.plan(call, timer)  # a cheap launcher: ROUND_S decides
+    short = bm.schedule(call, timer)  # a cheap launcher: ROUND_S decides
     assert short.iterations * 650e-6 >= bm.ROUND_S and short.iterations * 650e-6 < 1.1 * bm.ROUND_S
-    slow_host = bm.plan(call, timer, host_s=500e-6)  # ~0.5 ms of host time per call
+    slow_host = bm.schedule(call, timer, host_s=500e-6)  # ~0.5 ms of host time per call
     assert slow_host.iterations * 650e-6 >= bm.HOST_LATENCY_ROUNDS * 500e-6
     assert slow_host.rounds >= bm.MIN_ROUNDS
 

@@ -116,8 +116,16 @@ def runs(tmp_path_factory) -> dict[str, tuple[int, str]]:
         "-k", "1x128 or 1x151936", "-p", "fake_bench_plugin",
         "--benchmark-json", str(tmp / "cpu.json"), pythonpath=tmp,
     )
+    procs["host-collect"] = _start("--collect-only", "-q", "--device", "cpu", "--preset", "small",
+                                   "--op", "softmax", "--variants", "online_softmax,torch_eager")
+    procs["host-none"] = _start("--collect-only", "-q", "--device", "cpu", "--preset", "small",
+                                "--host", "none")
+    procs["host-cpu"] = _start("-q", "--device", "cpu", "--host", "only", "--op", "softmax",
+                               "-k", "torch.softmax and not autograd",
+                               "--benchmark-json", str(tmp / "host.json"))
     out = {k: _finish(p) for k, p in procs.items()}
-    out["cpu.json"] = (0, (tmp / "cpu.json").read_text() if (tmp / "cpu.json").exists() else "")
+    for name in ("cpu.json", "host.json"):
+        out[name] = (0, (tmp / name).read_text() if (tmp / name).exists() else "")
     return out
 
 
@@ -217,6 +225,9 @@ def test_cpu_run_checks_times_and_skips_with_supports_reasons(runs, monkeypatch)
     assert info["pct_of_copy"] == pytest.approx(100 * info["gbps"] / info["copy_gbps"])
     assert b["options"]["timer"] == "perf_counter"
     assert "registers" not in info
+    # how it was timed and the memory column, which has no figure off CUDA
+    assert (info["method"], info["k"]) == ("cpu", 1) and info["median_s"] > 0
+    assert info["mem_note"] == "n/a: not a CUDA device" and "mem_fwd_bytes" not in info
     attrs = benches["softmax-float32-1x128-fake_limited"]["extra_info"]
     assert (attrs["registers"], attrs["spill_bytes"]) == (32, 8)
     assert attrs["kernels"] == "fake<float> <<<1, 32, 0>>>"  # what one call launched
@@ -233,3 +244,36 @@ def test_compare_refuses_another_device(runs):
     assert "NVIDIA H100" in out and "this run is on cpu" in out
     rc, out = runs["compare-allowed"]
     assert rc == 0, out
+
+
+def _overhead():
+    """bench/overhead.py as a module (bench/ is a folder of scripts, not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("overhead", REPO / "bench" / "overhead.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_host_group_is_collected_for_the_selection_and_timed(runs):
+    rc, out = runs["host-collect"]
+    assert rc == 0, out
+    labels = {line.strip().split("::test_host[", 1)[1][:-1] for line in out.splitlines()
+              if "::test_host[" in line}
+    assert labels == set(_overhead().host_cells(["softmax"], ["online_softmax", "torch_eager"]))
+    assert {"torch.softmax", "kernel_lab.softmax (auto)", 'run("online_softmax")',
+            "kernel_lab.softmax (auto), autograd recording"} <= labels
+    assert 'run("fast_softmax")' not in labels and "torch.log_softmax" not in labels
+    rc, out = runs["host-none"]
+    assert rc == 0 and "::test_variant[" in out and "::test_host[" not in out, out
+
+    rc, out = runs["host-cpu"]
+    assert rc == 0, out
+    data = json.loads(runs["host.json"][1])
+    benches = {b["param"]: b for b in data["benchmarks"]}
+    assert set(benches) == {"torch.softmax"}, out
+    b = benches["torch.softmax"]
+    assert b["group"] == "host" and b["options"]["timer"] == "host_clock"
+    assert b["extra_info"]["method"] == "host" and b["extra_info"]["k"] >= 1
+    assert b["stats"]["rounds"] == 21 and b["stats"]["median"] > 0

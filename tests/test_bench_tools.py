@@ -215,3 +215,16 @@ def test_results_readme_is_generated_from_the_result_set():
     fresh = _results_table(*(str(results / n) for n in names), "--commit", "-")
     tables = [line for line in readme.splitlines() if line.startswith(("|", "**", "## "))]
     assert tables == [line for line in fresh.splitlines() if line.startswith(("|", "**", "## "))]
+
+
+def test_results_table_shows_the_memory_column_where_the_json_has_it():
+    """A saved sweep with the memory column: each timed cell reads "GB/s (% of copy) · forward /
+    step" (older JSON without it keeps the plain cell)."""
+    code = ("import results_table as t; "
+            "print(t.cell({'status': 'ok', 'gbps': 4000.0, 'pct_of_copy': 95.0, "
+            "'mem_fwd_bytes': 2**30, 'mem_step_bytes': 3 * 2**30})); "
+            "print(t.cell({'status': 'ok', 'gbps': 4000.0, 'pct_of_copy': 95.0, "
+            "'mem_fwd_bytes': 640 * 2**10, 'mem_step_bytes': None})); "
+            "print(t.cell({'status': 'ok', 'gbps': 4000.0, 'pct_of_copy': 95.0}))")
+    assert _bench_script(code) == ["4,000 (95%) · 1.0 GiB / 3.0 GiB", "4,000 (95%) · 640 KiB",
+                                   "4,000 (95%)"]

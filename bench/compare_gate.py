@@ -1,0 +1,221 @@
+"""Prove the ``pytest bench --benchmark-compare`` gate both ways on this GPU (``.ci/gpu-bench
+compare``).
+
+    python bench/compare_gate.py [PRESET ...] [--runs 5] [--no-slowdown] [--out DIR]
+
+Per preset (default: all of :data:`GATE`, each with a restricted variant set so the whole
+proof fits one device call): one ``--benchmark-autosave``, then ``--runs`` unchanged compares
+with ``--benchmark-compare-fail=median:5%``, which must all pass. Then the slowdown: an extra
+pass over part of each row is added to ``cuda_src/online_softmax.cu`` (a real cost that scales
+with the row, not a nap), sized on the target cell (:data:`TARGET`) to the first of
+:data:`PASS_PCTS` that costs >= 8 %; the preset's compare must then fail, naming the target
+cell and no cell of another variant. The file is restored whatever happens. The summary at the
+end says per preset: runs passed, the worst median change (and its cell); and the slowdown's
+size, what the gate named and whether that is right. Exit 0 only if every check holds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+FAIL = "median:5%"
+GATE: dict[str, list[str]] = {  # preset -> the selection its gate runs (all cells of it)
+    "quick": ["--op", "softmax", "--variants", "online_softmax,fast_softmax,torch_eager",
+              "--dtype", "float32"],
+    "sweep": ["--op", "softmax", "--variants", "fast_softmax", "--dtype", "bfloat16"],
+    "vocab": ["--op", "cross_entropy", "--variants", "cuda_cross_entropy,torch_cross_entropy",
+              "--dtype", "bfloat16"],
+    "seed": ["--variants", "torch_eager,triton_fused"],
+    "small": ["--op", "softmax", "--variants", "online_softmax,fast_softmax,torch_eager"],
+}
+SLOWDOWN_PRESET = "small"
+TARGET = "softmax-float32-64x4096-online_softmax"  # a launch-bound cell (graph-timed)
+KERNEL = REPO / "cuda_src" / "online_softmax.cu"
+ANCHOR = "  const A inv = A(1) / st.s;\n"
+PASS_PCTS = (25, 50, 100, 200, 400)  # extra pass length, % of the row (> 100: passes again)
+
+
+def extra_pass(pct: int) -> str:
+    """CUDA lines reading ``pct`` % of the row once more (a max the result cannot change: st.m
+    is already the row's max, so the branch never fires, but the compiler must keep the loads)."""
+    return (f"  {{  // compare_gate.py: an extra pass over {pct}% of the row\n"
+            "    A em = st.m;\n"
+            f"    const long long cut = (long long)n * {pct} / 100;\n"
+            "    for (long long k = threadIdx.x; k < cut; k += step) {\n"
+            "      const A v = klab::to_acc(xr[k % n]);\n"
+            "      em = v > em ? v : em;\n"
+            "    }\n"
+            "    if (em > st.m) st.m = em;\n"
+            "  }\n")
+
+
+class OutOfTime(Exception):
+    """The next run would not finish inside ``--budget-s``: stop and print what was done."""
+
+
+DEADLINE = [float("inf")]  # time.time() past which no new run starts
+LAST_RUN_S = [0.0]
+EXTRA_ARGS: list[str] = []  # --pytest-args, added to every run
+
+
+def pytest_bench(preset: str, *args: str, log: Path) -> tuple[int, str, float]:
+    """One ``pytest bench`` run of the preset's gate selection; (rc, output, seconds)."""
+    if time.time() + LAST_RUN_S[0] > DEADLINE[0]:
+        raise OutOfTime(preset)
+    cmd = [sys.executable, "-m", "pytest", "bench", "-q", "-p", "no:cacheprovider",
+           "--preset", preset, *GATE[preset],
+           "--benchmark-storage", str(Path(".benchmarks") / f"gate-{preset}"), *EXTRA_ARGS,
+           *args]
+    t0 = time.time()
+    r = subprocess.run(cmd, cwd=REPO, text=True, capture_output=True)
+    out = r.stdout + r.stderr
+    with log.open("a") as f:
+        f.write(f"$ {' '.join(cmd)}\n{out}\nrc={r.returncode}\n")
+    LAST_RUN_S[0] = time.time() - t0
+    return r.returncode, out, LAST_RUN_S[0]
+
+
+def medians(path: Path) -> dict[str, float]:
+    data = json.loads(path.read_text())
+    return {b["name"]: b["stats"]["median"] for b in data["benchmarks"]}
+
+
+def worst_change(base: dict[str, float], run: dict[str, float]) -> tuple[float, str]:
+    changes = {k: run[k] / base[k] - 1 for k in run if k in base and base[k] > 0}
+    if not changes:
+        return 0.0, "(no common cells)"
+    name = max(changes, key=lambda k: abs(changes[k]))
+    return changes[name], name
+
+
+def regressed(out: str) -> list[str]:
+    """The cells pytest-benchmark's ``Performance has regressed`` message names."""
+    return re.findall(r"^\s+(test_\w+\[[^\]]*\])[^\n]*has failed", out, flags=re.M)
+
+
+def gate_preset(preset: str, runs: int, out_dir: Path, log: Path) -> dict:
+    shutil.rmtree(REPO / ".benchmarks" / f"gate-{preset}", ignore_errors=True)
+    base_json = out_dir / f"{preset}-base.json"
+    rc, out, secs = pytest_bench(preset, "--benchmark-autosave", "--benchmark-json",
+                                 str(base_json), log=log)
+    print(f"  {preset}: autosave rc={rc} ({secs:.0f} s)", flush=True)
+    row = {"preset": preset, "autosave_rc": rc, "passed": 0, "runs": runs, "worst": 0.0,
+           "worst_cell": "", "alarms": []}
+    if rc != 0 or not base_json.exists():
+        row["alarms"].append(f"autosave failed (rc={rc})")
+        return row
+    base = medians(base_json)
+    row["cells"] = len(base)
+    for i in range(runs):
+        js = out_dir / f"{preset}-run{i + 1}.json"
+        rc, out, secs = pytest_bench(preset, "--benchmark-compare",
+                                     f"--benchmark-compare-fail={FAIL}", "--benchmark-json",
+                                     str(js), log=log)
+        change, cell = worst_change(base, medians(js)) if js.exists() else (0.0, "")
+        named = regressed(out)
+        print(f"  {preset}: compare {i + 1}/{runs} rc={rc} worst {change:+.1%} {cell} "
+              f"({secs:.0f} s)" + (f" ALARM: {named}" if named else ""), flush=True)
+        row["passed"] += rc == 0
+        row["alarms"] += named
+        if abs(change) > abs(row["worst"]):
+            row["worst"], row["worst_cell"] = change, cell
+    return row
+
+
+def slowdown(out_dir: Path, log: Path) -> dict:
+    """Size the extra pass on the target cell, then the preset's compare must fail on it."""
+    preset = SLOWDOWN_PRESET
+    base = medians(out_dir / f"{preset}-base.json")
+    key = f"test_variant[{TARGET}]"
+    original = KERNEL.read_text()
+    assert ANCHOR in original, f"{KERNEL.name}: the line to insert before is gone"
+    result = {"target": key, "pct": None, "change": None, "named": [], "rc": None}
+    try:
+        for pct in PASS_PCTS:
+            KERNEL.write_text(original.replace(ANCHOR, extra_pass(pct) + ANCHOR))
+            js = out_dir / f"slow-{pct}.json"
+            pytest_bench(preset, "-k", TARGET, "--host", "none", "--benchmark-json", str(js),
+                         log=log)
+            change = medians(js).get(key, 0.0) / base[key] - 1 if js.exists() else 0.0
+            print(f"  slowdown: extra pass over {pct}% of the row: {TARGET} {change:+.1%}",
+                  flush=True)
+            result["pct"], result["change"] = pct, change
+            if change >= 0.08:
+                break
+        rc, out, _ = pytest_bench(preset, "--benchmark-compare",
+                                  f"--benchmark-compare-fail={FAIL}", "--benchmark-json",
+                                  str(out_dir / "slow-compare.json"), log=log)
+        result["rc"], result["named"] = rc, regressed(out)
+    finally:
+        KERNEL.write_text(original)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("presets", nargs="*", default=list(GATE), help=f"of {', '.join(GATE)}")
+    p.add_argument("--runs", type=int, default=5, help="unchanged compares per preset")
+    p.add_argument("--no-slowdown", action="store_true", help="skip the slowed-kernel check")
+    p.add_argument("--out", type=Path, default=Path("/tmp/kernel_lab_gate"))
+    p.add_argument("--budget-s", type=float, default=560.0,
+                   help="start no run that would end later than this (a summary still prints)")
+    p.add_argument("--pytest-args", default="",
+                   help='more options for every pytest run, e.g. "-k 1x128" (shell-split)')
+    args = p.parse_args(argv)
+    DEADLINE[0] = time.time() + args.budget_s
+    EXTRA_ARGS[:] = shlex.split(args.pytest_args)
+    unknown = [x for x in args.presets if x not in GATE]
+    if unknown:
+        p.error(f"unknown preset(s) {unknown}; use {', '.join(GATE)}")
+    args.out.mkdir(parents=True, exist_ok=True)
+    log = args.out / "gate.log"
+    rows, slow, late = [], None, []
+    for name in args.presets:
+        try:
+            rows.append(gate_preset(name, args.runs, args.out, log))
+        except OutOfTime:
+            late.append(name)
+    if not args.no_slowdown and SLOWDOWN_PRESET in args.presets and not late:
+        try:
+            slow = slowdown(args.out, log)
+        except OutOfTime:
+            late.append("slowdown")
+
+    ok = True
+    print(f"\n== compare gate: --benchmark-compare-fail={FAIL}, {args.runs} unchanged runs")
+    print(f"{'preset':8} {'cells':>5} {'passed':>7}  worst median change (cell)")
+    for r in rows:
+        good = r["autosave_rc"] == 0 and r["passed"] == r["runs"] and not r["alarms"]
+        ok &= good
+        print(f"{r['preset']:8} {r.get('cells', 0):5d} {r['passed']:>3}/{r['runs']:<3}  "
+              f"{r['worst']:+.1%} {r['worst_cell']}  {'ok' if good else 'FALSE ALARM'}"
+              + (f": {sorted(set(r['alarms']))}" if r["alarms"] else ""))
+    if slow is not None:
+        others = [c for c in slow["named"] if "online_softmax]" not in c]
+        caught = slow["rc"] not in (0, None) and slow["target"] in slow["named"] and not others
+        ok &= caught
+        change = f"{slow['change']:+.1%}" if slow["change"] is not None else "?"
+        print(f"slowdown: online_softmax + an extra pass over {slow['pct']}% of each row: "
+              f"{slow['target']} {change}; compare rc={slow['rc']}, named "
+              f"{len(slow['named'])} cell(s): {', '.join(slow['named']) or 'none'}; "
+              f"{'CAUGHT' if caught else 'NOT CAUGHT as it must be'}"
+              + (f" (other variants named: {others})" if others else ""))
+    if late:
+        ok = False
+        print(f"not run (--budget-s {args.budget_s:.0f} s reached): {', '.join(late)}; "
+              "run them in another call")
+    print(f"GATE {'OK' if ok else 'FAILED'} (log: {log})")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,273 @@
+"""The compare gate's logic on a CPU, with a fake device: a virtual host and GPU timeline in
+which a call costs the host ``host_s`` and the GPU ``device_s`` (queued behind earlier work),
+an event reading waits for the GPU, and a graph replay costs the host one launch. What is
+checked: the timing method chosen per cell, the figure pytest-benchmark would store (device
+time per call), K, the record's ``extra_info`` fields and the memory column ("n/a" off CUDA).
+The same logic on the real GPU: the ``gpu`` tests at the end.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+import torch
+
+import kernel_lab
+from kernel_lab import benchmarking as bm
+from kernel_lab import peak_memory, timing
+
+HAS_CUDA = torch.cuda.is_available()
+
+
+class FakeDevice:
+    """A host and a GPU on virtual time: ``call`` is one launch of a variant."""
+
+    def __init__(self, host_s: float, device_s: float, launch_s: float = 5e-6,
+                 capture_error: Exception | None = None) -> None:
+        self.host_s, self.device_s, self.launch_s = host_s, device_s, launch_s
+        self.capture_error = capture_error
+        self.h = self.d = 0.0  # host clock; when the GPU's queue drains
+        self.captured: list[int] = []
+
+    def call(self) -> None:
+        self.h += self.host_s
+        self.d = max(self.d, self.h) + self.device_s
+
+    # the Stopwatch protocol
+    def reader(self):
+        def read() -> float:  # an event recorded now, waited for: the GPU's time there
+            self.h = max(self.h, self.d)
+            return self.h
+
+        return read
+
+    def host_latency(self, fn) -> float:
+        self.h = max(self.h, self.d)
+        t0 = self.h
+        fn()
+        return self.h - t0
+
+    def capture(self, fn, k: int):
+        if self.capture_error is not None:
+            raise self.capture_error
+        self.captured.append(k)
+
+        def replay() -> None:
+            self.h += self.launch_s
+            self.d = max(self.d, self.h) + k * self.device_s
+
+        return replay
+
+
+def _figure(t: timing.Timing) -> float:
+    """The median per call pytest-benchmark would store (time_rounds mirrors pedantic)."""
+    return statistics.median(timing.time_rounds(t.target, t.clock, t.schedule))
+
+
+def test_launch_bound_cell_is_a_graph_and_its_figure_is_device_time():
+    dev = FakeDevice(host_s=12e-6, device_s=2e-6)  # fast_softmax 16x1024: host-bound
+    t = timing.prepare(dev.call, copies=64, backend="cuda", stopwatch=dev)
+    assert t.schedule.method == "graph" and t.note == ""
+    k = t.schedule.k
+    assert k == dev.captured[-1] and k * 2e-6 >= 0.9 * timing.GRAPH_REPLAY_S and k >= 64
+    assert t.clock.calls == k  # the timer counts in calls
+    assert _figure(t) == pytest.approx(2e-6, rel=0.01)  # not the 12 us of launching
+    assert t.host_s == pytest.approx(12e-6)
+    rounds = t.schedule
+    assert rounds.rounds >= timing.MIN_ROUNDS
+    assert rounds.iterations * k * 2e-6 >= timing.ROUND_S  # a round: >= 20 ms of replays
+
+
+def test_graph_holds_every_rotation_copy():
+    dev = FakeDevice(host_s=10e-6, device_s=3e-6)
+    t = timing.prepare(dev.call, copies=1024, backend="triton", stopwatch=dev)
+    assert t.schedule.method == "graph" and t.schedule.k >= 1024
+
+
+def test_device_bound_cell_is_timed_eagerly_with_events():
+    dev = FakeDevice(host_s=8e-6, device_s=400e-6)  # 2^28 elements: the GPU is the slow side
+    t = timing.prepare(dev.call, backend="cuda", stopwatch=dev)
+    assert t.schedule.method == "events" and t.schedule.k == 1 and not dev.captured
+    assert t.clock.calls == 1
+    assert _figure(t) == pytest.approx(400e-6, rel=0.01)
+    assert t.schedule.iterations * 400e-6 >= timing.ROUND_S
+
+
+def test_borderline_cells_agree_whichever_method_is_chosen():
+    """Either side of DEVICE_BOUND the figure is the device time, so a cell whose method flips
+    between two runs does not read as a regression."""
+    below = FakeDevice(host_s=10e-6, device_s=19e-6)
+    above = FakeDevice(host_s=10e-6, device_s=21e-6)
+    tb = timing.prepare(below.call, backend="cuda", stopwatch=below)
+    ta = timing.prepare(above.call, backend="cuda", stopwatch=above)
+    assert (tb.schedule.method, ta.schedule.method) == ("graph", "events")
+    assert _figure(tb) == pytest.approx(19e-6, rel=0.02)
+    assert _figure(ta) == pytest.approx(21e-6, rel=0.02)
+
+
+def test_peers_and_failed_captures_fall_back_to_the_event_loop():
+    dev = FakeDevice(host_s=15e-6, device_s=2e-6)
+    t = timing.prepare(dev.call, backend="peer", stopwatch=dev)
+    assert t.schedule.method == "events" and not dev.captured
+    assert "peer" in t.note
+    assert _figure(t) == pytest.approx(15e-6, rel=0.02)  # the launch rate, and it says so
+    bad = FakeDevice(host_s=15e-6, device_s=2e-6,
+                     capture_error=RuntimeError("operation not permitted when stream is "
+                                                "capturing\nmore"))
+    t = timing.prepare(bad.call, backend="cuda", stopwatch=bad)
+    assert t.schedule.method == "events"
+    assert t.note == ("launch-bound, capture failed: RuntimeError: operation not permitted "
+                      "when stream is capturing")
+
+
+def test_choose_method_rule():
+    assert timing.choose_method(400e-6, 8e-6, None) == "events"
+    assert timing.choose_method(12e-6, 12e-6, None) == "graph"
+    assert timing.choose_method(12e-6, 12e-6, "a peer") == "events"
+    assert timing.capture_refusal("peer") and timing.capture_refusal("cuda") is None
+    assert timing.graph_calls(2.5e-6, 1) == 400 and timing.graph_calls(1.0, 1) == 16
+    assert timing.graph_calls(1e-9, 1) == timing.MAX_GRAPH_CALLS
+
+
+def test_clock_counts_in_calls_and_names_itself():
+    t = [0.0]
+    clock = timing.Clock(lambda: t[0], calls=4, name="device_clock")
+    a = clock()
+    t[0] += 8e-3
+    assert clock() - a == pytest.approx(2e-3)
+    from pytest_benchmark.utils import funcname
+
+    assert funcname(clock) == "device_clock"  # what the saved JSON calls the timer
+
+
+def test_host_schedule_sizes_rounds():
+    t = [0.0]
+
+    def call():
+        t[0] += 10e-6
+
+    s = timing.host_schedule(call, lambda: t[0])
+    assert s.method == "host" and s.rounds == timing.HOST_ROUNDS and s.iterations == 1
+    assert s.k * 10e-6 == pytest.approx(timing.HOST_ROUND_S, rel=0.01)
+
+
+def test_extra_info_fields_of_a_graph_cell():
+    case = bm.Case("softmax", torch.float32, (16, 1024))
+    v = kernel_lab.get("torch_eager")
+    work = bm.make_workload(case, "cpu")
+    s = timing.Schedule(rounds=12, iterations=10, estimate_s=2e-6, method="graph", k=512)
+    peak = peak_memory.Peak(65536, 131072)
+    rec = bm.Record.start(case, v).fill(work, 2e-6, 12e-6, 4000.0, {}, s, peak, 12e-6)
+    info = bm.extra_info(rec)
+    assert info["method"] == "graph" and info["k"] == 512
+    assert info["device_s"] == 2e-6 and "median_s" not in info  # the compared figure, named
+    assert info["host_s"] == 12e-6 and info["event_median_s"] == 12e-6
+    assert (info["mem_fwd_bytes"], info["mem_step_bytes"]) == (65536, 131072)
+    assert "mem_note" not in info
+    assert info["gbps"] == pytest.approx(work.bytes_moved / 2e-6 / 1e9)
+
+
+def test_memory_column_is_n_a_off_cuda():
+    case = bm.Case("softmax", torch.float32, (4, 100))
+    work = bm.make_workload(case, "cpu")
+    peak = bm.memory(kernel_lab.get("torch_eager"), work)
+    assert peak == peak_memory.Peak(None, None, peak_memory.NOT_CUDA)
+    t, event = bm.prepare(kernel_lab.get("torch_eager"), work)
+    assert t.schedule.method == "cpu" and event is None
+    rec = bm.Record.start(case, kernel_lab.get("torch_eager")).fill(
+        work, 1e-5, None, 100.0, {}, t.schedule, peak, t.host_s)
+    info = bm.extra_info(rec)
+    assert info["mem_note"] == "n/a: not a CUDA device" and "mem_fwd_bytes" not in info
+    assert info["method"] == "cpu" and "median_s" in info and "device_s" not in info
+    assert peak_memory.format_bytes(3 * 2**30 // 2) == "1.5 GiB"
+    assert peak_memory.format_bytes(None) == "n/a"
+
+
+def test_memory_cells_in_the_table_and_plot_legend():
+    from kernel_lab import sweep
+
+    case = bm.Case("softmax", torch.float32, (1024, 4096))
+    r = bm.Record.start(case, kernel_lab.get("torch_eager"))
+    r.mem_fwd_bytes, r.mem_step_bytes = 16 * 2**20, 32 * 2**20
+    assert sweep.memory_cell(r) == "16 MiB / 32 MiB"
+    assert sweep.memory_label([r]) == " (mem 1.0x / 2.0x of M x N)"
+    r2 = bm.Record.start(case, kernel_lab.get("torch_eager"))
+    r2.mem_note = peak_memory.NOT_CUDA
+    assert sweep.memory_cell(r2) == "mem n/a" and sweep.memory_label([r2]) == " (mem n/a)"
+
+
+# -- on the GPU: the same logic on real kernels ---------------------------------------------------
+gpu = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU: real graph capture and events")
+
+
+@gpu
+def test_gpu_small_cells_are_graphs_and_big_ones_events():
+    small = bm.make_workload(bm.Case("softmax", torch.float32, (16, 1024)), "cuda")
+    v = kernel_lab.get("online_softmax")
+    bm.vet(v, small)
+    t, event = bm.prepare(v, small)
+    assert t.schedule.method == "graph" and t.schedule.k >= len(small.copies), t.note
+    device = statistics.median(timing.time_rounds(t.target, t.clock, t.schedule))
+    assert 0 < device < event  # eager bursts are launch-bound; the graph is not
+    t.close()
+    big = bm.make_workload(bm.Case("softmax", torch.float32, (2**14, 2**14)), "cuda")
+    bm.vet(v, big)
+    t, event = bm.prepare(v, big)
+    assert t.schedule.method == "events" and t.schedule.k == 1
+    device = statistics.median(timing.time_rounds(t.target, t.clock, t.schedule))
+    assert device == pytest.approx(event, rel=0.05)  # device-bound: the two timers agree
+
+
+@gpu
+def test_gpu_memory_column_counts_outputs_and_gradients():
+    case = bm.Case("softmax", torch.float32, (1024, 4096))
+    work = bm.make_workload(case, "cuda")
+    out_bytes = 1024 * 4096 * 4
+    peak = bm.memory(kernel_lab.get("torch_eager"), work)
+    assert out_bytes <= peak.forward < 1.5 * out_bytes, peak
+    assert peak.step is not None and peak.step >= 2 * out_bytes, peak  # y saved + dx
+    back = bm.make_workload(bm.Case("softmax_backward", torch.float32, (1024, 4096)), "cuda")
+    peak = bm.memory(kernel_lab.get("torch_eager_backward"), back)
+    assert peak.step is None and peak.note == "" and peak.forward >= out_bytes
+
+
+# -- bench/compare_gate.py: the slowdown edit and what it reads from pytest-benchmark ------------
+def _compare_gate():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "bench" / "compare_gate.py"
+    spec = importlib.util.spec_from_file_location("compare_gate", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_gate_reads_the_cells_pytest_benchmark_names():
+    gate = _compare_gate()
+    out = ("Performance has regressed:\n"
+           "\ttest_variant[softmax-float32-64x4096-online_softmax] (0001_abc) - Field 'median' "
+           "has failed PercentageRegressionCheck: 11.2 > 5.0\n"
+           "\ttest_host[run(\"online_softmax\")] (0001_abc) - Field 'median' has failed "
+           "PercentageRegressionCheck: 6.0 > 5.0\n")
+    assert gate.regressed(out) == ["test_variant[softmax-float32-64x4096-online_softmax]",
+                                   'test_host[run("online_softmax")]']
+    assert gate.worst_change({"a": 1.0, "b": 2.0}, {"a": 1.02, "b": 1.9}) == \
+        pytest.approx((-0.05, "b"))
+    assert set(gate.GATE) == set(bm.PRESETS)  # every preset is gated
+    assert gate.TARGET.endswith("-online_softmax")
+
+
+def test_gate_slowdown_edit_compiles_and_keeps_the_kernel(tmp_path):
+    """The extra pass the gate inserts compiles with NVRTC for sm_90 (no GPU needed)."""
+    pytest.importorskip("cupy")
+    from kernel_lab import jit
+
+    gate = _compare_gate()
+    src = gate.KERNEL.read_text()
+    assert gate.ANCHOR in src
+    edited = tmp_path / "online_softmax.cu"
+    edited.write_text(src.replace(gate.ANCHOR, gate.extra_pass(50) + gate.ANCHOR))
+    out = jit.compile_cubin(edited, ["online_softmax<float>"], include_dirs=[jit.cuda_src_dir()])
+    assert out is not None
