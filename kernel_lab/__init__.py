@@ -7,6 +7,10 @@
     kernel_lab.cross_entropy(logits, target)     # ... and for F.cross_entropy
 """
 
+# First: Triton's compiled-or-interpreted mode is fixed when triton is imported, and with no GPU
+# here the lab picks the interpreter (triton_mode.py), so Triton variants run on CPU tensors.
+from . import triton_mode as _triton_mode  # noqa: F401, I001
+
 # The subpackage kernel_lab.ops (the op implementations) is imported first so that the name
 # ``kernel_lab.ops`` ends up bound to the public function ``ops()`` below, whatever imports later.
 from . import ops as _ops_package  # noqa: F401

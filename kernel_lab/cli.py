@@ -31,6 +31,13 @@ def _parser() -> argparse.ArgumentParser:
                     help="cuda or cpu (default: cuda if present; Triton variants run in "
                     "Triton's interpreter without a GPU)")
     ck.add_argument("--seed", type=int, default=None, help="seed (default: fresh each run)")
+    ck.add_argument("--cases", default="core", choices=["core", "all", "sanitize"],
+                    help="core: a representative set (default); all: every shape case; "
+                    "sanitize: all plus odd rows at misaligned bases")
+    ck.add_argument("--all", action="store_true", help="every shape case (--cases all)")
+    ck.add_argument("--warnings", action="store_true",
+                    help="show the warnings raised while checking (hidden, and counted, "
+                    "otherwise)")
 
     from . import sweep
 
@@ -64,10 +71,6 @@ def main(argv: list[str] | None = None) -> int:
     from .errors import KernelLabError
 
     args = _parser().parse_args(argv)
-    if args.command == "list" or args.command == "check" and args.device != "cuda":
-        from .check_cli import interpret_triton_here
-
-        interpret_triton_here(sys.argv[1:] if argv is None else list(argv))
     try:
         return _dispatch(args)
     except KernelLabError as e:
