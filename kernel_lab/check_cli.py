@@ -92,6 +92,12 @@ def check_main(args) -> int:
     )
     from rich.table import Table
 
+    if args.sanitize:
+        from .sanitize import sanitize_main
+
+        return sanitize_main(args.sanitize, args.names, op=args.op, dtypes=args.dtype,
+                             seed=args.seed, jobs=args.jobs, timeout=args.timeout,
+                             log_dir=args.logs)
     console = wide_console()
     if args.device == "cuda" and not torch.cuda.is_available():
         raise KernelLabError("--device cuda: no CUDA GPU is usable on this machine")

@@ -35,6 +35,15 @@ def _parser() -> argparse.ArgumentParser:
                     help="core: a representative set (default); all: every shape case; "
                     "sanitize: all plus odd rows at misaligned bases")
     ck.add_argument("--all", action="store_true", help="every shape case (--cases all)")
+    ck.add_argument("--sanitize", nargs="?", const="memcheck", metavar="TOOL",
+                    choices=["memcheck", "racecheck", "initcheck", "synccheck"],
+                    help="run the CUDA variants named (default: all; racecheck: those with "
+                    "shared memory or clusters) under compute-sanitizer TOOL (default "
+                    "memcheck), one process a variant, one line each")
+    ck.add_argument("--jobs", type=int, default=4, help="--sanitize: processes at once")
+    ck.add_argument("--timeout", type=float, default=600.0,
+                    help="--sanitize: seconds a variant may take")
+    ck.add_argument("--logs", default=None, help="--sanitize: folder for the full logs")
     ck.add_argument("--warnings", action="store_true",
                     help="show the warnings raised while checking (hidden, and counted, "
                     "otherwise)")
