@@ -25,6 +25,7 @@ import torch
 
 from . import interop, launch_plans
 from .errors import DuplicateVariantError, UnknownVariantError, UnsupportedInputError
+from .rows import dim_type_error
 
 BACKENDS = ("torch", "compile", "triton", "cuda", "peer")
 
@@ -187,6 +188,8 @@ class Variant:
         x = inputs[0]
         if not isinstance(x, torch.Tensor):
             return f"expected a torch.Tensor (or DLPack array), got {type(x).__name__}"
+        if "dim" in kw and type(kw["dim"]) is not int and dim_type_error(kw["dim"]):
+            return dim_type_error(kw["dim"])
         if x.dtype not in self.dtypes:
             names = ", ".join(str(d).replace("torch.", "") for d in self.dtypes)
             return f"dtype {str(x.dtype).replace('torch.', '')} not supported (takes {names})"
