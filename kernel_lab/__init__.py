@@ -3,6 +3,7 @@
     import kernel_lab
     kernel_lab.run("online_softmax", x)          # any registered variant, by name
     kernel_lab.variants("softmax")               # what is registered
+    kernel_lab.runs_here("triton_fused")         # ... and whether it runs on this machine
     kernel_lab.softmax(x, dim=-1)                # differentiable drop-in for torch.softmax
     kernel_lab.cross_entropy(logits, target)     # ... and for F.cross_entropy
 """
@@ -14,6 +15,7 @@ from . import triton_mode as _triton_mode  # noqa: F401, I001
 # The subpackage kernel_lab.ops (the op implementations) is imported first so that the name
 # ``kernel_lab.ops`` ends up bound to the public function ``ops()`` below, whatever imports later.
 from . import ops as _ops_package  # noqa: F401
+from .checking import runs_here, why_not_here
 from .errors import (
     DuplicateVariantError,
     KernelCompileError,
@@ -64,6 +66,8 @@ __all__ = [
     "register_op",
     "run",
     "softmax",
+    "runs_here",
     "variants",
+    "why_not_here",
 ]
 __version__ = "0.1.0"

@@ -10,7 +10,6 @@ import torch
 
 from . import registry
 from .checking import (
-    Case,
     cases_for,
     default_device,
     dtype_name,
@@ -18,11 +17,10 @@ from .checking import (
     make_case_inputs,
     parse_dtype,
     run_checked,
+    why_not_here,
 )
 from .errors import KernelLabError
 from .reference import CheckResult
-
-_PROBE = Case((2, 8))  # the shape `list` asks each variant about
 
 
 def wide_console():
@@ -32,19 +30,6 @@ def wide_console():
     from rich.console import Console
 
     return Console(width=max(140, shutil.get_terminal_size().columns))
-
-
-def _probe_inputs(v: registry.Variant, device: str) -> tuple:
-    dtype = torch.float32 if torch.float32 in v.dtypes else v.dtypes[0]
-    op = registry.get_op(v.op)
-    inputs, _ = make_case_inputs(op, _PROBE, dtype, "cpu", None)
-    return tuple(t if t is None else t.to(device) for t in inputs)
-
-
-def runs_here(v: registry.Variant) -> str:
-    """'yes', or the reason it cannot run on this machine."""
-    reason = v.supports(*_probe_inputs(v, default_device()))
-    return "yes" if reason is None else reason
 
 
 def list_main(args) -> int:
@@ -58,11 +43,13 @@ def list_main(args) -> int:
         for col in ("variant", "backend", "dtypes", "launcher", "kernel", "runs here"):
             table.add_column(col, overflow="fold")
         for v in registry.variants(op_name):
-            here = runs_here(v)
+            why = why_not_here(v)
+            if getattr(args, "here", False) and why is not None:
+                continue
             launcher = f"{v.fn.__module__}.{v.fn.__qualname__}"
             table.add_row(
                 v.name, v.backend, ",".join(_short(d) for d in v.dtypes), launcher,
-                v.source or "-", "[green]yes[/]" if here == "yes" else f"[yellow]no[/]: {here}",
+                v.source or "-", "[green]yes[/]" if why is None else f"[yellow]no[/]: {why}",
             )
         console.print(table)
     return 0

@@ -190,3 +190,22 @@ def fresh_seed() -> int:
 
 def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+_PROBE = Case((2, 8))  # the input a variant is asked about by runs_here / `list`
+
+
+def why_not_here(variant: registry.Variant | str, device: str | None = None) -> str | None:
+    """Why ``variant`` (or its name) cannot run on this machine (``device``: default the GPU
+    if there is one, else the CPU), or None if it can: its own ``supports()`` on a small
+    float32 input (its first dtype if it takes no float32). Never launches anything."""
+    v = registry.get(variant) if isinstance(variant, str) else variant
+    dtype = torch.float32 if torch.float32 in v.dtypes else v.dtypes[0]
+    op = registry.get_op(v.op)
+    inputs, kw = make_case_inputs(op, _PROBE, dtype, device or default_device(), None)
+    return v.supports(*inputs, **kw)
+
+
+def runs_here(variant: registry.Variant | str, device: str | None = None) -> bool:
+    """Whether ``variant`` runs on this machine (:func:`why_not_here` says why not)."""
+    return why_not_here(variant, device) is None

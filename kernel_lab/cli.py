@@ -21,6 +21,7 @@ def _parser() -> argparse.ArgumentParser:
 
     ls = sub.add_parser("list", help="table of ops and variants, and whether each runs here")
     ls.add_argument("--op", help="only this op")
+    ls.add_argument("--here", action="store_true", help="only the variants that run here")
 
     ck = sub.add_parser("check", help="run variants against the float64 reference")
     ck.add_argument("names", nargs="*", metavar="NAME", help="variants (default: all)")
