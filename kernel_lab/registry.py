@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from . import interop, launch_plans
+from . import interop, launch_plans, triton_mode
 from .errors import DuplicateVariantError, UnknownVariantError, UnsupportedInputError
 from .rows import dim_type_error
 
@@ -198,8 +198,10 @@ class Variant:
             if reason is not None:
                 return reason
         if self.needs_cuda and not x.is_cuda:
-            if not (self.backend == "triton" and _triton_interpreting()):
+            if self.backend != "triton":
                 return f"needs a CUDA tensor, got device {x.device}"
+            if not triton_mode.interpreting():  # Triton's mode was fixed when it loaded
+                return f"needs a CUDA tensor, got device {x.device} ({triton_mode.HINT})"
         if self.check is not None:
             return self.check(*inputs, **kw)
         return None
@@ -256,12 +258,6 @@ def trusted_inputs():
 def inputs_trusted() -> bool:
     """Whether the caller vouches for the inputs' values (:func:`trusted_inputs`)."""
     return getattr(_trust, "on", False)
-
-
-def _triton_interpreting() -> bool:
-    import os
-
-    return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
 _ops: dict[str, Op] = {}
