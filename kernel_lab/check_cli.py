@@ -97,7 +97,7 @@ def check_main(args) -> int:
     selection = "all" if args.all else args.cases
     chosen = _chosen(args)
     with warnings.catch_warnings(record=True) as caught:  # shown only with --warnings
-        warnings.simplefilter("always" if args.warnings else "ignore")
+        warnings.simplefilter("default")  # each distinct warning once, recorded
         # First the plan: which (variant, dtype, case) run here, so the bar counts only what
         # runs (supports() never launches) and its ETA is not fooled by instant skips.
         jobs, skip_reasons = [], Counter()
@@ -126,18 +126,19 @@ def check_main(args) -> int:
                                           lambda: progress.advance(task))
                 table.add_row(*row)
                 tally[outcome] += 1
+    distinct = {(w.category.__name__, str(w.message), w.filename, w.lineno): w for w in caught}
     if args.warnings:
-        for w in caught:
-            console.print(f"[yellow]warning[/]: {w.category.__name__}: {w.message} "
-                          f"({w.filename}:{w.lineno})")
+        for category, message, filename, lineno in distinct:
+            console.print(f"[yellow]warning[/]: {category}: {message} ({filename}:{lineno})",
+                          markup=True, highlight=False)
     if table.row_count:
         console.print(table)
     skips = "; ".join(f"{n} x {r}" for r, n in skip_reasons.most_common())
     console.print(f"{tally['pass'] + tally['fail']} variant x dtype checked: {tally['pass']} "
                   f"passed, {tally['fail']} failed, {tally['skip']} ran nothing here"
                   + (f"; cases skipped: {skips}" if skips else ""))
-    if caught and not args.warnings:
-        console.print(f"{len(caught)} warnings hidden (--warnings shows them)")
+    if distinct and not args.warnings:
+        console.print(f"{len(distinct)} distinct warnings hidden (--warnings shows them)")
     if tally["fail"]:
         return 1
     if args.names and not tally["pass"]:  # a named variant that cannot run here
