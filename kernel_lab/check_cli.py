@@ -110,7 +110,8 @@ def check_main(args) -> int:
                 skip_reasons.update(skips)
         table = Table(title=f"check on {device} (seed {seed}, {selection} cases)",
                       title_justify="left")
-        for col in ("variant", "dtype", "cases", "result", "err / allowed", "first failure"):
+        for col in ("variant", "dtype", "cases", "result", "err / allowed", "s",
+                    "first failure"):
             table.add_column(col, overflow="fold")
         tally: Counter = Counter()
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -129,8 +130,8 @@ def check_main(args) -> int:
     distinct = {(w.category.__name__, str(w.message), w.filename, w.lineno): w for w in caught}
     if args.warnings:
         for category, message, filename, lineno in distinct:
-            console.print(f"[yellow]warning[/]: {category}: {message} ({filename}:{lineno})",
-                          markup=True, highlight=False)
+            console.print(f"warning: {category}: {message} ({filename}:{lineno})",
+                          markup=False, highlight=False)
     if table.row_count:
         console.print(table)
     skips = "; ".join(f"{n} x {r}" for r, n in skip_reasons.most_common())
@@ -178,6 +179,9 @@ def _check_one(v: registry.Variant, dtype: torch.dtype, device: str, seed: int,
                selection: str, labels: list[str], advance=lambda: None) -> tuple[list[str], str]:
     """One (variant, dtype) over the cases named ``labels`` (of :func:`_plan_one`, same seed and
     selection: the same inputs): its table row, and 'pass' or 'fail'."""
+    import time
+
+    start = time.perf_counter()
     wanted = set(labels)
     n_ok = n_run = 0
     worst, first_bad = 0.0, ""
@@ -198,5 +202,6 @@ def _check_one(v: registry.Variant, dtype: torch.dtype, device: str, seed: int,
         advance()
     ok = n_ok == n_run
     return ([v.name, dtype_name(dtype), f"{n_ok}/{n_run}",
-             "[green]pass[/]" if ok else "[red]FAIL[/]", f"{worst:.3f}", first_bad],
+             "[green]pass[/]" if ok else "[red]FAIL[/]", f"{worst:.3f}",
+             f"{time.perf_counter() - start:.1f}", first_bad],
             "pass" if ok else "fail")

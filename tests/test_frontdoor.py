@@ -87,7 +87,7 @@ def test_check_hides_warnings_unless_asked(capsys, monkeypatch):
     assert "interpreter noise" not in out
     assert "1 distinct warnings hidden (--warnings shows them)" in out
     assert cli.main(["check", "torch_eager", "--dtype", "fp32", "--warnings"]) == 0
-    assert "RuntimeWarning: interpreter noise" in capsys.readouterr().out
+    assert "warning: RuntimeWarning: interpreter noise" in capsys.readouterr().out
 
 
 # -- list --here, runs_here ---------------------------------------------------------------------
