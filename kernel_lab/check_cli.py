@@ -22,6 +22,12 @@ from .checking import (
 from .errors import KernelLabError
 from .reference import CheckResult
 
+# Backends that compile once per input signature: seconds a case on a CPU, so the default set
+# gives them one shape case and one edge case, in the first dtype only (--all: everything).
+PER_SHAPE_BACKENDS = ("compile",)
+TRIMMED = ("torch.compile variants: one shape and one edge case, in their first dtype (each "
+           "new shape compiles); --all checks every case and dtype")
+
 
 def wide_console():
     """A rich Console at least 140 columns wide (logs and pipes would get 80 and fold tables)."""
@@ -100,11 +106,14 @@ def check_main(args) -> int:
         warnings.simplefilter("default")  # each distinct warning once, recorded
         # First the plan: which (variant, dtype, case) run here, so the bar counts only what
         # runs (supports() never launches) and its ETA is not fooled by instant skips.
-        jobs, skip_reasons = [], Counter()
+        jobs, skip_reasons, trimmed = [], Counter(), False
         for v in chosen:
-            for dt in dtypes:
-                if dt not in v.dtypes:
-                    continue
+            mine = [dt for dt in dtypes if dt in v.dtypes]
+            for dt in mine:
+                if selection == "core" and v.backend in PER_SHAPE_BACKENDS:
+                    trimmed = True
+                    if dt != mine[0]:
+                        continue
                 todo, skips = _plan_one(v, dt, device, seed, selection)
                 jobs.append((v, dt, todo))
                 skip_reasons.update(skips)
@@ -138,6 +147,8 @@ def check_main(args) -> int:
     console.print(f"{tally['pass'] + tally['fail']} variant x dtype checked: {tally['pass']} "
                   f"passed, {tally['fail']} failed, {tally['skip']} ran nothing here"
                   + (f"; cases skipped: {skips}" if skips else ""))
+    if trimmed:
+        console.print(TRIMMED)
     if distinct and not args.warnings:
         console.print(f"{len(distinct)} distinct warnings hidden (--warnings shows them)")
     if tally["fail"]:
@@ -164,12 +175,24 @@ def _todo(v: registry.Variant, dtype: torch.dtype, device: str, seed: int,
 
 def _plan_one(v: registry.Variant, dtype: torch.dtype, device: str, seed: int,
               selection: str) -> tuple[list[str], Counter]:
-    """The labels of the cases ``v`` runs here, and the reasons (counted) it skips the others."""
+    """The labels of the cases ``v`` runs here, and the reasons (counted) it skips the others.
+    In the default set a per-shape compiler runs the smoke shape case and the first edge case
+    only (each new shape or keyword is a compile: seconds on a CPU)."""
     run, skips = [], Counter()
+    op = registry.get_op(v.op)
+    smoke = {c.label for c in cases_for(device, op, selection) if "smoke" in c.tags}
+    trim = selection == "core" and v.backend in PER_SHAPE_BACKENDS
+    edge_taken = False
+    shape_labels = {c.label for c in cases_for(device, op, selection)}
     for label, inputs, kw in _todo(v, dtype, device, seed, selection):
+        if trim:
+            is_shape = label in shape_labels
+            if (is_shape and label not in smoke) or (not is_shape and edge_taken):
+                continue
         reason = v.supports(*inputs, **kw)
         if reason is None:
             run.append(label)
+            edge_taken = edge_taken or label not in shape_labels
         else:
             skips[reason] += 1
     return run, skips

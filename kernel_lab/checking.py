@@ -54,6 +54,7 @@ class Case:
 
 
 CORE = ("core",)  # the representative set `check` runs by default (`--all`: every case)
+SMOKE = ("core", "smoke")  # the one shape case of the default set for per-shape compilers
 SANITIZE = ("sanitize",)  # only under `check --cases sanitize`: odd rows, misaligned bases
 
 CASES: tuple[Case, ...] = (
@@ -63,7 +64,7 @@ CASES: tuple[Case, ...] = (
     Case((3, 127)),
     Case((4, 781)),
     Case((2, 1823), tags=CORE),
-    Case((2, 3, 127), tags=CORE),
+    Case((2, 3, 127), tags=SMOKE),  # 3-D, odd rows
     Case((7, 3, 5), dim=0, tags=CORE),
     Case((4, 5, 6), dim=1),
     Case((3, 781), layout="transposed", tags=CORE),
