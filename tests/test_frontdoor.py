@@ -323,3 +323,22 @@ def test_arch_limits_table():
                for a in ARCHS.values())
     with pytest.raises(ValueError, match="known: sm_80"):
         get_arch("sm_70")
+
+
+_HAS_SANITIZER = sanitize.find_sanitizer() is not None
+
+
+@pytest.mark.skipif(not (HAS_CUDA and _HAS_SANITIZER), reason="needs a CUDA GPU and "
+                    "compute-sanitizer")
+def test_memcheck_runs_the_cases_of_simple_kernels_cleanly(tmp_path):
+    """The real thing: each child runs its variant's cases under memcheck and says so."""
+    r = subprocess.run([sys.executable, "-m", "kernel_lab", "check", "--sanitize", "memcheck",
+                        "naive_softmax", "warp_softmax", "--dtype", "fp32", "--logs",
+                        str(tmp_path)], text=True, capture_output=True, timeout=900, cwd=REPO)
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("memcheck ")]
+    assert len(lines) == 2 and all(": clean (" in ln for ln in lines), r.stdout
+    assert all("1 variant x dtype checked" in ln for ln in lines), r.stdout
+    for name in ("naive_softmax", "warp_softmax"):
+        log = (tmp_path / f"memcheck-{name}.log").read_text()
+        assert "ERROR SUMMARY: 0 errors" in log and "sanitize cases" in log
