@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -131,13 +132,16 @@ def _run_one(cmd: list[str], name: str, tool: str, log_dir: Path, timeout: float
     env = dict(os.environ, PYTORCH_NO_CUDA_MEMORY_CACHING="1", PYTHONUNBUFFERED="1",
                COLUMNS="160")
     start = time.monotonic()
+    # its own session: on a timeout the sanitizer and the python under it are killed together
+    p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True, start_new_session=True)
     try:
-        r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
-        rc, log = r.returncode, r.stdout + r.stderr
-    except subprocess.TimeoutExpired as e:
+        log, _ = p.communicate(timeout=timeout)
+        rc = p.returncode
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        log, _ = p.communicate()
         rc = None
-        log = "".join(x.decode() if isinstance(x, bytes) else (x or "")
-                      for x in (e.stdout, e.stderr))
     (log_dir / f"{tool}-{name}.log").write_text(log)
     return summarize(name, tool, rc, log, time.monotonic() - start)
 

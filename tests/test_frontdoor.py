@@ -276,6 +276,18 @@ def test_sanitize_all_clean_exits_0(fake_sanitizer, capsys, monkeypatch):
     assert "2 of 2 variants clean" in capsys.readouterr().out
 
 
+def test_sanitize_kills_a_variant_past_its_timeout(fake_sanitizer, capsys, monkeypatch):
+    import time
+
+    exe = Path(fake_sanitizer).parent / "bin" / "compute-sanitizer"
+    exe.write_text("#!/bin/sh\nsleep 60 & wait\n")  # the sleep is a grandchild: killed too
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    start = time.monotonic()
+    assert cli.main(["check", "--sanitize", "synccheck", "naive_softmax", "--timeout", "1"]) == 1
+    assert time.monotonic() - start < 20
+    assert "synccheck naive_softmax: TIMED OUT after 1 s" in capsys.readouterr().out
+
+
 def test_sanitize_defaults_cover_every_cuda_variant_and_racecheck_the_shared_ones():
     cuda = [v.name for v in kernel_lab.variants() if v.backend == "cuda"]
     assert sanitize.default_variants("memcheck") == cuda
