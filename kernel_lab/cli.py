@@ -37,7 +37,7 @@ def _parser() -> argparse.ArgumentParser:
                     "sanitize: all plus odd rows at misaligned bases")
     ck.add_argument("--all", action="store_true", help="every shape case (--cases all)")
     ck.add_argument("--sanitize", nargs="?", const="memcheck", metavar="TOOL",
-                    choices=["memcheck", "racecheck", "initcheck", "synccheck"],
+                    choices=["memcheck", "racecheck", "initcheck", "synccheck"],  # sanitize.TOOLS
                     help="run the CUDA variants named (default: all; racecheck: those with "
                     "shared memory or clusters) under compute-sanitizer TOOL (default "
                     "memcheck), one process a variant, one line each")

@@ -354,3 +354,12 @@ def test_memcheck_runs_the_cases_of_simple_kernels_cleanly(tmp_path):
     for name in ("naive_softmax", "warp_softmax"):
         log = (tmp_path / f"memcheck-{name}.log").read_text()
         assert "ERROR SUMMARY: 0 errors" in log and "sanitize cases" in log
+
+
+def test_the_parser_offers_what_the_modules_define():
+    from kernel_lab.checking import SELECTIONS
+
+    check = cli._parser()._subparsers._group_actions[0].choices["check"]
+    options = {a.dest: a for a in check._actions}
+    assert tuple(options["sanitize"].choices) == sanitize.TOOLS
+    assert tuple(options["cases"].choices) == SELECTIONS
