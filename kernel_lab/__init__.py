@@ -3,10 +3,15 @@
     import kernel_lab
     kernel_lab.run("online_softmax", x)          # any registered variant, by name
     kernel_lab.variants("softmax")               # what is registered
+    kernel_lab.runs_here("triton_fused")         # ... and whether it runs on this machine
     kernel_lab.softmax(x, dim=-1)                # differentiable drop-in for torch.softmax
     kernel_lab.cross_entropy(logits, target)     # ... and for F.cross_entropy
 """
 
+# First: Triton's compiled-or-interpreted mode is fixed when triton is imported, and with no GPU
+# here the lab picks the interpreter (triton_mode.py), so Triton variants run on CPU tensors.
+from . import triton_mode as _triton_mode  # noqa: F401, I001
+from .checking import runs_here, why_not_here
 from .errors import (
     DuplicateOpError,
     DuplicateVariantError,
@@ -59,6 +64,8 @@ __all__ = [
     "register_op",
     "run",
     "softmax",
+    "runs_here",
     "variants",
+    "why_not_here",
 ]
 __version__ = "0.1.0"

@@ -3,7 +3,6 @@ against its op's float64 reference on this machine, with a progress bar and a su
 
 from __future__ import annotations
 
-import os
 import sys
 from collections import Counter
 
@@ -11,7 +10,6 @@ import torch
 
 from . import registry
 from .checking import (
-    Case,
     cases_for,
     default_device,
     dtype_name,
@@ -19,11 +17,16 @@ from .checking import (
     make_case_inputs,
     parse_dtype,
     run_checked,
+    why_not_here,
 )
 from .errors import KernelLabError
 from .reference import CheckResult
 
-_PROBE = Case((2, 8))  # the shape `list` asks each variant about
+# Backends that compile once per input signature: seconds a case on a CPU, so the default set
+# gives them one shape case and one edge case, in the first dtype only (--all: everything).
+PER_SHAPE_BACKENDS = ("compile",)
+TRIMMED = ("torch.compile variants: one shape and one edge case, in their first dtype (each "
+           "new shape compiles); --all checks every case and dtype")
 
 
 def wide_console():
@@ -33,19 +36,6 @@ def wide_console():
     from rich.console import Console
 
     return Console(width=max(140, shutil.get_terminal_size().columns))
-
-
-def _probe_inputs(v: registry.Variant, device: str) -> tuple:
-    dtype = torch.float32 if torch.float32 in v.dtypes else v.dtypes[0]
-    op = registry.get_op(v.op)
-    inputs, _ = make_case_inputs(op, _PROBE, dtype, "cpu", None)
-    return tuple(t if t is None else t.to(device) for t in inputs)
-
-
-def runs_here(v: registry.Variant) -> str:
-    """'yes', or the reason it cannot run on this machine."""
-    reason = v.supports(*_probe_inputs(v, default_device()))
-    return "yes" if reason is None else reason
 
 
 def list_main(args) -> int:
@@ -59,11 +49,13 @@ def list_main(args) -> int:
         for col in ("variant", "backend", "dtypes", "launcher", "kernel", "runs here"):
             table.add_column(col, overflow="fold")
         for v in registry.variants(op_name):
-            here = runs_here(v)
+            why = why_not_here(v)
+            if getattr(args, "here", False) and why is not None:
+                continue
             launcher = f"{v.fn.__module__}.{v.fn.__qualname__}"
             table.add_row(
                 v.name, v.backend, ",".join(_short(d) for d in v.dtypes), launcher,
-                v.source or "-", "[green]yes[/]" if here == "yes" else f"[yellow]no[/]: {here}",
+                v.source or "-", "[green]yes[/]" if why is None else f"[yellow]no[/]: {why}",
             )
         console.print(table)
     return 0
@@ -74,16 +66,6 @@ def _short(dtype: torch.dtype) -> str:
             torch.float64: "fp64"}.get(dtype, dtype_name(dtype))
 
 
-def interpret_triton_here(argv: list[str]) -> None:
-    """On a machine without a CUDA GPU, run this command again with ``TRITON_INTERPRET=1`` so
-    the Triton variants run in Triton's interpreter (it must be set before triton loads)."""
-    if os.environ.get("TRITON_INTERPRET") == "1" or torch.cuda.is_available():
-        return
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    sys.stdout.flush()
-    os.execve(sys.executable, [sys.executable, "-m", "kernel_lab", *argv], env)
-
-
 def _chosen(args) -> list[registry.Variant]:
     if args.names:
         return [registry.get(n) for n in args.names]
@@ -91,9 +73,24 @@ def _chosen(args) -> list[registry.Variant]:
 
 
 def check_main(args) -> int:
-    from rich.progress import Progress
+    import warnings
+
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
     from rich.table import Table
 
+    if args.sanitize:
+        from .sanitize import sanitize_main
+
+        return sanitize_main(args.sanitize, args.names, op=args.op, dtypes=args.dtype,
+                             seed=args.seed, jobs=args.jobs, timeout=args.timeout,
+                             log_dir=args.logs)
     console = wide_console()
     if args.device == "cuda" and not torch.cuda.is_available():
         raise KernelLabError("--device cuda: no CUDA GPU is usable on this machine")
@@ -103,27 +100,57 @@ def check_main(args) -> int:
         dtypes = [parse_dtype(d) for d in (args.dtype or ["float32", "float16", "bfloat16"])]
     except ValueError as e:
         raise KernelLabError(str(e)) from None
+    selection = "all" if args.all else args.cases
     chosen = _chosen(args)
-    jobs = [(v, dt) for v in chosen for dt in dtypes if dt in v.dtypes]
-    table = Table(title=f"check on {device} (seed {seed})", title_justify="left")
-    for col in ("variant", "dtype", "cases", "result", "err / allowed", "first failure / skip"):
-        table.add_column(col, overflow="fold")
-    tally: Counter = Counter()
-    skip_reasons: Counter = Counter()
-    with Progress(console=console, transient=True) as progress:
-        task = progress.add_task("checking", total=len(jobs))
-        for v, dtype in jobs:
-            progress.update(task, description=f"{v.name} {dtype_name(dtype)}")
-            row, outcome, reason = _check_one(v, dtype, device, seed)
-            table.add_row(*row)
-            tally[outcome] += 1
-            if reason:
-                skip_reasons[reason] += 1
-            progress.advance(task)
-    console.print(table)
+    with warnings.catch_warnings(record=True) as caught:  # shown only with --warnings
+        warnings.simplefilter("default")  # each distinct warning once, recorded
+        # First the plan: which (variant, dtype, case) run here, so the bar counts only what
+        # runs (supports() never launches) and its ETA is not fooled by instant skips.
+        jobs, skip_reasons, trimmed = [], Counter(), False
+        for v in chosen:
+            mine = [dt for dt in dtypes if dt in v.dtypes]
+            for dt in mine:
+                if selection == "core" and v.backend in PER_SHAPE_BACKENDS:
+                    trimmed = True
+                    if dt != mine[0]:
+                        continue
+                todo, skips = _plan_one(v, dt, device, seed, selection)
+                jobs.append((v, dt, todo))
+                skip_reasons.update(skips)
+        table = Table(title=f"check on {device} (seed {seed}, {selection} cases)",
+                      title_justify="left")
+        for col in ("variant", "dtype", "cases", "result", "err / allowed", "s",
+                    "first failure"):
+            table.add_column(col, overflow="fold")
+        tally: Counter = Counter()
+        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                   TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn())
+        with Progress(*columns, console=console, transient=True) as progress:
+            task = progress.add_task("checking", total=sum(len(t) for _, _, t in jobs))
+            for v, dtype, todo in jobs:
+                if not todo:
+                    tally["skip"] += 1
+                    continue
+                progress.update(task, description=f"{v.name} {dtype_name(dtype)}")
+                row, outcome = _check_one(v, dtype, device, seed, selection, todo,
+                                          lambda: progress.advance(task))
+                table.add_row(*row)
+                tally[outcome] += 1
+    distinct = {(w.category.__name__, str(w.message), w.filename, w.lineno): w for w in caught}
+    if args.warnings:
+        for category, message, filename, lineno in distinct:
+            console.print(f"warning: {category}: {message} ({filename}:{lineno})",
+                          markup=False, highlight=False)
+    if table.row_count:
+        console.print(table)
     skips = "; ".join(f"{n} x {r}" for r, n in skip_reasons.most_common())
-    console.print(f"{sum(tally.values())} checked: {tally['pass']} passed, {tally['fail']} failed, "
-                  f"{tally['skip']} skipped" + (f" ({skips})" if skips else ""))
+    console.print(f"{tally['pass'] + tally['fail']} variant x dtype checked: {tally['pass']} "
+                  f"passed, {tally['fail']} failed, {tally['skip']} ran nothing here"
+                  + (f"; cases skipped: {skips}" if skips else ""))
+    if trimmed:
+        console.print(TRIMMED)
+    if distinct and not args.warnings:
+        console.print(f"{len(distinct)} distinct warnings hidden (--warnings shows them)")
     if tally["fail"]:
         return 1
     if args.names and not tally["pass"]:  # a named variant that cannot run here
@@ -133,22 +160,58 @@ def check_main(args) -> int:
     return 0
 
 
-def _check_one(v: registry.Variant, dtype: torch.dtype, device: str,
-               seed: int) -> tuple[list[str], str, str]:
-    """One (variant, dtype): its table row, 'pass' / 'fail' / 'skip', and the skip reason."""
+def _todo(v: registry.Variant, dtype: torch.dtype, device: str, seed: int,
+          selection: str) -> list[tuple[str, tuple, dict]]:
+    """Every (label, inputs, kw) of one (variant, dtype): shape cases, then the op's edge cases;
+    the same seed gives the same inputs."""
     op = registry.get_op(v.op)
     gen = torch.Generator().manual_seed(seed)
     todo = [(c.label, *make_case_inputs(op, c, dtype, device, gen))
-            for c in cases_for(device, op)]
+            for c in cases_for(device, op, selection)]
     if op.edge_cases:
         todo += op.edge_cases(dtype, device, gen)
-    n_ok = n_run = 0
-    worst, first_bad, skipped = 0.0, "", ""
-    for label, inputs, kw in todo:
+    return todo
+
+
+def _plan_one(v: registry.Variant, dtype: torch.dtype, device: str, seed: int,
+              selection: str) -> tuple[list[str], Counter]:
+    """The labels of the cases ``v`` runs here, and the reasons (counted) it skips the others.
+    In the default set a per-shape compiler runs the smoke shape case and the first edge case
+    only (each new shape or keyword is a compile: seconds on a CPU)."""
+    run, skips = [], Counter()
+    op = registry.get_op(v.op)
+    smoke = {c.label for c in cases_for(device, op, selection) if "smoke" in c.tags}
+    trim = selection == "core" and v.backend in PER_SHAPE_BACKENDS
+    edge_taken = False
+    shape_labels = {c.label for c in cases_for(device, op, selection)}
+    for label, inputs, kw in _todo(v, dtype, device, seed, selection):
+        if trim:
+            is_shape = label in shape_labels
+            if (is_shape and label not in smoke) or (not is_shape and edge_taken):
+                continue
         reason = v.supports(*inputs, **kw)
-        if reason is not None:
-            skipped = reason
+        if reason is None:
+            run.append(label)
+            edge_taken = edge_taken or label not in shape_labels
+        else:
+            skips[reason] += 1
+    return run, skips
+
+
+def _check_one(v: registry.Variant, dtype: torch.dtype, device: str, seed: int,
+               selection: str, labels: list[str], advance=lambda: None) -> tuple[list[str], str]:
+    """One (variant, dtype) over the cases named ``labels`` (of :func:`_plan_one`, same seed and
+    selection: the same inputs): its table row, and 'pass' or 'fail'."""
+    import time
+
+    start = time.perf_counter()
+    wanted = set(labels)
+    n_ok = n_run = 0
+    worst, first_bad = 0.0, ""
+    for label, inputs, kw in _todo(v, dtype, device, seed, selection):
+        if label not in wanted:
             continue
+        wanted.discard(label)
         n_run += 1
         try:
             res, _ = run_checked(v, inputs, kw)
@@ -159,10 +222,9 @@ def _check_one(v: registry.Variant, dtype: torch.dtype, device: str,
             worst = max(worst, res.ratio)
         elif not first_bad:
             first_bad = f"{label}: {res.message}"
-    name = dtype_name(dtype)
-    if n_run == 0:
-        return [v.name, name, "0", "[yellow]skip[/]", "-", skipped], "skip", skipped
+        advance()
     ok = n_ok == n_run
-    return ([v.name, name, f"{n_ok}/{n_run}", "[green]pass[/]" if ok else "[red]FAIL[/]",
-             f"{worst:.3f}", first_bad], "pass" if ok else "fail", "")
-
+    return ([v.name, dtype_name(dtype), f"{n_ok}/{n_run}",
+             "[green]pass[/]" if ok else "[red]FAIL[/]", f"{worst:.3f}",
+             f"{time.perf_counter() - start:.1f}", first_bad],
+            "pass" if ok else "fail")

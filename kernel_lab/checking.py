@@ -53,46 +53,73 @@ class Case:
         return f"{s}{extra}" + ("" if self.layout == "contiguous" else f"-{self.layout}")
 
 
+CORE = ("core",)  # the representative set `check` runs by default (`--all`: every case)
+SMOKE = ("core", "smoke")  # the one shape case of the default set for per-shape compilers
+SANITIZE = ("sanitize",)  # only under `check --cases sanitize`: odd rows, misaligned bases
+
 CASES: tuple[Case, ...] = (
-    Case(()),  # 0-d: one row of one element, as PyTorch's row ops treat it
+    Case((), tags=CORE),  # 0-d: one row of one element, as PyTorch's row ops treat it
     Case((1, 1)),
-    Case((1, 7)),
+    Case((1, 7), tags=CORE),
     Case((3, 127)),
     Case((4, 781)),
-    Case((2, 1823)),
-    Case((2, 3, 127)),
-    Case((7, 3, 5), dim=0),
+    Case((2, 1823), tags=CORE),
+    Case((2, 3, 127), tags=SMOKE),  # 3-D, odd rows
+    Case((7, 3, 5), dim=0, tags=CORE),
     Case((4, 5, 6), dim=1),
-    Case((3, 781), layout="transposed"),
+    Case((3, 781), layout="transposed", tags=CORE),
     Case((3, 781), layout="row_sliced"),
-    Case((3, 781), layout="misaligned"),
-    Case((0, 16)),
+    Case((3, 781), layout="misaligned", tags=CORE),
+    Case((0, 16), tags=CORE),
     Case((4, 0)),
     # GPU only: real sizes (too slow for the Triton interpreter on a CPU).
-    Case((1024, 128), gpu_only=True),
+    Case((1024, 128), gpu_only=True, tags=CORE),
     Case((513, 512), gpu_only=True),
     Case((64, 1024), gpu_only=True),
     Case((8, 4096), gpu_only=True),
-    Case((5, 24001), gpu_only=True),  # odd rows on block_slots at 256 threads (fp16 / bf16)
+    Case((5, 24001), gpu_only=True, tags=CORE),  # odd rows on block_slots at 256 threads
     Case((4, 32000), gpu_only=True),
     Case((3, 50257), gpu_only=True),
-    Case((8, 50257), layout="misaligned", gpu_only=True),
+    Case((8, 50257), layout="misaligned", gpu_only=True, tags=CORE),
     Case((4, 65536), layout="row_sliced", gpu_only=True),
     Case((2, 128256), gpu_only=True),
-    Case((2, 151936), gpu_only=True),
+    Case((2, 151936), gpu_only=True, tags=CORE),
     Case((3, 262144), gpu_only=True),
     Case((2, 1048576), gpu_only=True),
-    Case((2, 2097153), gpu_only=True),  # fp32 / fp16 / bf16: rows in chunks, odd length
+    Case((2, 2097153), gpu_only=True, tags=CORE),  # rows in chunks, odd length
     Case((16, 4097), layout="transposed", gpu_only=True),
+    # Under compute-sanitizer: rows whose length leaves a partial 16-byte vector at the edges,
+    # at aligned and misaligned bases, so an edge load past the tensor's end is reported.
+    Case((2, 33), gpu_only=True, tags=SANITIZE),
+    Case((2, 4097), gpu_only=True, tags=SANITIZE),
+    Case((2, 4097), layout="misaligned", gpu_only=True, tags=SANITIZE),
+    Case((2, 50257), gpu_only=True, tags=SANITIZE),
+    Case((2, 151936), layout="misaligned", gpu_only=True, tags=SANITIZE),
+    Case((2, 262145), gpu_only=True, tags=SANITIZE),
+    Case((2, 262145), layout="misaligned", gpu_only=True, tags=SANITIZE),
 )
 
+SELECTIONS = ("core", "all", "sanitize")
 
-def cases_for(device: str | torch.device, op: registry.Op | None = None) -> list[Case]:
-    """The shape cases for ``device``; an op without a ``dim`` keyword reduces over the last
-    dim only, so cases over other dims are left out for it."""
+
+def cases_for(device: str | torch.device, op: registry.Op | None = None,
+              selection: str = "all") -> list[Case]:
+    """The shape cases for ``device``: ``core`` (a representative set: 0-d, odd, 3-D, another
+    dim, strided, misaligned, empty), ``all``, or ``sanitize`` (all plus the sanitizer's odd
+    rows). An op without a ``dim`` keyword reduces over the last dim only, so cases over other
+    dims are left out for it."""
+    if selection not in SELECTIONS:
+        raise ValueError(f"unknown case selection {selection!r}; use one of {SELECTIONS}")
     on_gpu = torch.device(device).type == "cuda"
     has_dim = op is None or "dim" in op.kwargs
-    return [c for c in CASES if (on_gpu or not c.gpu_only) and (has_dim or c.dim == -1)]
+
+    def chosen(c: Case) -> bool:
+        if "sanitize" in c.tags:
+            return selection == "sanitize"
+        return selection != "core" or "core" in c.tags
+
+    return [c for c in CASES
+            if chosen(c) and (on_gpu or not c.gpu_only) and (has_dim or c.dim == -1)]
 
 
 def relayout(t: torch.Tensor, layout: str) -> torch.Tensor:
@@ -164,3 +191,22 @@ def fresh_seed() -> int:
 
 def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+_PROBE = Case((2, 8))  # the input a variant is asked about by runs_here / `list`
+
+
+def why_not_here(variant: registry.Variant | str, device: str | None = None) -> str | None:
+    """Why ``variant`` (or its name) cannot run on this machine (``device``: default the GPU
+    if there is one, else the CPU), or None if it can: its own ``supports()`` on a small
+    float32 input (its first dtype if it takes no float32). Never launches anything."""
+    v = registry.get(variant) if isinstance(variant, str) else variant
+    dtype = torch.float32 if torch.float32 in v.dtypes else v.dtypes[0]
+    op = registry.get_op(v.op)
+    inputs, kw = make_case_inputs(op, _PROBE, dtype, device or default_device(), None)
+    return v.supports(*inputs, **kw)
+
+
+def runs_here(variant: registry.Variant | str, device: str | None = None) -> bool:
+    """Whether ``variant`` runs on this machine (:func:`why_not_here` says why not)."""
+    return why_not_here(variant, device) is None

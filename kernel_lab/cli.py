@@ -21,6 +21,7 @@ def _parser() -> argparse.ArgumentParser:
 
     ls = sub.add_parser("list", help="table of ops and variants, and whether each runs here")
     ls.add_argument("--op", help="only this op")
+    ls.add_argument("--here", action="store_true", help="only the variants that run here")
 
     ck = sub.add_parser("check", help="run variants against the float64 reference")
     ck.add_argument("names", nargs="*", metavar="NAME", help="variants (default: all)")
@@ -31,6 +32,22 @@ def _parser() -> argparse.ArgumentParser:
                     help="cuda or cpu (default: cuda if present; Triton variants run in "
                     "Triton's interpreter without a GPU)")
     ck.add_argument("--seed", type=int, default=None, help="seed (default: fresh each run)")
+    ck.add_argument("--cases", default="core", choices=["core", "all", "sanitize"],
+                    help="core: a representative set (default); all: every shape case; "
+                    "sanitize: all plus odd rows at misaligned bases")
+    ck.add_argument("--all", action="store_true", help="every shape case (--cases all)")
+    ck.add_argument("--sanitize", nargs="?", const="memcheck", metavar="TOOL",
+                    choices=["memcheck", "racecheck", "initcheck", "synccheck"],  # sanitize.TOOLS
+                    help="run the CUDA variants named (default: all; racecheck: those with "
+                    "shared memory or clusters) under compute-sanitizer TOOL (default "
+                    "memcheck), one process a variant, one line each")
+    ck.add_argument("--jobs", type=int, default=4, help="--sanitize: processes at once")
+    ck.add_argument("--timeout", type=float, default=600.0,
+                    help="--sanitize: seconds a variant may take")
+    ck.add_argument("--logs", default=None, help="--sanitize: folder for the full logs")
+    ck.add_argument("--warnings", action="store_true",
+                    help="show the warnings raised while checking (hidden, and counted, "
+                    "otherwise)")
 
     from . import sweep
 
@@ -65,10 +82,6 @@ def main(argv: list[str] | None = None) -> int:
     from .errors import KernelLabError
 
     args = _parser().parse_args(argv)
-    if args.command == "list" or args.command == "check" and args.device != "cuda":
-        from .check_cli import interpret_triton_here
-
-        interpret_triton_here(sys.argv[1:] if argv is None else list(argv))
     try:
         return _dispatch(args)
     except KernelLabError as e:

@@ -23,12 +23,14 @@ from typing import Any
 
 import torch
 
+from . import triton_mode
 from .errors import (
     DuplicateOpError,
     DuplicateVariantError,
     UnknownVariantError,
     UnsupportedInputError,
 )
+from .rows import dim_type_error
 
 BACKENDS = ("torch", "compile", "triton", "cuda", "peer")
 
@@ -217,6 +219,8 @@ class Variant:
         x = inputs[0]
         if not isinstance(x, torch.Tensor):
             return f"expected a torch.Tensor (or DLPack array), got {type(x).__name__}"
+        if "dim" in kw and type(kw["dim"]) is not int and dim_type_error(kw["dim"]):
+            return dim_type_error(kw["dim"])
         if x.dtype not in self.dtypes:
             names = ", ".join(str(d).replace("torch.", "") for d in self.dtypes)
             return f"dtype {str(x.dtype).replace('torch.', '')} not supported (takes {names})"
@@ -225,8 +229,10 @@ class Variant:
             if reason is not None:
                 return reason
         if self.needs_cuda and not x.is_cuda:
-            if not (self.backend == "triton" and _triton_interpreting()):
+            if self.backend != "triton":
                 return f"needs a CUDA tensor, got device {x.device}"
+            if not triton_mode.interpreting():  # Triton's mode was fixed when it loaded
+                return f"needs a CUDA tensor, got device {x.device} ({triton_mode.HINT})"
         if self.check is not None:
             return self.check(*inputs, **kw)
         return None
@@ -283,12 +289,6 @@ def trusted_inputs():
 def inputs_trusted() -> bool:
     """Whether the caller vouches for the inputs' values (:func:`trusted_inputs`)."""
     return getattr(_trust, "on", False)
-
-
-def _triton_interpreting() -> bool:
-    import os
-
-    return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
 _ops: dict[str, Op] = {}

@@ -14,9 +14,22 @@ from collections.abc import Callable
 import torch
 
 
+def dim_type_error(dim: object) -> str | None:
+    """Why ``dim`` is not a dimension index (an int, or anything with ``__index__``), or None."""
+    if isinstance(dim, bool) or not hasattr(type(dim), "__index__"):
+        return f"dim must be an int, got {type(dim).__name__} {dim!r}"
+    return None
+
+
 def normalize_dim(dim: int, ndim: int) -> int:
     """``dim`` as an index in [0, ndim); a 0-d tensor is one row of one element, reduced over
-    dim 0 or -1 (as PyTorch's row ops do). IndexError, as PyTorch raises, otherwise."""
+    dim 0 or -1 (as PyTorch's row ops do). IndexError, as PyTorch raises, otherwise; TypeError
+    naming ``dim`` when it is not an int."""
+    if type(dim) is not int:
+        why = dim_type_error(dim)
+        if why is not None:
+            raise TypeError(why)
+        dim = dim.__index__()
     span = max(ndim, 1)
     if not -span <= dim < span:
         raise IndexError(f"Dimension out of range (expected to be in range of [{-span}, "

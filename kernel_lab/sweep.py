@@ -312,7 +312,7 @@ def main(args: argparse.Namespace) -> int:
     console = Console(width=max(160, shutil.get_terminal_size().columns))
     if args.device == "cuda" and not bm.has_cuda():
         print(f"kernel_lab bench: {bm.NO_GPU} on this machine; nothing timed "
-              "(--device cpu exercises the harness)")
+              "(--device cpu exercises the harness at CPU-sized shapes)")
         return 0
     try:
         pairs = bm.select(args.preset, ops_filter=args.op, variants_filter=args.variants,
@@ -320,6 +320,16 @@ def main(args: argparse.Namespace) -> int:
     except (KernelLabError, ValueError) as e:
         print(f"kernel_lab bench: {e}", file=sys.stderr)
         return 2
+    if args.device == "cpu":  # presets sized for a GPU: cap them, refuse a --shape too big
+        from .memory_caps import fit_cpu
+
+        try:
+            pairs, note = fit_cpu(pairs, bool(args.shape))
+        except ValueError as e:
+            print(f"kernel_lab bench: {e}", file=sys.stderr)
+            return 2
+        if note:
+            console.print(note, markup=False)
     if args.peers == "all" or (args.peers == "auto" and args.device == "cuda"):
         pairs = bm.add_peers(pairs, importable_only=args.peers == "auto")
     if not pairs:

@@ -1,0 +1,79 @@
+"""Per-architecture limits of the NVIDIA GPUs the lab names, as data (no device query).
+
+For picking a kernel kind, a launch shape and a shared-memory size that a device can run, and
+for planning (``plan --arch``) and compile checks for a GPU that is not here. Values:
+
+- shared memory per SM, reserved per block, resident blocks and threads per SM, clusters:
+  CCCL's ``cuda/__device/arch_traits.h`` (``cuda::arch::traits<id::sm_XX>``; opt-in maximum
+  per block = per-SM shared memory minus the 1 KB the driver reserves per block), which
+  transcribes the CUDA C++ Programming Guide's "Technical Specifications per Compute
+  Capability" table;
+- threads per block (1024), registers (64K per SM and per block, 255 per thread) and the 48 KB
+  a block gets without opting in: the same table, equal on every architecture here;
+- cluster sizes: the Programming Guide's "Thread Block Clusters" (8 CTAs is the portable
+  maximum) and the Hopper / Blackwell tuning guides (16 with
+  ``cudaFuncAttributeNonPortableClusterSizeAllowed`` on sm_90 and sm_100). None: no larger size
+  is documented; ask the device (``cudaOccupancyMaxPotentialClusterSize``).
+
+On a device, its own attributes (``cudaDevAttrMaxSharedMemoryPerBlockOptin`` ...) are the
+truth; this table is for the devices that are not here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+KB = 1024
+
+
+@dataclass(frozen=True)
+class Arch:
+    """Limits of one compute capability (``sm_90``: 9.0)."""
+
+    name: str  # "sm_90"
+    gpus: str  # examples, for messages
+    smem_per_sm: int  # bytes of shared memory per SM
+    smem_per_block_optin: int  # bytes a block may opt in to (dynamic shared memory attribute)
+    max_blocks_per_sm: int
+    max_threads_per_sm: int
+    cluster: bool  # thread-block clusters (and distributed shared memory)
+    max_cluster_portable: int = 1
+    max_cluster_nonportable: int | None = None  # None: not documented beyond the portable size
+    smem_per_block_default: int = 48 * KB  # without opting in
+    smem_reserved_per_block: int = 1 * KB
+    max_threads_per_block: int = 1024
+    registers_per_sm: int = 64 * KB
+    registers_per_block: int = 64 * KB
+    max_registers_per_thread: int = 255
+
+    @property
+    def capability(self) -> tuple[int, int]:
+        n = int(self.name.removeprefix("sm_"))
+        return divmod(n, 10)
+
+
+ARCHS: dict[str, Arch] = {a.name: a for a in (
+    Arch("sm_80", "A100, A30", 164 * KB, 163 * KB, 32, 2048, cluster=False),
+    Arch("sm_86", "RTX 30xx, A10, A40", 100 * KB, 99 * KB, 16, 1536, cluster=False),
+    Arch("sm_89", "RTX 40xx, L4, L40", 100 * KB, 99 * KB, 24, 1536, cluster=False),
+    Arch("sm_90", "H100, H200, GH200", 228 * KB, 227 * KB, 32, 2048, cluster=True,
+         max_cluster_portable=8, max_cluster_nonportable=16),
+    Arch("sm_100", "B200, GB200", 228 * KB, 227 * KB, 32, 2048, cluster=True,
+         max_cluster_portable=8, max_cluster_nonportable=16),
+    Arch("sm_120", "RTX 50xx, RTX PRO 6000 Blackwell", 100 * KB, 99 * KB, 32, 1536,
+         cluster=True, max_cluster_portable=8),
+)}
+
+
+def get_arch(name: str) -> Arch:
+    """The limits of ``name`` ("sm_90", "90" or "9.0"); ValueError naming the known ones."""
+    key = name.strip().lower()
+    if "." in key:
+        major, _, minor = key.partition(".")
+        key = f"{major}{minor}"
+    key = key if key.startswith("sm_") else f"sm_{key}"
+    key = key.removesuffix("a")  # sm_90a: the same limits as sm_90
+    try:
+        return ARCHS[key]
+    except KeyError:
+        raise ValueError(f"unknown arch {name!r}; known: {', '.join(ARCHS)}") from None

@@ -1,0 +1,58 @@
+"""Sizes a CPU can take: ``bench`` presets on ``--device cpu`` are capped, a ``--shape`` that
+would not fit in memory is refused in one line, before anything is allocated.
+
+The presets size their shapes for a GPU (M*N = 2^28 elements: 1 GiB of fp32 a tensor, and the
+float64 reference and its intermediates several times that). On ``--device cpu`` each preset
+shape keeps its row length N and gets fewer rows, M*N <= ``CPU_PRESET_ELEMENTS``: the harness
+runs end to end in minutes (Triton runs in its interpreter there) and in a few MB.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import replace
+
+CPU_PRESET_ELEMENTS = 2**18  # a preset shape on a CPU: ~1 MB of fp32 a tensor
+BYTES_PER_ELEMENT = 40  # peak bytes an element costs a benchmark case: inputs, outputs, float64
+# reference and its intermediates (measured ~32 for a backward case, with margin)
+
+
+def available_memory() -> int:
+    """Bytes of memory available now (MemAvailable), or the physical memory if unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def cap_rows(shape: tuple[int, int], elements: int = CPU_PRESET_ELEMENTS) -> tuple[int, int]:
+    """(M, N) with M reduced so that M*N <= ``elements`` (at least one row)."""
+    m, n = shape
+    return (max(1, min(m, elements // max(n, 1))), n)
+
+
+def fit_cpu(pairs: Sequence, shapes_given: bool) -> tuple[list, str | None]:
+    """``bench`` (case, variant) pairs made to fit this CPU: preset shapes capped (and a note
+    saying so), or, for shapes the user gave, a ValueError naming ``--shape`` when the largest
+    would not fit in half the available memory."""
+    if not pairs:
+        return list(pairs), None
+    if shapes_given:
+        m, n = max((c.shape for c, _ in pairs), key=lambda s: s[0] * s[1])
+        need, have = m * n * BYTES_PER_ELEMENT, available_memory()
+        if need > have // 2:
+            raise ValueError(
+                f"--shape {m}x{n} needs ~{need / 2**30:.1f} GiB here, over half of the "
+                f"{have / 2**30:.1f} GiB available: give a smaller --shape, e.g. "
+                f"{cap_rows((m, n))[0]}x{n}")
+        return list(pairs), None
+    out = [(replace(c, shape=cap_rows(c.shape)), v) for c, v in pairs]
+    capped = sum(a[0].shape != b[0].shape for a, b in zip(pairs, out))
+    note = (f"--device cpu: preset shapes capped to M*N <= {CPU_PRESET_ELEMENTS:,} elements "
+            "(rows cut, row lengths kept); --shape MxN sets any size") if capped else None
+    return out, note

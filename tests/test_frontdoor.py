@@ -1,0 +1,365 @@
+"""The CPU front door: `check`'s case sets and output, `list --here`, the memory caps of
+`bench --device cpu`, one-line errors for bad arguments, Triton on CPU tensors without any
+variable to export, and `check --sanitize` (its refusals, arguments and verdicts, with a fake
+compute-sanitizer on PATH)."""
+
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import HAS_CUDA
+
+import kernel_lab
+from kernel_lab import benchmarking as bm
+from kernel_lab import cli, sanitize
+from kernel_lab.archs import ARCHS, get_arch
+from kernel_lab.checking import CASES, cases_for
+from kernel_lab.memory_caps import CPU_PRESET_ELEMENTS, cap_rows, fit_cpu
+from kernel_lab.rows import normalize_dim
+
+REPO = Path(__file__).parents[1]
+
+
+# -- check: case sets, table, warnings ----------------------------------------------------------
+
+def test_core_cases_are_a_representative_subset():
+    core, every = cases_for("cpu", None, "core"), cases_for("cpu")
+    assert set(core) < set(every) and len(core) <= len(every) // 2 + 1
+    layouts = {c.layout for c in core}
+    assert {"contiguous", "transposed", "misaligned"} <= layouts
+    assert any(c.shape == () for c in core) and any(0 in c.shape for c in core)
+    assert any(c.dim != -1 for c in core) and any(len(c.shape) == 3 for c in core)
+    assert not any("sanitize" in c.tags for c in every)  # only under --cases sanitize
+    with pytest.raises(ValueError, match="selection"):
+        cases_for("cpu", None, "most")
+
+
+def test_sanitize_cases_have_odd_rows_at_misaligned_bases():
+    cases = cases_for("cuda", None, "sanitize")
+    assert set(cases_for("cuda")) < set(cases)
+    lengths = {c.shape[-1] for c in cases if c.shape}
+    assert {1, 33, 4097, 50257, 151936, 262145} <= lengths
+    assert {(c.shape[-1], c.layout) for c in cases if c.shape} >= {(262145, "misaligned"),
+                                                                     (4097, "misaligned")}
+    assert all(c.gpu_only for c in CASES if "sanitize" in c.tags)
+
+
+def test_check_prints_no_skip_rows_and_counts_hidden_warnings(capsys):
+    rc = cli.main(["check", "torch_eager", "fast_softmax", "--dtype", "fp32", "--seed", "1"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "torch_eager" in out and "pass" in out
+    if not HAS_CUDA:  # fast_softmax runs nothing here: no row of its own, counted in the summary
+        rows = [line for line in out.splitlines() if "fast_softmax" in line]
+        assert rows == [], out
+        assert "1 ran nothing here" in out and "needs a CUDA tensor" in out
+    assert "core cases" in out
+
+
+def test_check_all_runs_more_cases_than_the_default(capsys):
+    def cases_run(*extra):
+        assert cli.main(["check", "torch_naive", "--dtype", "fp32", "--seed", "2", *extra]) == 0
+        out = capsys.readouterr().out
+        row = next(line for line in out.splitlines() if "torch_naive" in line)
+        return int(row.split("│")[3].strip().split("/")[1])
+
+    assert cases_run("--all") > cases_run()
+
+
+def test_check_hides_warnings_unless_asked(capsys, monkeypatch):
+    import warnings
+
+    from kernel_lab import check_cli
+
+    real = check_cli.run_checked
+
+    def noisy(*a, **k):
+        warnings.warn("interpreter noise", RuntimeWarning, stacklevel=1)
+        return real(*a, **k)
+
+    monkeypatch.setattr(check_cli, "run_checked", noisy)
+    assert cli.main(["check", "torch_eager", "--dtype", "fp32"]) == 0
+    out = capsys.readouterr().out
+    assert "interpreter noise" not in out
+    assert "1 distinct warnings hidden (--warnings shows them)" in out
+    assert cli.main(["check", "torch_eager", "--dtype", "fp32", "--warnings"]) == 0
+    assert "warning: RuntimeWarning: interpreter noise" in capsys.readouterr().out
+
+
+# -- list --here, runs_here ---------------------------------------------------------------------
+
+def test_list_here_and_runs_here(capsys):
+    assert cli.main(["list", "--here", "--op", "softmax"]) == 0
+    out = capsys.readouterr().out
+    assert "torch_eager" in out and "triton_fused" in out
+    assert kernel_lab.runs_here("torch_eager") and kernel_lab.why_not_here("torch_eager") is None
+    assert all(isinstance(v, kernel_lab.Variant) for v in kernel_lab.variants("softmax"))
+    if not HAS_CUDA:
+        assert "fast_softmax" not in out
+        assert not kernel_lab.runs_here("fast_softmax")
+        assert "CUDA" in kernel_lab.why_not_here(kernel_lab.get("fast_softmax"))
+        assert kernel_lab.runs_here("triton_fused")  # interpreted
+
+
+# -- memory caps --------------------------------------------------------------------------------
+
+def test_cpu_presets_are_capped_and_keep_their_row_lengths():
+    for preset in bm.PRESETS:
+        pairs = bm.select(preset)
+        capped, note = fit_cpu(pairs, shapes_given=False)
+        assert all(c.shape[0] * c.shape[1] <= max(CPU_PRESET_ELEMENTS, c.shape[1])
+                   for c, _ in capped)
+        assert [c.shape[1] for c, _ in capped] == [c.shape[1] for c, _ in pairs]
+        if any(c.shape[0] * c.shape[1] > CPU_PRESET_ELEMENTS for c, _ in pairs):
+            assert note and "--shape" in note
+    assert cap_rows((2**21, 128)) == (2048, 128) and cap_rows((1, 2**21)) == (1, 2**21)
+
+
+def test_cpu_shape_that_does_not_fit_is_refused_in_one_line(capsys):
+    rc = cli.main(["bench", "--device", "cpu", "--shape", "100000x1000000"])
+    err = capsys.readouterr().err
+    assert rc == 2 and len(err.strip().splitlines()) == 1
+    assert "--shape 100000x1000000" in err and "GiB" in err
+
+
+def test_no_gpu_hint_points_at_a_command_that_fits(capsys):
+    if HAS_CUDA:
+        pytest.skip("checks the GPU-less message")
+    assert cli.main(["bench"]) == 0
+    out = capsys.readouterr().out
+    assert "--device cpu" in out and "CPU-sized" in out
+
+
+# -- one-line errors ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dim", ["a", 1.5, None, True])
+def test_a_dim_that_is_not_an_int_is_refused_by_name(dim):
+    x = torch.randn(3, 5)
+    with pytest.raises((TypeError, ValueError), match="dim must be an int"):
+        kernel_lab.softmax(x, dim=dim)
+    with pytest.raises(ValueError, match="dim must be an int"):
+        kernel_lab.run("triton_fused", x, dim=dim)
+    with pytest.raises(ValueError, match="dim must be an int"):
+        kernel_lab.log_softmax(x, dim=dim)
+    with pytest.raises(TypeError, match="dim must be an int"):
+        normalize_dim(dim, 2)
+
+
+def test_integer_like_dims_still_work():
+    import numpy as np
+
+    x = torch.randn(3, 5)
+    torch.testing.assert_close(kernel_lab.softmax(x, dim=np.int64(0)), torch.softmax(x, 0))
+    assert normalize_dim(np.int32(-1), 2) == 1
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["check", "--dtype", "float8"], "unknown dtype 'float8'"),
+    (["check", "no_such_variant"], "no variant named"),
+    (["bench", "--device", "cpu", "--shape", "12x"], "bad shape '12x'"),
+    (["check", "--sanitize", "memcheck", "torch_eager"], ""),
+])
+def test_bad_arguments_get_one_line_and_exit_2(argv, needle, capsys):
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and needle in err, err
+
+
+# -- Triton on CPU tensors ----------------------------------------------------------------------
+
+_TRITON_ON_CPU = """
+import os, torch, kernel_lab
+x = torch.randn(5, 37)
+torch.testing.assert_close(kernel_lab.run("triton_fused", x), torch.softmax(x, -1))
+torch.testing.assert_close(kernel_lab.softmax(x, variant="triton_online"), torch.softmax(x, -1))
+print("ran", os.environ.get("TRITON_INTERPRET"))
+"""
+
+_TRITON_IMPORTED_FIRST = """
+import triton, torch, kernel_lab
+try:
+    kernel_lab.run("triton_fused", torch.randn(2, 8))
+except ValueError as e:
+    print("refused:", e)
+"""
+
+
+def _plain_python(code: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    return subprocess.run([sys.executable, "-c", code], env=env, text=True, capture_output=True,
+                          timeout=300, cwd=REPO)
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="checks the GPU-less machine: Triton interpreted there")
+def test_triton_runs_on_cpu_tensors_with_nothing_exported():
+    r = _plain_python(_TRITON_ON_CPU)
+    assert r.returncode == 0 and "ran 1" in r.stdout, r.stderr[-2000:]
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="checks the GPU-less machine")
+def test_triton_imported_before_the_lab_refuses_in_one_line_naming_the_variable():
+    r = _plain_python(_TRITON_IMPORTED_FIRST)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "refused:" in r.stdout and "TRITON_INTERPRET=1" in r.stdout, r.stdout
+
+
+# -- check --sanitize ---------------------------------------------------------------------------
+
+FAKE = """#!/bin/sh
+# a fake compute-sanitizer: records its arguments, prints a summary, exits as told
+echo "$@" >> "{log}"
+case "$*" in
+  *fast_softmax*) echo "========= Uninitialized __global__ memory read of size 16 bytes"
+                  echo "========= ERROR SUMMARY: 4 errors"; exit 86 ;;
+  *) echo "2 variant x dtype checked: 2 passed, 0 failed"
+     echo "========= ERROR SUMMARY: 0 errors"; exit 0 ;;
+esac
+"""
+
+
+@pytest.fixture
+def fake_sanitizer(tmp_path, monkeypatch):
+    log = tmp_path / "calls.txt"
+    exe = tmp_path / "bin" / "compute-sanitizer"
+    exe.parent.mkdir()
+    exe.write_text(FAKE.format(log=log))
+    exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{exe.parent}{os.pathsep}{os.environ['PATH']}")
+    return log
+
+
+def test_sanitize_without_a_sanitizer_says_so_in_one_line(capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path))
+    monkeypatch.setattr(sanitize, "find_sanitizer", lambda: None)
+    assert cli.main(["check", "--sanitize"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "compute-sanitizer not found" in err
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="checks the GPU-less refusal")
+def test_sanitize_without_a_gpu_says_so_in_one_line(fake_sanitizer, capsys):
+    assert cli.main(["check", "--sanitize", "initcheck"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "no CUDA GPU" in err
+    assert not fake_sanitizer.exists()  # nothing was started
+
+
+def test_sanitize_runs_one_process_a_variant_and_fails_on_a_report(fake_sanitizer, capsys,
+                                                                    monkeypatch, tmp_path):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    rc = cli.main(["check", "--sanitize", "initcheck", "online_softmax", "fast_softmax",
+                   "--dtype", "bf16", "--seed", "7", "--jobs", "2",
+                   "--logs", str(tmp_path / "logs")])
+    out = capsys.readouterr().out
+    assert rc == 1, out
+    lines = [ln for ln in out.splitlines() if ln.startswith("initcheck ")]
+    assert lines[0].startswith("initcheck online_softmax: clean")
+    assert "fast_softmax: 4 reports; first: Uninitialized __global__ memory read" in lines[1]
+    assert "1 of 2 variants clean" in out
+    calls = fake_sanitizer.read_text().splitlines()
+    assert len(calls) == 2
+    for call in calls:
+        assert call.startswith("--tool initcheck --error-exitcode 86")
+        assert "-m kernel_lab check" in call and "--device cuda --cases sanitize" in call
+        assert "--dtype bf16 --seed 7" in call
+    assert (tmp_path / "logs" / "initcheck-fast_softmax.log").is_file()
+
+
+def test_sanitize_all_clean_exits_0(fake_sanitizer, capsys, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert cli.main(["check", "--sanitize", "memcheck", "naive_softmax", "warp_softmax"]) == 0
+    assert "2 of 2 variants clean" in capsys.readouterr().out
+
+
+def test_sanitize_kills_a_variant_past_its_timeout(fake_sanitizer, capsys, monkeypatch):
+    import time
+
+    exe = Path(fake_sanitizer).parent / "bin" / "compute-sanitizer"
+    exe.write_text("#!/bin/sh\nsleep 60 & wait\n")  # the sleep is a grandchild: killed too
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    start = time.monotonic()
+    assert cli.main(["check", "--sanitize", "synccheck", "naive_softmax", "--timeout", "1"]) == 1
+    assert time.monotonic() - start < 20
+    assert "synccheck naive_softmax: TIMED OUT after 1 s" in capsys.readouterr().out
+
+
+def test_sanitize_defaults_cover_every_cuda_variant_and_racecheck_the_shared_ones():
+    cuda = [v.name for v in kernel_lab.variants() if v.backend == "cuda"]
+    assert sanitize.default_variants("memcheck") == cuda
+    race = sanitize.default_variants("racecheck")
+    assert set(race) < set(cuda)
+    for name in ("fast_softmax", "fused_softmax_backward", "fast_log_softmax",
+                 "fused_log_softmax_backward", "block_softmax", "cuda_cross_entropy"):
+        assert name in race
+    assert "naive_softmax" not in race  # no shared memory: nothing for racecheck
+    assert set(sanitize.default_variants("initcheck", op="cross_entropy")) == {
+        "cuda_cross_entropy"}
+
+
+def test_sanitize_verdicts():
+    s = sanitize.summarize
+    assert s("v", "memcheck", 0, "========= ERROR SUMMARY: 0 errors", 3.0).ok
+    assert not s("v", "memcheck", 0, "no summary", 3.0).ok  # the child never ran under it
+    assert "TIMED OUT" in s("v", "memcheck", None, "", 300.0).line
+    assert "check failed" in s("v", "memcheck", 1, "│ v │ FAIL │\n========= ERROR SUMMARY: "
+                               "0 errors", 3.0).line
+    race = s("v", "racecheck", 86, "========= Error: Race reported between Write access\n"
+             "========= RACECHECK SUMMARY: 2 hazards displayed (2 errors, 0 warnings)\n"
+             "========= ERROR SUMMARY: 2 errors", 3.0)
+    assert not race.ok and "2 reports" in race.line and "Race reported" in race.line
+
+
+def test_sanitize_command_line():
+    cmd = sanitize.command("/x/compute-sanitizer", "racecheck", "fast_softmax", ["fp32"], 3)
+    assert cmd[:5] == ["/x/compute-sanitizer", "--tool", "racecheck", "--error-exitcode", "86"]
+    assert "--racecheck-report" in cmd
+    i = cmd.index(sys.executable)
+    assert cmd[i:] == [sys.executable, "-m", "kernel_lab", "check", "fast_softmax", "--device",
+                       "cuda", "--cases", "sanitize", "--dtype", "fp32", "--seed", "3"]
+
+
+# -- arch limits --------------------------------------------------------------------------------
+
+def test_arch_limits_table():
+    assert list(ARCHS) == ["sm_80", "sm_86", "sm_89", "sm_90", "sm_100", "sm_120"]
+    assert get_arch("sm_80").smem_per_block_optin == 163 * 1024
+    assert get_arch("8.6").smem_per_block_optin == get_arch("89").smem_per_block_optin == 99 * 1024
+    assert get_arch("sm_90a").smem_per_block_optin == 227 * 1024
+    assert [a.name for a in ARCHS.values() if a.cluster] == ["sm_90", "sm_100", "sm_120"]
+    assert all(a.max_threads_per_block == 1024 and a.max_registers_per_thread == 255
+               for a in ARCHS.values())
+    with pytest.raises(ValueError, match="known: sm_80"):
+        get_arch("sm_70")
+
+
+_HAS_SANITIZER = sanitize.find_sanitizer() is not None
+
+
+@pytest.mark.skipif(not (HAS_CUDA and _HAS_SANITIZER), reason="needs a CUDA GPU and "
+                    "compute-sanitizer")
+def test_memcheck_runs_the_cases_of_simple_kernels_cleanly(tmp_path):
+    """The real thing: each child runs its variant's cases under memcheck and says so."""
+    r = subprocess.run([sys.executable, "-m", "kernel_lab", "check", "--sanitize", "memcheck",
+                        "naive_softmax", "warp_softmax", "--dtype", "fp32", "--logs",
+                        str(tmp_path)], text=True, capture_output=True, timeout=900, cwd=REPO)
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("memcheck ")]
+    assert len(lines) == 2 and all(": clean (" in ln for ln in lines), r.stdout
+    assert all("1 variant x dtype checked" in ln for ln in lines), r.stdout
+    for name in ("naive_softmax", "warp_softmax"):
+        log = (tmp_path / f"memcheck-{name}.log").read_text()
+        assert "ERROR SUMMARY: 0 errors" in log and "sanitize cases" in log
+
+
+def test_the_parser_offers_what_the_modules_define():
+    from kernel_lab.checking import SELECTIONS
+
+    check = cli._parser()._subparsers._group_actions[0].choices["check"]
+    options = {a.dest: a for a in check._actions}
+    assert tuple(options["sanitize"].choices) == sanitize.TOOLS
+    assert tuple(options["cases"].choices) == SELECTIONS
