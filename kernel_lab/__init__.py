@@ -5,6 +5,7 @@
     kernel_lab.variants("softmax")               # what is registered
     kernel_lab.softmax(x, dim=-1)                # differentiable drop-in for torch.softmax
     kernel_lab.cross_entropy(logits, target)     # ... and for F.cross_entropy
+    kernel_lab.linear_cross_entropy(h, W, t)     # the LM head + loss, logits never whole
 """
 
 # The subpackage kernel_lab.ops (the op implementations) is imported first so that the name
@@ -18,6 +19,7 @@ from .errors import (
     UnsupportedInputError,
 )
 from .ops.cross_entropy.api import CrossEntropyLoss, cross_entropy
+from .ops.linear_cross_entropy.api import LinearCrossEntropyLoss, linear_cross_entropy
 from .ops.log_softmax.api import LogSoftmax, log_softmax
 from .ops.softmax.api import Softmax, softmax
 from .registry import (
@@ -44,6 +46,7 @@ __all__ = [
     "Input",
     "KernelCompileError",
     "KernelLabError",
+    "LinearCrossEntropyLoss",
     "LogSoftmax",
     "Op",
     "Output",
@@ -54,6 +57,7 @@ __all__ = [
     "cross_entropy",
     "get",
     "get_op",
+    "linear_cross_entropy",
     "log_softmax",
     "ops",
     "register",
