@@ -13,15 +13,17 @@ from .op import check_all, check_inputs
 from .torch_variants import chunked_forward
 
 linear_cross_entropy_op = custom_ops.define("linear_cross_entropy")
-CHUNKED = ("torch_chunked_linear_cross_entropy", "torch_chunked_linear_cross_entropy_backward")
+CHUNKED = "torch_chunked_linear_cross_entropy"
 
 
 class _GradsInForward(torch.autograd.Function):
     """The chunked variant's training step: each chunk's dlogits are formed in the forward
     (over its logits, by the CUDA cross-entropy kernel where it runs) and turned into dhidden
     and dweight at once, so the backward is one scale of those by the upstream gradient, not
-    a second pass of matmuls. For "mean" and "sum" (a per-row "none" gradient is not known
-    until the backward: that reduction recomputes through the backward op)."""
+    a second pass of matmuls, scaling them in place (so it runs once: a second backward, as
+    retain_graph asks, raises). For "mean" and "sum" (a per-row "none" gradient is not known
+    until the backward: that reduction recomputes through the backward op), and only when no
+    backward variant is named."""
 
     @staticmethod
     def forward(ctx, hidden, weight, bias, target, ignore_index, reduction, eps, softcap):
@@ -34,6 +36,10 @@ class _GradsInForward(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):
         grads, ctx.grads = ctx.grads, None
+        if grads is None:
+            raise RuntimeError("linear_cross_entropy: the gradients formed in the forward were "
+                               "used by a first backward; for retain_graph / higher order, "
+                               "name a backward_variant")
         s = g.float() if g.dtype != torch.float64 else g
         if ctx.den is not None:
             s = s / ctx.den
@@ -46,8 +52,8 @@ def _grads_in_forward(tensors: tuple, reduction: str, variant, backward_variant)
     hidden, weight, _t, bias = tensors
     return (reduction != "none" and torch.is_grad_enabled()
             and any(t is not None and t.requires_grad for t in (hidden, weight, bias))
-            and variant in (None, AUTO, CHUNKED[0])
-            and backward_variant in (None, AUTO, CHUNKED[1])
+            and variant in (None, AUTO, CHUNKED)
+            and backward_variant in (None, AUTO)
             and hidden.numel() > 0 and weight.shape[0] > 0
             and custom_ops.eager_fast_path(*tensors))
 
@@ -69,8 +75,9 @@ def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, target: tor
     before anything runs (the last is one host sync, skipped inside
     ``kernel_lab.registry.trusted_inputs()`` and under torch.compile).
 
-    With "auto" and a "mean" / "sum" loss that needs gradients, an eager call computes the
-    gradients in its forward, chunk by chunk (the backward only scales them).
+    With the chunked (or "auto") variant, no backward variant named and a "mean" / "sum" loss
+    that needs gradients, an eager call forms the gradients in its forward, chunk by chunk (the
+    backward only scales them, once: name a backward_variant for retain_graph).
     """
     if not isinstance(hidden, torch.Tensor) or not isinstance(target, torch.Tensor) or (
             hidden.dim() < 1 or tuple(target.shape) != tuple(hidden.shape[:-1])):
