@@ -199,10 +199,15 @@ def _dbias_scale(hidden, weight, target, bias, *args, **kw):
     return _dz_scale(hidden, weight, target, bias, *args, **kw).sum(0)
 
 
+def _lse_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
 def backward_inputs(shape, dtype, device="cpu", generator=None):
-    """(hidden, weight, target, None, lse, grad) for "mean": lse from the reference, fp32."""
+    """(hidden, weight, target, None, lse, grad) for "mean": lse from the reference, in the
+    accumulator's dtype (fp32; fp64 for fp64)."""
     h, w, t = make_inputs(shape, dtype, device, generator)
-    lse = torch.logsumexp(logits_reference(h, w), 1).float()
+    lse = torch.logsumexp(logits_reference(h, w), 1).to(_lse_dtype(dtype))
     grad = (torch.rand((), generator=generator) + 0.5).to(device)
     return h, w, t, None, lse, grad
 
@@ -212,7 +217,8 @@ def backward_edge_cases(dtype, device="cpu", generator=None) -> list:
     cases = []
     for label, inputs, kw in edge_cases(dtype, device, generator):
         h, w, t, b = (*inputs, None)[:4]
-        lse = torch.logsumexp(logits_reference(h, w, b, kw.get("softcap", 0.0)), 1).float()
+        lse = torch.logsumexp(logits_reference(h, w, b, kw.get("softcap", 0.0)), 1).to(
+            _lse_dtype(dtype))
         shape = (h.shape[0],) if kw.get("reduction") == "none" else ()
         g = (torch.rand(shape, generator=generator) + 0.5).to(device)
         cases.append((label, (h, w, t, b, lse, g), kw))
@@ -261,7 +267,7 @@ FORWARD = register_op(
         outputs=(Output("loss", error_scale=error_scale, empty=_loss_empty),
                  # the logits are rounded to the input dtype by the matmul: the loss's table
                  Output("lse", tolerances=TOLERANCES, differentiable=False,
-                        dtype=lambda dt: torch.float64 if dt == torch.float64 else torch.float32,
+                        dtype=_lse_dtype,
                         error_scale=_lse_scale,
                         empty=lambda h, *a, **kw: h.new_empty(
                             h.shape[:1],

@@ -34,7 +34,8 @@ def logits(hidden, weight, bias=None, softcap: float = 0.0) -> torch.Tensor:
 
 def cap_chain(dzc: torch.Tensor, zc: torch.Tensor, softcap: float) -> torch.Tensor:
     """Gradient through the cap: d(cap tanh(z / cap)) / dz = 1 - (z_c / cap)^2, in place."""
-    return dzc.mul_(1 - (zc.float() / softcap).square())
+    acc = torch.float64 if zc.dtype == torch.float64 else torch.float32
+    return dzc.mul_(1 - (zc.to(acc) / softcap).square())
 
 
 def _checked(hidden, weight, target, bias, ignore_index, reduction, label_smoothing, softcap):
@@ -91,7 +92,8 @@ def backward_math(hidden, weight, target, bias, lse, grad, ignore_index: int, re
     dz = cross_entropy_backward_math(z, target, None, lse, grad, ignore_index, reduction,
                                      label_smoothing)
     if softcap:
-        dz = (dz.float() * (1 - (z.float() / softcap).square())).to(z.dtype)
+        acc = torch.float64 if z.dtype == torch.float64 else torch.float32
+        dz = (dz.to(acc) * (1 - (z.to(acc) / softcap).square())).to(z.dtype)
     db = dz.sum(0, dtype=torch.float32 if dz.dtype != torch.float64 else dz.dtype)
     db = db.to(hidden.dtype) if bias is not None else hidden.new_empty((0,))
     return dz @ weight, dz.T @ hidden, db
