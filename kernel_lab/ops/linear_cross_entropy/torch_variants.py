@@ -23,6 +23,9 @@ SOURCE = "kernel_lab/ops/linear_cross_entropy/torch_variants.py"
 # its gradient (written over it on CUDA) stay under this; tests lower it to force many chunks.
 MAX_CHUNK_BYTES = 256 << 20
 MIN_CHUNK_BYTES = 16 << 20
+# The compile variants are registered for CUDA tensors only: on CPU, inductor takes seconds per
+# signature and the registry suites would compile ~60 of them (CI's budget). The drop-in's
+# torch.compile(fullgraph=True) test covers the compiled path on CPU.
 
 
 def logits(hidden, weight, bias=None, softcap: float = 0.0) -> torch.Tensor:
@@ -71,7 +74,7 @@ _compiled = CompiledPerSignature(linear_cross_entropy_math)
 
 
 @register("compile_linear_cross_entropy", op="linear_cross_entropy", backend="compile",
-          dtypes=DTYPES, check=check_inputs, source=SOURCE,
+          dtypes=DTYPES, check=check_inputs, source=SOURCE, needs_cuda=True,
           description="the matmul and the cross-entropy decomposition under torch.compile")
 def compile_linear_cross_entropy(hidden, weight, target, bias=None, ignore_index=-100,
                                  reduction="mean", label_smoothing=0.0, softcap=0.0):
@@ -122,7 +125,7 @@ _compiled_backward = CompiledPerSignature(backward_math)
 
 
 @register("compile_linear_cross_entropy_backward", op="linear_cross_entropy_backward",
-          backend="compile", dtypes=DTYPES, check=check_inputs, source=SOURCE,
+          backend="compile", dtypes=DTYPES, check=check_inputs, source=SOURCE, needs_cuda=True,
           description="the backward formula under torch.compile")
 def compile_linear_cross_entropy_backward(hidden, weight, target, bias, lse, grad,
                                           ignore_index=-100, reduction="mean",
