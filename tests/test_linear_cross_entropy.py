@@ -4,7 +4,7 @@ keyword, gradcheck, torch.compile, errors before launch; on a GPU, real vocabula
 
 import pytest
 import torch
-from conftest import DEVICE, HAS_CUDA, needs_cuda
+from conftest import DEVICE, needs_cuda
 
 import kernel_lab
 from kernel_lab.errors import UnsupportedInputError
@@ -203,4 +203,18 @@ def test_gpu_chunked_holds_an_eighth_of_the_baselines_memory():
     assert peaks["torch_chunked_linear_cross_entropy"] * 8 <= peaks["torch_linear_cross_entropy"]
 
 
-assert DEVICE == ("cuda" if HAS_CUDA else "cpu")
+
+
+
+@pytest.mark.parametrize("variant", [None, "triton_fused_linear_cross_entropy"])
+def test_example_model_tracks_pytorchs_loss_curve(variant):
+    """The tiny attention model with linear_cross_entropy as its head + loss: PyTorch's loss
+    curve step by step (the chunked variant with its gradients formed in the forward; the
+    fused Triton one, interpreted on CPU)."""
+    from kernel_lab.examples import train_tiny_attention as example
+
+    cfg = example.Config(steps=12, device=DEVICE, loss="linear_cross_entropy")
+    ref, lab = example.compare(cfg, lce_variant=variant, lce_backward_variant=(
+        variant and variant + "_backward"))
+    assert ref[-1] < ref[0] - 0.1  # it learns
+    assert max(abs(a - b) for a, b in zip(ref, lab)) < 1e-3
