@@ -18,8 +18,8 @@ state and the head + loss is ``F.cross_entropy(F.linear(h, W, b))`` in the refer
 ``kernel_lab.linear_cross_entropy(h, W, target, b)`` in the lab's. Both runs start from the
 same weights and see the same batches; the only difference is who computes softmax and
 log_softmax (or the loss), forward and backward. The losses must agree step by step within
-``--tol`` (default 1e-3, absolute, on losses falling from 2.1 to ~0.05): fp32 kernels differ from PyTorch's in the last bits, and a few dozen Adam steps
-carry that forward as ~1e-6.
+``--tol`` (default 1e-3, absolute, on losses falling from 2.1 to ~0.05): fp32 kernels differ
+from PyTorch's in the last bits, and a few dozen Adam steps carry that forward as ~1e-6.
 
 The tensors are small (a few thousand elements), so ``variant="auto"`` runs PyTorch's own
 kernels behind the custom ops, on a GPU too (each op's ``auto`` policy: launch-bound sizes,
