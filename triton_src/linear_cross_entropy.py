@@ -26,10 +26,13 @@ import triton.language as tl
 
 @triton.jit
 def _dot(a, b, acc, DOT_F32: tl.constexpr):
+    """acc + a @ b: fp32 operands exactly ("ieee", not tf32), 16-bit ones on tensor cores."""
     if DOT_F32:
         return tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
-    else:
+    elif a.dtype == tl.float32:
         return tl.dot(a, b, acc, input_precision="ieee")
+    else:
+        return tl.dot(a, b, acc)
 
 
 @triton.jit
