@@ -218,3 +218,13 @@ def test_example_model_tracks_pytorchs_loss_curve(variant):
         variant and variant + "_backward"))
     assert ref[-1] < ref[0] - 0.1  # it learns
     assert max(abs(a - b) for a, b in zip(ref, lab)) < 1e-3
+
+
+def test_custom_op_opcheck_without_bias():
+    """torch.library.opcheck: schema, fake kernel, autograd registration and AOT dispatch, with
+    the optional bias left out (its gradient slot dropped by the contract)."""
+    h, w, t, _ = _inputs(6, 20, torch.float32, 11)
+    args = (h.requires_grad_(True), w.requires_grad_(True), t, None, -100, "sum", 0.1, 2.0,
+            "auto", "auto")
+    result = torch.library.opcheck(torch.ops.kernel_lab.linear_cross_entropy.default, args)
+    assert set(result.values()) == {"SUCCESS"}
