@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# install_peers.sh: install the softmax peers (QuACK, Liger) from wheels on an offline machine.
+# install_peers.sh: install the peers (QuACK, Liger, Cut Cross-Entropy) from wheels on an offline
+# machine. WHEEL_DIR from: pip download --no-deps quack-kernels==0.6.5 liger-kernel==0.8.5
+# cut-cross-entropy==25.1.1 (plus nvidia-cutlass-dsl's wheels for QuACK).
 #
 #   bash bench/install_peers.sh WHEEL_DIR [TARGET]   install what WHEEL_DIR and the stage hold
 #                                                    into TARGET (default /tmp/peers), write
@@ -20,7 +22,8 @@
 # Install: pip --no-index --no-deps --target (the machine already has torch, triton, numpy,
 # cuda-bindings, typing-extensions, protobuf); nvidia_cutlass_dsl's .pth file
 # (`sys.path.insert(0, <nvidia_cutlass_dsl>/dsl_packages)`) is not run for a --target folder, so
-# peers.env puts that folder on PYTHONPATH too. Exit 0 when quack and liger_kernel both import,
+# peers.env puts that folder on PYTHONPATH too. Exit 0 when quack, liger_kernel and
+# cut_cross_entropy all import,
 # 1 otherwise (peers.env is written either way; the missing peer shows as a skip reason).
 set -euo pipefail
 
@@ -104,7 +107,7 @@ cat "$target/peers.env"
 
 # Each peer on its own, so one broken import names itself and the other still reports.
 status=0
-for pair in quack:quack-kernels liger_kernel:liger-kernel; do
+for pair in quack:quack-kernels liger_kernel:liger-kernel cut_cross_entropy:cut-cross-entropy; do
     PYTHONPATH="$pypath${PYTHONPATH:+:$PYTHONPATH}" "$py" - "${pair%%:*}" "${pair#*:}" <<'EOF' \
         || status=1
 import importlib, importlib.metadata as md, sys

@@ -6,6 +6,7 @@
     kernel_lab.runs_here("triton_fused")         # ... and whether it runs on this machine
     kernel_lab.softmax(x, dim=-1)                # differentiable drop-in for torch.softmax
     kernel_lab.cross_entropy(logits, target)     # ... and for F.cross_entropy
+    kernel_lab.linear_cross_entropy(h, W, t)     # the LM head + loss, logits never whole
 """
 
 # First: Triton's compiled-or-interpreted mode is fixed when triton is imported, and with no GPU
@@ -21,6 +22,7 @@ from .errors import (
     UnsupportedInputError,
 )
 from .ops.cross_entropy.api import CrossEntropyLoss, cross_entropy
+from .ops.linear_cross_entropy.api import LinearCrossEntropyLoss, linear_cross_entropy
 from .ops.log_softmax.api import LogSoftmax, log_softmax
 from .ops.softmax.api import Softmax, softmax
 from .plans import run
@@ -48,6 +50,7 @@ __all__ = [
     "Input",
     "KernelCompileError",
     "KernelLabError",
+    "LinearCrossEntropyLoss",
     "LogSoftmax",
     "Op",
     "Output",
@@ -58,6 +61,7 @@ __all__ = [
     "cross_entropy",
     "get",
     "get_op",
+    "linear_cross_entropy",
     "log_softmax",
     "op_names",
     "register",

@@ -116,12 +116,13 @@ def define(name: str) -> Any:
 
         def setup_context(ctx, inputs, output):
             tensors, ctx.kw, _, ctx.backward_variant = _split(op, inputs)
+            ctx.absent = _absent(tensors)
             ctx.save_for_backward(*grad.save(tensors, output, ctx.kw))
             _mark_outputs(op, ctx, output)
 
         def backward_fn(ctx, *gs):
             grads = _input_grads(op, ctx.saved_tensors, _output_grad(op, gs), ctx.kw,
-                                 ctx.backward_variant, backward_op)
+                                 ctx.backward_variant, backward_op, absent=ctx.absent)
             return (*grads, *[None] * (len(op.kwargs) + 1 + (backward_op is not None)))
 
         custom.register_autograd(backward_fn, setup_context=setup_context)
@@ -130,10 +131,12 @@ def define(name: str) -> Any:
 
 
 def _input_grads(op: registry.Op, saved: tuple, g: Any, kw: dict, backward_variant: str,
-                 backward_op: Any, eager: Callable[..., Any] | None = None) -> tuple:
+                 backward_op: Any, eager: Callable[..., Any] | None = None,
+                 absent: tuple[int, ...] = ()) -> tuple:
     """One gradient (or None) per tensor input of ``op``: its formula, or its backward op run
     by ``backward_variant`` - directly by ``eager(op, variant, inputs, kw)`` when given (no
-    graph to record), else through the backward custom op."""
+    graph to record), else through the backward custom op. ``absent``: the positions of
+    optional inputs the forward got as None (they get no gradient)."""
     grad = op.autograd
     if grad.formula is not None:
         return tuple(grad.formula(saved, g, kw))
@@ -146,8 +149,17 @@ def _input_grads(op: registry.Op, saved: tuple, g: Any, kw: dict, backward_varia
         more = (AUTO,) if _has_backward_variant(bop.name) else ()
         dx = backward_op(*inputs, *bkw.values(), backward_variant, *more)
     grads: list[Any] = [None] * len(op.inputs)
-    grads[grad.grad_of] = dx
+    if isinstance(grad.grad_of, int):
+        grads[grad.grad_of] = dx
+    else:  # one backward output per input named; none for an input the forward got as None
+        for i, d in zip(grad.grad_of, dx):
+            grads[i] = None if i in absent else d
     return tuple(grads)
+
+
+def _absent(tensors: Sequence[Any]) -> tuple[int, ...]:
+    """Positions of the inputs given as None (optional tensors left out)."""
+    return tuple(i for i, t in enumerate(tensors) if t is None)
 
 
 def _has_backward_variant(name: str) -> bool:
@@ -166,6 +178,7 @@ class _EagerOp(torch.autograd.Function):
         op = registry.get_op(name)
         ctx.save_for_backward(*op.autograd.save(tensors, out, kw))
         ctx.name, ctx.kw, ctx.backward_variant = name, kw, backward_variant
+        ctx.absent = _absent(tensors)
         _mark_outputs(op, ctx, out)
         return out
 
@@ -176,7 +189,8 @@ class _EagerOp(torch.autograd.Function):
         grads = _input_grads(op, ctx.saved_tensors, _output_grad(op, gs), ctx.kw,
                              ctx.backward_variant,
                              define(backward) if backward else None,
-                             eager=None if torch.is_grad_enabled() else _run_backward)
+                             eager=None if torch.is_grad_enabled() else _run_backward,
+                             absent=ctx.absent)
         return (None, None, None, None, None, *grads)
 
 

@@ -128,13 +128,15 @@ class Autograd:
     name of the op whose output is the gradient of input ``grad_of`` (its inputs are
     ``backward_inputs(saved, grad, kw)``; its variant is the call's ``backward_variant``), or
     ``formula(saved, grad, kw)``: plain PyTorch returning one gradient (or None) per tensor
-    input - used for backward ops themselves (double backward).
+    input - used for backward ops themselves (double backward). ``grad_of`` may be a tuple of
+    input positions: the backward op then returns one output per position, in that order (an
+    input the forward got as None gets no gradient, whatever its output holds).
     """
 
     save: Callable[..., tuple]
     backward: str | None = None
     backward_inputs: Callable[..., tuple] | None = None
-    grad_of: int = 0
+    grad_of: int | tuple[int, ...] = 0
     formula: Callable[..., tuple] | None = None
 
 

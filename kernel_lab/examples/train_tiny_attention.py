@@ -6,17 +6,20 @@
     python -m kernel_lab.examples.train_tiny_attention --variant triton_fused --compile
     python -m kernel_lab.examples.train_tiny_attention --loss cross_entropy \
         --ce-variant cuda_cross_entropy --ce-backward-variant cuda_cross_entropy_backward
+    python -m kernel_lab.examples.train_tiny_attention --loss linear_cross_entropy
 
 The task: each sequence is noise tokens plus one label token (0..7) somewhere; find it. The
 model is one multi-head self-attention block (its attention weights: ``softmax``), mean pooling
 and a linear head. With ``--loss nll`` (the default) the head's ``log_softmax`` feeds
 ``nll_loss``; with ``--loss cross_entropy`` the head returns logits and the loss is
 ``F.cross_entropy`` in the reference run, ``kernel_lab.cross_entropy`` in the lab's (no
-log_softmax then). Both runs start from the same weights and see the same batches; the only
-difference is who computes softmax and log_softmax (or cross_entropy), forward and backward. The
-losses must agree step by step within ``--tol`` (default 1e-3, absolute, on losses falling from
-2.1 to ~0.05): fp32 kernels differ from PyTorch's in the last bits, and a few dozen Adam steps
-carry that forward as ~1e-6.
+log_softmax then); with ``--loss linear_cross_entropy`` the model returns the pooled hidden
+state and the head + loss is ``F.cross_entropy(F.linear(h, W, b))`` in the reference run,
+``kernel_lab.linear_cross_entropy(h, W, target, b)`` in the lab's. Both runs start from the
+same weights and see the same batches; the only difference is who computes softmax and
+log_softmax (or the loss), forward and backward. The losses must agree step by step within
+``--tol`` (default 1e-3, absolute, on losses falling from 2.1 to ~0.05): fp32 kernels differ
+from PyTorch's in the last bits, and a few dozen Adam steps carry that forward as ~1e-6.
 
 The tensors are small (a few thousand elements), so ``variant="auto"`` runs PyTorch's own
 kernels behind the custom ops, on a GPU too (each op's ``auto`` policy: launch-bound sizes,
@@ -53,10 +56,17 @@ class Config:
     seed: int = 0
     device: str = "cpu"
     dtype: torch.dtype = torch.float32
-    loss: str = "nll"  # nll: log_softmax + nll_loss; cross_entropy: logits + cross_entropy
+    # nll: log_softmax + nll_loss; cross_entropy: logits + cross_entropy; linear_cross_entropy:
+    # the pooled hidden state + the head's weight and bias into one loss
+    loss: str = "nll"
 
 
-LOSSES = ("nll", "cross_entropy")
+LOSSES = ("nll", "cross_entropy", "linear_cross_entropy")
+
+
+def torch_linear_cross_entropy(h, weight, target, bias):
+    """The reference head + loss: the logits, then F.cross_entropy."""
+    return F.cross_entropy(F.linear(h, weight, bias), target)
 
 
 class TinyAttention(torch.nn.Module):
@@ -71,6 +81,7 @@ class TinyAttention(torch.nn.Module):
         self.qkv = torch.nn.Linear(cfg.dim, 3 * cfg.dim)
         self.proj = torch.nn.Linear(cfg.dim, cfg.dim)
         self.head = torch.nn.Linear(cfg.dim, CLASSES)
+        self.hidden_out = cfg.loss == "linear_cross_entropy"  # the loss applies the head
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         b, s = tokens.shape
@@ -79,6 +90,8 @@ class TinyAttention(torch.nn.Module):
         scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
         att = self.softmax(scores, -1) @ v  # (b, heads, s, dim / heads)
         h = h + self.proj(att.transpose(1, 2).reshape(b, s, -1))
+        if self.hidden_out:
+            return h.mean(dim=1)
         logits = self.head(h.mean(dim=1))
         return logits if self.log_softmax is None else self.log_softmax(logits, -1)
 
@@ -95,13 +108,16 @@ def make_batch(cfg: Config, gen: torch.Generator) -> tuple[torch.Tensor, torch.T
 def train(
     cfg: Config, softmax: Callable, log_softmax: Callable, compile: bool = False,
     cross_entropy: Callable = F.cross_entropy,
+    linear_cross_entropy: Callable = torch_linear_cross_entropy,
 ) -> list[float]:
     """Loss per step. Same seed -> same initial weights and batches, whoever computes softmax.
     ``cfg.loss == "cross_entropy"``: the model returns logits, the loss is
-    ``cross_entropy(logits, labels)`` and ``log_softmax`` is unused."""
+    ``cross_entropy(logits, labels)`` and ``log_softmax`` is unused; ``"linear_cross_entropy"``:
+    the model returns the pooled hidden state, the loss is ``linear_cross_entropy(h,
+    head.weight, labels, head.bias)``."""
     if cfg.loss not in LOSSES:
         raise ValueError(f"loss must be one of {LOSSES}, not {cfg.loss!r}")
-    ce = cfg.loss == "cross_entropy"
+    ce = cfg.loss != "nll"
     torch.manual_seed(cfg.seed)
     model = TinyAttention(cfg, softmax, None if ce else log_softmax).to(cfg.device, cfg.dtype)
     step_model = torch.compile(model, fullgraph=True) if compile else model
@@ -111,7 +127,10 @@ def train(
     for _ in range(cfg.steps):
         tokens, labels = make_batch(cfg, gen)
         out = step_model(tokens)
-        loss = cross_entropy(out, labels) if ce else F.nll_loss(out, labels)
+        if cfg.loss == "linear_cross_entropy":
+            loss = linear_cross_entropy(out, model.head.weight, labels, model.head.bias)
+        else:
+            loss = cross_entropy(out, labels) if ce else F.nll_loss(out, labels)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -129,6 +148,8 @@ def compare(
     log_backward_variant: str | None = None,
     ce_variant: str | None = None,
     ce_backward_variant: str | None = None,
+    lce_variant: str | None = None,
+    lce_backward_variant: str | None = None,
 ) -> tuple[list[float], list[float]]:
     """(torch's losses, the lab's losses) for the same training run. None = ``"auto"``.
     ``ce_variant`` / ``ce_backward_variant``: the lab's cross_entropy when ``cfg.loss`` is
@@ -145,7 +166,12 @@ def compare(
         return kernel_lab.cross_entropy(logits, target, variant=ce_variant,
                                         backward_variant=ce_backward_variant)
 
-    return ref, train(cfg, lab_softmax, lab_log_softmax, compile, lab_cross_entropy)
+    def lab_linear_cross_entropy(h, weight, target, bias):
+        return kernel_lab.linear_cross_entropy(h, weight, target, bias, variant=lce_variant,
+                                               backward_variant=lce_backward_variant)
+
+    return ref, train(cfg, lab_softmax, lab_log_softmax, compile, lab_cross_entropy,
+                      lab_linear_cross_entropy)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -157,11 +183,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--log-backward-variant", default=None, help="log_softmax_backward variant")
     p.add_argument("--loss", default="nll", choices=LOSSES,
                    help="nll: log_softmax + F.nll_loss (default); cross_entropy: the head's "
-                        "logits into F.cross_entropy / kernel_lab.cross_entropy")
+                        "logits into F.cross_entropy / kernel_lab.cross_entropy; "
+                        "linear_cross_entropy: head + loss in kernel_lab.linear_cross_entropy")
     p.add_argument("--ce-variant", default=None,
                    help="cross_entropy variant with --loss cross_entropy (default: auto)")
     p.add_argument("--ce-backward-variant", default=None,
                    help="cross_entropy_backward variant with --loss cross_entropy")
+    p.add_argument("--lce-variant", default=None,
+                   help="linear_cross_entropy variant with --loss linear_cross_entropy")
+    p.add_argument("--lce-backward-variant", default=None,
+                   help="linear_cross_entropy_backward variant with --loss linear_cross_entropy")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--compile", action="store_true", help="torch.compile(fullgraph=True) both")
     p.add_argument("--tol", type=float, default=1e-3, help="max |loss difference| allowed")
@@ -172,7 +203,9 @@ def main(argv: list[str] | None = None) -> int:
     ref, lab = compare(cfg, args.variant, args.log_variant, args.compile,
                        backward_variant=args.backward_variant,
                        log_backward_variant=args.log_backward_variant,
-                       ce_variant=args.ce_variant, ce_backward_variant=args.ce_backward_variant)
+                       ce_variant=args.ce_variant, ce_backward_variant=args.ce_backward_variant,
+                       lce_variant=args.lce_variant,
+                       lce_backward_variant=args.lce_backward_variant)
     print(f"{'step':>4}  {'torch':>10}  {'kernel_lab':>10}  {'|diff|':>9}")
     for i, (a, b) in enumerate(zip(ref, lab)):
         print(f"{i:>4}  {a:>10.6f}  {b:>10.6f}  {abs(a - b):>9.2e}")

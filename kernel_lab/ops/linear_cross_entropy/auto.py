@@ -1,0 +1,20 @@
+"""``variant="auto"`` for linear_cross_entropy and its backward: the chunked variant (cuBLAS
+matmuls over chunks of tokens, the lab's cross-entropy kernel per chunk) wherever it runs, which
+is every device; the fused Triton kernel only when asked for by name until the H200 sweep says
+it is faster."""
+
+from __future__ import annotations
+
+from kernel_lab import registry
+
+PREFERENCES = {
+    "linear_cross_entropy": ("torch_chunked_linear_cross_entropy",
+                             "torch_linear_cross_entropy"),
+    "linear_cross_entropy_backward": ("torch_chunked_linear_cross_entropy_backward",
+                                      "torch_linear_cross_entropy_backward"),
+}
+
+FORWARD_AUTO = registry.Auto(lambda *inputs, **kw: PREFERENCES["linear_cross_entropy"],
+                             "torch_chunked_linear_cross_entropy")
+BACKWARD_AUTO = registry.Auto(lambda *inputs, **kw: PREFERENCES["linear_cross_entropy_backward"],
+                              "torch_chunked_linear_cross_entropy_backward")

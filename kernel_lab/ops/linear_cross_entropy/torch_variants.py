@@ -1,0 +1,276 @@
+"""linear_cross_entropy in PyTorch: the baseline (logits materialized, then F.cross_entropy),
+the same under ``torch.compile``, and the chunked variant (cuBLAS over chunks of tokens, the
+lab's cross-entropy per chunk: memory O(chunk x V)). Backwards of each."""
+
+from __future__ import annotations
+
+import torch
+
+from kernel_lab import dispatch
+from kernel_lab.compiling import CompiledPerSignature
+from kernel_lab.dispatch import AUTO
+from kernel_lab.ops.cross_entropy.torch_variants import (
+    cross_entropy_backward_math,
+    cross_entropy_math,
+    torch_cross_entropy,
+)
+from kernel_lab.registry import register, trusted_inputs
+
+from .op import DTYPES, check_all, check_inputs
+
+SOURCE = "kernel_lab/ops/linear_cross_entropy/torch_variants.py"
+# Largest chunk of logits the chunked variant holds (bytes). The step's own logits chunk plus
+# its gradient (written over it on CUDA) stay under this; tests lower it to force many chunks.
+MAX_CHUNK_BYTES = 256 << 20
+MIN_CHUNK_BYTES = 16 << 20
+# The compile variants are registered for CUDA tensors only: on CPU, inductor takes seconds per
+# signature and the registry suites would compile ~60 of them (CI's budget). The drop-in's
+# torch.compile(fullgraph=True) test covers the compiled path on CPU.
+
+
+def logits(hidden, weight, bias=None, softcap: float = 0.0) -> torch.Tensor:
+    """z = hidden @ weight.T + bias, capped (``softcap * tanh(z / softcap)``) when softcap > 0,
+    in the input dtype (cuBLAS accumulates in fp32 and rounds once)."""
+    z = hidden @ weight.T if bias is None else torch.addmm(bias, hidden, weight.T)
+    return softcap * torch.tanh(z / softcap) if softcap else z
+
+
+def cap_chain(dzc: torch.Tensor, zc: torch.Tensor, softcap: float) -> torch.Tensor:
+    """Gradient through the cap: d(cap tanh(z / cap)) / dz = 1 - (z_c / cap)^2, in place."""
+    acc = torch.float64 if zc.dtype == torch.float64 else torch.float32
+    return dzc.mul_(1 - (zc.to(acc) / softcap).square())
+
+
+def check_call(hidden, weight, target, bias, ignore_index, reduction, label_smoothing, softcap):
+    check_all(hidden, weight, target, bias, ignore_index, reduction, label_smoothing, softcap)
+    return target.long()
+
+
+def _ce_kw(kw_ignore: int, eps: float, reduction: str) -> dict:
+    return {"ignore_index": kw_ignore, "reduction": reduction, "label_smoothing": eps}
+
+
+@register("torch_linear_cross_entropy", op="linear_cross_entropy", backend="torch",
+          dtypes=DTYPES, check=check_inputs, source=SOURCE,
+          description="hidden @ weight.T (+ bias, soft cap), then F.cross_entropy: the logits "
+          "in memory (the baseline)")
+def torch_linear_cross_entropy(hidden, weight, target, bias=None, ignore_index=-100,
+                               reduction="mean", label_smoothing=0.0, softcap=0.0):
+    target = check_call(hidden, weight, target, bias, ignore_index, reduction, label_smoothing,
+                      softcap)
+    z = logits(hidden, weight, bias, softcap)
+    return torch_cross_entropy(z, target, None, ignore_index, reduction, label_smoothing)
+
+
+def linear_cross_entropy_math(hidden, weight, target, bias, ignore_index: int, reduction: str,
+                              label_smoothing: float, softcap: float):
+    """(loss, lse) as one graph for inductor: the matmul, the cap and cross-entropy's
+    decomposition (fp32 logsumexp and gathers)."""
+    z = logits(hidden, weight, bias, softcap)
+    return cross_entropy_math(z, target, None, ignore_index, reduction, label_smoothing)
+
+
+_compiled = CompiledPerSignature(linear_cross_entropy_math)
+
+
+@register("compile_linear_cross_entropy", op="linear_cross_entropy", backend="compile",
+          dtypes=DTYPES, check=check_inputs, source=SOURCE, needs_cuda=True,
+          description="the matmul and the cross-entropy decomposition under torch.compile")
+def compile_linear_cross_entropy(hidden, weight, target, bias=None, ignore_index=-100,
+                                 reduction="mean", label_smoothing=0.0, softcap=0.0):
+    target = check_call(hidden, weight, target, bias, ignore_index, reduction, label_smoothing,
+                      softcap)
+    if hidden.numel() == 0 or weight.shape[0] == 0:  # nothing to compile
+        return torch_linear_cross_entropy(hidden, weight, target, bias, ignore_index,
+                                          reduction, label_smoothing, softcap)
+    return _compiled(hidden, weight, target, bias, ignore_index=ignore_index,
+                     reduction=reduction, label_smoothing=label_smoothing, softcap=softcap)
+
+
+def backward_math(hidden, weight, target, bias, lse, grad, ignore_index: int, reduction: str,
+                  label_smoothing: float, softcap: float):
+    """(dhidden, dweight, dbias) with the logits materialized: dz by cross-entropy's formula,
+    through the cap, then two matmuls and a column sum."""
+    z = logits(hidden, weight, bias, softcap)
+    dz = cross_entropy_backward_math(z, target, None, lse, grad, ignore_index, reduction,
+                                     label_smoothing)
+    if softcap:
+        acc = torch.float64 if z.dtype == torch.float64 else torch.float32
+        dz = (dz.to(acc) * (1 - (z.to(acc) / softcap).square())).to(z.dtype)
+    db = dz.sum(0, dtype=torch.float32 if dz.dtype != torch.float64 else dz.dtype)
+    db = db.to(hidden.dtype) if bias is not None else hidden.new_empty((0,))
+    return dz @ weight, dz.T @ hidden, db
+
+
+def _empty_backward(hidden, weight, bias):
+    db = torch.zeros_like(bias) if bias is not None else hidden.new_empty((0,))
+    return torch.zeros_like(hidden), torch.zeros_like(weight), db
+
+
+@register("torch_linear_cross_entropy_backward", op="linear_cross_entropy_backward",
+          backend="torch", dtypes=DTYPES, check=check_inputs, source=SOURCE,
+          description="logits recomputed whole, dz by the cross-entropy formula, two matmuls")
+def torch_linear_cross_entropy_backward(hidden, weight, target, bias, lse, grad,
+                                        ignore_index=-100, reduction="mean",
+                                        label_smoothing=0.0, softcap=0.0):
+    target = check_call(hidden, weight, target, bias, ignore_index, reduction, label_smoothing,
+                      softcap)
+    if hidden.numel() == 0 or weight.shape[0] == 0:
+        return _empty_backward(hidden, weight, bias)
+    return backward_math(hidden, weight, target, bias, lse, grad, ignore_index, reduction,
+                         label_smoothing, softcap)
+
+
+_compiled_backward = CompiledPerSignature(backward_math)
+
+
+@register("compile_linear_cross_entropy_backward", op="linear_cross_entropy_backward",
+          backend="compile", dtypes=DTYPES, check=check_inputs, source=SOURCE, needs_cuda=True,
+          description="the backward formula under torch.compile")
+def compile_linear_cross_entropy_backward(hidden, weight, target, bias, lse, grad,
+                                          ignore_index=-100, reduction="mean",
+                                          label_smoothing=0.0, softcap=0.0):
+    target = check_call(hidden, weight, target, bias, ignore_index, reduction, label_smoothing,
+                      softcap)
+    if hidden.numel() == 0 or weight.shape[0] == 0:
+        return _empty_backward(hidden, weight, bias)
+    return _compiled_backward(hidden, weight, target, bias, lse, grad,
+                              ignore_index=ignore_index, reduction=reduction,
+                              label_smoothing=label_smoothing, softcap=softcap)
+
+
+# -- chunked --------------------------------------------------------------------------------------
+def chunk_rows(tokens: int, vocab: int, element_size: int, device: torch.device) -> int:
+    """Tokens per chunk: the chunk's logits fit in a quarter of the free device memory, capped at
+    MAX_CHUNK_BYTES (at V = 128256 bf16: 1046 rows, 8 chunks of 8192 tokens, each matmul still
+    ~1K x d x V for cuBLAS); a multiple of 64 rows when over 64."""
+    budget = MAX_CHUNK_BYTES
+    if device.type == "cuda":
+        free, _total = torch.cuda.mem_get_info(device)
+        budget = max(min(budget, free // 4), min(MIN_CHUNK_BYTES, budget))
+    rows = max(1, budget // max(1, vocab * element_size))
+    if rows > 64:
+        rows -= rows % 64
+    return min(rows, max(tokens, 1))
+
+
+def _chunks(hidden: torch.Tensor, vocab: int):
+    c = chunk_rows(hidden.shape[0], vocab, hidden.element_size(), hidden.device)
+    return [(i, min(i + c, hidden.shape[0])) for i in range(0, hidden.shape[0], c)]
+
+
+def _in_place_ce(z: torch.Tensor) -> bool:
+    """Whether the CUDA cross-entropy kernel can write the chunk's gradient over its logits."""
+    from kernel_lab import registry
+
+    if not z.is_cuda or z.dtype == torch.float64:
+        return False
+    v = registry.get("cuda_cross_entropy")
+    t = torch.empty(z.shape[0], dtype=torch.long, device=z.device)
+    return dispatch.can_run(v, z, t, None)
+
+
+def reduce_rows(loss_rows: torch.Tensor, target, ignore_index: int, reduction: str,
+                dtype: torch.dtype) -> torch.Tensor:
+    """PyTorch's reduction of per-row losses (0 on ignored rows): "mean" over kept rows (0 / 0
+    = NaN when all are ignored)."""
+    if reduction == "none":
+        return loss_rows.to(dtype)
+    total = loss_rows.sum()
+    if reduction == "mean":
+        total = total / (target != ignore_index).sum()
+    return total.to(dtype)
+
+
+def chunked_forward(hidden, weight, target, bias, ignore_index: int, reduction: str,
+                    label_smoothing: float, softcap: float, with_grads: bool = False):
+    """(loss, lse) chunk by chunk; ``with_grads``: also (dhidden, dweight, dbias) of the
+    *summed* loss (the caller scales them by the upstream gradient, over the mean's
+    denominator for "mean"), so the backward is a scale and nothing is recomputed. Each
+    chunk's dlogits are written over its logits by the CUDA cross-entropy kernel where it runs
+    (without a soft cap), else come from the cross_entropy_backward variant "auto" picks."""
+    t_all, v = target.long(), weight.shape[0]
+    acc = torch.float64 if hidden.dtype == torch.float64 else torch.float32
+    rows = torch.empty(hidden.shape[0], dtype=acc, device=hidden.device)
+    lse = torch.empty(hidden.shape[0], dtype=acc, device=hidden.device)
+    if with_grads:
+        dh = torch.empty_like(hidden, memory_format=torch.contiguous_format)
+        dw = torch.zeros_like(weight, memory_format=torch.contiguous_format)
+        db = torch.zeros(v, dtype=acc, device=hidden.device) if bias is not None else None
+    none = _ce_kw(ignore_index, label_smoothing, "none")
+    for a, b in _chunks(hidden, v):
+        h, t = hidden[a:b], t_all[a:b]
+        z = logits(h, weight, bias, softcap)
+        with trusted_inputs():
+            if with_grads and not softcap and _in_place_ce(z):
+                from kernel_lab.ops.cross_entropy.cuda_variants import fused_forward
+
+                loss_c, lse_c, dz = fused_forward(z, t, None, ignore_index, "none",
+                                                  label_smoothing)
+            else:
+                loss_c, lse_c = dispatch.run("cross_entropy", AUTO, (z, t, None), none)
+                if with_grads:
+                    ones = torch.ones(b - a, dtype=acc, device=z.device)
+                    dz = dispatch.run("cross_entropy_backward", AUTO,
+                                      (z, t, None, lse_c, ones), none)
+                    if softcap:
+                        dz = cap_chain(dz, z, softcap)
+        rows[a:b], lse[a:b] = loss_c, lse_c
+        if with_grads:
+            torch.matmul(dz, weight, out=dh[a:b])
+            dw.addmm_(dz.T, h)
+            if db is not None:
+                db += dz.sum(0, dtype=acc)
+    loss = reduce_rows(rows, t_all, ignore_index, reduction, hidden.dtype)
+    if not with_grads:
+        return loss, lse
+    return loss, lse, dh, dw, (db.to(hidden.dtype) if db is not None else None)
+
+
+@register("torch_chunked_linear_cross_entropy", op="linear_cross_entropy", backend="torch",
+          dtypes=DTYPES, check=check_inputs, source=SOURCE,
+          description="cuBLAS over chunks of tokens, each chunk's loss by the lab's "
+          "cross_entropy (auto): logits O(chunk x V)")
+def torch_chunked_linear_cross_entropy(hidden, weight, target, bias=None, ignore_index=-100,
+                                       reduction="mean", label_smoothing=0.0, softcap=0.0):
+    check_call(hidden, weight, target, bias, ignore_index, reduction, label_smoothing, softcap)
+    if hidden.numel() == 0 or weight.shape[0] == 0:
+        return torch_linear_cross_entropy(hidden, weight, target, bias, ignore_index,
+                                          reduction, label_smoothing, softcap)
+    return chunked_forward(hidden, weight, target, bias, ignore_index, reduction,
+                           label_smoothing, softcap)
+
+
+@register("torch_chunked_linear_cross_entropy_backward", op="linear_cross_entropy_backward",
+          backend="torch", dtypes=DTYPES, check=check_inputs, source=SOURCE,
+          description="logits recomputed chunk by chunk, dz by the lab's cross_entropy_backward "
+          "(auto), dhidden and dweight by cuBLAS")
+def torch_chunked_linear_cross_entropy_backward(hidden, weight, target, bias, lse, grad,
+                                                ignore_index=-100, reduction="mean",
+                                                label_smoothing=0.0, softcap=0.0):
+    t_all = check_call(hidden, weight, target, bias, ignore_index, reduction, label_smoothing,
+                     softcap)
+    if hidden.numel() == 0 or weight.shape[0] == 0:
+        return _empty_backward(hidden, weight, bias)
+    acc = torch.float64 if hidden.dtype == torch.float64 else torch.float32
+    g = grad.to(acc)
+    if reduction == "mean":
+        g = g / (t_all != ignore_index).sum()
+    summed = _ce_kw(ignore_index, label_smoothing, "sum" if reduction != "none" else "none")
+    dh = torch.empty_like(hidden, memory_format=torch.contiguous_format)
+    dw = torch.zeros_like(weight, memory_format=torch.contiguous_format)
+    db = torch.zeros(weight.shape[0], dtype=acc, device=hidden.device)
+    for a, b in _chunks(hidden, weight.shape[0]):
+        h, t = hidden[a:b], t_all[a:b]
+        z = logits(h, weight, bias, softcap)
+        g_c = g[a:b] if reduction == "none" else g
+        with trusted_inputs():
+            dz = dispatch.run("cross_entropy_backward", AUTO,
+                              (z, t, None, lse[a:b], g_c), summed)
+        if softcap:
+            dz = cap_chain(dz, z, softcap)
+        torch.matmul(dz, weight, out=dh[a:b])
+        dw.addmm_(dz.T, h)
+        if bias is not None:
+            db += dz.sum(0, dtype=acc)
+    return dh, dw, db.to(hidden.dtype) if bias is not None else hidden.new_empty((0,))
