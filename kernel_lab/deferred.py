@@ -58,16 +58,11 @@ class Flags:
 
 
 def _device_pointer(host_ptr: int, device: torch.device) -> int:
-    """The device address of pinned host memory: with unified addressing (every 64-bit CUDA
-    platform), PyTorch's pinned memory (``cudaHostAlloc``) is mapped at its host address;
-    asked of the runtime when CuPy is present, since a registered (not allocated) pinned block
-    may map elsewhere."""
-    try:
-        import cupy
-    except ImportError:
-        return host_ptr
-    with cupy.cuda.Device(device.index or 0):
-        return int(cupy.cuda.runtime.hostGetDevicePointer(host_ptr, 0))
+    """The device address of pinned host memory. PyTorch pins with ``cudaHostAlloc``, and on a
+    platform with unified addressing (every 64-bit CUDA platform) such memory is mapped into
+    every device's address space at its host address (CUDA Programming Guide, "Unified Virtual
+    Address Space"), so the kernels take the host pointer itself."""
+    return host_ptr
 
 
 _flags: dict[torch.device, Flags] = {}

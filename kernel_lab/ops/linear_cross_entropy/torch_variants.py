@@ -9,6 +9,7 @@ import torch
 from kernel_lab import dispatch
 from kernel_lab.compiling import CompiledPerSignature
 from kernel_lab.dispatch import AUTO
+from kernel_lab.inputs import acc_dtype
 from kernel_lab.ops.cross_entropy.torch_variants import (
     cross_entropy_backward_math,
     cross_entropy_math,
@@ -59,7 +60,8 @@ def torch_linear_cross_entropy(hidden, weight, target, bias=None, ignore_index=-
     target = check_call(hidden, weight, target, bias, ignore_index, reduction, label_smoothing,
                       softcap)
     z = logits(hidden, weight, bias, softcap)
-    return torch_cross_entropy(z, target, None, ignore_index, reduction, label_smoothing)
+    loss, lse = torch_cross_entropy(z, target, None, ignore_index, reduction, label_smoothing)
+    return loss, lse.to(acc_dtype(hidden.dtype))  # the op's lse: fp32 (fp64 for fp64)
 
 
 def linear_cross_entropy_math(hidden, weight, target, bias, ignore_index: int, reduction: str,
@@ -67,7 +69,8 @@ def linear_cross_entropy_math(hidden, weight, target, bias, ignore_index: int, r
     """(loss, lse) as one graph for inductor: the matmul, the cap and cross-entropy's
     decomposition (fp32 logsumexp and gathers)."""
     z = logits(hidden, weight, bias, softcap)
-    return cross_entropy_math(z, target, None, ignore_index, reduction, label_smoothing)
+    loss, lse = cross_entropy_math(z, target, None, ignore_index, reduction, label_smoothing)
+    return loss, lse.to(acc_dtype(hidden.dtype))
 
 
 _compiled = CompiledPerSignature(linear_cross_entropy_math)
