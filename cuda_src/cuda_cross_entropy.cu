@@ -82,7 +82,8 @@ __global__ void __launch_bounds__(256, 3)
 
   if (threadIdx.x == 0) {
     const A wt = ignored || bad ? A(0) : klab::ce::weight_at(weight, int(t), n);
-    A loss = (A(1) - A(eps)) * wt * ((st.m - xt) + log_sum);  // exact to ulp(lse - x_t)
+    // fp32: exact to ulp(lse - x_t); 2-byte rows: lse - x_t, finite for rows near bf16's max
+    A loss = (A(1) - A(eps)) * wt * (sizeof(T) == 2 ? lse - xt : (st.m - xt) + log_sum);
     if (smooth) loss += A(eps) / A(n) * (lse * sums.w - sums.wx);
     if (ignored) loss = A(0);
     if (bad) {

@@ -115,7 +115,7 @@ def native_below(numel: int, forward: str, backward: str) -> Callable[..., bool]
                 ok -= set(fwd.known_inexact) | set(bwd.known_inexact)
             ok = dtypes[on_cuda] = frozenset(ok)
         return (x.dtype in ok and x.is_contiguous() and not rest
-                and (not on_cuda or x.numel() <= numel))
+                and type(kw.get("dim", -1)) is int and (not on_cuda or x.numel() <= numel))
 
     return native
 

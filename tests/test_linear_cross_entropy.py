@@ -55,7 +55,7 @@ def test_loss_and_gradients_match_float64(variant, kw, small_chunks):
     opkw = {**kw, "softcap": kw.get("softcap", 0.0)}
     ref, _lse = reference(h, w, t, b, **opkw)
     torch.testing.assert_close(loss.double(), ref, rtol=1e-5, atol=1e-5)
-    g = torch.rand(loss.shape, dtype=torch.float64) + 0.5
+    g = torch.rand(loss.shape, dtype=torch.float64, device=loss.device) + 0.5
     loss.backward(g.to(loss.dtype))
     want = backward_reference(h, w, t, b, None, g, **opkw)
     torch.testing.assert_close(h.grad.double(), want[0], rtol=1e-4, atol=1e-6)

@@ -33,6 +33,8 @@ def launched(monkeypatch):
                                                     signature, source, device_index))
 
     monkeypatch.setattr(interop, "launch", fake_launch)
+    # a thread that launched for real (a GPU run) would take the replay's driver path
+    monkeypatch.setattr(interop._thread, "ready", False, raising=False)
     return seen
 
 
