@@ -145,12 +145,23 @@ def _tool(name: str) -> str | None:
     return None
 
 
+SASS_TOOLS_MISSING = ("cuobjdump / nvdisasm not found: install a CUDA toolkit or "
+                      "pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm")
+
+
+def sass_tools() -> tuple[str, str] | None:
+    """(cuobjdump, nvdisasm) as :func:`kernel_sass` runs them, or None where either is missing
+    (then it raises ``SASS_TOOLS_MISSING``; tests skip with that reason)."""
+    cuobjdump, nvdisasm = _tool("cuobjdump"), _tool("nvdisasm")
+    return (cuobjdump, nvdisasm) if cuobjdump and nvdisasm else None
+
+
 def kernel_sass(cubin: bytes, symbol: str) -> str:
     """``cuobjdump -sass`` of one kernel (mangled ``symbol``) of a cubin."""
-    cuobjdump, nvdisasm = _tool("cuobjdump"), _tool("nvdisasm")
-    if not cuobjdump or not nvdisasm:
-        raise RuntimeError("cuobjdump / nvdisasm not found: install a CUDA toolkit or "
-                           "pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm")
+    tools = sass_tools()
+    if tools is None:
+        raise RuntimeError(SASS_TOOLS_MISSING)
+    cuobjdump, nvdisasm = tools
     path_var = str(Path(nvdisasm).parent) + os.pathsep + os.environ.get("PATH", "")
     env = dict(os.environ, PATH=path_var)  # cuobjdump runs nvdisasm from PATH
     with tempfile.TemporaryDirectory() as tmp:

@@ -28,6 +28,11 @@ KERNELS = textwrap.dedent(
 )
 
 
+# kernel_sass's own lookup (PATH, then the nvidia-cuda-* wheels): skip where it would raise.
+needs_sass_tools = pytest.mark.skipif(resources.sass_tools() is None,
+                                      reason=resources.SASS_TOOLS_MISSING)
+
+
 def _cubin(tmp_path, scale: str):
     path = tmp_path / "toy.cu"
     path.write_text(f"#define SCALE {scale}\n" + KERNELS)
@@ -120,6 +125,7 @@ def test_elf_size_pads_the_byte_cupy_drops(tmp_path):
         resources.elf_size(b"not a cubin")
 
 
+@needs_sass_tools
 def test_sass_listing_and_opcode_counts(tmp_path):
     out = _cubin(tmp_path, "2.0f")
     sass = resources.kernel_sass(out.cubin, out.lowered["lean<float>"])
@@ -131,6 +137,7 @@ def test_sass_listing_and_opcode_counts(tmp_path):
         resources.kernel_sass(out.cubin, "no_such_kernel")
 
 
+@needs_sass_tools
 def test_cli_prints_opcode_counts(capsys):
     p = argparse.ArgumentParser()
     resources.add_arguments(p)
