@@ -49,15 +49,17 @@ template <typename T> __device__ __forceinline__ Acc<T> weight_at(const T* w, in
 }
 
 // exp(x - m) for the sum loop. 2-byte rows: exp2(x * log2(e) - m * log2(e)), one FFMA and the
-// MUFU (bf16 at copy speed is issue-bound, 8 elements a clock an SM); the product's rounding is
-// ~1e-7 * |x| in the exponent, within the lse tolerance for the values 2-byte types hold.
-// fp32 / fp64: the exact difference first (|x| up to 1e4 would cost 1e-3 there).
-// Past |m| = 1e37 (bf16 holds 3e38), m * log2(e) could overflow: the exact difference there.
+// MUFU (bf16 at copy speed is issue-bound, 8 elements a clock an SM). x * log2(e) is exact inside
+// the FFMA; the error is m * log2(e)'s rounding, ulp(|m|) / 2 in the exponent: 2.4e-4 at
+// |m| < 2^12 (below bf16's own rounding of such logits). Past that it grows with |m| (3e29 at
+// 1e37: exp of the row's max became inf, and inf * 0 a NaN lse), so larger |m| take the exact
+// difference. fp32 / fp64: always the exact difference (|x| up to 1e4 would cost 1e-3 there).
 template <typename T> struct ExpShifted {
+  static constexpr float kFmaMax = 4096.0f;  // 2^12: m * log2(e)'s rounding <= 2.4e-4
   Acc<T> m, ml2e;
   bool fma;
   __device__ __forceinline__ explicit ExpShifted(Acc<T> m_)
-      : m(m_), ml2e(m_ * Acc<T>(CUDART_L2E)), fma(sizeof(T) == 2 && fabs(m_) < Acc<T>(1e37)) {}
+      : m(m_), ml2e(m_ * Acc<T>(CUDART_L2E)), fma(sizeof(T) == 2 && fabs(m_) < Acc<T>(kFmaMax)) {}
   __device__ __forceinline__ Acc<T> operator()(Acc<T> x) const {
     if constexpr (sizeof(T) == 2) {
       if (fma) return exp2f(fmaf(x, CUDART_L2E_F, -ml2e));

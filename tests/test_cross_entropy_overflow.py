@@ -1,0 +1,168 @@
+"""Cross-entropy near the top of each dtype's range: finite input gives a finite, correct loss.
+
+Rows whose logits reach 1e37 ... 3e38 (bf16, fp32) or 1e4 ... 6e4 (fp16) are drawn for many seeds
+at once and stacked into ONE batch, so a thousand seeds cost one launch a variant. Every
+cross-entropy variant (forward and backward), the in-place mode and linear cross-entropy's
+chunks are checked against float64; a failure names how many seeds went wrong and the first.
+Seed 193857846 is the fixed regression case: it made the bf16 CUDA forward's lse NaN (an exp of
+the row's max rounded to inf in its FFMA form, then inf * 0 in the merge).
+"""
+
+import pytest
+import torch
+from conftest import DEVICE, HAS_CUDA
+
+import kernel_lab
+from kernel_lab.checking import dtype_name, fresh_seed, run_checked, runs_here
+from kernel_lab.inputs import randn
+from kernel_lab.ops.cross_entropy.op import lse_dtype
+
+REGRESSION_SEED = 193857846
+N_CLASSES = (40, 1031)  # one window a thread; several, with rescales between them
+# 1000 seeds on a GPU; the CPU runs Triton interpreted and the matmuls on two cores
+SEEDS = 1000 if HAS_CUDA else 24
+DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+TOP = {torch.bfloat16: 3e38, torch.float16: 6e4, torch.float32: 3e38}
+SCALES = {torch.bfloat16: (1e30, 1e36, 1e37, 4e37), torch.float16: (1e3, 4e3, 1e4, 2e4),
+          torch.float32: (1e30, 1e36, 1e37, 4e37)}
+
+
+def near_overflow(dtype: torch.dtype, n: int, generator: torch.Generator):
+    """Rows of n logits near dtype's top (each row one draw of the generator), and targets:
+    one value near the dtype's largest among N(0, s^2) logits (s up to its largest / 8), a row
+    whose max sits near the CUDA kernel's FFMA cut (2^12), and a row where the target is not
+    the max."""
+    big = torch.finfo(dtype).max / 2  # N(0, s^2) draws past it would round to inf in fp16
+
+    def draw(scale: float) -> torch.Tensor:
+        return randn((1, n), torch.float32, "cpu", generator, scale=scale).clamp(-big, big)
+
+    rows = [draw(s) for s in SCALES[dtype]]
+    top = draw(SCALES[dtype][2])
+    top[0, int(torch.randint(n, (1,), generator=generator))] = TOP[dtype]
+    cut = draw(1.0) + 4096.0
+    x = torch.cat(rows + [top, cut]).to(dtype)
+    t = torch.randint(n, (x.shape[0],), generator=generator)
+    t[len(rows)] = int(x[len(rows)].float().argmax())
+    return x, t
+
+
+def batch(dtype: torch.dtype, n: int, seeds: list[int]):
+    """All seeds' rows stacked, their targets, and the seed that drew each row."""
+    xs, ts, owner = [], [], []
+    for s in seeds:
+        x, t = near_overflow(dtype, n, torch.Generator().manual_seed(s))
+        xs.append(x)
+        ts.append(t)
+        owner += [s] * x.shape[0]
+    return (torch.cat(xs).to(DEVICE), torch.cat(ts).to(DEVICE),
+            torch.tensor(owner, dtype=torch.long))
+
+
+def seeds_list() -> list[int]:
+    base = fresh_seed()
+    return [REGRESSION_SEED] + [(base + i) % 2**32 for i in range(SEEDS - 1)]
+
+
+def bad_seeds(got: torch.Tensor, ref: torch.Tensor, owner: torch.Tensor, rtol: float) -> list:
+    """Seeds with a row whose value is not finite where float64's is, or is off by more than
+    rtol (relative, or absolute below 1; inf: finiteness only)."""
+    got, ref = got.detach().double().cpu(), ref.detach().double().cpu()
+    while got.dim() > 1:
+        got, ref = got.abs().amax(-1), ref.abs().amax(-1)  # a row's largest gradient
+    off = (~torch.isfinite(got) & torch.isfinite(ref)) | (
+        (got - ref).abs() > rtol * ref.abs().clamp_min(1.0))
+    return sorted(set(owner[off].tolist()))
+
+
+def _report(name, dtype, n, seeds, bad) -> str:
+    first = f"; first {bad[0]}" if bad else ""
+    return (f"{name} {dtype_name(dtype)} N={n}: {len(bad)} of {len(seeds)} seeds "
+            f"wrong{first} (regression seed {REGRESSION_SEED} included)")
+
+
+def _variants(op: str) -> list[str]:
+    return [v.name for v in kernel_lab.variants(op) if v.backend != "peer"]
+
+
+@pytest.mark.parametrize("n", N_CLASSES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_name)
+@pytest.mark.parametrize("name", _variants("cross_entropy"))
+def test_forward_finite_near_overflow(name, dtype, n):
+    v = kernel_lab.get(name)
+    if dtype not in v.dtypes or not runs_here(v, DEVICE):
+        pytest.skip(f"{name} does not run {dtype_name(dtype)} on {DEVICE}")
+    seeds = seeds_list()
+    x, t, owner = batch(dtype, n, seeds)
+    result, (loss, lse) = run_checked(v, (x, t), {"reduction": "none"})
+    ref_lse = torch.logsumexp(x.double(), dim=1)
+    bad = sorted(set(bad_seeds(lse, ref_lse, owner, 1e-4)
+                     + bad_seeds(loss, torch.nn.functional.cross_entropy(
+                         x.double(), t, reduction="none"), owner, 0.05)))
+    assert result.ok and not bad, _report(name, dtype, n, seeds, bad) + f": {result.message}"
+
+
+def exact_lse_rows(x: torch.Tensor) -> torch.Tensor:
+    """Rows whose saved lse holds log(sum) to 2.4e-4: fp32 / fp64 logits save it in float64;
+    2-byte ones in float32, which past |lse| = 2^12 rounds log(sum) away (tied maxima then get
+    p = 1 each). There the gradient is checked for finiteness only."""
+    if lse_dtype(x.dtype) == torch.float64:
+        return torch.ones(x.shape[0], dtype=torch.bool, device=x.device)
+    return torch.logsumexp(x.double(), dim=1).abs() < 4096.0 * 1.001
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_name)
+@pytest.mark.parametrize("name", _variants("cross_entropy_backward"))
+def test_backward_finite_near_overflow(name, dtype):
+    v = kernel_lab.get(name)
+    if dtype not in v.dtypes or not runs_here(v, DEVICE):
+        pytest.skip(f"{name} does not run {dtype_name(dtype)} on {DEVICE}")
+    seeds = seeds_list()
+    x, t, owner = batch(dtype, N_CLASSES[1], seeds)
+    lse = torch.logsumexp(x.double(), dim=1).to(lse_dtype(dtype))
+    grad = torch.tensor(1.0, device=DEVICE)
+    op = kernel_lab.get_op("cross_entropy_backward")
+    ref = op.reference(x, t, None, lse, grad)
+    _, dx = run_checked(v, (x, t, None, lse, grad), {})
+    bad = bad_seeds(dx, ref, owner, float("inf"))  # finite wherever float64 is
+    rows = exact_lse_rows(x)
+    result = op.check(dx[rows], x[rows], t[rows], None, lse[rows], grad, ref=ref[rows])
+    assert result.ok and not bad, _report(name, dtype, N_CLASSES[1], seeds, bad) + (
+        f": {result.message}")
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU: the in-place mode is eager CUDA")
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_name)
+def test_inplace_step_finite_near_overflow(dtype):
+    """The fused mode: the forward writes the gradient over the logits' buffer."""
+    seeds = seeds_list()
+    x, t, owner = batch(dtype, N_CLASSES[1], seeds)
+    ref_x = x.double().requires_grad_()
+    ref = torch.nn.functional.cross_entropy(ref_x, t, reduction="sum")
+    ref.backward()
+    leaf = x.clone().requires_grad_()
+    loss = kernel_lab.cross_entropy(leaf * 1, t, reduction="sum", inplace_backward=True)
+    loss.backward()
+    assert torch.isfinite(loss), f"in-place {dtype_name(dtype)}: loss {loss.item()}"
+    bad = bad_seeds(leaf.grad, ref_x.grad, owner, float("inf"))
+    rows = exact_lse_rows(x)
+    bad += bad_seeds(leaf.grad[rows], ref_x.grad[rows], owner[rows.cpu()], 0.05)
+    assert not bad, _report("in-place step", dtype, N_CLASSES[1], seeds, sorted(set(bad)))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_name)
+@pytest.mark.parametrize("name", _variants("linear_cross_entropy"))
+def test_linear_cross_entropy_finite_near_overflow(name, dtype):
+    """Logits from hidden = I and weight = the logits' transpose: the matmul is exact, so the
+    chunks' cross-entropy sees exactly the near-overflow rows."""
+    v = kernel_lab.get(name)
+    if dtype not in v.dtypes or not runs_here(v, DEVICE):
+        pytest.skip(f"{name} does not run {dtype_name(dtype)} on {DEVICE}")
+    seeds = seeds_list() if HAS_CUDA else seeds_list()[:4]
+    x, t, owner = batch(dtype, N_CLASSES[0], seeds)
+    hidden = torch.eye(x.shape[0], dtype=dtype, device=DEVICE)
+    loss = kernel_lab.linear_cross_entropy(hidden, x.t().contiguous(), t, reduction="none",
+                                           variant=name)
+    ref = torch.nn.functional.cross_entropy(x.double(), t, reduction="none")
+    bad = bad_seeds(loss, ref, owner, 0.05)
+    assert not bad, _report(name, dtype, N_CLASSES[0], seeds, bad)
