@@ -3,6 +3,7 @@
 TRITON_INTERPRET must be set before anything imports triton, so it is decided here, first.
 """
 
+import contextlib
 import os
 import sys
 
@@ -13,14 +14,119 @@ if not HAS_CUDA:
     assert "triton" not in sys.modules, "triton was imported before tests/conftest.py"
     os.environ["TRITON_INTERPRET"] = "1"
 
+import gc  # noqa: E402
+import json  # noqa: E402
+
 import pytest  # noqa: E402  (after TRITON_INTERPRET is decided)
+from gpu_share import KEEP_BYTES, GpuShare, auto_workers, budget_gib, card_gib, is_oom  # noqa: E402
 
 DEVICE = "cuda" if HAS_CUDA else "cpu"
+SHARE: GpuShare | None = None  # this xdist worker's GPU locks (None: CPU, or one process)
+RAN_ALONE = "gpu_ran_alone_after_oom"  # user_properties keys a worker reports to the controller
+PEAK = "gpu_peak_gib"
+_reported: dict[str, dict] = {}  # the controller's collection of them, by test id
 
 
 def pytest_report_header(config):
     mode = torch.cuda.get_device_name() if HAS_CUDA else "no CUDA GPU: Triton runs interpreted"
     return f"kernel_lab tests on {DEVICE} ({mode})"
+
+
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto`` on a GPU machine: a worker a core, at most one per 6 GiB of the card."""
+    if not HAS_CUDA:
+        return None  # xdist's default: the cores
+    return auto_workers(os.cpu_count() or 1, card_gib())
+
+
+def pytest_configure(config):
+    global SHARE
+    config.addinivalue_line("markers", "gpu_exclusive: runs with no other test on the GPU "
+                            "(it times the GPU, or needs most of its memory)")
+    config.addinivalue_line("markers", "gpu_memory(gib): holds up to gib GiB of GPU memory; "
+                            "waits until the shared budget has that much free")
+    run_id, workers = os.environ.get("PYTEST_XDIST_TESTRUNUID"), os.environ.get(
+        "PYTEST_XDIST_WORKER_COUNT")
+    if HAS_CUDA and run_id and workers:  # an xdist worker on a GPU machine
+        card = torch.cuda.get_device_properties(0).total_memory / 2**30
+        SHARE = GpuShare.for_run(run_id, budget_gib(card, int(workers)))
+
+
+def _hold(item):
+    """The locks an item runs under: exclusive, or its memory then shared."""
+    if item.get_closest_marker("gpu_exclusive"):
+        return SHARE.exclusive()
+    mem = item.get_closest_marker("gpu_memory")
+    if mem is None:
+        return SHARE.shared()
+    stack = contextlib.ExitStack()
+    stack.enter_context(SHARE.memory(mem.args[0] if mem.args else mem.kwargs["gib"]))
+    stack.enter_context(SHARE.shared())
+    return stack
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Setup, call and teardown under the item's GPU locks; then give back a big cache and
+    report the test's peak reserved memory."""
+    if not HAS_CUDA:
+        return (yield)
+    if torch.cuda.is_initialized():
+        torch.cuda.reset_peak_memory_stats()
+    with _hold(item) if SHARE else contextlib.nullcontext():
+        result = yield
+    if torch.cuda.is_initialized():
+        item.user_properties.append((PEAK, torch.cuda.max_memory_reserved() / 2**30))
+        if torch.cuda.memory_reserved() > KEEP_BYTES:
+            gc.collect()
+            torch.cuda.empty_cache()
+    return result
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    """A test that ran out of GPU memory beside others runs once more, alone on the card (the
+    summary lists it: mark it gpu_memory). Out of memory alone is a failure."""
+    try:
+        return (yield)
+    except Exception as exc:  # noqa: BLE001  (re-raised unless it is an OOM beside others)
+        if SHARE is None or item.get_closest_marker("gpu_exclusive") or not is_oom(exc):
+            raise
+    gc.collect()  # the failed call's frames and tensors are gone: give their memory back
+    torch.cuda.empty_cache()
+    with SHARE.alone_from_shared():
+        torch.cuda.empty_cache()
+        item.runtest()
+    item.user_properties.append((RAN_ALONE, True))
+    return None
+
+
+def pytest_runtest_logreport(report):
+    if report.when == "call":
+        props = dict(report.user_properties)
+        if props:
+            _reported[report.nodeid] = props
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """The GPU, the tests that needed the card alone, and the largest peaks (GPU runs)."""
+    if not HAS_CUDA:
+        return
+    tr = terminalreporter
+    alone = sorted(k for k, p in _reported.items() if p.get(RAN_ALONE))
+    peaks = sorted(((p.get(PEAK, 0.0), k) for k, p in _reported.items()), reverse=True)
+    tr.write_sep("-", f"GPU: {torch.cuda.get_device_name()}")
+    tr.write_line(f"{len(alone)} test(s) ran out of GPU memory beside others and passed or failed "
+                  "alone (mark them gpu_memory):")
+    for k in alone:
+        tr.write_line(f"  {k}")
+    tr.write_line("largest peak reserved GPU memory per test (GiB):")
+    for gib, k in peaks[:12]:
+        tr.write_line(f"  {gib:6.2f}  {k}")
+    path = os.environ.get("KLAB_GPU_MEMORY_LOG")
+    if path:  # every test's peak, for sizing gpu_memory marks
+        with open(path, "w") as f:
+            json.dump({k: p.get(PEAK) for k, p in _reported.items()}, f, indent=0)
 
 
 @pytest.fixture

@@ -202,6 +202,7 @@ gpu = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU: real graph capt
 
 
 @gpu
+@pytest.mark.gpu_exclusive  # it times / measures the GPU: no other test beside it
 def test_gpu_small_cells_are_graphs_and_big_ones_events():
     small = bm.make_workload(bm.Case("softmax", torch.float32, (16, 1024)), "cuda")
     v = kernel_lab.get("online_softmax")
@@ -220,6 +221,7 @@ def test_gpu_small_cells_are_graphs_and_big_ones_events():
 
 
 @gpu
+@pytest.mark.gpu_exclusive  # it times / measures the GPU: no other test beside it
 def test_gpu_memory_column_counts_outputs_and_gradients():
     case = bm.Case("softmax", torch.float32, (1024, 4096))
     work = bm.make_workload(case, "cuda")
