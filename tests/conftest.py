@@ -32,6 +32,7 @@ def pytest_report_header(config):
     return f"kernel_lab tests on {DEVICE} ({mode})"
 
 
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: unknown when xdist is off
 def pytest_xdist_auto_num_workers(config):
     """``-n auto`` on a GPU machine: a worker a core, at most one per 6 GiB of the card."""
     if not HAS_CUDA:
