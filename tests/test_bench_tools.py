@@ -120,6 +120,7 @@ def test_tune_long_rows_times_log_softmax_kernels_on_request():
     assert r.returncode == 0 and "--ops OPS" in r.stdout, r.stderr
 
 
+@pytest.mark.slow  # 45-78 s on a GPU machine's busy cores: the full tier
 def test_auto_check_races_auto_against_its_candidates(tmp_path):
     """bench/auto_check.py on a CPU: auto is PyTorch's kernel there, timed with the candidates
     and written to --json; bad arguments are refused before any work."""

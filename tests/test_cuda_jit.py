@@ -435,6 +435,7 @@ def test_benchmark_records_name_the_kernels_a_call_launched():
     assert f", {cfg.threads}, " in attrs["launches"], attrs
 
 
+@pytest.mark.slow  # 45-78 s on a GPU machine's busy cores: the full tier
 def test_compile_cli_fills_a_cache_to_ship(tmp_path):
     """``python -m kernel_lab compile FILE -j 2`` compiles each instantiation into
     $KERNEL_LAB_CACHE_DIR in two processes, a second run finds them cached, and the cubins'

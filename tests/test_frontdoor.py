@@ -342,6 +342,7 @@ _HAS_SANITIZER = sanitize.find_sanitizer() is not None
 
 @pytest.mark.skipif(not (HAS_CUDA and _HAS_SANITIZER), reason="needs a CUDA GPU and "
                     "compute-sanitizer")
+@pytest.mark.slow  # ~60 s: two sanitizer children; .ci/gpu runs the sanitizer itself
 def test_memcheck_runs_the_cases_of_simple_kernels_cleanly(tmp_path):
     """The real thing: each child runs its variant's cases under memcheck and says so."""
     r = subprocess.run([sys.executable, "-m", "kernel_lab", "check", "--sanitize", "memcheck",

@@ -100,6 +100,7 @@ def test_requires_grad_input_runs():
         torch.testing.assert_close(y.detach(), torch.softmax(x.detach(), -1))
 
 
+@pytest.mark.slow  # 45-78 s on a GPU machine's busy cores: the full tier
 def test_compile_never_silently_falls_back_to_eager():
     """Dynamo's recompile limit (8) must not turn compile_naive into eager code after 8 shapes."""
     from torch._dynamo.utils import counters
