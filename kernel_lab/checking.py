@@ -55,7 +55,16 @@ class Case:
 
 CORE = ("core",)  # the representative set `check` runs by default (`--all`: every case)
 SMOKE = ("core", "smoke")  # the one shape case of the default set for per-shape compilers
-SANITIZE = ("sanitize",)  # only under `check --cases sanitize`: odd rows, misaligned bases
+# The sanitizers' case sets (sanitize.TOOL_CASES picks one per tool); "only": not in `all`.
+# sanitize (memcheck, initcheck): the CPU-sized cases (every layout, 0-d, empty, odd N 1-1823)
+# plus GPU rows, odd where a kind allows, at aligned and misaligned bases, that reach every
+# kernel kind of every CUDA variant in fp32 and bf16.
+SANITIZE = ("sanitize",)
+SANITIZE_ONLY = ("sanitize", "only")
+# race (racecheck, synccheck): per kind, about the smallest rows that pick it, 1-2 rows
+# (racecheck pays per shared-memory access). tests/test_sanitize_cover.py proves both sets reach
+# every kind (kernel_lab.sanitize_cover) and that each race case is needed.
+RACE_ONLY = ("race", "only")
 
 CASES: tuple[Case, ...] = (
     Case((), tags=CORE),  # 0-d: one row of one element, as PyTorch's row ops treat it
@@ -80,7 +89,8 @@ CASES: tuple[Case, ...] = (
     Case((5, 24001), gpu_only=True, tags=CORE),  # odd rows on block_slots at 256 threads
     Case((4, 32000), gpu_only=True),
     Case((3, 50257), gpu_only=True),
-    Case((8, 50257), layout="misaligned", gpu_only=True, tags=CORE),
+    # misaligned: fast cluster, backward cluster, log backward stream
+    Case((8, 50257), layout="misaligned", gpu_only=True, tags=CORE + SANITIZE),
     Case((4, 65536), layout="row_sliced", gpu_only=True),
     Case((2, 128256), gpu_only=True),
     Case((2, 151936), gpu_only=True, tags=CORE),
@@ -88,35 +98,60 @@ CASES: tuple[Case, ...] = (
     Case((2, 1048576), gpu_only=True),
     Case((2, 2097153), gpu_only=True, tags=CORE),  # rows in chunks, odd length
     Case((16, 4097), layout="transposed", gpu_only=True),
-    # Under compute-sanitizer: rows whose length leaves a partial 16-byte vector at the edges,
-    # at aligned and misaligned bases, so an edge load past the tensor's end is reported.
-    Case((2, 33), gpu_only=True, tags=SANITIZE),
-    Case((2, 4097), gpu_only=True, tags=SANITIZE),
-    Case((2, 4097), layout="misaligned", gpu_only=True, tags=SANITIZE),
-    Case((2, 50257), gpu_only=True, tags=SANITIZE),
-    Case((2, 151936), layout="misaligned", gpu_only=True, tags=SANITIZE),
-    Case((2, 262145), gpu_only=True, tags=SANITIZE),
-    Case((2, 262145), layout="misaligned", gpu_only=True, tags=SANITIZE),
+    # -- sanitize: the kinds each GPU row reaches (fp32 / bf16; fast = fast_softmax and
+    # fast_log_softmax, bwd = both backwards). Odd rows leave partial 16-byte vectors at the edges.
+    # fast block_slots, bwd persist, vec_softmax fp32 stream
+    Case((2, 50257), gpu_only=True, tags=SANITIZE_ONLY),
+    # fast fp32 cluster_slots / bf16 persist_cluster (odd rows of ~57.3K-59.4K)
+    Case((2, 58001), gpu_only=True, tags=SANITIZE_ONLY),
+    # fast fp32 persist_cluster / bf16 cluster_slots; fp32 bwd persist on 16-CTA clusters, 9 rows:
+    # more than the 8 an H100 holds at once, so a cluster loops to a second row
+    Case((9, 151937), gpu_only=True, tags=SANITIZE_ONLY),
+    # fast chunks_reg, bwd chunks, vec_softmax bf16 stream
+    Case((2, 262145), gpu_only=True, tags=SANITIZE_ONLY),
+    # fast cluster on 16 CTAs (non-portable), bwd stream
+    Case((2, 262145), layout="misaligned", gpu_only=True, tags=SANITIZE_ONLY),
+    Case((2, 524289), layout="misaligned", gpu_only=True, tags=SANITIZE_ONLY),  # fast wide
+    # fast chunks: fp32 132 chunks a row (<= resident CTAs + 1 on 132 SMs), bf16 66 (> 65)
+    Case((2, 2150001), gpu_only=True, tags=SANITIZE_ONLY),
+    # -- race: what each row reaches, as above
+    Case((1, 127), gpu_only=True, tags=RACE_ONLY),  # fast warp; every small kernel; bwd block
+    # fast block_slots, bwd persist, vec_softmax fp32 stream
+    Case((1, 33001), gpu_only=True, tags=RACE_ONLY),
+    # fast cluster, bwd cluster, log bwd stream
+    Case((1, 33001), layout="misaligned", gpu_only=True, tags=RACE_ONLY),
+    Case((2, 58001), gpu_only=True, tags=RACE_ONLY),  # fp32 cluster_slots, bf16 persist_cluster
+    # fp32 persist_cluster, bf16 cluster_slots, vec_softmax bf16 stream
+    Case((1, 140001), gpu_only=True, tags=RACE_ONLY),
+    Case((1, 180001), gpu_only=True, tags=RACE_ONLY),  # fast chunks_reg, bwd chunks
+    Case((1, 524289), layout="misaligned", gpu_only=True, tags=RACE_ONLY),  # wide, bwd stream
+    Case((1, 2150001), gpu_only=True, tags=RACE_ONLY),  # fast chunks (fp32 132, bf16 66 a row)
 )
 
-SELECTIONS = ("core", "all", "sanitize")
+SELECTIONS = ("core", "all", "sanitize", "race")
 
 
 def cases_for(device: str | torch.device, op: registry.Op | None = None,
               selection: str = "all") -> list[Case]:
     """The shape cases for ``device``: ``core`` (a representative set: 0-d, odd, 3-D, another
-    dim, strided, misaligned, empty), ``all``, or ``sanitize`` (all plus the sanitizer's odd
-    rows). An op without a ``dim`` keyword reduces over the last dim only, so cases over other
-    dims are left out for it."""
+    dim, strided, misaligned, empty), ``all`` (every case but the sanitizers' own), ``sanitize``
+    (the CPU-sized cases plus GPU rows that reach every kernel kind: memcheck, initcheck) or
+    ``race`` (small rows that reach every kind: racecheck, synccheck). An op without a
+    ``dim`` keyword reduces over the last dim only, so cases over other dims are left out for
+    it."""
     if selection not in SELECTIONS:
         raise ValueError(f"unknown case selection {selection!r}; use one of {SELECTIONS}")
     on_gpu = torch.device(device).type == "cuda"
     has_dim = op is None or "dim" in op.kwargs
 
     def chosen(c: Case) -> bool:
-        if "sanitize" in c.tags:
-            return selection == "sanitize"
-        return selection != "core" or "core" in c.tags
+        if selection == "core":
+            return "core" in c.tags
+        if selection == "all":
+            return "only" not in c.tags
+        if selection == "sanitize":
+            return not c.gpu_only or "sanitize" in c.tags
+        return "race" in c.tags
 
     return [c for c in CASES
             if chosen(c) and (on_gpu or not c.gpu_only) and (has_dim or c.dim == -1)]

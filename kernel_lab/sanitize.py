@@ -1,15 +1,22 @@
 """``python -m kernel_lab check --sanitize [TOOL] [NAMES]``: CUDA variants under compute-sanitizer.
 
 Each variant runs in its own process, ``compute-sanitizer --tool TOOL --error-exitcode 86
-python -m kernel_lab check NAME --device cuda --cases sanitize``, so a report names the variant
+python -m kernel_lab check NAME --device cuda --cases CASES``, so a report names the variant
 that caused it; several such processes run at once (``--jobs``) because the start of a process
-(torch, a CUDA context under the sanitizer) dominates. The case set is the checker's every shape
-and edge case plus odd rows (33 ... 262145) at aligned and misaligned bases. PyTorch's caching
-allocator is turned off in the child (``PYTORCH_NO_CUDA_MEMORY_CACHING=1``): a read past a tensor
-that lands inside a larger cached block would be invisible to memcheck and initcheck.
+(torch, a CUDA context under the sanitizer) dominates. CASES is the tool's case set
+(:data:`TOOL_CASES`, ``--cases`` overrides it): ``sanitize`` for memcheck and initcheck (the
+CPU-sized shapes and every edge case, plus GPU rows at odd N and misaligned bases that reach
+every kernel kind each variant can pick), ``race`` for racecheck and synccheck (per kind about
+the smallest rows that pick it, odd N, aligned and misaligned: racecheck pays per shared-memory
+access). tests/test_sanitize_cover.py proves on a CPU that both sets reach every kind
+(:mod:`kernel_lab.sanitize_cover`). PyTorch's caching allocator is turned off in the child
+(``PYTORCH_NO_CUDA_MEMORY_CACHING=1``): a read past a tensor that lands inside a larger cached
+block would be invisible to memcheck and initcheck.
 
-One line per variant; the exit code is 0 when every variant is clean and checked, 1 on any
-report, failure or timeout, 2 when this machine has no compute-sanitizer or no CUDA GPU.
+One line per variant, with its seconds; clean only when the sanitizer printed its summary with no
+report and the check passed with every dtype asked run. The exit code is 0 when every variant is
+clean, 1 on any report, failed or unrun check, or timeout, 2 when this machine has no
+compute-sanitizer or no CUDA GPU.
 """
 
 from __future__ import annotations
@@ -30,6 +37,12 @@ from . import registry
 from .errors import KernelLabError
 
 TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
+# each tool's case set (kernel_lab.checking.SELECTIONS): bounds and uninitialized reads depend on
+# rows, strides, tails and layouts; races and barriers on the kernel kind and the row's tail,
+# which the small race rows reach for every kind (odd N, misaligned bases) at a fraction of the
+# cost (racecheck pays per shared-memory access)
+TOOL_CASES = {"memcheck": "sanitize", "initcheck": "sanitize", "synccheck": "race",
+              "racecheck": "race"}
 REPORT_EXIT = 86  # --error-exitcode: the child's code when the sanitizer reported anything
 _SUMMARY = re.compile(r"ERROR SUMMARY: (\d+) error|RACECHECK SUMMARY: (\d+) hazard")
 _FIRST = re.compile(r"^=+ +((?:Invalid|Uninitialized|Race|Error|Program hit|Barrier|Warning)"
@@ -81,14 +94,15 @@ def default_variants(tool: str, op: str | None = None) -> list[str]:
 
 
 def command(sanitizer: str, tool: str, name: str, dtypes: list[str] | None = None,
-            seed: int | None = None) -> list[str]:
-    """The child's command line: ``check NAME`` on the GPU over the sanitizer's case set."""
+            seed: int | None = None, cases: str | None = None) -> list[str]:
+    """The child's command line: ``check NAME`` on the GPU over ``cases`` (default: the tool's
+    case set, :data:`TOOL_CASES`)."""
     cmd = [sanitizer, "--tool", tool, "--error-exitcode", str(REPORT_EXIT),
            "--print-limit", "20"]
     if tool == "racecheck":
         cmd += ["--racecheck-report", "hazard"]
     cmd += [sys.executable, "-m", "kernel_lab", "check", name, "--device", "cuda",
-            "--cases", "sanitize"]
+            "--cases", cases or TOOL_CASES[tool]]
     for d in dtypes or []:
         cmd += ["--dtype", d]
     if seed is not None:
@@ -103,8 +117,21 @@ class Outcome:
     line: str
 
 
+# the child's summary line (check_cli.check_main)
+_CHECKED = re.compile(r"(\d+) variant x dtype checked(?: over (\d+) cases)?: (\d+) passed, "
+                      r"(\d+) failed(?:, (\d+) ran nothing here)?(?:; cases skipped: (.*))?")
+
+
+def _last_line(log: str) -> str:
+    lines = [ln.strip() for ln in log.splitlines() if ln.strip() and not ln.startswith("=====")]
+    return lines[-1][:160] if lines else "no output"
+
+
 def summarize(name: str, tool: str, rc: int | None, log: str, seconds: float) -> Outcome:
-    """One line for one variant from its child's exit code and output (rc None: timed out)."""
+    """One line for one variant from its child's exit code and output (rc None: timed out).
+    Clean only with the sanitizer's summary, no report, exit 0 and the check's own summary
+    saying every (variant, dtype) ran and passed; cases the variant refuses by its own limits
+    (``supports``: warp_softmax's rows past 1024) are named in the line."""
     counts = [int(a or b) for a, b in _SUMMARY.findall(log)]
     reports = max(counts, default=0)  # racecheck prints its hazards and the errors
     first = _FIRST.search(log)
@@ -116,16 +143,25 @@ def summarize(name: str, tool: str, rc: int | None, log: str, seconds: float) ->
         return Outcome(name, False, f"{tool} {name}: {reports or 'some'} reports{where} ({took})")
     if rc == 1:
         bad = re.search(r"^.*\bFAIL\b.*$", log, re.M)
-        why = f": {bad.group(0).strip()[:160]}" if bad else ""
-        return Outcome(name, False, f"{tool} {name}: check failed{why} ({took})")
+        why = bad.group(0).strip()[:160] if bad else _last_line(log)
+        return Outcome(name, False, f"{tool} {name}: check failed: {why} ({took})")
+    if rc == 2:  # check ran no case of it here
+        return Outcome(name, False, f"{tool} {name}: ran no case: {_last_line(log)} ({took})")
     if rc != 0:
-        tail = log.strip().splitlines()[-1][:160] if log.strip() else ""
-        return Outcome(name, False, f"{tool} {name}: exit {rc}: {tail} ({took})")
+        return Outcome(name, False, f"{tool} {name}: exit {rc}: {_last_line(log)} ({took})")
     if not counts:  # exit 0 and no summary: the sanitizer did not run the child
         return Outcome(name, False, f"{tool} {name}: no sanitizer summary in the output ({took})")
-    ran = re.search(r"(\d+) passed", log)
-    return Outcome(name, True, f"{tool} {name}: clean ({took}"
-                   + (f", {ran.group(1)} variant x dtype checked" if ran else "") + ")")
+    found = _CHECKED.findall(log)
+    if not found:
+        return Outcome(name, False, f"{tool} {name}: no check summary in the output ({took})")
+    checked, cases, passed, failed, nothing, skipped = found[-1]
+    if int(failed) or int(nothing or 0) or not int(passed):
+        return Outcome(name, False, f"{tool} {name}: {passed} of {checked} variant x dtype "
+                       f"passed, {nothing or 0} ran nothing ({took})")
+    over = f" over {cases} cases" if cases else ""
+    refused = f"; cases it refuses: {skipped.strip()[:120]}" if skipped.strip() else ""
+    return Outcome(name, True, f"{tool} {name}: clean ({took}, {checked} variant x dtype "
+                   f"checked{over}{refused})")
 
 
 def _run_one(cmd: list[str], name: str, tool: str, log_dir: Path, timeout: float) -> Outcome:
@@ -148,12 +184,19 @@ def _run_one(cmd: list[str], name: str, tool: str, log_dir: Path, timeout: float
 
 def sanitize_main(tool: str, names: list[str], op: str | None = None,
                   dtypes: list[str] | None = None, seed: int | None = None, jobs: int = 4,
-                  timeout: float = 600.0, log_dir: str | None = None) -> int:
-    """Run ``tool`` over ``names`` (default: :func:`default_variants`); one line per variant."""
+                  timeout: float = 600.0, log_dir: str | None = None,
+                  cases: str | None = None) -> int:
+    """Run ``tool`` over ``names`` (default: :func:`default_variants`) on ``cases`` (default:
+    the tool's, :data:`TOOL_CASES`); one line per variant."""
     import torch
+
+    from .checking import SELECTIONS
 
     if tool not in TOOLS:
         raise KernelLabError(f"unknown sanitizer tool {tool!r}; use one of {', '.join(TOOLS)}")
+    cases = cases or TOOL_CASES[tool]
+    if cases not in SELECTIONS:
+        raise KernelLabError(f"unknown case set {cases!r}; use one of {', '.join(SELECTIONS)}")
     sanitizer = find_sanitizer()
     if sanitizer is None:
         raise NoSanitizerError("compute-sanitizer not found (PATH, $CUDA_HOME/bin, "
@@ -169,11 +212,12 @@ def sanitize_main(tool: str, names: list[str], op: str | None = None,
         raise KernelLabError(f"no CUDA variant to run under {tool}")
     out = Path(log_dir) if log_dir else Path(tempfile.mkdtemp(prefix="kernel_lab_sanitize_"))
     out.mkdir(parents=True, exist_ok=True)
-    print(f"{tool}: {len(chosen)} variants, {jobs} at a time; logs in {out}", flush=True)
+    print(f"{tool}: {len(chosen)} variants over the {cases} cases, {jobs} at a time; logs in "
+          f"{out}", flush=True)
     bad = 0
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futures = [pool.submit(_run_one, command(sanitizer, tool, n, dtypes, seed), n, tool,
-                               out, timeout) for n in chosen]
+        futures = [pool.submit(_run_one, command(sanitizer, tool, n, dtypes, seed, cases), n,
+                               tool, out, timeout) for n in chosen]
         for f in futures:  # in the order asked, each as soon as it and those before are done
             o = f.result()
             bad += not o.ok

@@ -17,7 +17,7 @@ import kernel_lab
 from kernel_lab import benchmarking as bm
 from kernel_lab import cli, sanitize
 from kernel_lab.archs import ARCHS, get_arch
-from kernel_lab.checking import CASES, cases_for
+from kernel_lab.checking import cases_for
 from kernel_lab.memory_caps import CPU_PRESET_ELEMENTS, cap_rows, fit_cpu
 from kernel_lab.rows import normalize_dim
 
@@ -33,19 +33,9 @@ def test_core_cases_are_a_representative_subset():
     assert {"contiguous", "transposed", "misaligned"} <= layouts
     assert any(c.shape == () for c in core) and any(0 in c.shape for c in core)
     assert any(c.dim != -1 for c in core) and any(len(c.shape) == 3 for c in core)
-    assert not any("sanitize" in c.tags for c in every)  # only under --cases sanitize
+    assert not any("only" in c.tags for c in cases_for("cuda"))  # the sanitizers' own cases
     with pytest.raises(ValueError, match="selection"):
         cases_for("cpu", None, "most")
-
-
-def test_sanitize_cases_have_odd_rows_at_misaligned_bases():
-    cases = cases_for("cuda", None, "sanitize")
-    assert set(cases_for("cuda")) < set(cases)
-    lengths = {c.shape[-1] for c in cases if c.shape}
-    assert {1, 33, 4097, 50257, 151936, 262145} <= lengths
-    assert {(c.shape[-1], c.layout) for c in cases if c.shape} >= {(262145, "misaligned"),
-                                                                     (4097, "misaligned")}
-    assert all(c.gpu_only for c in CASES if "sanitize" in c.tags)
 
 
 def test_check_prints_no_skip_rows_and_counts_hidden_warnings(capsys):
@@ -215,7 +205,7 @@ echo "$@" >> "{log}"
 case "$*" in
   *fast_softmax*) echo "========= Uninitialized __global__ memory read of size 16 bytes"
                   echo "========= ERROR SUMMARY: 4 errors"; exit 86 ;;
-  *) echo "2 variant x dtype checked: 2 passed, 0 failed"
+  *) echo "2 variant x dtype checked over 40 cases: 2 passed, 0 failed, 0 ran nothing here"
      echo "========= ERROR SUMMARY: 0 errors"; exit 0 ;;
 esac
 """
@@ -303,11 +293,29 @@ def test_sanitize_defaults_cover_every_cuda_variant_and_racecheck_the_shared_one
 
 def test_sanitize_verdicts():
     s = sanitize.summarize
-    assert s("v", "memcheck", 0, "========= ERROR SUMMARY: 0 errors", 3.0).ok
+    checked = "2 variant x dtype checked over 31 cases: 2 passed, 0 failed, 0 ran nothing here"
+    clean = s("v", "memcheck", 0, f"{checked}\n========= ERROR SUMMARY: 0 errors", 3.0)
+    assert clean.ok and clean.line == ("memcheck v: clean (3 s, 2 variant x dtype checked over "
+                                       "31 cases)")
+    skipped = s("v", "memcheck", 0, f"{checked}; cases skipped: 4 x row length 4097 > 1024\n"
+                "========= ERROR SUMMARY: 0 errors", 3.0)
+    assert skipped.ok and "cases it refuses: 4 x row length 4097 > 1024" in skipped.line
     assert not s("v", "memcheck", 0, "no summary", 3.0).ok  # the child never ran under it
-    assert "TIMED OUT" in s("v", "memcheck", None, "", 300.0).line
-    assert "check failed" in s("v", "memcheck", 1, "│ v │ FAIL │\n========= ERROR SUMMARY: "
-                               "0 errors", 3.0).line
+    # the sanitizer ran, but the check did not say what it ran
+    unsaid = s("v", "memcheck", 0, "========= ERROR SUMMARY: 0 errors", 3.0)
+    assert not unsaid.ok and "no check summary" in unsaid.line
+    # a dtype that ran nothing is not a clean pass
+    nothing = s("v", "memcheck", 0, "2 variant x dtype checked over 9 cases: 1 passed, 0 failed, "
+                "1 ran nothing here\n========= ERROR SUMMARY: 0 errors", 3.0)
+    assert not nothing.ok and "1 of 2 variant x dtype passed, 1 ran nothing" in nothing.line
+    assert "TIMED OUT after 300 s" in s("v", "memcheck", None, "", 300.0).line
+    assert "check failed: │ v │ FAIL │" in s("v", "memcheck", 1, "│ v │ FAIL │\n========= ERROR "
+                                             "SUMMARY: 0 errors", 3.0).line
+    crashed = s("v", "memcheck", 1, "Traceback (most recent call last):\nRuntimeError: CUDA "
+                "error: an illegal memory access\n========= ERROR SUMMARY: 0 errors", 3.0)
+    assert not crashed.ok and "RuntimeError: CUDA error: an illegal memory access" in crashed.line
+    none_ran = s("v", "memcheck", 2, "kernel_lab check: v ran no case here: no dtype\n", 3.0)
+    assert not none_ran.ok and "ran no case" in none_ran.line
     race = s("v", "racecheck", 86, "========= Error: Race reported between Write access\n"
              "========= RACECHECK SUMMARY: 2 hazards displayed (2 errors, 0 warnings)\n"
              "========= ERROR SUMMARY: 2 errors", 3.0)
@@ -320,7 +328,24 @@ def test_sanitize_command_line():
     assert "--racecheck-report" in cmd
     i = cmd.index(sys.executable)
     assert cmd[i:] == [sys.executable, "-m", "kernel_lab", "check", "fast_softmax", "--device",
-                       "cuda", "--cases", "sanitize", "--dtype", "fp32", "--seed", "3"]
+                       "cuda", "--cases", "race", "--dtype", "fp32", "--seed", "3"]
+    for tool in ("memcheck", "initcheck"):
+        assert sanitize.command("cs", tool, "v")[-2:] == ["--cases", "sanitize"]
+    assert sanitize.command("cs", "synccheck", "v")[-2:] == ["--cases", "race"]
+    assert sanitize.command("cs", "racecheck", "v", cases="sanitize")[-2:] == ["--cases",
+                                                                              "sanitize"]
+
+
+def test_sanitize_racecheck_runs_the_race_cases_unless_told(fake_sanitizer, capsys,
+                                                            monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert cli.main(["check", "--sanitize", "racecheck", "block_softmax"]) == 0
+    assert cli.main(["check", "--sanitize", "racecheck", "block_softmax", "--cases",
+                     "sanitize"]) == 0
+    out = capsys.readouterr().out
+    assert "over the race cases" in out and "over the sanitize cases" in out
+    first, second = fake_sanitizer.read_text().splitlines()
+    assert "--cases race" in first and "--cases sanitize" in second
 
 
 # -- arch limits --------------------------------------------------------------------------------
