@@ -27,8 +27,8 @@
 // Bytes:     3 * M * N * sizeof(T) + 8 B per chunk (the stream kernel: 5 * M * N, the second read
 //            partly from L2).
 // Preconds:  rows of y, dy and dx in the same 16-byte phase (any N); `line` = 1 only if every row
-//            of y and dy starts at the same offset within 128 bytes (the slots before a row then
-//            share its first line). fp32 accumulation (no fp64: the words hold fp32).
+//            of y and dy starts at the same offset within 128 bytes (one h for both). fp32
+//            accumulation (no fp64: the words hold fp32).
 #pragma once
 #include "backward_persist.cuh"
 #include "chunk_sync.cuh"
@@ -106,11 +106,10 @@ __device__ __forceinline__ void chunks_rows(T* __restrict__ dx, const T* __restr
   const long long dr = Q / chunks;  // a step moves every cursor on by Q items
   const int dc = static_cast<int>(Q - dr * chunks);
   auto fetch = [&](const ChunkCursor& it, int b) {  // item `it` into slot set b, no commit
-    const T* yr = y + it.row * y_stride;
     uint4* my_y = slots + b * set_slots + threadIdx.x;
-    prefetch_pair<T, VPT>(my_y, my_y + VPT * blockDim.x, yr, dy + it.row * dy_stride,
-                          (n + head_of(yr, line) + W - 1) / W, it.c * span + threadIdx.x, step,
-                          line);
+    prefetch_pair<T, VPT>(my_y, my_y + VPT * blockDim.x, y + it.row * y_stride,
+                          dy + it.row * dy_stride, n, it.c * span + threadIdx.x, step, line,
+                          it.row * y_stride > 0 && it.row * dy_stride > 0);
   };
   {  // prologue: the first `ahead` items in flight, one commit group each
     ChunkCursor p(q, chunks);

@@ -16,10 +16,10 @@
 //            holds windows k * CL * blockDim.x + c * blockDim.x + t (k < VPT) of y and dy.
 // Pipeline:  the current row's y and dy sit in registers; the next row's windows of this thread
 //            (`stages` = 2: the next two rows', in alternating slot sets) are in flight into
-//            dynamic shared memory (cp.async.cg, 16 bytes each) while the CTA reduces, exchanges
-//            its partial with its peers and stores dx. Each thread reads back only the slots it
-//            copied (wait_group: no block barrier). The copies are issued once the reduction
-//            loop has consumed every value read from the slots.
+//            dynamic shared memory (cp.async, 16 bytes a whole window) while the CTA reduces,
+//            exchanges its partial with its peers and stores dx. Each thread reads back only the
+//            slots it copied (wait_group: no block barrier). The copies are issued once the
+//            reduction loop has consumed every value read from the slots.
 // Cluster:   each CTA sends its partial to every peer as an st.async message counted by the
 //            peer's mbarrier (cluster.cuh, ClusterInbox): no cluster barrier per row, whose
 //            release (MEMBAR.ALL.GPU) waited for the previous row's dx stores.
@@ -28,16 +28,17 @@
 //            dynamic shared memory stages * 2 * blockDim.x * VPT * 16 B (per stage: y slots,
 //            then dy); stages is 1 or 2.
 // Windows:   aligned 16-byte windows as in softmax_common.cuh: odd N such as 50257 still moves
-//            whole slots; the copies of a row's first and last slot may hold bytes of the
-//            neighbouring rows, zeroed on read. `line` = 0: h = the row's offset within its
-//            first 16 bytes; `line` = 1 (line heads, as the forward's persist): h = its offset
-//            within its 128-byte line, so each warp's 32 windows are 4 whole lines instead of
-//            straddling 5 (up to 7 windows before the row, all zero, belong to the first warp;
-//            measured on H200: odd rows (50257) had 2.6x the L2 read requests of rows on lines).
+//            whole slots inside the row; of its first and last window only the row's bytes are
+//            copied (cp_async_edge), the rest zeroed on read. `line` = 0: h = the row's offset
+//            within its first 16 bytes; `line` = 1 (line heads, as the forward's persist): h = its
+//            offset within its 128-byte line, so each warp's 32 windows are 4 whole lines instead
+//            of straddling 5 (up to 7 windows before the row, nothing copied, all zero, belong to
+//            the first warp; measured on H200: odd rows (50257) had 2.6x the L2 read requests of
+//            rows on lines).
 // Preconds:  every row of y, dy and dx starts at the same offset within 16 bytes (any N); the
 //            launcher takes another kind otherwise. `line` = 1 only if every row of y and dy
-//            starts at the same offset within 128 bytes (the slots before a row then share its
-//            first line: never an unmapped page) and the shape holds up to 7 more windows.
+//            starts at the same offset within 128 bytes (one h for both) and the shape holds up
+//            to 7 more windows.
 // Bytes:     3 * M * N * sizeof(T), loads always in flight.
 #pragma once
 #include "cluster.cuh"
@@ -57,21 +58,40 @@ template <typename T> __device__ __forceinline__ int head_of(const T* row, int l
   return line ? klab::line_head(row) : klab::row_head(row, 1);
 }
 
+// This thread's windows k * step + base of rows yr and dyr into its slots (my_y, my_dy: slot k at
+// [k * blockDim.x]), as rowk::prefetch_row: windows wholly inside the row are 16-byte copies, the
+// row's partial last window copies its first bytes, and window k = 0 when it starts before the
+// row goes through klab::cp_async_edge (`before`: neither row is its tensor's first).
 template <typename T, int VPT>
 __device__ __forceinline__ void prefetch_pair(uint4* my_y, uint4* my_dy, const T* yr,
-                                              const T* dyr, int nwin, int base, int step,
-                                              int line) {
-  const int h = head_of(yr, line);
+                                              const T* dyr, int n, int base, int step, int line,
+                                              bool before) {
+  constexpr int W = klab::Vec<T>::N;
+  const int h = head_of(yr, line), nwin = (n + h + W - 1) / W, whole = (n + h) / W;
+  const bool head = base * W < h;  // window k = 0 starts before the row (step >= 32)
   const uint4* y4 = slots_of(yr, h) + base;  // stepped per window, as rowk::prefetch_row
   const uint4* dy4 = slots_of(dyr, h) + base;
   const unsigned sy = klab::shared_addr(my_y), sdy = klab::shared_addr(my_dy);
   const unsigned jump = blockDim.x * sizeof(uint4);
+  int tail = -1;  // k of window `whole` (the row's last, if partial), if this thread's
 #pragma unroll
   for (int k = 0; k < VPT; ++k) {
-    if (k * step + base < nwin) {
+    const int v = k * step + base;
+    if (k == 0 && head) continue;
+    if (v < whole) {
       klab::cp_async16(sy + k * jump, y4 + k * step);
       klab::cp_async16(sdy + k * jump, dy4 + k * step);
     }
+    tail = v == whole ? k : tail;
+  }
+  if (head) {
+    klab::cp_async_edge<T>(sy, y4, base * W - h, n, before);
+    klab::cp_async_edge<T>(sdy, dy4, base * W - h, n, before);
+  }
+  if (tail >= 0 && whole < nwin) {  // the row's last window, partial: its first bytes
+    const int bytes = (n + h - whole * W) * sizeof(T);
+    klab::cp_async16_first(sy + tail * jump, y4 + tail * step, bytes);
+    klab::cp_async16_first(sdy + tail * jump, dy4 + tail * step, bytes);
   }
 }
 
@@ -100,7 +120,6 @@ __device__ __forceinline__ void persist_rows(T* __restrict__ dx, const T* __rest
   const unsigned rank = CL > 1 ? klab::cluster_rank() : 0u;
   const long long q = blockIdx.x / CL, Q = gridDim.x / CL;
   const int base = rank * blockDim.x + threadIdx.x, step = CL * blockDim.x;
-  auto windows = [&](const T* row) { return (n + head_of(row, line) + W - 1) / W; };
   const int stage_slots = 2 * VPT * blockDim.x;
   if constexpr (CL > 1) {
     if (threadIdx.x == 0) inbox.init();
@@ -112,8 +131,8 @@ __device__ __forceinline__ void persist_rows(T* __restrict__ dx, const T* __rest
     const long long r = q + s * Q;
     uint4* my_y = slots + s * stage_slots + threadIdx.x;
     if (r < rows)
-      prefetch_pair<T, VPT>(my_y, my_y + VPT * blockDim.x, y + r * y_stride, dy + r * dy_stride,
-                            windows(y + r * y_stride), base, step, line);
+      prefetch_pair<T, VPT>(my_y, my_y + VPT * blockDim.x, y + r * y_stride, dy + r * dy_stride, n,
+                            base, step, line, r * y_stride > 0 && r * dy_stride > 0);
     klab::cp_async_commit();
   }
   for (long long row = q, it = 0; row < rows; row += Q, ++it) {
@@ -144,8 +163,8 @@ __device__ __forceinline__ void persist_rows(T* __restrict__ dx, const T* __rest
     // Every value read from the slots is consumed: they take the row `stages` ahead now.
     const long long rn = row + stages * Q;
     if (rn < rows)
-      prefetch_pair<T, VPT>(my_y, my_dy, y + rn * y_stride, dy + rn * dy_stride,
-                            windows(y + rn * y_stride), base, step, line);
+      prefetch_pair<T, VPT>(my_y, my_dy, y + rn * y_stride, dy + rn * dy_stride, n, base, step,
+                            line, rn * y_stride > 0 && rn * dy_stride > 0);
     klab::cp_async_commit();
     s = klab::block_allreduce(s, klab::SumOp{}, A(0), red);
     if constexpr (CL > 1) {  // no cluster barrier per row: messages (klab::ClusterInbox)

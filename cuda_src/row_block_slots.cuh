@@ -71,8 +71,8 @@ __device__ __forceinline__ void block_slots_row(T* __restrict__ y, const T* __re
   uint4* mine = row_slots + t;
   stagger_first_wave(row, wave_rows, wave_ns);
 
-  // 1. The slot windows' copies in flight (whole aligned slots; masked on every read).
-  copy_slots(shared_addr(mine), line_slots(xr), first, step, slots, nwin);
+  // 1. The slot windows' copies in flight (the row's bytes only; masked on every read).
+  copy_slots(shared_addr(mine), xr, first, step, slots, n);
   auto slot = [&](int j) { return slot_window<T>(mine, j, false, first + j * step, n, h, nwin); };
   // 2. The register windows, plain 16-byte loads.
   Vec<T> r[VPT];
@@ -188,7 +188,7 @@ __device__ __forceinline__ void persist_slots_rows(T* __restrict__ y, const T* _
   {
     const T* xr = x + row * stride;
     const int h = line_head(xr);
-    copy_slots(dst, line_slots(xr), first, step, slots, (n + h + W - 1) / W);
+    copy_slots(dst, xr, first, step, slots, n);
 #pragma unroll
     for (int k = 0; k < VPT; ++k)
       r[k] = load_window(xr, k * step + base, n, h, 1, neg_inf_t<T>());
@@ -199,7 +199,7 @@ __device__ __forceinline__ void persist_slots_rows(T* __restrict__ y, const T* _
     const int h = line_head(xr), nwin = (n + h + W - 1) / W;
     const bool more = row + q_step < rows;  // the row this CTA takes next
     const T* xn = more ? x + (row + q_step) * stride : xr;
-    const int hn = line_head(xn), nwin_next = (n + hn + W - 1) / W;
+    const int hn = line_head(xn), nwin_next = (n + hn + W - 1) / W, whole_next = (n + hn) / W;
     auto slot = [&](int j) { return slot_window<T>(mine, j, false, first + j * step, n, h, nwin); };
 
     const MaxSum<A> mine_ms = regs_then_slots_maxsum(r, slot, slots);
@@ -233,15 +233,21 @@ __device__ __forceinline__ void persist_slots_rows(T* __restrict__ y, const T* _
     }
     const E<A> epi(st);
     const uint4* src = line_slots(xn);
+    int tail = -1;  // slot of the next row's partial last window, if this thread's
 #pragma unroll 4
     for (int j = 0; j < slots; ++j) {
       Vec<T> w = slot(j);
       apply_epilogue(w, epi);
       const int v = first + j * step;
       store_window(yr, v, n, h, 1, w);
-      // the slot's value is in registers and used: its copy of the next row may land now
-      if (more && v < nwin_next) cp_async16(dst + j * dst_step, src + v);
+      // the slot's value is in registers and used: its copy of the next row may land now (whole
+      // windows; slots never start before the row, as copy_slots)
+      if (more && v < whole_next) cp_async16(dst + j * dst_step, src + v);
+      else if (more && v < nwin_next) tail = j;
     }
+    if (tail >= 0)  // its first bytes only
+      cp_async16_first(dst + tail * dst_step, src + whole_next,
+                       (n + hn - whole_next * W) * sizeof(T));
     cp_async_commit();
     if constexpr (kReloadLast) {
 #pragma unroll

@@ -83,10 +83,9 @@ template <typename T, int VPT> struct ChunkRequests {
   }
   // Chunk c of row `row` into slot set b, with no commit.
   __device__ __forceinline__ void fetch(long long row, int c, int b) const {
-    constexpr int W = Vec<T>::N;
     const T* xr = x + row * stride;
-    prefetch_row<T, VPT>(slots + b * set_slots + threadIdx.x, xr, (n + line_head(xr) + W - 1) / W,
-                         c * span + threadIdx.x, step);
+    prefetch_row<T, VPT>(slots + b * set_slots + threadIdx.x, xr, n, c * span + threadIdx.x, step,
+                         xr != x);
   }
 };
 

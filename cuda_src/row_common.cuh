@@ -5,12 +5,12 @@
 //
 // Slots: window v of a row is the aligned 16-byte slot v counted from the row's first 128-byte
 // line (line heads, softmax_common.cuh: line_head), so each warp's 32 consecutive windows are 4
-// whole lines; a row spans up to 7 more windows than with 16-byte heads. cp.async copies whole
-// slots: the slots before and after the row's elements may hold bytes of the neighbouring rows
-// (never an unmapped page: each shares a 128-byte line with a byte of this row), replaced by -inf
-// on read. Thread t's slot k sits at mine[k * blockDim.x] (consecutive threads, consecutive 16 B:
-// conflict-free), and each thread reads back only the slots it copied (cp.async.wait_group, no
-// barrier). Precondition of every slot kind: input and output rows in the same 16-byte phase
+// whole lines; a row spans up to 7 more windows than with 16-byte heads. cp.async copies the
+// windows inside the row whole; of the row's first and last windows (and the up to 7 before it)
+// only the row's bytes (softmax_common.cuh: cp_async_edge), the rest of those slots replaced by
+// -inf on read. Thread t's slot k sits at mine[k * blockDim.x] (consecutive threads, consecutive
+// 16 B: conflict-free), and each thread reads back only the slots it copied (cp.async.wait_group,
+// no barrier). Precondition of every slot kind: input and output rows in the same 16-byte phase
 // (`vec` != 0; any phase, odd N fine). The dynamic shared memory is declared __align__(128):
 // it starts where the static shared memory ends, and 16 bytes off a line every 32-byte sector
 // was fetched twice from L2 (Nsight on H200: 2x the L2 read sectors, same DRAM bytes).
@@ -91,29 +91,51 @@ template <typename T> __device__ __forceinline__ const uint4* line_slots(const T
   return reinterpret_cast<const uint4*>(reinterpret_cast<size_t>(xr) & ~size_t(kLineBytes - 1));
 }
 
-// This thread's slot windows of a row in flight: slot j takes window first + j * step (whole
-// aligned 16-byte slots from the row's first line, masked on every read), one commit group.
-__device__ __forceinline__ void copy_slots(unsigned dst, const uint4* src, int first, int step,
-                                           int slots, int nwin) {
+// This thread's slot windows of row xr in flight: slot j takes window first + j * step (line
+// heads), one commit group. Whole windows are 16-byte copies; of the row's last window, when
+// partial, only the row's bytes (cp_async16_first); the rest of the slot is masked on every read.
+// first >= 8: no slot window starts before the row (line heads put at most 7 windows there).
+template <typename T>
+__device__ __forceinline__ void copy_slots(unsigned dst, const T* xr, int first, int step,
+                                           int slots, int n) {
+  constexpr int W = Vec<T>::N;
+  const int h = line_head(xr), nwin = (n + h + W - 1) / W, whole = (n + h) / W;
+  const uint4* src = line_slots(xr);
   const unsigned dst_step = blockDim.x * sizeof(uint4);
-  for (int j = 0, v = first; j < slots && v < nwin; ++j, v += step)
-    cp_async16(dst + j * dst_step, src + v);
+  int j = 0, v = first;
+  for (; j < slots && v < whole; ++j, v += step) cp_async16(dst + j * dst_step, src + v);
+  if (j < slots && v < nwin)
+    cp_async16_first(dst + j * dst_step, src + v, (n + h - v * W) * sizeof(T));
   cp_async_commit();
 }
 
 // This thread's slots: slot k at mine[k * blockDim.x] (consecutive threads, consecutive 16 B:
-// conflict-free). Window v = k * step + base of the row; slot v covers bytes [16v, 16v + 16) from
-// the start of the row's first 128-byte line.
+// conflict-free). Window v = k * step + base of row xr; slot v covers bytes [16v, 16v + 16) from
+// the start of the row's first 128-byte line. Windows wholly inside the row are 16-byte copies;
+// the row's partial last window copies its first bytes (cp_async16_first), and window k = 0 when
+// it starts before the row (step >= 32: no other can) goes through cp_async_edge (`before`: xr is
+// not the tensor's first row). The loop issues the whole windows; the two edges, after it.
 template <typename T, int VPT>
-__device__ __forceinline__ void prefetch_row(uint4* mine, const T* xr, int nwin, int base,
-                                             int step) {
+__device__ __forceinline__ void prefetch_row(uint4* mine, const T* xr, int n, int base, int step,
+                                             bool before) {
+  constexpr int W = Vec<T>::N;
+  const int h = line_head(xr), nwin = (n + h + W - 1) / W, whole = (n + h) / W;
+  const bool head = base * W < h;  // window k = 0 starts before the row
   // One source pointer and one shared address per row, stepped per window (the per-window
   // 64-bit address and generic-to-shared conversion were ~9 instructions per copy).
   const uint4* src = line_slots(xr) + base;
   const unsigned dst = shared_addr(mine), dst_step = blockDim.x * sizeof(uint4);
+  int tail = -1;  // k of window `whole` (the row's last, if partial), if this thread's
 #pragma unroll
-  for (int k = 0; k < VPT; ++k)
-    if (k * step + base < nwin) cp_async16(dst + k * dst_step, src + k * step);
+  for (int k = 0; k < VPT; ++k) {
+    const int v = k * step + base;
+    if (k == 0 && head) continue;
+    if (v < whole) cp_async16(dst + k * dst_step, src + k * step);
+    tail = v == whole ? k : tail;
+  }
+  if (head) cp_async_edge<T>(dst, src, base * W - h, n, before);
+  if (tail >= 0 && whole < nwin)
+    cp_async16_first(dst + tail * dst_step, src + tail * step, (n + h - whole * W) * sizeof(T));
 }
 
 // Back from the slots into registers; elements outside [0, n) of the row become -inf.

@@ -57,8 +57,8 @@ __device__ __forceinline__ void persist_rows(T* __restrict__ y, const T* __restr
     const long long r = q + s * Q;
     if (r < rows) {
       const T* xr = x + r * stride;
-      prefetch_row<T, VPT>(prefetch_slots + s * stage_slots + threadIdx.x, xr,
-                           (n + line_head(xr) + W - 1) / W, base, step);
+      prefetch_row<T, VPT>(prefetch_slots + s * stage_slots + threadIdx.x, xr, n, base, step,
+                           xr != x);
     }
     cp_async_commit();
   }
@@ -79,7 +79,7 @@ __device__ __forceinline__ void persist_rows(T* __restrict__ y, const T* __restr
       const long long rn = row + stages * Q;
       if (rn < rows) {
         const T* xn = x + rn * stride;
-        prefetch_row<T, VPT>(mine, xn, (n + line_head(xn) + W - 1) / W, opaque(base), step);
+        prefetch_row<T, VPT>(mine, xn, n, opaque(base), step, xn != x);
       }
       cp_async_commit();
     };
@@ -165,7 +165,7 @@ __device__ __forceinline__ void pipe_rows(T* __restrict__ y, const T* __restrict
     const long long r = q + j * Q;
     if (r < rows) {
       const T* xr = x + r * stride;
-      prefetch_row<T, VPT>(slots(j), xr, (n + line_head(xr) + W - 1) / W, opaque(base), step);
+      prefetch_row<T, VPT>(slots(j), xr, n, opaque(base), step, xr != x);
     }
     cp_async_commit();
   };

@@ -344,6 +344,19 @@ __device__ __forceinline__ void cp_async16(unsigned smem, const void* gmem) {
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
   cp_async16(shared_addr(smem), gmem);
 }
+// The first `bytes` (< 16) of a 16-byte slot: only those are read, the rest of the slot is zeroed
+// (src-size). For a row's last window, whose slot runs past the row.
+__device__ __forceinline__ void cp_async16_first(unsigned smem, const void* gmem, int bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem), "l"(gmem), "r"(bytes)
+               : "memory");
+}
+// 4 or 8 bytes, both addresses aligned to that size (.ca: .cg copies only 16).
+template <int Bytes>
+__device__ __forceinline__ void cp_async_small(unsigned smem, const void* gmem) {
+  static_assert(Bytes == 4 || Bytes == 8, "cp.async copies 4, 8 or 16 bytes");
+  asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(smem), "l"(gmem), "n"(Bytes)
+               : "memory");
+}
 __device__ __forceinline__ void cp_async_commit() {
   asm volatile("cp.async.commit_group;" ::: "memory");
 }
@@ -415,9 +428,79 @@ __device__ __forceinline__ Vec<T> load_window(const T* row, int v, int n, int h,
   return r;
 }
 
-// A window copied whole from its aligned 16-byte slot (cp.async into shared memory): in a row's
-// first and last window, the elements outside [0, n) - bytes of the neighbouring rows - become
-// `fill`. e0 = v * W - h is the window's first element in the row.
+// ---- a row's windows copied into 16-byte slots (cp.async) --------------------------------------
+// Only windows wholly inside the row are copied whole: a row's first window (and, with line
+// heads, the up to 7 before it) and its last one run past the row, for the tensor's first and last
+// rows past its allocation. Of those only the row's own bytes are copied (cp_async16_first,
+// cp_async_edge).
+
+// One element (a plain load) into shared memory at `smem`.
+template <typename T>
+__device__ __forceinline__ void st_shared_elem(unsigned smem, const void* g) {
+  if constexpr (sizeof(T) == 2) {
+    const unsigned short b = *static_cast<const unsigned short*>(g);
+    asm volatile("st.shared.u16 [%0], %1;" ::"r"(smem), "h"(b) : "memory");
+  } else if constexpr (sizeof(T) == 4) {
+    const unsigned b = *static_cast<const unsigned*>(g);
+    asm volatile("st.shared.u32 [%0], %1;" ::"r"(smem), "r"(b) : "memory");
+  } else {
+    const unsigned long long b = *static_cast<const unsigned long long*>(g);
+    asm volatile("st.shared.u64 [%0], %1;" ::"r"(smem), "l"(b) : "memory");
+  }
+}
+
+// A window that is not whole (e0 < 0 or e0 + W > n; e0 = v * W - h, its first element in the
+// row) from its aligned 16-byte slot `window` into the 16-byte slot `smem`, reading the row's
+// bytes only. The slot's other bytes are left (zero or stale): every read masks them
+// (mask_outside_row). By case:
+//   no element of the row: nothing;
+//   the row's last window: its first bytes, the rest zeroed (cp_async16_first);
+//   the row's first window: its last bytes, aligned 4- and 8-byte copies. A 2-byte row that
+//     starts 2 bytes into a 4-byte word (cp.async copies no 2-byte unit): with `before` (the row
+//     is not the tensor's first, so the 2 bytes before it are the tensor's own) the word is
+//     copied whole, else that element is a plain load (a stall: row 0 only, once a launch);
+//   the row inside one window: element by element, plain loads.
+template <typename T>
+__device__ __forceinline__ void cp_async_edge(unsigned smem, const void* window, int e0, int n,
+                                              bool before) {
+  constexpr int W = Vec<T>::N, S = sizeof(T);
+  const int lo = max(-e0, 0) * S, hi = min(n - e0, W) * S;  // the row's bytes: [lo, hi)
+  const char* g = static_cast<const char*>(window);
+  if (lo >= hi) return;
+  if (lo == 0) {
+    cp_async16_first(smem, g, hi);
+    return;
+  }
+  if (hi < 16) {
+#pragma unroll 1
+    for (int b = lo; b < hi; b += S) st_shared_elem<T>(smem + b, g + b);
+    return;
+  }
+  int c = lo;  // copy [c, 16)
+  if constexpr (S == 2) {
+    if (c & 2) {
+      if (before) {
+        c -= 2;
+      } else {
+        st_shared_elem<T>(smem + c, g + c);
+        c += 2;
+      }
+    }
+  }
+  if (c & 4) {
+    cp_async_small<4>(smem + c, g + c);
+    c += 4;
+  }
+  if (c == 0) {
+    cp_async_small<8>(smem, g);
+    c = 8;
+  }
+  if (c == 8) cp_async_small<8>(smem + 8, g + 8);
+}
+
+// A window read back from its slot (the copies above): the elements outside [0, n) - bytes that
+// were not copied, or (2-byte rows, see cp_async_edge) the tensor's 2 bytes before the row -
+// become `fill`. e0 = v * W - h is the window's first element in the row.
 // Any number of windows of the same row position (y and dy in the backward) in one pass.
 template <typename T, typename... More>
 __device__ __forceinline__ void mask_outside_row(int e0, int n, acc_t<T> fill, Vec<T>& r,
