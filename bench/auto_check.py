@@ -92,7 +92,8 @@ def check_case(case: bm.Case, device: str, path: str = "eager") -> dict:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--op", default="softmax,softmax_backward",
                    help=f"comma-separated ops (of {', '.join(OPS)})")
     p.add_argument("--dtype", default="float32,bfloat16", help="comma-separated dtypes")
@@ -117,7 +118,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error(str(e))
     if args.tolerance < 1:
         p.error(f"--tolerance must be >= 1, not {args.tolerance}")
+    if args.device != "cpu":
+        _require_gpu("it races variant='auto' on CUDA tensors", argv=(), cpu_option="--device",
+                     script=__file__)
     return args
+
+
+def _require_gpu(*args, **kw) -> None:
+    try:
+        from gpu_check import require_gpu  # run as a script: bench/ is sys.path[0]
+    except ImportError:  # imported as bench.auto_check
+        from bench.gpu_check import require_gpu
+    require_gpu(*args, **kw)
 
 
 def main(argv: list[str] | None = None) -> int:

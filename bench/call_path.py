@@ -93,11 +93,17 @@ def report(label: str, fn) -> None:
             print(f"    climb: {a} -> {b}")
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     dev = args.device
+    if dev != "cpu":
+        from gpu_check import require_gpu  # bench/ is sys.path[0] when a script runs
+
+        require_gpu("it traces calls on CUDA tensors", argv=(), cpu_option="--device",
+                    script=__file__)
     x = torch.randn(32, 1024, device=dev)
     logits = torch.randn(64, 1000, device=dev, requires_grad=True)
     target = torch.randint(0, 1000, (64,), device=dev)

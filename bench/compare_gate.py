@@ -26,6 +26,11 @@ import sys
 import time
 from pathlib import Path
 
+if __name__ == "__main__":  # no GPU: one line and exit 2
+    from gpu_check import require_gpu  # bench/ is sys.path[0] when a script runs
+
+    require_gpu("it proves the pytest-benchmark compare gate on this GPU's timings")
+
 REPO = Path(__file__).resolve().parents[1]
 FAIL = "median:5%"
 GATE: dict[str, list[str]] = {  # preset -> the selection its gate runs (all cells of it)
@@ -161,7 +166,8 @@ def slowdown(out_dir: Path, log: Path) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("presets", nargs="*", default=list(GATE), help=f"of {', '.join(GATE)}")
     p.add_argument("--runs", type=int, default=5, help="unchanged compares per preset")
     p.add_argument("--no-slowdown", action="store_true", help="skip the slowed-kernel check")

@@ -15,11 +15,16 @@ import sys
 import time
 from pathlib import Path
 
-import torch
+if __name__ == "__main__":  # no GPU: one line and exit 2, before torch loads
+    from gpu_check import require_gpu  # bench/ is sys.path[0] when a script runs
 
-import kernel_lab
-from kernel_lab.checking import parse_dtype
-from kernel_lab.jit import cuda_src_dir
+    require_gpu("it times the edit -> result loop of a CUDA kernel")
+
+import torch  # noqa: E402
+
+import kernel_lab  # noqa: E402
+from kernel_lab.checking import parse_dtype  # noqa: E402
+from kernel_lab.jit import cuda_src_dir  # noqa: E402
 
 HEADER = "row_common.cuh"
 
@@ -31,12 +36,13 @@ def timed_call(name: str, x: torch.Tensor) -> float:
     return time.perf_counter() - t0
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--variant", default="fast_softmax")
     p.add_argument("--shape", default="4096x50257")
     p.add_argument("--dtype", default="bf16")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     m, n = (int(s) for s in args.shape.split("x"))
     x = torch.randn(m, n, device="cuda", dtype=parse_dtype(args.dtype))
     header = cuda_src_dir() / HEADER

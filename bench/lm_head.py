@@ -16,11 +16,16 @@ from __future__ import annotations
 import argparse
 import statistics
 
-import torch
+if __name__ == "__main__":  # no GPU: one line and exit 2, before torch loads
+    from gpu_check import require_gpu  # bench/ is sys.path[0] when a script runs
 
-import kernel_lab
-from kernel_lab.compiling import CompiledPerSignature
-from kernel_lab.ops.linear_cross_entropy import peer_variants
+    require_gpu("it races LM-head loss steps on CUDA tensors against cuBLAS's matmuls")
+
+import torch  # noqa: E402
+
+import kernel_lab  # noqa: E402
+from kernel_lab.compiling import CompiledPerSignature  # noqa: E402
+from kernel_lab.ops.linear_cross_entropy import peer_variants  # noqa: E402
 
 CELLS = ((4096, 128256), (2304, 256000), (3584, 151936))
 TOKENS = (4096, 8192, 16384)
@@ -101,13 +106,14 @@ def run_cell(T: int, d: int, V: int, reps: int, fns: dict) -> dict:
     return row
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--tokens", default=",".join(map(str, TOKENS)))
     p.add_argument("--dv", default=",".join(f"{d}x{v}" for d, v in CELLS))
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--fused", action="store_true", help="also the fused Triton variant")
-    a = p.parse_args()
+    a = p.parse_args(argv)
     fns = steps(a.fused)
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, bf16, one step "
           f"(forward + backward for hidden and weight); ms, TFLOP/s (6 T d V), x cuBLAS, "

@@ -25,13 +25,18 @@ import importlib.util
 import json
 from datetime import datetime, timezone
 
-import torch
-import torch.nn.functional as F
-from triton.testing import do_bench
+if __name__ == "__main__":  # no GPU: one line and exit 2, before torch loads
+    from gpu_check import require_gpu  # bench/ is sys.path[0] when a script runs
 
-import kernel_lab
-from kernel_lab.benchmarking import VOCAB_N, copy_bandwidth
-from kernel_lab.checking import parse_dtype
+    require_gpu("it times a cross-entropy training step on CUDA tensors against PyTorch's")
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from triton.testing import do_bench  # noqa: E402
+
+import kernel_lab  # noqa: E402
+from kernel_lab.benchmarking import VOCAB_N, copy_bandwidth  # noqa: E402
+from kernel_lab.checking import parse_dtype  # noqa: E402
 
 
 def _peers() -> dict:
@@ -69,12 +74,13 @@ def step_ms(loss_fn, x: torch.Tensor, t: torch.Tensor, inplace: bool = False) ->
     return do_bench(run, warmup=5, rep=50, return_mode="median")
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--n", default=",".join(map(str, VOCAB_N)))
     p.add_argument("--dtype", default="float32,bfloat16")
     p.add_argument("--json", default=None, help="write the rows here")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     copy = copy_bandwidth("cuda")
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     gpu = torch.cuda.get_device_name()

@@ -16,10 +16,15 @@ import statistics
 import time
 from typing import Any, Callable, Sequence
 
-import torch
+if __name__ == "__main__":  # no GPU: one line and exit 2, before torch loads
+    from gpu_check import require_gpu  # bench/ is sys.path[0] when a script runs
 
-import kernel_lab
-from kernel_lab import dispatch
+    require_gpu("it times the lab's per-call overhead on CUDA tensors against torch.softmax")
+
+import torch  # noqa: E402
+
+import kernel_lab  # noqa: E402
+from kernel_lab import dispatch  # noqa: E402
 
 
 def per_call_us(fn, calls: int = 2000, rounds: int = 7) -> float:
@@ -173,15 +178,16 @@ def launch_bound(ns_rows=(256, 512, 1024, 1536, 2048, 2432), n: int = 128) -> No
               f"{t_torch / t_lab:4.2f}x  (auto: {pick})")
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--variant", default="online_softmax")
     p.add_argument("--shape", default="32x1024")
     p.add_argument("--repeats", type=int, default=7, help="interleaved rounds of the table")
     p.add_argument("--profile", action="store_true", help="cProfile the launcher: top 15 calls")
     p.add_argument("--pieces", action="store_true",
                    help="time each step of the launch path on its own (online_softmax)")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     m, n = (int(s) for s in args.shape.split("x"))
     x = torch.randn(m, n, device="cuda")
     v = kernel_lab.get(args.variant)

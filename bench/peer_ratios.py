@@ -97,7 +97,8 @@ def render(records: list[dict], metas: list[dict], sources: list[str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("files", nargs="+", type=Path, help="sweep JSON files (kernel_lab bench)")
     args = p.parse_args(argv)
     records, metas = load(args.files)

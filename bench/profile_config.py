@@ -21,17 +21,23 @@ from __future__ import annotations
 
 import argparse
 
-import torch
+if __name__ == "__main__":  # no GPU: one line and exit 2, before torch loads
+    from gpu_check import require_gpu  # bench/ is sys.path[0] when a script runs
 
-from kernel_lab.benchmarking import parse_dtype
-from kernel_lab.ops.softmax import cuda_variants as cv
-from kernel_lab.rowkernels import backward_config as bc
-from kernel_lab.rowkernels import forward_config as fc
-from kernel_lab.rowkernels import launch as rk
+    require_gpu("it launches a fast_softmax config on CUDA tensors for Nsight Compute")
+
+import torch  # noqa: E402
+
+from kernel_lab.benchmarking import parse_dtype  # noqa: E402
+from kernel_lab.ops.softmax import cuda_variants as cv  # noqa: E402
+from kernel_lab.rowkernels import backward_config as bc  # noqa: E402
+from kernel_lab.rowkernels import forward_config as fc  # noqa: E402
+from kernel_lab.rowkernels import launch as rk  # noqa: E402
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, required=True)
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--kind", default=None, help="warp/block/cluster/persist/pipe/wide/chunks "
@@ -50,7 +56,7 @@ def main() -> None:
                     help="fused_softmax_backward (y, dy -> dx; 3 tensors) instead of the forward")
     ap.add_argument("--launches", type=int, default=4)
     ap.add_argument("--total-log2", type=int, default=28)
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     dtype = parse_dtype(a.dtype)
     m = max(1, (1 << a.total_log2) // a.n)
     x = torch.randn(m, a.n, device="cuda", dtype=dtype)

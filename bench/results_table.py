@@ -183,7 +183,8 @@ def section(path: Path, commit: str | None = None) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("files", nargs="+", type=Path, help="saved sweep JSON files")
     p.add_argument("--commit", help="the commit to stamp (default: the JSON's, else git's)")
     p.add_argument("--no-header", action="store_true", help="only the tables, no README header")

@@ -22,12 +22,17 @@ import argparse
 import json
 import re
 
-import torch
+if __name__ == "__main__":  # no GPU: one line and exit 2, before torch loads
+    from gpu_check import require_gpu  # bench/ is sys.path[0] when a script runs
 
-from kernel_lab.cuda_common import cdiv
-from kernel_lab.rowkernels import backward_config as bc
-from kernel_lab.rowkernels import forward_config as fc
-from kernel_lab.rowkernels import launch as rk
+    require_gpu("it times fused_softmax_backward's launch shapes against the copy")
+
+import torch  # noqa: E402
+
+from kernel_lab.cuda_common import cdiv  # noqa: E402
+from kernel_lab.rowkernels import backward_config as bc  # noqa: E402
+from kernel_lab.rowkernels import forward_config as fc  # noqa: E402
+from kernel_lab.rowkernels import launch as rk  # noqa: E402
 
 try:  # run as a script from the repository root
     from tune_long_rows import med_ms
@@ -117,8 +122,9 @@ def measure(n: int, dtype: torch.dtype, total_log2: int, extra_threads: tuple[in
     return m, copy, rows
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ns", default="32000,65536,151936,262144")
     ap.add_argument("--dtypes", default="float32,bfloat16")
     ap.add_argument("--total-log2", type=int, default=28)
@@ -130,7 +136,7 @@ def main() -> None:
     ap.add_argument("--groups", default="", help="also run each persistent shape on this many "
                     "clusters (comma-separated), e.g. 5,6,7")
     ap.add_argument("--log", action="store_true", help="log_softmax_backward's kernels")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     extra = tuple(int(t) for t in args.threads.split(",") if t)
     groups = tuple(int(g) for g in args.groups.split(",") if g)
     summary = []

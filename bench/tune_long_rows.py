@@ -25,16 +25,21 @@ import statistics
 import sys
 from pathlib import Path
 
-import torch
+if __name__ == "__main__":  # no GPU: one line and exit 2, before torch loads
+    from gpu_check import require_gpu  # bench/ is sys.path[0] when a script runs
 
-import kernel_lab
-from kernel_lab import jit
-from kernel_lab import occupancy as pc
-from kernel_lab.cuda_common import cdiv
-from kernel_lab.ops.log_softmax import cuda_variants as lcv
-from kernel_lab.ops.softmax import cuda_variants as cv
-from kernel_lab.rowkernels import forward_config as fc
-from kernel_lab.rowkernels import launch as rk
+    require_gpu("it times fast_softmax's launch configs against the copy")
+
+import torch  # noqa: E402
+
+import kernel_lab  # noqa: E402
+from kernel_lab import jit  # noqa: E402
+from kernel_lab import occupancy as pc  # noqa: E402
+from kernel_lab.cuda_common import cdiv  # noqa: E402
+from kernel_lab.ops.log_softmax import cuda_variants as lcv  # noqa: E402
+from kernel_lab.ops.softmax import cuda_variants as cv  # noqa: E402
+from kernel_lab.rowkernels import forward_config as fc  # noqa: E402
+from kernel_lab.rowkernels import launch as rk  # noqa: E402
 
 NS = (1024, 2048, 4096, 8192, 16384, 32000, 32768, 50257, 65536, 128256, 131072, 151936,
       262144, 524288, 1048576)
@@ -242,8 +247,9 @@ def measure(n: int, dtype: torch.dtype, args, resident: dict) -> tuple[dict, lis
     return var, rows
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="bench/tune_out")
     ap.add_argument("--ns", default=",".join(map(str, NS)))
     ap.add_argument("--dtypes", default="float32,bfloat16")
@@ -258,7 +264,7 @@ def main() -> None:
                     "(comma-separated; log_softmax rows are labelled 'log_softmax: SHAPE')")
     ap.add_argument("--no-sweep", action="store_true",
                     help="only default / legacy / the default's pipelined twins / variants")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     log = open(out_dir / "tune.jsonl", "w")

@@ -14,13 +14,18 @@ from __future__ import annotations
 
 import argparse
 
-import torch
+if __name__ == "__main__":  # no GPU: one line and exit 2, before torch loads
+    from gpu_check import require_gpu  # bench/ is sys.path[0] when a script runs
 
-import kernel_lab
-from kernel_lab.cuda_common import cdiv
-from kernel_lab.ops.softmax import cuda_variants as cv
-from kernel_lab.rowkernels import forward_config as fc
-from kernel_lab.rowkernels import launch as rk
+    require_gpu("it times fast_softmax's warp and block shapes against the copy")
+
+import torch  # noqa: E402
+
+import kernel_lab  # noqa: E402
+from kernel_lab.cuda_common import cdiv  # noqa: E402
+from kernel_lab.ops.softmax import cuda_variants as cv  # noqa: E402
+from kernel_lab.rowkernels import forward_config as fc  # noqa: E402
+from kernel_lab.rowkernels import launch as rk  # noqa: E402
 
 try:  # run as a script from the repository root
     from tune_long_rows import med_ms, sane
@@ -71,12 +76,13 @@ def measure(n: int, dtype: torch.dtype, total_log2: int) -> tuple[float, list[tu
     return copy, sorted(rows, key=lambda r: -r[1])
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ns", default=NS)
     ap.add_argument("--dtypes", default="float32,bfloat16")
     ap.add_argument("--total-log2", type=int, default=28)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     for dname in args.dtypes.split(","):
         for n in map(int, args.ns.split(",")):
             copy, rows = measure(n, getattr(torch, dname), args.total_log2)

@@ -29,13 +29,18 @@ import statistics
 import time
 from datetime import datetime, timezone
 
-import torch
-import torch.distributed as dist
-import torch.nn.functional as F
+if __name__ == "__main__":  # no GPU: one line and exit 2, before torch loads
+    from gpu_check import require_gpu  # bench/ is sys.path[0] when a script runs
 
-import kernel_lab
-from kernel_lab.checking import parse_dtype
-from kernel_lab.distributed import (
+    require_gpu("it times the vocabulary-parallel loss over NCCL", cpu_option="--device")
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import kernel_lab  # noqa: E402
+from kernel_lab.checking import parse_dtype  # noqa: E402
+from kernel_lab.distributed import (  # noqa: E402
     vocab_parallel_cross_entropy,
     vocab_parallel_linear_cross_entropy,
     vocab_shard,
@@ -138,8 +143,9 @@ def slowest(result: dict) -> dict:
     return {"s": max(r["s"] for r in every), "peak_bytes": max(peaks) if peaks else None}
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--cells", default=f"{LLAMA3},{GEMMA2}", help="d x V, comma-separated")
     p.add_argument("--tokens", type=int, default=8192)
     p.add_argument("--dtype", default="bfloat16")
@@ -147,7 +153,7 @@ def main() -> None:
     p.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     p.add_argument("--reps", type=int, default=20)
     p.add_argument("--json", default=None, help="rank 0 writes the rows here")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     local = int(os.environ.get("LOCAL_RANK", "0"))
     if args.device == "cuda":
         torch.cuda.set_device(local)

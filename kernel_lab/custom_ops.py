@@ -22,6 +22,12 @@ Decisions:
   functorch transform, plain tensors - the call runs the variant directly, or, when autograd
   records it, :class:`_EagerOp` with the op's formula; double backward goes through the
   backward custom op. Under the profiler the call is a ``kernel_lab::<op>`` range.
+* Mistakes in how a drop-in is called raise the lab's one-line errors naming the function and
+  the argument (:func:`mistake`): a non-tensor input or a ``dim`` / variant of the wrong type
+  is an :class:`~kernel_lab.errors.InputTypeError` (a TypeError), a ``dim`` out of range a
+  :class:`~kernel_lab.errors.DimRangeError` (an IndexError, as PyTorch's, and a ValueError).
+  Nothing is checked up front on the per-call path: the arguments are looked at only where
+  the call already leaves it (a non-tensor input) or has failed.
 """
 
 from __future__ import annotations
@@ -34,6 +40,8 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from . import deferred, dispatch, plans, registry
 from .dispatch import AUTO
+from .errors import DimRangeError, InputTypeError, given, not_a_tensor
+from .rows import dim_type_error
 
 _SCHEMA_TYPES = {bool: "bool", int: "int", float: "float", str: "str"}
 _defined: dict[str, Any] = {}  # op name -> its torch.library custom op
@@ -222,30 +230,70 @@ def call(name: str, tensors: tuple, kw: dict, variant: str | None = None,
     raises first (:mod:`kernel_lab.deferred`)."""
     deferred.raise_pending()
     x = tensors[0]
-    if (variant in _AUTOS and backward_variant in _AUTOS and type(x) is torch.Tensor):
-        native = _natives.get(name, _UNSEEN)
-        if native is _UNSEEN:
-            native = _natives[name] = _native_of(name)
-        if (native is not None and native[0](*tensors, **kw) and not _is_compiling()
-                and _get_current_dispatch_mode() is None and not _functorch_active()
-                and not torch.autograd.profiler._is_profiler_enabled):
-            return native[1](*tensors, **kw)  # "auto" runs PyTorch's own op (Auto.native)
-    variant, backward_variant = variant or AUTO, backward_variant or AUTO
-    if (type(x) is not torch.Tensor or _is_compiling() or _get_current_dispatch_mode() is not None
-            or _functorch_active() or len(tensors) > 1 and not _nothing_watches(tensors)):
-        if not _is_compiling():
-            dispatch.check_names(name, variant, backward_variant)  # eager: fail before running
-        return _custom_call(name, tensors, kw, variant, backward_variant)
-    plan = plans.for_op(name, variant, backward_variant, tensors, kw)
-    if torch.autograd.profiler._is_profiler_enabled:  # traces still name the op
-        with torch.profiler.record_function(f"kernel_lab::{name}"):
+    try:
+        if (variant in _AUTOS and backward_variant in _AUTOS and type(x) is torch.Tensor):
+            native = _natives.get(name, _UNSEEN)
+            if native is _UNSEEN:
+                native = _natives[name] = _native_of(name)
+            if (native is not None and native[0](*tensors, **kw) and not _is_compiling()
+                    and _get_current_dispatch_mode() is None and not _functorch_active()
+                    and not torch.autograd.profiler._is_profiler_enabled):
+                return native[1](*tensors, **kw)  # "auto" runs PyTorch's own op (Auto.native)
+        variant, backward_variant = variant or AUTO, backward_variant or AUTO
+        if (type(x) is not torch.Tensor or _is_compiling()
+                or _get_current_dispatch_mode() is not None or _functorch_active()
+                or len(tensors) > 1 and not _nothing_watches(tensors)):
+            if not _is_compiling():  # eager: fail before running
+                wrong = mistake(name, tensors, kw, variant, backward_variant)
+                if wrong is not None:
+                    raise wrong
+                dispatch.check_names(name, variant, backward_variant)
+            return _custom_call(name, tensors, kw, variant, backward_variant)
+        plan = plans.for_op(name, variant, backward_variant, tensors, kw)
+        if torch.autograd.profiler._is_profiler_enabled:  # traces still name the op
+            with torch.profiler.record_function(f"kernel_lab::{name}"):
+                return _run(plan, name, tensors, kw, variant, backward_variant)
+        # under the lab's autograd node when autograd records the call (and PyTorch's own op
+        # does not record it itself)
+        if not plan.native and torch.is_grad_enabled() and any(
+                t is not None and t.requires_grad for t in tensors):
             return _run(plan, name, tensors, kw, variant, backward_variant)
-    # under the lab's autograd node when autograd records the call (and PyTorch's own op
-    # does not record it itself)
-    if not plan.native and torch.is_grad_enabled() and any(
-            t is not None and t.requires_grad for t in tensors):
-        return _run(plan, name, tensors, kw, variant, backward_variant)
-    return plan(tensors, kw)
+        return plan(tensors, kw)
+    except (TypeError, ValueError, IndexError):  # free until raised: was it how it was called?
+        wrong = mistake(name, tensors, kw, variant, backward_variant)
+        if wrong is None:
+            raise
+        raise wrong from None
+
+
+def mistake(name: str, tensors: Sequence[Any], kw: dict, variant: Any = None,
+            backward_variant: Any = None) -> Exception | None:
+    """The lab's error for a drop-in call of op ``name`` whose arguments are wrong, or None:
+    an input that is not a tensor (or None where one is needed), a variant name or ``dim`` of
+    the wrong type (:class:`InputTypeError`), ``dim`` out of range (:class:`DimRangeError`).
+    Each names ``kernel_lab.<name>``, the argument and what was given, on one line."""
+    where = f"kernel_lab.{name}"
+    specs = registry.get_op(name).inputs
+    for i, t in enumerate(tensors):
+        arg = specs[i].name if i < len(specs) else f"input {i}"
+        if t is None:
+            if i >= len(specs) or not specs[i].optional:
+                return InputTypeError(f"{where}: {arg} must be a torch.Tensor, got None")
+        elif not isinstance(t, torch.Tensor):
+            return not_a_tensor(where, arg, t)
+    for arg, v in (("variant", variant), ("backward_variant", backward_variant)):
+        if v is not None and not isinstance(v, str):
+            return InputTypeError(f"{where}: {arg} must be a variant name (str) or None, "
+                                  f"got {given(v)}")
+    if "dim" in kw:
+        why = dim_type_error(kw["dim"])
+        if why is not None:
+            return InputTypeError(f"{where}: {why}")
+        d, span = kw["dim"].__index__(), max(tensors[0].dim(), 1)
+        if not -span <= d < span:
+            return DimRangeError(f"{where}: Dimension out of range (expected to be in range of "
+                                 f"[{-span}, {span - 1}], but got {d})")
+    return None
 
 
 _AUTOS = (None, AUTO)

@@ -25,10 +25,14 @@ import torch
 
 from . import triton_mode
 from .errors import (
+    DimRangeError,
     DuplicateOpError,
     DuplicateVariantError,
+    InputTypeError,
     UnknownVariantError,
     UnsupportedInputError,
+    given,
+    not_a_tensor,
 )
 from .rows import dim_type_error
 
@@ -394,7 +398,9 @@ def get(name: str) -> Variant:
     _ensure_loaded()
     try:
         return _variants[_aliases.get(name, name)]
-    except KeyError:
+    except (KeyError, TypeError):
+        if not isinstance(name, str):
+            raise InputTypeError(f"a variant name is a str, got {given(name)}") from None
         known = sorted(_variants)
         raise UnknownVariantError(
             f"no variant named {name!r}{_suggest(name, known)} "
@@ -432,7 +438,23 @@ def variants(op: str | None = None, backend: str | None = None) -> list[Variant]
 
 
 def ensure_supported(variant: Variant, *inputs: Any, **kw: Any) -> None:
-    """Raise :class:`UnsupportedInputError` naming variant, input and reason, or return."""
+    """Raise :class:`UnsupportedInputError` naming variant, input and reason, or return; an
+    :class:`InputTypeError` (a TypeError) for an input that is not a tensor or a ``dim`` that
+    is not an int."""
+    specs = _ops[variant.op].inputs if variant.op in _ops else ()
+    for i, t in enumerate(inputs):
+        if not isinstance(t, torch.Tensor) and (t is not None or i == 0 or i >= len(specs)
+                                                or not specs[i].optional):
+            arg = specs[i].name if i < len(specs) else f"input {i}"
+            raise not_a_tensor(variant.name, arg, t, dlpack=True)
+    if "dim" in kw and inputs:
+        dim = kw["dim"]
+        if type(dim) is not int and dim_type_error(dim):
+            raise InputTypeError(f"{variant.name}: {dim_type_error(dim)}")
+        dim, span = dim.__index__(), max(inputs[0].dim(), 1)
+        if not -span <= dim < span:  # PyTorch's words
+            raise DimRangeError(f"{variant.name}: Dimension out of range (expected to be in "
+                                f"range of [{-span}, {span - 1}], but got {dim})")
     reason = variant.supports(*inputs, **kw)
     if reason is not None:
         x = inputs[0]

@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from kernel_lab import custom_ops, deferred, dispatch, registry
+from kernel_lab.errors import UnsupportedInputError, not_a_tensor, wrong_type
 
 from .op import check_kwargs, check_targets, deferred_targets
 
@@ -76,6 +77,25 @@ def _as_rows(logits: torch.Tensor, target: torch.Tensor):
     return None
 
 
+WHERE = "kernel_lab.cross_entropy"
+
+
+def check_kw_types(where: str, ignore_index, reduction, label_smoothing, softcap=None) -> None:
+    """Raise the lab's TypeError (:class:`~kernel_lab.errors.InputTypeError`) for a keyword of
+    the wrong type; the values are checked after (``check_kwargs``, PyTorch's words). Where
+    the types are right it costs four type() tests."""
+    if (type(ignore_index) is int and type(reduction) is str
+            and type(label_smoothing) in (float, int) and softcap is None):
+        return
+    if isinstance(ignore_index, bool) or not hasattr(type(ignore_index), "__index__"):
+        raise wrong_type(where, "ignore_index", ignore_index, "an int")
+    if not isinstance(reduction, str):
+        raise wrong_type(where, "reduction", reduction, "'mean', 'sum' or 'none'")
+    for arg, v in (("label_smoothing", label_smoothing), ("softcap", softcap or 0.0)):
+        if not isinstance(v, (int, float)) and not hasattr(type(v), "__float__"):
+            raise wrong_type(where, arg, v, "a float")
+
+
 def cross_entropy(logits: torch.Tensor, target: torch.Tensor,
                   weight: torch.Tensor | None = None, ignore_index: int = -100,
                   reduction: str = "mean", label_smoothing: float = 0.0,
@@ -114,22 +134,23 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor,
     that require grad; elsewhere (CPU, under ``torch.compile``, another variant) the call runs
     as without it. It has no double backward.
     """
+    check_kw_types(WHERE, ignore_index, reduction, label_smoothing)
     check_kwargs(ignore_index, reduction, label_smoothing)
     if validate not in VALIDATE:
         raise ValueError(f"validate must be one of {VALIDATE}, got {validate!r}")
     if not torch.compiler.is_compiling():
         deferred.raise_pending()
-    if not isinstance(logits, torch.Tensor) or not isinstance(target, torch.Tensor):
-        raise ValueError(f"kernel_lab.cross_entropy takes tensors, got {type(logits).__name__} "
-                         f"and {type(target).__name__}")
+    for arg, t in (("logits", logits), ("target", target)):
+        if not isinstance(t, torch.Tensor):
+            raise not_a_tensor(WHERE, arg, t)
     if target.is_floating_point() and target.shape == logits.shape:  # class probabilities
         return F.cross_entropy(logits, target, weight, reduction=reduction,
                                label_smoothing=label_smoothing)
     rows = _as_rows(logits, target)
     if rows is None:
-        raise ValueError(f"kernel_lab.cross_entropy takes logits (N, C), (C,) or (N, C, d1, ...) "
-                         f"with targets (N,), () or (N, d1, ...), got {tuple(logits.shape)} and "
-                         f"{tuple(target.shape)}")
+        raise UnsupportedInputError(
+            f"kernel_lab.cross_entropy takes logits (N, C), (C,) or (N, C, d1, ...) with targets "
+            f"(N,), () or (N, d1, ...), got {tuple(logits.shape)} and {tuple(target.shape)}")
     x, t = rows
     loss = _rows_loss(x, t, weight, ignore_index, reduction, float(label_smoothing), variant,
                       backward_variant, inplace_backward, validate)
@@ -167,6 +188,7 @@ class CrossEntropyLoss(torch.nn.Module):
                  variant: str | None = None, backward_variant: str | None = None,
                  inplace_backward: bool = False, validate: str = "async") -> None:
         super().__init__()
+        check_kw_types("kernel_lab.CrossEntropyLoss", ignore_index, reduction, label_smoothing)
         check_kwargs(ignore_index, reduction, label_smoothing)
         if validate not in VALIDATE:
             raise ValueError(f"validate must be one of {VALIDATE}, got {validate!r}")

@@ -8,6 +8,8 @@ import torch
 
 from kernel_lab import custom_ops, registry
 from kernel_lab.dispatch import AUTO
+from kernel_lab.errors import UnsupportedInputError, not_a_tensor
+from kernel_lab.ops.cross_entropy.api import check_kw_types
 
 from .op import check_all, check_inputs
 from .torch_variants import chunked_forward
@@ -79,12 +81,15 @@ def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, target: tor
     that needs gradients, an eager call forms the gradients in its forward, chunk by chunk (the
     backward only scales them, once: name a backward_variant for retain_graph).
     """
-    if not isinstance(hidden, torch.Tensor) or not isinstance(target, torch.Tensor) or (
-            hidden.dim() < 1 or tuple(target.shape) != tuple(hidden.shape[:-1])):
-        got = (tuple(hidden.shape) if isinstance(hidden, torch.Tensor) else type(hidden),
-               tuple(target.shape) if isinstance(target, torch.Tensor) else type(target))
-        raise ValueError(f"kernel_lab.linear_cross_entropy takes hidden (..., d) and target "
-                         f"(...) of the same leading shape, got {got[0]} and {got[1]}")
+    where = "kernel_lab.linear_cross_entropy"
+    for arg, t in (("hidden", hidden), ("weight", weight), ("target", target), ("bias", bias)):
+        if not isinstance(t, torch.Tensor) and (t is not None or arg != "bias"):
+            raise not_a_tensor(where, arg, t)
+    check_kw_types(where, ignore_index, reduction, label_smoothing, softcap)
+    if hidden.dim() < 1 or tuple(target.shape) != tuple(hidden.shape[:-1]):
+        raise UnsupportedInputError(
+            f"{where} takes hidden (..., d) and target (...) of the same leading shape, got "
+            f"{tuple(hidden.shape)} and {tuple(target.shape)}")
     out_shape = target.shape
     h = hidden.reshape(-1, hidden.shape[-1])
     t = target.reshape(-1)
@@ -120,6 +125,8 @@ class LinearCrossEntropyLoss(torch.nn.Module):
         super().__init__()
         from kernel_lab.ops.cross_entropy.op import check_kwargs
 
+        check_kw_types("kernel_lab.LinearCrossEntropyLoss", ignore_index, reduction,
+                       label_smoothing, softcap)
         check_kwargs(ignore_index, reduction, label_smoothing)
         self.ignore_index, self.reduction = ignore_index, reduction
         self.label_smoothing, self.softcap = label_smoothing, softcap
