@@ -339,13 +339,41 @@ def cross_entropy_backward_edge_cases(dtype, device="cpu", generator=None) -> li
     return cases
 
 
+def row_scale(target, weight, grad, ignore_index: int, reduction: str, dtype):
+    """s_i: each row's upstream gradient (the mean's denominator divided out; 0 if ignored)
+    and w_t, as ``dtype`` vectors."""
+    keep, t, wt = target_weights(target, weight, ignore_index, dtype)
+    s = grad.to(dtype).expand(target.shape)
+    if reduction == "mean":
+        s = s / torch.where(keep, wt, 0.0).sum()
+    return torch.where(keep, s, 0.0), wt, t
+
+
+def cross_entropy_backward_math(logits, target, weight, lse, grad, ignore_index: int,
+                                reduction: str, label_smoothing: float):
+    """dx = s * ((1 - eps) * w_t * (p - onehot) + eps / C * (sum(w) * p - w))."""
+    acc = torch.float64 if logits.dtype == torch.float64 else torch.float32
+    x = logits.to(acc)
+    c = x.shape[1]
+    s, wt, t = row_scale(target, weight, grad, ignore_index, reduction, acc)
+    hi, lo = split_lse(lse, acc)
+    p = torch.exp((x - hi[:, None]) - lo[:, None])
+    a = (1 - label_smoothing) * wt
+    if label_smoothing:
+        wsum = weight.to(acc).sum() if weight is not None else torch.tensor(float(c), dtype=acc)
+        a = a + label_smoothing / c * wsum
+    dx = a[:, None] * p
+    dx = dx.scatter_add(1, t[:, None], -((1 - label_smoothing) * wt)[:, None])
+    if label_smoothing:
+        dx = dx - label_smoothing / c * (weight.to(acc) if weight is not None else 1.0)
+    return (s[:, None] * dx).to(logits.dtype)
+
+
 def cross_entropy_double_backward(saved, gg, kw):
     """Gradients of the backward op's dlogits (the second derivative) by autograd through the
     PyTorch formula, with lse recomputed from the logits: the saved lse is a function of them
     (a non-differentiable output of the forward), so its path is taken here. None for the
     target, the weights and lse."""
-    from .torch_variants import cross_entropy_backward_math
-
     logits, target, weight, _lse, grad = saved
     acc = lse_dtype(logits.dtype)
     x = logits.detach().requires_grad_()

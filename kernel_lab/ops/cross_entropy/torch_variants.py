@@ -9,7 +9,13 @@ import torch.nn.functional as F
 from kernel_lab.compiling import CompiledPerSignature
 from kernel_lab.registry import register
 
-from .op import ALL_DTYPES, check_call, row_lse, split_lse, target_weights
+from .op import (
+    ALL_DTYPES,
+    check_call,
+    cross_entropy_backward_math,
+    row_lse,
+    target_weights,
+)
 
 SOURCE = "kernel_lab/ops/cross_entropy/torch_variants.py"
 
@@ -69,36 +75,6 @@ def compile_cross_entropy(logits, target, weight=None, ignore_index=-100, reduct
                                    label_smoothing)
     return _compiled(logits, target, weight, ignore_index=ignore_index, reduction=reduction,
                      label_smoothing=label_smoothing)
-
-
-def row_scale(target, weight, grad, ignore_index: int, reduction: str, dtype):
-    """s_i: each row's upstream gradient (the mean's denominator divided out; 0 if ignored)
-    and w_t, as ``dtype`` vectors."""
-    keep, t, wt = target_weights(target, weight, ignore_index, dtype)
-    s = grad.to(dtype).expand(target.shape)
-    if reduction == "mean":
-        s = s / torch.where(keep, wt, 0.0).sum()
-    return torch.where(keep, s, 0.0), wt, t
-
-
-def cross_entropy_backward_math(logits, target, weight, lse, grad, ignore_index: int,
-                                reduction: str, label_smoothing: float):
-    """dx = s * ((1 - eps) * w_t * (p - onehot) + eps / C * (sum(w) * p - w))."""
-    acc = torch.float64 if logits.dtype == torch.float64 else torch.float32
-    x = logits.to(acc)
-    c = x.shape[1]
-    s, wt, t = row_scale(target, weight, grad, ignore_index, reduction, acc)
-    hi, lo = split_lse(lse, acc)
-    p = torch.exp((x - hi[:, None]) - lo[:, None])
-    a = (1 - label_smoothing) * wt
-    if label_smoothing:
-        wsum = weight.to(acc).sum() if weight is not None else torch.tensor(float(c), dtype=acc)
-        a = a + label_smoothing / c * wsum
-    dx = a[:, None] * p
-    dx = dx.scatter_add(1, t[:, None], -((1 - label_smoothing) * wt)[:, None])
-    if label_smoothing:
-        dx = dx - label_smoothing / c * (weight.to(acc) if weight is not None else 1.0)
-    return (s[:, None] * dx).to(logits.dtype)
 
 
 @register("torch_cross_entropy_backward", op="cross_entropy_backward", backend="torch",

@@ -10,11 +10,8 @@ from kernel_lab import dispatch
 from kernel_lab.compiling import CompiledPerSignature
 from kernel_lab.dispatch import AUTO
 from kernel_lab.inputs import acc_dtype
-from kernel_lab.ops.cross_entropy.torch_variants import (
-    cross_entropy_backward_math,
-    cross_entropy_math,
-    torch_cross_entropy,
-)
+from kernel_lab.ops.cross_entropy.op import cross_entropy_backward_math
+from kernel_lab.ops.cross_entropy.torch_variants import cross_entropy_math, torch_cross_entropy
 from kernel_lab.registry import register, trusted_inputs
 
 from .op import DTYPES, check_all, check_inputs
