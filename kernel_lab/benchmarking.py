@@ -86,6 +86,7 @@ def has_cuda() -> bool:
 
 # -- shapes: presets and cases (kernel_lab.presets) -------------------------------------------
 from .presets import (  # noqa: E402,F401  (re-exported: the sweep, bench/ and tests use bm.<name>)
+    CPU_BUDGET_S,
     DEFAULT_PRESET,
     ELEMENTS,
     LOSS_OPS,
@@ -94,8 +95,12 @@ from .presets import (  # noqa: E402,F401  (re-exported: the sweep, bench/ and t
     SWEEP_N,
     VOCAB_N,
     Case,
+    CpuPlan,
     Preset,
+    cpu_plan,
     parse_shape,
+    plan_cost_s,
+    run_cost_s,
     select,
     split_tokens,
 )
@@ -265,14 +270,16 @@ def calibrate(variant: Variant, work: Workload) -> tuple[Callable[[], Any], Sche
 
 
 def prepare(variant: Variant, work: Workload, clock: Clock | None = None,
-            stopwatch: timing.Stopwatch | None = None) -> tuple[Timing, float | None]:
+            stopwatch: timing.Stopwatch | None = None,
+            cpu_rounds: int | None = None) -> tuple[Timing, float | None]:
     """How a benchmark cell is timed (:func:`kernel_lab.timing.prepare`: device time per call,
     eager calls or a CUDA graph per cell) and the CUDA-event median of eager bursts beside it.
-    ``clock``: the timer pytest-benchmark holds for this cell (configured here)."""
+    ``clock``: the timer pytest-benchmark holds for this cell (configured here);
+    ``cpu_rounds``: off CUDA, time that many short rounds (``bench``'s CPU plan)."""
     fn = work.caller(variant)
     with trusted_inputs():
         if not work.device.startswith("cuda"):
-            return timing.prepare_cpu(fn), None
+            return timing.prepare_cpu(fn, cpu_rounds), None
         t = timing.prepare(fn, copies=len(work.copies), backend=variant.backend,
                            stopwatch=stopwatch, clock=clock)
         event = cuda_event_median(fn, t.schedule.estimate_s) if stopwatch is None else None

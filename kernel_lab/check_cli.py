@@ -27,6 +27,41 @@ from .reference import CheckResult
 PER_SHAPE_BACKENDS = ("compile",)
 TRIMMED = ("torch.compile variants: one shape and one edge case, in their first dtype (each "
            "new shape compiles); --all checks every case and dtype")
+# The progress bar's guess of a case's seconds (measured on a 2-core CPU; on a GPU only the
+# ratios matter: the clock scales them) by op family and backend, and the first
+# torch.compile's start-up on top. An op of no family here counts as cross-entropy.
+CASE_S = {
+    "rows": {"torch": 0.02, "triton": 0.04, "compile": 0.2, "cuda": 0.2, "peer": 0.05},
+    "cross_entropy": {"torch": 0.06, "triton": 0.08, "compile": 0.2, "cuda": 0.2, "peer": 0.05},
+    "cross_entropy_backward": {"torch": 0.1, "triton": 0.13, "compile": 0.2, "cuda": 0.2,
+                               "peer": 0.05},
+    "linear_cross_entropy": {"torch": 0.06, "triton": 0.16, "compile": 0.3, "cuda": 0.3,
+                             "peer": 0.1},
+    "linear_cross_entropy_backward": {"torch": 0.08, "triton": 0.4, "compile": 0.3, "cuda": 0.3,
+                                      "peer": 0.1},
+}
+ROW_FAMILY = ("softmax", "softmax_backward", "log_softmax", "log_softmax_backward")
+FIRST_COMPILE_S = 6.0
+
+
+def case_seconds(v: registry.Variant) -> float:
+    """The guess of one check case's seconds for variant ``v`` (:data:`CASE_S`)."""
+    family = (v.op if v.op in CASE_S else "rows" if v.op in ROW_FAMILY else
+              "cross_entropy_backward")
+    return CASE_S[family].get(v.backend, 0.1)
+
+
+def case_weights(jobs) -> list[float]:
+    """Each planned case's weight for :class:`kernel_lab.progress.RunProgress`, in run order
+    (``jobs``: (variant, dtype, labels) as :func:`check_main` plans them)."""
+    weights, compiled = [], False
+    for v, _, todo in jobs:
+        for _ in todo:
+            w = case_seconds(v)
+            if v.backend == "compile" and not compiled:
+                w, compiled = w + FIRST_COMPILE_S, True
+            weights.append(w)
+    return weights
 
 
 def wide_console():
@@ -75,22 +110,16 @@ def _chosen(args) -> list[registry.Variant]:
 def check_main(args) -> int:
     import warnings
 
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
     from rich.table import Table
+
+    from .progress import RunProgress
 
     if args.sanitize:
         from .sanitize import sanitize_main
 
         return sanitize_main(args.sanitize, args.names, op=args.op, dtypes=args.dtype,
                              seed=args.seed, jobs=args.jobs, timeout=args.timeout,
-                             log_dir=args.logs)
+                             log_dir=args.logs, cases="all" if args.all else args.cases)
     console = wide_console()
     if args.device == "cuda" and not torch.cuda.is_available():
         raise KernelLabError("--device cuda: no CUDA GPU is usable on this machine")
@@ -100,7 +129,7 @@ def check_main(args) -> int:
         dtypes = [parse_dtype(d) for d in (args.dtype or ["float32", "float16", "bfloat16"])]
     except ValueError as e:
         raise KernelLabError(str(e)) from None
-    selection = "all" if args.all else args.cases
+    selection = "all" if args.all else (args.cases or "core")
     chosen = _chosen(args)
     with warnings.catch_warnings(record=True) as caught:  # shown only with --warnings
         warnings.simplefilter("default")  # each distinct warning once, recorded
@@ -123,17 +152,16 @@ def check_main(args) -> int:
                     "first failure"):
             table.add_column(col, overflow="fold")
         tally: Counter = Counter()
-        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                   TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn())
-        with Progress(*columns, console=console, transient=True) as progress:
-            task = progress.add_task("checking", total=sum(len(t) for _, _, t in jobs))
+        # The bar's ETA weighs each case by its backend (kernel_lab.progress: none before
+        # data, a stalled compile pushes it out); in a pipe: a line a minute at most.
+        with RunProgress("check", "cases", case_weights(jobs), console) as progress:
             for v, dtype, todo in jobs:
                 if not todo:
                     tally["skip"] += 1
                     continue
-                progress.update(task, description=f"{v.name} {dtype_name(dtype)}")
+                progress.start(f"{v.name} {dtype_name(dtype)}")
                 row, outcome = _check_one(v, dtype, device, seed, selection, todo,
-                                          lambda: progress.advance(task))
+                                          progress.done)
                 table.add_row(*row)
                 tally[outcome] += 1
     distinct = {(w.category.__name__, str(w.message), w.filename, w.lineno): w for w in caught}
@@ -144,9 +172,11 @@ def check_main(args) -> int:
     if table.row_count:
         console.print(table)
     skips = "; ".join(f"{n} x {r}" for r, n in skip_reasons.most_common())
-    console.print(f"{tally['pass'] + tally['fail']} variant x dtype checked: {tally['pass']} "
-                  f"passed, {tally['fail']} failed, {tally['skip']} ran nothing here"
-                  + (f"; cases skipped: {skips}" if skips else ""))
+    # `check --sanitize` reads this line back (sanitize._CHECKED): keep its words
+    ran = sum(len(todo) for _, _, todo in jobs)
+    console.print(f"{tally['pass'] + tally['fail']} variant x dtype checked over {ran} cases: "
+                  f"{tally['pass']} passed, {tally['fail']} failed, {tally['skip']} ran nothing "
+                  "here" + (f"; cases skipped: {skips}" if skips else ""))
     if trimmed:
         console.print(TRIMMED)
     if distinct and not args.warnings:

@@ -32,15 +32,17 @@ def _parser() -> argparse.ArgumentParser:
                     help="cuda or cpu (default: cuda if present; Triton variants run in "
                     "Triton's interpreter without a GPU)")
     ck.add_argument("--seed", type=int, default=None, help="seed (default: fresh each run)")
-    ck.add_argument("--cases", default="core", choices=["core", "all", "sanitize"],
+    ck.add_argument("--cases", default=None, choices=["core", "all", "sanitize", "race"],
                     help="core: a representative set (default); all: every shape case; "
-                    "sanitize: all plus odd rows at misaligned bases")
+                    "sanitize: the small cases plus rows that reach every CUDA kernel kind at "
+                    "odd N and misaligned bases (memcheck's and initcheck's default); race: the "
+                    "smallest rows that reach every kind (racecheck's and synccheck's default)")
     ck.add_argument("--all", action="store_true", help="every shape case (--cases all)")
     ck.add_argument("--sanitize", nargs="?", const="memcheck", metavar="TOOL",
                     choices=["memcheck", "racecheck", "initcheck", "synccheck"],  # sanitize.TOOLS
                     help="run the CUDA variants named (default: all; racecheck: those with "
                     "shared memory or clusters) under compute-sanitizer TOOL (default "
-                    "memcheck), one process a variant, one line each")
+                    "memcheck) over the tool's --cases, one process a variant, one line each")
     ck.add_argument("--jobs", type=int, default=4, help="--sanitize: processes at once")
     ck.add_argument("--timeout", type=float, default=600.0,
                     help="--sanitize: seconds a variant may take")
@@ -77,16 +79,43 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+TRACEBACK_ENV = "KERNEL_LAB_TRACEBACK"  # =1: a lab error shows its traceback (as --traceback)
+
+
+def _traceback_switch(p: argparse.ArgumentParser) -> None:
+    """``--traceback`` before the command (shown in the top-level help) or after it (hidden)."""
+    p.add_argument("--traceback", action="store_true",
+                   help=f"on an error, the full traceback, not one line (also {TRACEBACK_ENV}=1)")
+    sub = p._subparsers._group_actions[0]
+    for command in set(sub.choices.values()):  # an alias shares its command's parser
+        command.add_argument("--traceback", action="store_true", default=argparse.SUPPRESS,
+                             help=argparse.SUPPRESS)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point; a lab error (unknown name, unsupported input) is one line and exit code 2."""
+    """Entry point. A lab error (:class:`~kernel_lab.errors.KernelLabError`: an unknown name,
+    an input a variant refuses...) or a file that cannot be read or written is one line on
+    stderr, ``kernel_lab <command>: <message>``, and exit code 2 (a failed check stays 1);
+    Ctrl-C is ``interrupted`` and 130. ``--traceback`` or ``KERNEL_LAB_TRACEBACK=1``: raise
+    instead, with the traceback. Any other exception is a bug and keeps its traceback."""
+    import os
+
     from .errors import KernelLabError
 
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    _traceback_switch(parser)
+    args = parser.parse_args(argv)
+    if args.traceback or os.environ.get(TRACEBACK_ENV, "") not in ("", "0"):
+        return _dispatch(args)
     try:
         return _dispatch(args)
-    except KernelLabError as e:
-        print(f"kernel_lab {args.command}: {e}", file=sys.stderr)
+    except (KernelLabError, OSError) as e:
+        print(f"kernel_lab {args.command}: {str(e).strip() or type(e).__name__}",
+              file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"kernel_lab {args.command}: interrupted", file=sys.stderr)
+        return 130
 
 
 def _dispatch(args: argparse.Namespace) -> int:

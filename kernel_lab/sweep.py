@@ -19,6 +19,14 @@ Decisions:
   ``--variants`` says; ``all`` adds them even when missing, ``none`` keeps the selection as is.
   A peer's skipped cell shows its ``supports()`` reason (e.g. ``N=50257 not a multiple of 8``):
   why a yardstick is absent from a shape is part of the comparison.
+* **On a CPU** (``--device cpu``) a preset is cut to a plan that ends within
+  ``CPU_BUDGET_S`` (2 min) on 2 cores (:func:`kernel_lab.presets.cpu_plan`: the first dtype,
+  rows cut, as many row lengths as a cost model fits, 3 short rounds a run), said in one line
+  first; ``--full-cpu`` times every cell with the GPU's rounds. A ``--shape`` the plan cannot
+  fit is refused in one line naming ``--full-cpu``. Progress: :mod:`kernel_lab.progress` (an
+  ETA weighted by the plan's costs; one line a minute in a pipe). A CPU run that times nothing
+  exits 1; ``bench`` without a GPU and without ``--device cpu`` exits 2, in one line. The GPU
+  path is unchanged.
 * :func:`render_tables`, :func:`write_results` and :func:`plot_results` take plain
   :class:`~kernel_lab.benchmarking.Record` lists, so they are testable on a CPU with fake data.
 """
@@ -38,6 +46,7 @@ from . import benchmarking as bm
 from .benchmarking import Record
 from .errors import KernelLabError
 from .peak_memory import format_bytes
+from .presets import CPU_COMPILE_WARMUP_S, minutes_text, runs_on_cpu
 
 STATUS_CELL = {"skipped": "[dim]skip[/]", "wrong": "[bold red]WRONG[/]", "error": "[red]error[/]"}
 PEER_REASON_CHARS = 48  # a peer's skip reason in its cell is cut here (problems() has it whole)
@@ -72,6 +81,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="peer variants (QuACK, Liger) beside --variants: auto = those that "
                         "import here, on a GPU (default); all = every one, a missing one as "
                         "skipped; none = only what --variants selects")
+    p.add_argument("--full-cpu", action="store_true",
+                   help="--device cpu: every cell of the preset (rows capped to fit memory) "
+                        "and the GPU's rounds, or a --shape however long it takes; without it "
+                        f"a CPU run is planned to end within {bm.CPU_BUDGET_S / 60:.0f} min on "
+                        "2 cores (few small cells, short rounds)")
 
 
 def default_out_dir() -> Path:
@@ -81,8 +95,11 @@ def default_out_dir() -> Path:
 
 
 def run_sweep(pairs: Sequence[tuple[bm.Case, bm.Variant]], device: str,
-              copy_gbps: float, progress=None) -> list[Record]:
-    """Vet and time every (case, variant) pair; ``progress(done, description)`` before each."""
+              copy_gbps: float, progress=None, cpu_rounds: int | None = None,
+              finished=None) -> list[Record]:
+    """Vet and time every (case, variant) pair; ``progress(done, description)`` before each,
+    ``finished()`` after each; ``cpu_rounds``: off CUDA, that many short rounds a run (the CPU
+    plan)."""
     cache = bm.WorkloadCache(device)
     records = []
     for i, (case, variant) in enumerate(pairs):
@@ -93,7 +110,7 @@ def run_sweep(pairs: Sequence[tuple[bm.Case, bm.Variant]], device: str,
             rec = bm.vet(variant, work)
             if rec is None or rec.status == "inexact":
                 peak = bm.memory(variant, work)  # before any graph holds memory
-                timing, event = bm.prepare(variant, work)
+                timing, event = bm.prepare(variant, work, cpu_rounds=cpu_rounds)
                 with bm.trusted_inputs():  # Op.make_inputs' values: no checks timed
                     per_call = sorted(bm.time_rounds(timing.target, timing.clock,
                                                      timing.schedule))
@@ -105,6 +122,8 @@ def run_sweep(pairs: Sequence[tuple[bm.Case, bm.Variant]], device: str,
         except Exception as e:  # noqa: BLE001 - one broken variant must not end the sweep
             rec = Record.crashed(case, variant, e)
         records.append(rec)
+        if finished is not None:
+            finished()
     return records
 
 
@@ -302,7 +321,10 @@ def write_results(records: Sequence[Record], meta: dict, out_dir: Path, stem: st
 
 # -- entry point -------------------------------------------------------------------------------
 def main(args: argparse.Namespace) -> int:
-    """Run the sweep. 0: all timed or skipped; 1: some variant wrong/crashed; 2: bad arguments."""
+    """Run the sweep. 0: all timed or skipped; 1: some variant wrong/crashed, or (``--device
+    cpu``) nothing timed; 2: bad arguments, a --shape the CPU cannot take, or no GPU for
+    ``--device cuda``. On a CPU the preset is cut to a plan that ends within
+    ``CPU_BUDGET_S`` (:func:`kernel_lab.presets.cpu_plan`) unless ``--full-cpu``."""
     import shutil
 
     from rich.console import Console
@@ -311,25 +333,37 @@ def main(args: argparse.Namespace) -> int:
     # Logs and pipes get a wide table instead of rich's 80-column default.
     console = Console(width=max(160, shutil.get_terminal_size().columns))
     if args.device == "cuda" and not bm.has_cuda():
-        print(f"kernel_lab bench: {bm.NO_GPU} on this machine; nothing timed "
-              "(--device cpu exercises the harness at CPU-sized shapes)")
-        return 0
+        print(f"kernel_lab bench: nothing timed: {bm.NO_GPU} on this machine; pass --device cpu "
+              "to time the CPU (a short plan of the preset, CPU-sized shapes)", file=sys.stderr)
+        return 2
     try:
         pairs = bm.select(args.preset, ops_filter=args.op, variants_filter=args.variants,
                           dtypes_filter=args.dtype, shapes_filter=args.shape)
     except (KernelLabError, ValueError) as e:
         print(f"kernel_lab bench: {e}", file=sys.stderr)
         return 2
-    if args.device == "cpu":  # presets sized for a GPU: cap them, refuse a --shape too big
+    cpu = args.device == "cpu"
+    full_cpu = getattr(args, "full_cpu", False)
+    plan = None
+    if cpu:  # presets sized for a GPU: plan a short CPU run, refuse a --shape too big
         from .memory_caps import fit_cpu
 
         try:
-            pairs, note = fit_cpu(pairs, bool(args.shape))
+            if full_cpu or args.shape:  # memory: cap preset rows, refuse a huge --shape
+                pairs, note = fit_cpu(pairs, bool(args.shape))
+            if not full_cpu:
+                plan = bm.cpu_plan(pairs, shapes_given=bool(args.shape),
+                                   dtypes_given=bool(args.dtype))
+                pairs, note = plan.pairs, plan.note
         except ValueError as e:
             print(f"kernel_lab bench: {e}", file=sys.stderr)
             return 2
+        if full_cpu:
+            note = ((note + "; ") if note else "") + (
+                f"--full-cpu: ~{minutes_text(bm.plan_cost_s(pairs, full=True))} "
+                "planned on 2 cores")
         if note:
-            console.print(note, markup=False)
+            console.print(note, markup=False, soft_wrap=True)
     if args.peers == "all" or (args.peers == "auto" and args.device == "cuda"):
         pairs = bm.add_peers(pairs, importable_only=args.peers == "auto")
     if not pairs:
@@ -340,12 +374,16 @@ def main(args: argparse.Namespace) -> int:
     chosen = f"--shape {', '.join(args.shape)}" if args.shape else f"preset {args.preset}"
     console.print(f"{bm.device_label(args.device)}: device copy {copy:,.0f} GB/s; "
                   f"{len(pairs)} runs ({chosen})", markup=False)
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  console=console, transient=True) as bar:
-        task = bar.add_task("bench", total=len(pairs))
+    if cpu:
+        records = _run_cpu(pairs, copy, console, plan.rounds if plan else None,
+                           full=full_cpu)
+    else:
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                      console=console, transient=True) as bar:
+            task = bar.add_task("bench", total=len(pairs))
 
-        records = run_sweep(pairs, args.device, copy, progress=lambda i, desc: bar.update(
-            task, completed=i, description=desc))
+            records = run_sweep(pairs, args.device, copy, progress=lambda i, desc: bar.update(
+                task, completed=i, description=desc))
     console.print(legend(args.device, copy), markup=False)
     for t in render_tables(records, copy):
         console.print(t)
@@ -357,8 +395,41 @@ def main(args: argparse.Namespace) -> int:
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
     meta = {"preset": shape_set, "device": args.device, "copy_gbps": copy,
             "created_utc": stamp, "argv": sys.argv, **bm.machine_info(args.device)}
+    if cpu:  # what the CPU plan (or --full-cpu) cut, as its first line said
+        meta["cpu_plan"] = note or ""
     paths = write_results(records, meta, args.out or default_out_dir(),
                           f"bench-{shape_set}-{args.device}-{stamp}")
     for p in paths:
         print(f"wrote {p}")
+    if cpu and not any(r.status in bm.TIMED for r in records):
+        print(f"kernel_lab bench: nothing timed: {nothing_timed(records)}", file=sys.stderr)
+        return 1
     return 1 if any(r.status in ("wrong", "error") for r in records) else 0
+
+
+def _run_cpu(pairs: Sequence[tuple[bm.Case, bm.Variant]], copy: float, console,
+             rounds: int | None, full: bool = False) -> list[Record]:
+    """:func:`run_sweep` on the CPU with :class:`kernel_lab.progress.RunProgress`: a bar with
+    an ETA weighted by each run's planned cost in a terminal, a line a minute in a pipe."""
+    from .progress import RunProgress
+
+    here = {v.name: runs_on_cpu(v) for _, v in pairs}
+    weights = [bm.run_cost_s(c, v, full=full, runs_here=here[v.name]) for c, v in pairs]
+    first_compile = next((i for i, w in enumerate(weights) if w and pairs[i][1].backend
+                          == "compile"), None)
+    if first_compile is not None:
+        weights[first_compile] += CPU_COMPILE_WARMUP_S
+    with RunProgress("bench", "runs", weights, console) as p:
+        return run_sweep(pairs, "cpu", copy, progress=lambda i, desc: p.start(desc),
+                         cpu_rounds=rounds, finished=p.done)
+
+
+def nothing_timed(records: Sequence[Record]) -> str:
+    """Why no run of a sweep was timed, in one line: its most common outcomes."""
+    from collections import Counter
+
+    why = Counter(f"{r.status}: {r.reason}" if r.reason else r.status for r in records)
+    top = "; ".join(f"{k} x {reason}" for reason, k in why.most_common(2))
+    more = f"; {len(why) - 2} more reasons" if len(why) > 2 else ""
+    runs = f"the {len(records)} runs" if len(records) > 1 else "the one run"
+    return f"{runs} skipped or failed ({top}{more})"

@@ -46,6 +46,8 @@ GRAPH_REPLAY_S = 1e-3  # work in one graph replay
 MIN_GRAPH_CALLS, MAX_GRAPH_CALLS = 16, 4096
 HOST_ROUND_S = 5e-3  # host group: one round of back-to-back calls
 HOST_ROUNDS = 21
+CPU_ROUNDS = 3  # ``bench --device cpu`` without --full-cpu: rounds a cell (its figure means
+CPU_ROUND_S = 5e-3  # nothing about kernels: the run exercises the harness) of >= this each
 
 METHODS = ("events", "graph", "host", "cpu")
 
@@ -272,10 +274,29 @@ def _replay_seconds(replay: Callable[[], Any], clock: Clock, n: int = 3) -> floa
     return statistics.median(samples)
 
 
-def prepare_cpu(fn: Callable[[], Any]) -> Timing:
-    """Off CUDA: the same rounds on ``perf_counter`` (exercises the harness; no kernel figure)."""
-    s = schedule(fn, time.perf_counter)
+def prepare_cpu(fn: Callable[[], Any], rounds: int | None = None) -> Timing:
+    """Off CUDA: the same rounds on ``perf_counter`` (exercises the harness; no kernel figure).
+    ``rounds``: exactly that many rounds of >= CPU_ROUND_S (``bench``'s CPU plan) instead."""
+    s = (schedule(fn, time.perf_counter) if rounds is None
+         else short_schedule(fn, time.perf_counter, rounds))
     return Timing(fn, replace(s, method="cpu"), time.perf_counter)
+
+
+def short_schedule(fn: Callable[[], Any], timer: Callable[[], float], rounds: int,
+                   round_s: float = CPU_ROUND_S) -> Schedule:
+    """``rounds`` rounds of about ``round_s`` each (at least one call): a slow call (an
+    interpreted Triton kernel on a CPU) costs calibration + warm-up + ``rounds`` calls."""
+    n = 1
+    while True:
+        t0 = timer()
+        for _ in range(n):
+            fn()
+        dt = timer() - t0
+        if dt >= 1e-3 or n >= MAX_ITERATIONS:
+            break
+        n *= 4
+    est = max(dt / n, 1e-9)
+    return Schedule(max(1, rounds), max(1, min(MAX_ITERATIONS, math.ceil(round_s / est))), est)
 
 
 def host_schedule(fn: Callable[[], Any], timer: Callable[[], float]) -> Schedule:

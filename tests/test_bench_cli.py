@@ -91,9 +91,9 @@ def _cli(*argv: str) -> argparse.Namespace:
 
 @pytest.mark.skipif(HAS_CUDA, reason="checks the GPU-less behaviour")
 def test_cli_without_gpu_says_so_once(capsys):
-    assert sweep.main(_cli()) == 0
+    assert sweep.main(_cli()) == 2  # nothing timed: non-zero, one line
     out = capsys.readouterr()
-    assert out.err == "" and len(out.out.splitlines()) == 1 and bm.NO_GPU in out.out
+    assert out.out == "" and len(out.err.splitlines()) == 1 and bm.NO_GPU in out.err
 
 
 def test_cli_cpu_sweep_writes_files(tmp_path, capsys, monkeypatch):
@@ -136,7 +136,7 @@ def test_cli_entry_point_without_gpu():
         pytest.skip("checks the GPU-less behaviour")
     r = subprocess.run([sys.executable, "-m", "kernel_lab", "bench"], cwd=REPO, text=True,
                        capture_output=True, timeout=120)
-    assert r.returncode == 0 and r.stdout.count("\n") == 1 and bm.NO_GPU in r.stdout, r
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and bm.NO_GPU in r.stderr, r
 
 
 def test_schedule_rounds_cover_the_host_latency_of_one_call():
