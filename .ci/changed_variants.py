@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 import kernel_lab
-from kernel_lab.jit import cuda_src_dir, source_files
+from kernel_lab.cuda.jit import cuda_src_dir, source_files
 
 base = sys.argv[1] if len(sys.argv) > 1 else "origin/main"
 cuda = [v for v in kernel_lab.variants() if v.backend == "cuda" and v.source]

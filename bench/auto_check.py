@@ -10,12 +10,12 @@ variant, those registered that take the input). ``--path eager`` (default):
 ``kernel_lab.softmax(x, variant=...)`` / ``kernel_lab.log_softmax`` for the forward ops, and
 for the backward ops what their eager autograd runs (``dispatch.run``); ``--path custom``: the
 custom ops (``torch.ops.kernel_lab.<op>``), what ``torch.compile``d graphs and dispatch modes
-call. Each is timed on the benchmark's rotating inputs and timer (``kernel_lab.benchmarking``:
-the median of rounds of back-to-back calls, the GPU synchronised around each round). Prints the
-variant auto took (``dispatch.choose_variant``), the fastest candidate, and auto's time over the
-fastest's; exits 1 when that ratio passes ``--tolerance`` anywhere: the op's size / row-length
-rule (``kernel_lab/ops/<op>/auto.py``) is off for that tensor. Timing only: the test suite
-checks every candidate's output.
+call. Each is timed on the benchmark's rotating inputs and timer
+(``kernel_lab.measure.benchmarking``: the median of rounds of back-to-back calls, the GPU
+synchronised around each round). Prints the variant auto took (``dispatch.choose_variant``), the
+fastest candidate, and auto's time over the fastest's; exits 1 when that ratio passes
+``--tolerance`` anywhere: the op's size / row-length rule (``kernel_lab/ops/<op>/auto.py``) is off
+for that tensor. Timing only: the test suite checks every candidate's output.
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ from rich.console import Console
 from rich.table import Table
 
 import kernel_lab
-from kernel_lab import benchmarking as bm
-from kernel_lab import custom_ops, dispatch, registry
-from kernel_lab.errors import UnknownVariantError
+from kernel_lab.base.errors import UnknownVariantError
+from kernel_lab.core import custom_ops, dispatch, registry
+from kernel_lab.measure import benchmarking as bm
 
 OPS = ("softmax", "softmax_backward", "log_softmax", "log_softmax_backward")
 # both sides of every small-size limit (the ops' SMALL_NUMEL: 2^21-2^23) and of Triton's

@@ -29,7 +29,7 @@ LAYERS = (
     ("custom_ops.py", 1),
     ("plans.py", 2), ("dispatch.py", 2),
     ("registry.py", None), ("errors.py", None), ("ops/*/auto.py", 4), ("ops/*/op.py", 4),
-    ("ops/*/*_variants.py", 4), ("rows.py", 4), ("rowkernels/*", 4), ("cuda_common.py", 4),
+    ("ops/*/*_variants.py", 4), ("rows.py", 4), ("rowkernels/*", 4), ("cuda/sources.py", 4),
     ("triton_rows.py", 4), ("flag_words.py", 4), ("occupancy.py", 4), ("inputs.py", 4),
     ("compiling.py", 4), ("triton_src/*", 4),
     ("interop.py", 5),

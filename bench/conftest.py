@@ -2,10 +2,11 @@
 
 Decisions:
 
-* Parametrized from the registry (``kernel_lab.benchmarking.select``) in ``pytest_configure``:
+* Parametrized from the registry (``kernel_lab.measure.benchmarking.select``) in
+``pytest_configure``:
   a bad ``--variants`` / ``--op`` / ``--dtype`` is a usage error, not a collection error.
 * pytest-benchmark's timer is replaced (``benchmark`` marker) by a per-test
-  :class:`kernel_lab.timing.Clock`: CUDA events, counting in units of one call, so its min /
+  :class:`kernel_lab.measure.timing.Clock`: CUDA events, counting in units of one call, so its min /
   median / mean - what ``--benchmark-compare`` compares - are device time per call, whether the
   cell is timed as eager calls or as a CUDA graph of K calls (chosen per cell, recorded in
   ``extra_info``). Each test's group is its (op, dtype, shape): one table per shape compares
@@ -30,8 +31,8 @@ from pathlib import Path
 import pytest
 
 import kernel_lab
-from kernel_lab import benchmarking as bm
-from kernel_lab import sweep
+from kernel_lab.measure import benchmarking as bm
+from kernel_lab.measure import sweep
 
 PAIRS = pytest.StashKey[list]()
 HOST_CELLS = pytest.StashKey[list]()
@@ -142,7 +143,7 @@ def _clock_of(item: pytest.Item):
 
 @pytest.fixture
 def bench_clock(request: pytest.FixtureRequest):
-    """The cell's pytest-benchmark timer when it is a :class:`~kernel_lab.timing.Clock` (GPU
+    """The cell's pytest-benchmark timer when it is a :class:`~kernel_lab.measure.timing.Clock` (GPU
     cells, host cells), else None (``--device cpu``: ``perf_counter``)."""
     return _clock_of(request.node)
 

@@ -23,8 +23,8 @@ if __name__ == "__main__":  # no GPU: one line and exit 2, before torch loads
 import torch  # noqa: E402
 
 import kernel_lab  # noqa: E402
-from kernel_lab.checking import parse_dtype  # noqa: E402
-from kernel_lab.jit import cuda_src_dir  # noqa: E402
+from kernel_lab.checking.checker import parse_dtype  # noqa: E402
+from kernel_lab.cuda.jit import cuda_src_dir  # noqa: E402
 
 HEADER = "row_common.cuh"
 

@@ -24,7 +24,7 @@ if __name__ == "__main__":  # no GPU: one line and exit 2, before torch loads
 import torch  # noqa: E402
 
 import kernel_lab  # noqa: E402
-from kernel_lab.compiling import CompiledPerSignature  # noqa: E402
+from kernel_lab.core.compiling import CompiledPerSignature  # noqa: E402
 from kernel_lab.ops.linear_cross_entropy import peer_variants  # noqa: E402
 
 CELLS = ((4096, 128256), (2304, 256000), (3584, 151936))

@@ -35,8 +35,8 @@ import torch.nn.functional as F  # noqa: E402
 from triton.testing import do_bench  # noqa: E402
 
 import kernel_lab  # noqa: E402
-from kernel_lab.benchmarking import VOCAB_N, copy_bandwidth  # noqa: E402
-from kernel_lab.checking import parse_dtype  # noqa: E402
+from kernel_lab.checking.checker import parse_dtype  # noqa: E402
+from kernel_lab.measure.benchmarking import VOCAB_N, copy_bandwidth  # noqa: E402
 
 
 def _peers() -> dict:

@@ -24,7 +24,7 @@ if __name__ == "__main__":  # no GPU: one line and exit 2, before torch loads
 import torch  # noqa: E402
 
 import kernel_lab  # noqa: E402
-from kernel_lab import dispatch  # noqa: E402
+from kernel_lab.core import dispatch  # noqa: E402
 
 
 def per_call_us(fn, calls: int = 2000, rounds: int = 7) -> float:
@@ -47,7 +47,8 @@ def pieces(v, x) -> dict[str, float]:
     import numpy as np
     from cupy.cuda import driver, runtime
 
-    from kernel_lab import interop, registry, rows
+    from kernel_lab.core import registry, rows
+    from kernel_lab.cuda import interop
     from kernel_lab.ops.softmax import cuda_variants as cv
 
     expr = "online_softmax<float>"

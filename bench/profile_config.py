@@ -28,11 +28,11 @@ if __name__ == "__main__":  # no GPU: one line and exit 2, before torch loads
 
 import torch  # noqa: E402
 
-from kernel_lab.benchmarking import parse_dtype  # noqa: E402
+from kernel_lab.cuda.rowkernels import backward_config as bc  # noqa: E402
+from kernel_lab.cuda.rowkernels import forward_config as fc  # noqa: E402
+from kernel_lab.cuda.rowkernels import launch as rk  # noqa: E402
+from kernel_lab.measure.benchmarking import parse_dtype  # noqa: E402
 from kernel_lab.ops.softmax import cuda_variants as cv  # noqa: E402
-from kernel_lab.rowkernels import backward_config as bc  # noqa: E402
-from kernel_lab.rowkernels import forward_config as fc  # noqa: E402
-from kernel_lab.rowkernels import launch as rk  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -48,7 +48,7 @@ LABELS = {
     "peer_quack_cross_entropy_backward": "QuACK",
     "peer_liger_cross_entropy": "Liger",
 }
-TIMED = ("ok", "inexact")  # statuses whose records carry timings (kernel_lab.benchmarking.TIMED)
+TIMED = ("ok", "inexact")  # statuses with timings (kernel_lab.measure.benchmarking.TIMED)
 HEADER = """# Benchmark results
 
 One result set: the latest sweeps of softmax forward and backward and of cross-entropy (GPU,
@@ -91,7 +91,8 @@ def added_in(path: Path) -> str | None:
 
 
 def size(n: int) -> str:
-    """Bytes as the sweep's tables show them (kernel_lab.peak_memory.format_bytes; this script
+    """Bytes as the sweep's tables show them (kernel_lab.measure.peak_memory.format_bytes; this
+    script
     stays stdlib-only, so it cannot import the package)."""
     for unit, step in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if n >= step:

@@ -14,8 +14,8 @@ import itertools
 
 import pytest
 
-from kernel_lab import benchmarking as bm
-from kernel_lab import timing
+from kernel_lab.measure import benchmarking as bm
+from kernel_lab.measure import timing
 
 
 def test_host(benchmark, bench_clock, host_candidates, host_cell):

@@ -4,8 +4,8 @@ Each test: skip with the variant's own ``supports()`` reason if it cannot run th
 once and compare with the float64 reference (fail if wrong, unless the variant declares that
 miss in ``known_inexact``: then it is timed and marked ``inexact``); then time it with
 ``benchmark.pedantic``: device time per call on a GPU, as eager calls or a CUDA graph of K calls
-chosen per cell (``kernel_lab.timing``), read by the cell's clock. ``extra_info`` records the
-method and K, the device and host time per call, bytes, GB/s, % of copy bandwidth, the
+chosen per cell (``kernel_lab.measure.timing``), read by the cell's clock. ``extra_info`` records
+the method and K, the device and host time per call, bytes, GB/s, % of copy bandwidth, the
 CUDA-event median, kernel registers / spills and the memory column.
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 
 import kernel_lab
-from kernel_lab import benchmarking as bm
+from kernel_lab.measure import benchmarking as bm
 
 
 def test_variant(benchmark, bench_clock, workloads, copy_gbps, bench_records, op, dtype, shape,

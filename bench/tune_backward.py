@@ -29,10 +29,10 @@ if __name__ == "__main__":  # no GPU: one line and exit 2, before torch loads
 
 import torch  # noqa: E402
 
-from kernel_lab.cuda_common import cdiv  # noqa: E402
-from kernel_lab.rowkernels import backward_config as bc  # noqa: E402
-from kernel_lab.rowkernels import forward_config as fc  # noqa: E402
-from kernel_lab.rowkernels import launch as rk  # noqa: E402
+from kernel_lab.cuda.rowkernels import backward_config as bc  # noqa: E402
+from kernel_lab.cuda.rowkernels import forward_config as fc  # noqa: E402
+from kernel_lab.cuda.rowkernels import launch as rk  # noqa: E402
+from kernel_lab.cuda.sources import cdiv  # noqa: E402
 
 try:  # run as a script from the repository root
     from tune_long_rows import med_ms

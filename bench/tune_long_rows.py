@@ -33,13 +33,13 @@ if __name__ == "__main__":  # no GPU: one line and exit 2, before torch loads
 import torch  # noqa: E402
 
 import kernel_lab  # noqa: E402
-from kernel_lab import jit  # noqa: E402
-from kernel_lab import occupancy as pc  # noqa: E402
-from kernel_lab.cuda_common import cdiv  # noqa: E402
+from kernel_lab.cuda import jit  # noqa: E402
+from kernel_lab.cuda import occupancy as pc  # noqa: E402
+from kernel_lab.cuda.rowkernels import forward_config as fc  # noqa: E402
+from kernel_lab.cuda.rowkernels import launch as rk  # noqa: E402
+from kernel_lab.cuda.sources import cdiv  # noqa: E402
 from kernel_lab.ops.log_softmax import cuda_variants as lcv  # noqa: E402
 from kernel_lab.ops.softmax import cuda_variants as cv  # noqa: E402
-from kernel_lab.rowkernels import forward_config as fc  # noqa: E402
-from kernel_lab.rowkernels import launch as rk  # noqa: E402
 
 NS = (1024, 2048, 4096, 8192, 16384, 32000, 32768, 50257, 65536, 128256, 131072, 151936,
       262144, 524288, 1048576)

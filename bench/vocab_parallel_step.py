@@ -39,7 +39,7 @@ import torch.distributed as dist  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import kernel_lab  # noqa: E402
-from kernel_lab.checking import parse_dtype  # noqa: E402
+from kernel_lab.checking.checker import parse_dtype  # noqa: E402
 from kernel_lab.distributed import (  # noqa: E402
     vocab_parallel_cross_entropy,
     vocab_parallel_linear_cross_entropy,

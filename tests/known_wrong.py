@@ -1,13 +1,13 @@
 """Deliberately wrong softmax implementations: the checker must reject every one of them.
 
 They are plain functions wrapped in unregistered Variants, run through exactly the same cases
-and checker (`kernel_lab.checking`) as the real variants.
+and checker (`kernel_lab.checking.checker`) as the real variants.
 """
 
 import torch
 
-from kernel_lab.registry import Variant
-from kernel_lab.rows import rowwise
+from kernel_lab.core.registry import Variant
+from kernel_lab.core.rows import rowwise
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 

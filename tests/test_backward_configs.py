@@ -15,13 +15,13 @@ import torch
 from conftest import HAS_CUDA
 
 import kernel_lab
-from kernel_lab import occupancy as pc
-from kernel_lab.cuda_common import ALL_DTYPES, cdiv, ctype, vec_width
+from kernel_lab.cuda import occupancy as pc
+from kernel_lab.cuda.rowkernels import backward_config as bc
+from kernel_lab.cuda.rowkernels import forward_config as fc
+from kernel_lab.cuda.rowkernels import launch as rk
+from kernel_lab.cuda.sources import ALL_DTYPES, cdiv, ctype, vec_width
 from kernel_lab.ops.log_softmax import cuda_variants as lcv
 from kernel_lab.ops.softmax import cuda_variants as cv
-from kernel_lab.rowkernels import backward_config as bc
-from kernel_lab.rowkernels import forward_config as fc
-from kernel_lab.rowkernels import launch as rk
 
 NS = (1, 127, 4096, 16384, 16385, 20000, 32000, 50257, 65536, 151936, 262144, 524288, 1048576)
 # Both ops on the persistent kernel: (op, variant, kernels for backward_launch, y from logits).

@@ -17,8 +17,8 @@ import pytest
 import torch
 
 import kernel_lab
-from kernel_lab import benchmarking as bm
-from kernel_lab import sweep
+from kernel_lab.measure import benchmarking as bm
+from kernel_lab.measure import sweep
 
 REPO = Path(__file__).resolve().parents[1]
 HAS_CUDA = torch.cuda.is_available()
@@ -69,7 +69,7 @@ def test_table_csv_json_plot_from_fake_records(tmp_path):
 
 
 def test_cross_check_line_counts_long_runs_and_names_the_worst():
-    from kernel_lab.benchmarking import Record
+    from kernel_lab.measure.benchmarking import Record
 
     def rec(variant, median_s, event_s, status="ok"):
         return Record("softmax", "float32", 64, 4096, variant, "cuda", status,
@@ -159,7 +159,7 @@ def test_schedule_rounds_cover_the_host_latency_of_one_call():
 def test_a_recorded_launch_reads_as_name_and_shape():
     """What a saved record's ``kernels`` says per launch (bm.describe_launch), and that a
     Function the JIT did not hand out has no name."""
-    from kernel_lab import interop, jit
+    from kernel_lab.cuda import interop, jit
 
     launch = interop.Launch(object(), (315, 1, 1), (160, 1, 1), 40960)
     assert bm.describe_launch(launch, "fast_softmax_persist_cluster<float, 16, 15>") == \

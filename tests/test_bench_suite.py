@@ -18,7 +18,7 @@ import pytest
 import torch
 
 import kernel_lab
-from kernel_lab import benchmarking as bm
+from kernel_lab.measure import benchmarking as bm
 
 REPO = Path(__file__).resolve().parents[1]
 HAS_CUDA = torch.cuda.is_available()
@@ -29,7 +29,7 @@ REGISTERED = {op: [(v.name, v.backend) for v in kernel_lab.variants(op)]
 FAKE_PLUGIN = '''
 import torch
 import kernel_lab
-from kernel_lab.registry import register
+from kernel_lab.core.registry import register
 
 kernel_lab.op_names()  # load the registry, then add two test doubles to it
 

@@ -14,8 +14,8 @@ import pytest
 import torch
 
 import kernel_lab
-from kernel_lab import benchmarking as bm
-from kernel_lab import peak_memory, timing
+from kernel_lab.measure import benchmarking as bm
+from kernel_lab.measure import peak_memory, timing
 
 HAS_CUDA = torch.cuda.is_available()
 
@@ -185,7 +185,7 @@ def test_memory_column_is_n_a_off_cuda():
 
 
 def test_memory_cells_in_the_table_and_plot_legend():
-    from kernel_lab import sweep
+    from kernel_lab.measure import sweep
 
     case = bm.Case("softmax", torch.float32, (1024, 4096))
     r = bm.Record.start(case, kernel_lab.get("torch_eager"))
@@ -264,7 +264,7 @@ def test_gate_reads_the_cells_pytest_benchmark_names():
 def test_gate_slowdown_edit_compiles_and_keeps_the_kernel(tmp_path):
     """The extra pass the gate inserts compiles with NVRTC for sm_90 (no GPU needed)."""
     pytest.importorskip("cupy")
-    from kernel_lab import jit
+    from kernel_lab.cuda import jit
 
     gate = _compare_gate()
     src = gate.KERNEL.read_text()

@@ -31,8 +31,9 @@ def test_tune_backward_times_the_shape_the_op_launches():
     (50257 fp32: not 16-byte aligned, one phase) are sized with room for a line head (up to 7
     windows before the row: 12572), as the op sizes them, not as aligned rows (which once
     labelled a shape the op never ran)."""
-    code = ("import torch, tune_backward as t; from kernel_lab.rowkernels import backward_config "
-            "as bc; c = t.candidates(50257, torch.float32, (), aligned=False); "
+    code = ("import torch, tune_backward as t; "
+            "from kernel_lab.cuda.rowkernels import backward_config as bc; "
+            "c = t.candidates(50257, torch.float32, (), aligned=False); "
             "d = [k for k in c if k.startswith('default')]; "
             "print(d[0], bc.backward_config(50257, torch.float32, False, True).label()); "
             "print(all(v.threads * v.vpt * v.cluster >= 12572 for v in c.values()))")
@@ -46,8 +47,9 @@ def test_tune_backward_times_chunks_and_the_stream_on_long_rows():
     shape is the default, each chunk CTA size comes fitted to the row (no emptier last chunk
     than one CTA size smaller would leave) with 1-4 chunks in flight where shared memory holds
     them, and the two-pass stream is timed beside them."""
-    code = ("import torch, tune_backward as t; from kernel_lab.rowkernels import forward_config "
-            "as fc; c = t.candidates(1 << 20, torch.float32); nw = 1 << 18; "
+    code = ("import torch, tune_backward as t; "
+            "from kernel_lab.cuda.rowkernels import forward_config as fc; "
+            "c = t.candidates(1 << 20, torch.float32); nw = 1 << 18; "
             "ch = [v for v in c.values() if v.kind == 'chunks']; "
             "print(next(k for k in c if k.startswith('default'))); "
             "print(sorted({v.threads for v in ch}), sorted({v.stages for v in ch})); "

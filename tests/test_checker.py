@@ -6,8 +6,8 @@ from conftest import DEVICE
 from known_wrong import WRONG
 
 import kernel_lab
-from kernel_lab.checking import cases_for, fresh_seed, make_case_inputs, run_checked
-from kernel_lab.reference import TOLERANCES, check
+from kernel_lab.checking.checker import cases_for, fresh_seed, make_case_inputs, run_checked
+from kernel_lab.core.reference import TOLERANCES, check
 
 
 @pytest.mark.parametrize("wrong", WRONG, ids=lambda v: v.name)

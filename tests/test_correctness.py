@@ -10,7 +10,13 @@ import torch
 from conftest import DEVICE
 
 import kernel_lab
-from kernel_lab.checking import cases_for, dtype_name, fresh_seed, make_case_inputs, run_checked
+from kernel_lab.checking.checker import (
+    cases_for,
+    dtype_name,
+    fresh_seed,
+    make_case_inputs,
+    run_checked,
+)
 
 TEST_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 

@@ -14,9 +14,11 @@ import pytest
 import torch
 
 import kernel_lab
-from kernel_lab import benchmarking as bm
-from kernel_lab import check_cli, cli, presets, sweep, timing
-from kernel_lab.progress import Estimate, RunProgress, clock_text
+from kernel_lab import cli
+from kernel_lab.cli import check as check_cli
+from kernel_lab.measure import benchmarking as bm
+from kernel_lab.measure import presets, sweep, timing
+from kernel_lab.measure.progress import Estimate, RunProgress, clock_text
 
 
 def _cli(*argv: str) -> argparse.Namespace:
@@ -44,7 +46,7 @@ def test_cpu_plan_of_every_preset_fits_the_budget(preset):
     assert plan.note.startswith(f"CPU: {len(cells)} of {len({c for c, _ in pairs})} cells")
     assert "\n" not in plan.note and "--full-cpu" in plan.note and "--device cuda" in plan.note
     # the preset as a GPU sizes it (rows capped only to fit memory) is far past the budget
-    from kernel_lab.memory_caps import fit_cpu
+    from kernel_lab.measure.memory_caps import fit_cpu
 
     assert bm.plan_cost_s(fit_cpu(pairs, False)[0], full=True) > bm.CPU_BUDGET_S
 

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from conftest import DEVICE, HAS_CUDA, needs_cuda
 
 import kernel_lab
-from kernel_lab import deferred
+from kernel_lab.cuda import deferred
 from kernel_lab.ops.cross_entropy.op import lse_dtype
 
 KWARGS = [dict(reduction=r, label_smoothing=s, weighted=w)

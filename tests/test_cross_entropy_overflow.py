@@ -13,8 +13,8 @@ import torch
 from conftest import DEVICE, HAS_CUDA
 
 import kernel_lab
-from kernel_lab.checking import dtype_name, fresh_seed, run_checked, runs_here
-from kernel_lab.inputs import randn
+from kernel_lab.base.inputs import randn
+from kernel_lab.checking.checker import dtype_name, fresh_seed, run_checked, runs_here
 from kernel_lab.ops.cross_entropy.op import lse_dtype
 
 REGRESSION_SEED = 193857846

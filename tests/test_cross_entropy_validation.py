@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from conftest import DEVICE, HAS_CUDA, needs_cuda
 
 import kernel_lab
-from kernel_lab import deferred
+from kernel_lab.cuda import deferred
 
 FLAGGING = ["triton_cross_entropy"] + (["cuda_cross_entropy", None] if HAS_CUDA else [])
 

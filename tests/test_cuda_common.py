@@ -2,9 +2,9 @@
 
 import torch
 
-from kernel_lab.checking import run_checked
-from kernel_lab.cuda_common import same_vector_phase, vec_width
-from kernel_lab.registry import Variant
+from kernel_lab.checking.checker import run_checked
+from kernel_lab.core.registry import Variant
+from kernel_lab.cuda.sources import same_vector_phase, vec_width
 
 
 def test_vec_width_is_elements_per_16_bytes():

@@ -3,7 +3,7 @@ name file(line); cache keys follow headers, and an edit recompiles only the inst
 include the edited file, each when next launched; the disk cache serves other processes. On a
 GPU: hot reload, warm disk cache, zero-copy, graph capture, a second GPU.
 
-Which files and instantiations to compile comes from ``kernel_lab.cuda_common.SOURCES`` (filled
+Which files and instantiations to compile comes from ``kernel_lab.cuda.sources.SOURCES`` (filled
 by the variant modules' ``cuda_source(...)`` declarations): no second list lives here. CPU tests
 of the loader fake the device (``_device_arch``, ``_load_function``) and compile for real.
 """
@@ -23,8 +23,10 @@ import torch
 from conftest import HAS_CUDA
 
 import kernel_lab
-from kernel_lab import cuda_common, jit
-from kernel_lab.errors import KernelCompileError
+from kernel_lab.base.errors import KernelCompileError
+from kernel_lab.core import user_kernels
+from kernel_lab.cuda import jit
+from kernel_lab.cuda import sources as cuda_common
 
 kernel_lab.variants()  # import every op module: fills cuda_common.SOURCES
 CUDA_SRC = jit.cuda_src_dir()
@@ -60,7 +62,7 @@ def user_name():
     """A fresh variant name; the variant (and its source) leave the global registry afterwards,
     so registry-wide tests (e.g. "CUDA variants are named after their cuda_src/ file") never
     see the temp-folder kernel."""
-    from kernel_lab import registry
+    from kernel_lab.core import registry
 
     name = f"toy_{uuid.uuid4().hex[:8]}"
     n_sources = len(cuda_common.SOURCES)
@@ -90,7 +92,7 @@ def test_every_cu_file_is_declared():
 def test_compiles_for_sm90(path, exprs):
     """Every declared instantiation, each its own NVRTC program as the loader builds it (through
     the disk cache, in a process pool: what ``python -m kernel_lab compile --all`` does)."""
-    from kernel_lab import precompile
+    from kernel_lab.cli import precompile
 
     src = next(s for s in cuda_common.SOURCES if s.path == path)
     outcomes = precompile.compile_jobs([precompile.job_for(src, e) for e in exprs], "sm_90")
@@ -246,7 +248,7 @@ def test_disk_cache_serves_other_processes(tmp_path):
     hdr, uses_cu, plain_cu = _two_files(tmp_path)
     script = textwrap.dedent(
         f"""\
-        from kernel_lab.jit import CudaModule
+        from kernel_lab.cuda.jit import CudaModule
         for path, exprs in [({str(uses_cu)!r}, {SCALED!r}), ({str(plain_cu)!r}, ["copied<float>"])]:
             mod = CudaModule(path, exprs)
             for e in exprs:
@@ -271,7 +273,7 @@ def test_disk_cache_serves_other_processes(tmp_path):
 def test_user_folder_registers_and_compiles(tmp_path, user_name):
     d = _toy_folder(tmp_path)
     name = user_name
-    cuda_common.register_row_kernel(d / "toy.cu", name=name, kernel="toy", op="softmax")
+    user_kernels.register_row_kernel(d / "toy.cu", name=name, kernel="toy", op="softmax")
     v = kernel_lab.get(name)
     assert v.backend == "cuda" and v.source == str((d / "toy.cu").resolve())
     path, exprs = cuda_common.compile_targets()[-1]
@@ -284,7 +286,7 @@ def test_user_folder_registers_and_compiles(tmp_path, user_name):
 def test_hot_reload_of_cu_and_header(tmp_path, user_name):
     d = _toy_folder(tmp_path)
     name = user_name
-    cuda_common.register_row_kernel(d / "toy.cu", name=name, kernel="toy", op="softmax",
+    user_kernels.register_row_kernel(d / "toy.cu", name=name, kernel="toy", op="softmax",
                                     threads=64)
     x = torch.randn(5, 300, device="cuda")
     torch.testing.assert_close(kernel_lab.run(name, x), x)
@@ -303,7 +305,7 @@ def test_warm_disk_cache_makes_no_nvrtc_call(tmp_path):
     script = textwrap.dedent(
         """\
         import torch, kernel_lab
-        from kernel_lab.jit import CudaModule
+        from kernel_lab.cuda.jit import CudaModule
         x = torch.randn(4, 1000, device="cuda")
         y = kernel_lab.run("online_softmax", x)
         torch.cuda.synchronize()
@@ -418,9 +420,9 @@ def test_benchmark_records_name_the_kernels_a_call_launched():
     """kernel_attributes' ``launches`` (a saved sweep's ``kernels`` column): the name
     expression and launch shape of what one call ran - here fast_softmax's config for the
     shape, and the fused backward's."""
-    from kernel_lab import benchmarking as bm
-    from kernel_lab.rowkernels import backward_config as bc
-    from kernel_lab.rowkernels import forward_config as fc
+    from kernel_lab.cuda.rowkernels import backward_config as bc
+    from kernel_lab.cuda.rowkernels import forward_config as fc
+    from kernel_lab.measure import benchmarking as bm
 
     work = bm.make_workload(bm.Case("softmax", torch.float32, (64, 65536)), "cuda")
     attrs = bm.kernel_attributes(kernel_lab.get("fast_softmax"), work)

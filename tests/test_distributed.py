@@ -28,8 +28,10 @@ import torch.multiprocessing as mp
 import torch.nn.functional as F
 
 import kernel_lab.distributed as kld
+from kernel_lab.base.errors import UnsupportedInputError
+from kernel_lab.core.reference import check
+from kernel_lab.core.registry import trusted_inputs
 from kernel_lab.distributed import shard_math
-from kernel_lab.errors import UnsupportedInputError
 from kernel_lab.ops.cross_entropy.op import (
     GRAD_TOLERANCES,
     REDUCTIONS,
@@ -39,8 +41,6 @@ from kernel_lab.ops.cross_entropy.op import (
     cross_entropy_reference,
     loss_error_scale,
 )
-from kernel_lab.reference import check
-from kernel_lab.registry import trusted_inputs
 
 HAS_CUDA = torch.cuda.is_available()
 GROUP_TIMEOUT_S = 60  # init_process_group: a hung collective raises after this

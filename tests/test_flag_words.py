@@ -15,14 +15,14 @@ import torch
 from conftest import HAS_CUDA
 
 import kernel_lab
-from kernel_lab import flag_words as fw
+from kernel_lab.core.reference import check
+from kernel_lab.cuda import flag_words as fw
+from kernel_lab.cuda.rowkernels import backward_config as bc
+from kernel_lab.cuda.rowkernels import forward_config as fc
+from kernel_lab.cuda.rowkernels import launch as rk
 from kernel_lab.ops.log_softmax import cuda_variants as lcv
 from kernel_lab.ops.log_softmax import op as log_op
 from kernel_lab.ops.softmax import cuda_variants as cv
-from kernel_lab.reference import check
-from kernel_lab.rowkernels import backward_config as bc
-from kernel_lab.rowkernels import forward_config as fc
-from kernel_lab.rowkernels import launch as rk
 
 CPU = torch.device("cpu")
 

@@ -13,11 +13,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernel_lab.cuda_common import ALL_DTYPES, cdiv, vec_width
+from kernel_lab.cuda.rowkernels import forward_config as fc
+from kernel_lab.cuda.rowkernels import launch as rk
+from kernel_lab.cuda.sources import ALL_DTYPES, cdiv, vec_width
 from kernel_lab.ops.log_softmax import cuda_variants as lcv
 from kernel_lab.ops.softmax import cuda_variants as cv
-from kernel_lab.rowkernels import forward_config as fc
-from kernel_lab.rowkernels import launch as rk
 
 NS = sorted({1, 3, 7, 31, 127, 128, 129, 512, 781, 1023, 1024, 1823, 2048, 4096, 4097, 8192,
              16384, 16385, 24001, 32000, 32768, 50257, 65536, 90000, 128256, 131072, 151936, 262144,

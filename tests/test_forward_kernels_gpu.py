@@ -14,14 +14,14 @@ import pytest
 import torch
 from conftest import HAS_CUDA
 
-from kernel_lab import occupancy as pc
-from kernel_lab.cuda_common import ALL_DTYPES, cdiv, vec_width
+from kernel_lab.core.reference import check
+from kernel_lab.cuda import occupancy as pc
+from kernel_lab.cuda.rowkernels import forward_config as fc
+from kernel_lab.cuda.rowkernels import launch as rk
+from kernel_lab.cuda.sources import ALL_DTYPES, cdiv, vec_width
 from kernel_lab.ops.log_softmax import cuda_variants as lcv
 from kernel_lab.ops.log_softmax import op as log_op
 from kernel_lab.ops.softmax import cuda_variants as cv
-from kernel_lab.reference import check
-from kernel_lab.rowkernels import forward_config as fc
-from kernel_lab.rowkernels import launch as rk
 
 
 def _persist_cases():

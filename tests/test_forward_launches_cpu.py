@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from kernel_lab import occupancy as pc
+from kernel_lab.cuda import occupancy as pc
+from kernel_lab.cuda.rowkernels import backward_config as bc
+from kernel_lab.cuda.rowkernels import forward_config as fc
+from kernel_lab.cuda.rowkernels import launch as rk
 from kernel_lab.ops.softmax import cuda_variants as cv
-from kernel_lab.rowkernels import backward_config as bc
-from kernel_lab.rowkernels import forward_config as fc
-from kernel_lab.rowkernels import launch as rk
 
 
 @pytest.mark.parametrize("threads,slots,cl", [(1024, 3, 1), (512, 6, 1), (512, 6, 2), (256, 1, 1)])
@@ -24,14 +24,14 @@ def test_block_slots_launch_opts_in_to_its_shared_memory(monkeypatch, threads, s
     CUDA_ERROR_INVALID_VALUE on the H200 in a process that had not launched more slots first.
     The opt-in lives in launch_rows, for every row launch with dynamic shared memory. CPU: the
     driver calls are recorded, not made."""
-    from kernel_lab import cuda_common
+    from kernel_lab.cuda import sources
 
     calls = []
-    monkeypatch.setattr(cuda_common.jit, "set_max_dynamic_shared",
+    monkeypatch.setattr(sources.jit, "set_max_dynamic_shared",
                         lambda fn, n: calls.append(("opt", n)))
-    monkeypatch.setattr(cuda_common.interop, "launch",
+    monkeypatch.setattr(sources.interop, "launch",
                         lambda *a, **k: calls.append(("launch", {**k, "args": a[3]})))
-    monkeypatch.setattr(cuda_common, "device_index", lambda t: 0)
+    monkeypatch.setattr(sources, "device_index", lambda t: 0)
     monkeypatch.setattr(rk, "device_index", lambda t: 0)
     monkeypatch.setattr(rk, "first_wave", lambda *a: (2, 1234))  # no occupancy API on a CPU
     monkeypatch.setattr(rk, "_WAVES", {})
@@ -54,8 +54,8 @@ def test_block_slots_first_wave_in_phases(monkeypatch):
     (at most M) and their load time at FIRST_WAVE_BYTES_PER_NS; kinds outside STAGGERED_KINDS
     and rows under STAGGER_MIN_ROW_BYTES launch every row at once (0, 0). CPU: the occupancy
     answer and the launch are stubs."""
-    from kernel_lab import cuda_common
-    from kernel_lab import occupancy as persistent
+    from kernel_lab.cuda import occupancy as persistent
+    from kernel_lab.cuda import sources
 
     monkeypatch.setattr(persistent, "resident_groups", lambda *a: 132)
     row = 131072 * 2
@@ -65,9 +65,9 @@ def test_block_slots_first_wave_in_phases(monkeypatch):
         7, 7 * row // persistent.FIRST_WAVE_BYTES_PER_NS)
 
     launches = []
-    monkeypatch.setattr(cuda_common.jit, "set_max_dynamic_shared", lambda fn, n: None)
-    monkeypatch.setattr(cuda_common.interop, "launch", lambda *a, **k: launches.append(a[3]))
-    monkeypatch.setattr(cuda_common, "device_index", lambda t: 0)
+    monkeypatch.setattr(sources.jit, "set_max_dynamic_shared", lambda fn, n: None)
+    monkeypatch.setattr(sources.interop, "launch", lambda *a, **k: launches.append(a[3]))
+    monkeypatch.setattr(sources, "device_index", lambda t: 0)
     monkeypatch.setattr(rk, "device_index", lambda t: 0)
     asked = []
     monkeypatch.setattr(rk, "first_wave", lambda src, expr, t, cl, smem, m, rb, dev:

@@ -14,12 +14,13 @@ import torch
 from conftest import HAS_CUDA
 
 import kernel_lab
-from kernel_lab import benchmarking as bm
-from kernel_lab import cli, sanitize
-from kernel_lab.archs import ARCHS, get_arch
-from kernel_lab.checking import cases_for
-from kernel_lab.memory_caps import CPU_PRESET_ELEMENTS, cap_rows, fit_cpu
-from kernel_lab.rows import normalize_dim
+from kernel_lab import cli
+from kernel_lab.checking import sanitize
+from kernel_lab.checking.checker import cases_for
+from kernel_lab.core.rows import normalize_dim
+from kernel_lab.cuda.archs import ARCHS, get_arch
+from kernel_lab.measure import benchmarking as bm
+from kernel_lab.measure.memory_caps import CPU_PRESET_ELEMENTS, cap_rows, fit_cpu
 
 REPO = Path(__file__).parents[1]
 
@@ -63,7 +64,7 @@ def test_check_all_runs_more_cases_than_the_default(capsys):
 def test_check_hides_warnings_unless_asked(capsys, monkeypatch):
     import warnings
 
-    from kernel_lab import check_cli
+    from kernel_lab.cli import check as check_cli
 
     real = check_cli.run_checked
 
@@ -383,7 +384,7 @@ def test_memcheck_runs_the_cases_of_simple_kernels_cleanly(tmp_path):
 
 
 def test_the_parser_offers_what_the_modules_define():
-    from kernel_lab.checking import SELECTIONS
+    from kernel_lab.checking.checker import SELECTIONS
 
     check = cli._parser()._subparsers._group_actions[0].choices["check"]
     options = {a.dest: a for a in check._actions}

@@ -8,7 +8,7 @@ import threading
 import numpy as np
 import pytest
 
-from kernel_lab import interop
+from kernel_lab.cuda import interop
 
 
 def _read(addr: int, ctypes_types: list) -> list:
@@ -82,8 +82,8 @@ def test_record_launches_collects_name_and_shape(monkeypatch):
     """interop.launch under record_launches() (CPU: a fake driver and runtime): each launch is
     recorded as a Launch with 3-D grid / block and the dynamic shared bytes, and the benchmark's
     description of it (what a saved record's ``kernels`` says) carries the JIT's name."""
-    from kernel_lab import benchmarking as bm
-    from kernel_lab import jit
+    from kernel_lab.cuda import jit
+    from kernel_lab.measure import benchmarking as bm
 
     launched = []
 

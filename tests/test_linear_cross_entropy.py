@@ -7,10 +7,10 @@ import torch
 from conftest import DEVICE, needs_cuda
 
 import kernel_lab
-from kernel_lab.errors import UnsupportedInputError
+from kernel_lab.base.errors import UnsupportedInputError
+from kernel_lab.core.reference import check
 from kernel_lab.ops.linear_cross_entropy import torch_variants
 from kernel_lab.ops.linear_cross_entropy.op import backward_reference, make_inputs, reference
-from kernel_lab.reference import check
 
 FORWARDS = ("torch_linear_cross_entropy", "torch_chunked_linear_cross_entropy",
             "triton_fused_linear_cross_entropy", None)

@@ -11,10 +11,10 @@ import torch
 from conftest import DEVICE
 
 import kernel_lab
-from kernel_lab.checking import run_checked
+from kernel_lab.checking.checker import run_checked
+from kernel_lab.core.reference import check
 from kernel_lab.ops.log_softmax import op as log_softmax_op
 from kernel_lab.ops.log_softmax import triton_variants
-from kernel_lab.reference import check
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -69,9 +69,9 @@ def test_reference_overflows_like_torch():
 def test_cuda_backward_fits_aligned_rows_exactly():
     """The CUDA backward's CTA covers an aligned row's ceil(N / W) windows with no idle half
     (one spare window only when rows may start mid-vector), and keeps fp32 16384 on chip."""
+    from kernel_lab.cuda.rowkernels.backward_config import BWD_MAX_THREADS
+    from kernel_lab.cuda.rowkernels.forward_config import vector_windows
     from kernel_lab.ops.log_softmax.cuda_variants import row_config
-    from kernel_lab.rowkernels.backward_config import BWD_MAX_THREADS
-    from kernel_lab.rowkernels.forward_config import vector_windows
 
     assert row_config(4096, torch.bfloat16, BWD_MAX_THREADS, aligned=True) == (128, 4)
     assert row_config(4096, torch.bfloat16, BWD_MAX_THREADS) == (256, 4)

@@ -16,7 +16,7 @@ from conftest import HAS_CUDA
 
 import kernel_lab
 from kernel_lab import cli
-from kernel_lab.errors import DimRangeError, InputTypeError, KernelLabError
+from kernel_lab.base.errors import DimRangeError, InputTypeError, KernelLabError
 
 REPO = Path(__file__).resolve().parents[1]
 BENCH = REPO / "bench"

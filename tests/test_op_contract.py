@@ -12,13 +12,13 @@ import pytest
 import torch
 
 import kernel_lab
-from kernel_lab import registry
+from kernel_lab.core import registry
 
 PROGRAM = r"""
 import torch
 import toy_rowscale as toy
-from kernel_lab import custom_ops, registry
-from kernel_lab.checking import cases_for, make_case_inputs, run_checked
+from kernel_lab.core import custom_ops, registry
+from kernel_lab.checking.checker import cases_for, make_case_inputs, run_checked
 
 op = registry.get_op("rowscale")
 checked = 0
@@ -86,7 +86,7 @@ def test_optional_per_row_and_free_inputs():
 
 def test_outputs_declare_shape_dtype_and_gradient():
     """cross_entropy's fake kernel and checker come from its Output declarations alone."""
-    from kernel_lab import custom_ops
+    from kernel_lab.core import custom_ops
 
     op = kernel_lab.get_op("cross_entropy")
     x, t = torch.randn(5, 7), torch.randint(0, 7, (5,))

@@ -26,6 +26,6 @@ def test_wheel_ships_cuda_and_triton_sources(tmp_path):
 
 
 def test_cuda_src_is_found_from_the_package():
-    from kernel_lab.jit import cuda_src_dir
+    from kernel_lab.cuda.jit import cuda_src_dir
 
     assert (cuda_src_dir() / "online_softmax.cu").is_file() or any(cuda_src_dir().glob("*.cu"))

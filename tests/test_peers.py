@@ -19,9 +19,9 @@ import pytest
 import torch
 
 import kernel_lab
-from kernel_lab import benchmarking as bm
-from kernel_lab import sweep
-from kernel_lab.errors import UnsupportedInputError
+from kernel_lab.base.errors import UnsupportedInputError
+from kernel_lab.measure import benchmarking as bm
+from kernel_lab.measure import sweep
 from kernel_lab.ops.cross_entropy import peer_variants as cpv
 from kernel_lab.ops.softmax import peer_variants as pv
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import torch
 
-from kernel_lab import cli, dispatch, picks
+from kernel_lab import cli
+from kernel_lab.cli import picks
+from kernel_lab.core import dispatch
+from kernel_lab.cuda.rowkernels import backward_config as bc
+from kernel_lab.cuda.rowkernels import forward_config as fc
 from kernel_lab.ops.log_softmax import auto as log_auto
 from kernel_lab.ops.softmax import auto as softmax_auto
-from kernel_lab.rowkernels import backward_config as bc
-from kernel_lab.rowkernels import forward_config as fc
 
 # the ops' own "auto" tables, side by side
 PORTABLE = {**softmax_auto.PORTABLE, **log_auto.PORTABLE}

@@ -1,4 +1,4 @@
-"""Recorded launches, replayed (kernel_lab.plans): on CPU with a stand-in launch, on a
+"""Recorded launches, replayed (kernel_lab.core.plans): on CPU with a stand-in launch, on a
 GPU with every CUDA variant, each replayed result checked against the reference."""
 
 import types
@@ -9,7 +9,8 @@ import torch
 from conftest import needs_cuda
 
 import kernel_lab
-from kernel_lab import interop, plans
+from kernel_lab.core import plans
+from kernel_lab.cuda import interop
 
 
 class _Source:

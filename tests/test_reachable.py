@@ -1,4 +1,4 @@
-"""Which instantiations the launchers can pick (``kernel_lab.rowkernels.reachable``): declared,
+"""Which instantiations the launchers can pick (``kernel_lab.cuda.rowkernels.reachable``): declared,
 a strict subset where tuning-only shapes exist, and covering row lengths the grid skips."""
 
 from __future__ import annotations
@@ -10,9 +10,10 @@ import pytest
 import torch
 
 import kernel_lab
-from kernel_lab import cuda_common, jit
-from kernel_lab.cuda_common import ALL_DTYPES, ctype
-from kernel_lab.rowkernels import reachable
+from kernel_lab.cuda import jit
+from kernel_lab.cuda import sources as cuda_common
+from kernel_lab.cuda.rowkernels import reachable
+from kernel_lab.cuda.sources import ALL_DTYPES, ctype
 
 kernel_lab.variants()
 # the lab's sources by kernel-name prefix (files and variants get renamed; kernel names stay)

@@ -142,8 +142,8 @@ def lab_args(cmd: list[str]) -> list[str] | None:
 
 def check_lab_command(args: list[str], where: str) -> None:
     """Parse with the CLI's own parser (nothing runs) and look up the variants named."""
-    from kernel_lab import registry
     from kernel_lab.cli import _parser
+    from kernel_lab.core import registry
 
     try:
         ns = _parser().parse_args(args)

@@ -6,7 +6,7 @@ import torch
 from conftest import DEVICE
 
 import kernel_lab
-from kernel_lab.registry import Variant, add_variant
+from kernel_lab.core.registry import Variant, add_variant
 
 
 def test_ops_and_variants_are_listed():

@@ -8,7 +8,8 @@ import textwrap
 import pytest
 
 import kernel_lab.cli
-from kernel_lab import jit, resources
+from kernel_lab.cli import resources
+from kernel_lab.cuda import jit
 
 KERNELS = textwrap.dedent(
     """\
@@ -165,11 +166,11 @@ def test_prefetch_slots_start_on_a_128_byte_line(prefix):
     every 32-byte sector is fetched twice: Nsight on the H200 gave the 16-CTA backward 134 M L2
     read sectors against 67 M for 15 CTAs (static 1424 vs 1408 B), the bf16 forward 8 x 256 x 4
     2x as well. The slots are declared __align__(128) so that no CL or dtype can shift them."""
-    from kernel_lab import cuda_common
-    from kernel_lab.rowkernels import reachable
+    from kernel_lab.cuda import sources
+    from kernel_lab.cuda.rowkernels import reachable
 
     kernel_lab.variants()
-    src = next(s for s in cuda_common.SOURCES if (reachable.family_of(s) or ("", ""))[1] == prefix)
+    src = next(s for s in sources.SOURCES if (reachable.family_of(s) or ("", ""))[1] == prefix)
     exprs = [e for e in src.name_expressions if any(k in e for k in _SLOT_KERNELS)]
     rows = resources.source_resources(src, exprs=exprs)  # each compiled alone, in a pool
     assert rows, f"no persistent kernels declared in {src.path.name}"
@@ -183,7 +184,7 @@ def test_pool_runs_under_a_fork_server(tmp_path, monkeypatch):
     from a fork server that imported the compiler side once."""
     import multiprocessing
 
-    from kernel_lab import precompile
+    from kernel_lab.cli import precompile
 
     monkeypatch.setenv("KERNEL_LAB_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(precompile, "_FORK_WARNS", True)

@@ -1,6 +1,7 @@
 """The sanitizers' case sets reach every kernel kind each CUDA variant can pick (fp32, bf16), on a
 CPU: each variant's own launcher runs on meta tensors with its launches recorded
-(kernel_lab.sanitize_cover), over `check --cases sanitize` (memcheck, initcheck) and `--cases
+(kernel_lab.checking.sanitize_cover), over `check --cases sanitize` (memcheck, initcheck) and
+`--cases
 race` (racecheck, synccheck); and every race case is needed."""
 
 import re
@@ -9,16 +10,16 @@ import pytest
 import torch
 
 import kernel_lab
-from kernel_lab import registry
-from kernel_lab.checking import CASES, cases_for
-from kernel_lab.sanitize import TOOL_CASES
-from kernel_lab.sanitize_cover import (
+from kernel_lab.checking.checker import CASES, cases_for
+from kernel_lab.checking.sanitize import TOOL_CASES
+from kernel_lab.checking.sanitize_cover import (
     case_kinds,
     kind_of,
     possible_kinds,
     reached_kinds,
     simulated_launches,
 )
+from kernel_lab.core import registry
 
 DTYPES = (torch.float32, torch.bfloat16)  # what .ci/gpu sanitizes
 CUDA = [v.name for v in kernel_lab.variants() if v.backend == "cuda"]
@@ -133,6 +134,6 @@ def test_the_simulated_launch_is_what_picks_shows(n):
 
 
 def _rows(v, n: int, dtype: torch.dtype):
-    from kernel_lab.checking import Case, make_case_inputs
+    from kernel_lab.checking.checker import Case, make_case_inputs
 
     return make_case_inputs(registry.get_op(v.op), Case((2, n)), dtype, "meta", None)

@@ -11,7 +11,7 @@ import torch
 from conftest import DEVICE, needs_cuda
 
 import kernel_lab
-from kernel_lab import custom_ops, dispatch
+from kernel_lab.core import custom_ops, dispatch
 from kernel_lab.examples import train_tiny_attention as example
 from kernel_lab.ops.log_softmax import auto as log_auto
 from kernel_lab.ops.softmax import auto as softmax_auto

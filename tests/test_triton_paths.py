@@ -5,7 +5,7 @@ import torch
 from conftest import DEVICE
 
 import kernel_lab
-from kernel_lab.checking import run_checked
+from kernel_lab.checking.checker import run_checked
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)

@@ -11,7 +11,10 @@ import torch
 from conftest import needs_cuda
 
 import kernel_lab
-from kernel_lab import cli, jit, registry, watch
+from kernel_lab import cli
+from kernel_lab.cli import watch
+from kernel_lab.core import registry
+from kernel_lab.cuda import jit
 
 
 def test_watches_the_cu_file_and_every_header_it_includes():

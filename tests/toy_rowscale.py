@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import torch
 
-from kernel_lab import custom_ops
-from kernel_lab.inputs import ALL_DTYPES, randn
-from kernel_lab.registry import Auto, Autograd, Input, Op, Output, register, register_op
+from kernel_lab.base.inputs import ALL_DTYPES, randn
+from kernel_lab.core import custom_ops
+from kernel_lab.core.registry import Auto, Autograd, Input, Op, Output, register, register_op
 
 
 def reference(x, w):

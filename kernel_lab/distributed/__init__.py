@@ -10,9 +10,9 @@ layout, the forward's one gather and its merge), ``cross_entropy.py`` (the loss 
 shards), ``linear.py`` (the loss over a classifier's weight shard, in chunks of tokens).
 """
 
-from .comm import vocab_layout, vocab_shard
-from .cross_entropy import vocab_parallel_cross_entropy
-from .linear import vocab_parallel_linear_cross_entropy
+from kernel_lab.distributed.comm import vocab_layout, vocab_shard
+from kernel_lab.distributed.cross_entropy import vocab_parallel_cross_entropy
+from kernel_lab.distributed.linear import vocab_parallel_linear_cross_entropy
 
 __all__ = [
     "vocab_layout",

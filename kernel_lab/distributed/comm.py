@@ -12,9 +12,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from kernel_lab.errors import UnsupportedInputError
-
-from .shard_math import finite_shift
+from kernel_lab.base.errors import UnsupportedInputError
+from kernel_lab.distributed.shard_math import finite_shift
 
 # The gathered header of each rank: its vocab_start, its width, the sum of its class weights.
 HEADER = 3

@@ -22,12 +22,18 @@ import torch
 import torch.distributed as dist
 from torch.autograd.function import once_differentiable
 
-from kernel_lab.errors import UnsupportedInputError
+from kernel_lab.base.errors import UnsupportedInputError
+from kernel_lab.core.registry import inputs_trusted
+from kernel_lab.distributed.comm import (
+    HEADER,
+    Merged,
+    check_layout,
+    gather_stats,
+    group_info,
+    vocab_layout,
+)
+from kernel_lab.distributed.shard_math import acc_dtype, shard_grad, shard_stats
 from kernel_lab.ops.cross_entropy.op import check_kwargs
-from kernel_lab.registry import inputs_trusted
-
-from .comm import HEADER, Merged, check_layout, gather_stats, group_info, vocab_layout
-from .shard_math import acc_dtype, shard_grad, shard_stats
 
 
 def check_target(target, rows: int, device: torch.device, name: str) -> None:
@@ -239,7 +245,7 @@ def vocab_parallel_cross_entropy(logits_shard: torch.Tensor, target: torch.Tenso
     (the other ranks then wait in theirs until the group's timeout, as with any collective);
     a layout whose shards do not tile [0, V), a weight of the wrong length and a target outside
     [0, V) that is not ``ignore_index`` raise on every rank after the gather (one host sync;
-    skipped inside ``kernel_lab.registry.trusted_inputs()``, where such a target's row is NaN).
+    skipped inside ``kernel_lab.core.registry.trusted_inputs()``, where such a target's row is NaN).
     """
     name = "vocab_parallel_cross_entropy"
     check_kwargs(ignore_index, reduction, label_smoothing)

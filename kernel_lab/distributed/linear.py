@@ -19,12 +19,10 @@ import torch
 import torch.distributed as dist
 from torch.autograd.function import once_differentiable
 
-from kernel_lab.errors import UnsupportedInputError
-from kernel_lab.inputs import acc_dtype
-from kernel_lab.ops.cross_entropy.op import check_kwargs
-
-from .comm import group_info, vocab_layout
-from .cross_entropy import (
+from kernel_lab.base.errors import UnsupportedInputError
+from kernel_lab.base.inputs import acc_dtype
+from kernel_lab.distributed.comm import group_info, vocab_layout
+from kernel_lab.distributed.cross_entropy import (
     check_merged,
     check_target,
     check_vocab_start,
@@ -33,7 +31,8 @@ from .cross_entropy import (
     merge_shards,
     shard_weight,
 )
-from .shard_math import row_chunks, shard_grad, shard_stats
+from kernel_lab.distributed.shard_math import row_chunks, shard_grad, shard_stats
+from kernel_lab.ops.cross_entropy.op import check_kwargs
 
 NAME = "vocab_parallel_linear_cross_entropy"
 

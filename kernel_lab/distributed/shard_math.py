@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from kernel_lab.inputs import acc_dtype
+from kernel_lab.base.inputs import acc_dtype
 
 # Rows per chunk = this many elements / the shard's width (fp32 temporaries: 256 MiB).
 ROW_CHUNK_ELEMENTS = 1 << 26

@@ -9,9 +9,9 @@ one file of variants per backend, ``api.py`` (``kernel_lab.cross_entropy``).
 
 # Order matters: the ops exist before their variants register.
 # isort: off
-from . import op  # noqa: F401
-from . import torch_variants  # noqa: F401
-from . import triton_variants  # noqa: F401
-from . import cuda_variants  # noqa: F401
-from . import peer_variants  # noqa: F401  (QuACK, Liger: skipped when not installed)
+from kernel_lab.ops.cross_entropy import op  # noqa: F401
+from kernel_lab.ops.cross_entropy import torch_variants  # noqa: F401
+from kernel_lab.ops.cross_entropy import triton_variants  # noqa: F401
+from kernel_lab.ops.cross_entropy import cuda_variants  # noqa: F401
+from kernel_lab.ops.cross_entropy import peer_variants  # noqa: F401  (QuACK, Liger: skipped when not installed)
 # isort: on

@@ -7,10 +7,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from kernel_lab import custom_ops, deferred, dispatch, registry
-from kernel_lab.errors import UnsupportedInputError, not_a_tensor, wrong_type
-
-from .op import check_kwargs, check_targets, deferred_targets
+from kernel_lab.base.errors import UnsupportedInputError, not_a_tensor, wrong_type
+from kernel_lab.core import custom_ops, dispatch, registry
+from kernel_lab.cuda import deferred
+from kernel_lab.ops.cross_entropy.op import check_kwargs, check_targets, deferred_targets
 
 cross_entropy_op = custom_ops.define("cross_entropy")
 
@@ -26,7 +26,7 @@ class _Fused(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, logits, target, weight, ignore_index, reduction, eps):
-        from .cuda_variants import fused_forward
+        from kernel_lab.ops.cross_entropy.cuda_variants import fused_forward
 
         loss, _, dx = fused_forward(logits, target, weight, ignore_index, reduction, eps)
         ctx.dx, ctx.none = dx, reduction == "none"
@@ -34,7 +34,7 @@ class _Fused(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, g):
-        from .cuda_variants import scale
+        from kernel_lab.ops.cross_entropy.cuda_variants import scale
 
         if torch.is_grad_enabled():
             raise RuntimeError("kernel_lab.cross_entropy(inplace_backward=True) has no double "
@@ -81,7 +81,7 @@ WHERE = "kernel_lab.cross_entropy"
 
 
 def check_kw_types(where: str, ignore_index, reduction, label_smoothing, softcap=None) -> None:
-    """Raise the lab's TypeError (:class:`~kernel_lab.errors.InputTypeError`) for a keyword of
+    """Raise the lab's TypeError (:class:`~kernel_lab.base.errors.InputTypeError`) for a keyword of
     the wrong type; the values are checked after (``check_kwargs``, PyTorch's words). Where
     the types are right it costs four type() tests."""
     if (type(ignore_index) is int and type(reduction) is str
@@ -120,13 +120,13 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor,
     * ``"async"`` (default): no host synchronization. The CUDA and Triton kernels give that
       row a NaN loss (and gradient) and flag it; the next ``kernel_lab`` cross-entropy call
       after the kernel has run raises UnsupportedInputError naming the first bad index
-      (``kernel_lab.deferred``; CUDA-graph replays flag too). The PyTorch
+      (``kernel_lab.cuda.deferred``; CUDA-graph replays flag too). The PyTorch
       variants (CPU, or asked for by name) still check before they run.
     * ``"sync"``: checked before anything runs, one host sync per call (measured on an H200 at
       2^28 logits: a third of an fp32 step's time in a tight loop); the error is raised by the
       call itself. For debugging.
 
-    Inside ``kernel_lab.registry.trusted_inputs()`` nothing is checked before the launch.
+    Inside ``kernel_lab.core.registry.trusted_inputs()`` nothing is checked before the launch.
 
     ``inplace_backward=True`` saves the memory of the gradient: the forward kernel writes
     dlogits over the logits (their values are gone after the call) and the backward returns

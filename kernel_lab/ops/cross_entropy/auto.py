@@ -3,7 +3,7 @@ Triton's, then PyTorch's (the only one off CUDA)."""
 
 from __future__ import annotations
 
-from kernel_lab import registry
+from kernel_lab.core import registry
 
 PREFERENCES = {
     "cross_entropy": ("cuda_cross_entropy", "triton_cross_entropy", "torch_cross_entropy"),

@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import torch
 
-from kernel_lab import deferred
-from kernel_lab.cuda_common import ALL_DTYPES, cdiv, ctype, cuda_source, device_index, next_pow2
-from kernel_lab.inputs import acc_dtype
-from kernel_lab.interop import launch
-from kernel_lab.registry import register
-
-from .op import check_call, check_kwargs, lse_dtype
+from kernel_lab.base.inputs import acc_dtype
+from kernel_lab.core.registry import register
+from kernel_lab.cuda import deferred
+from kernel_lab.cuda.interop import launch
+from kernel_lab.cuda.sources import ALL_DTYPES, cdiv, ctype, cuda_source, device_index, next_pow2
+from kernel_lab.ops.cross_entropy.op import check_call, check_kwargs, lse_dtype
 
 _T = [ctype(dt) for dt in ALL_DTYPES]
 FORWARD = cuda_source(

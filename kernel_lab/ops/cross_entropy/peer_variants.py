@@ -67,11 +67,10 @@ import importlib
 
 import torch
 
-from kernel_lab.cuda_common import cdiv
+from kernel_lab.core.registry import register
+from kernel_lab.cuda.sources import cdiv
+from kernel_lab.ops.cross_entropy.op import check_kwargs, check_targets, lse_dtype
 from kernel_lab.ops.softmax.peer_variants import QUACK_SMEM_BYTES, package_missing
-from kernel_lab.registry import register
-
-from .op import check_kwargs, check_targets, lse_dtype
 
 SOURCE = "kernel_lab/ops/cross_entropy/peer_variants.py"
 PEER_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -93,7 +92,7 @@ LIGER_KERNEL_ARGS = (
 
 def _empty_case(logits, target, weight, ignore_index, reduction, label_smoothing):
     """No rows or no classes: PyTorch's variant (the peers do not launch on empty tensors)."""
-    from .torch_variants import torch_cross_entropy
+    from kernel_lab.ops.cross_entropy.torch_variants import torch_cross_entropy
 
     return torch_cross_entropy(logits, target, weight, ignore_index, reduction, label_smoothing)
 

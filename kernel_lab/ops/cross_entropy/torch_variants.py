@@ -6,10 +6,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from kernel_lab.compiling import CompiledPerSignature
-from kernel_lab.registry import register
-
-from .op import (
+from kernel_lab.core.compiling import CompiledPerSignature
+from kernel_lab.core.registry import register
+from kernel_lab.ops.cross_entropy.op import (
     ALL_DTYPES,
     check_call,
     cross_entropy_backward_math,

@@ -11,13 +11,12 @@ from __future__ import annotations
 import torch
 import triton
 
-from kernel_lab import deferred
-from kernel_lab.inputs import acc_dtype
-from kernel_lab.registry import register
-from kernel_lab.triton_rows import num_warps as _num_warps
+from kernel_lab.base.inputs import acc_dtype
+from kernel_lab.core.registry import register
+from kernel_lab.core.triton_rows import num_warps as _num_warps
+from kernel_lab.cuda import deferred
+from kernel_lab.ops.cross_entropy.op import ALL_DTYPES, check_call, check_kwargs, lse_dtype, row_lse
 from kernel_lab.triton_src import cross_entropy as kernels
-
-from .op import ALL_DTYPES, check_call, check_kwargs, lse_dtype, row_lse
 
 SOURCE = "triton_src/cross_entropy.py"
 FORWARD_BLOCK = 4096  # the online tile, as log_softmax's

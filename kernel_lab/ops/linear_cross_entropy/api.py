@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import torch
 
-from kernel_lab import custom_ops, registry
-from kernel_lab.dispatch import AUTO
-from kernel_lab.errors import UnsupportedInputError, not_a_tensor
+from kernel_lab.base.errors import UnsupportedInputError, not_a_tensor
+from kernel_lab.core import custom_ops, registry
+from kernel_lab.core.dispatch import AUTO
 from kernel_lab.ops.cross_entropy.api import check_kw_types
-
-from .op import check_all, check_inputs
-from .torch_variants import chunked_forward
+from kernel_lab.ops.linear_cross_entropy.op import check_all, check_inputs
+from kernel_lab.ops.linear_cross_entropy.torch_variants import chunked_forward
 
 linear_cross_entropy_op = custom_ops.define("linear_cross_entropy")
 CHUNKED = "torch_chunked_linear_cross_entropy"
@@ -75,7 +74,7 @@ def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, target: tor
     ``linear_cross_entropy_backward`` variant, or None / ``"auto"`` (the chunked one). A
     mismatched d, mixed dtypes or a target outside [0, V) that is not ``ignore_index`` raise
     before anything runs (the last is one host sync, skipped inside
-    ``kernel_lab.registry.trusted_inputs()`` and under torch.compile).
+    ``kernel_lab.core.registry.trusted_inputs()`` and under torch.compile).
 
     With the chunked (or "auto") variant, no backward variant named and a "mean" / "sum" loss
     that needs gradients, an eager call forms the gradients in its forward, chunk by chunk (the

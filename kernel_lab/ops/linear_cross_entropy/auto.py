@@ -5,7 +5,7 @@ it is faster."""
 
 from __future__ import annotations
 
-from kernel_lab import registry
+from kernel_lab.core import registry
 
 PREFERENCES = {
     "linear_cross_entropy": ("torch_chunked_linear_cross_entropy",

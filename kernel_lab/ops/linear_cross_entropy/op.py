@@ -23,8 +23,9 @@ import math
 
 import torch
 
-from kernel_lab.errors import UnsupportedInputError
-from kernel_lab.inputs import randn
+from kernel_lab.base.errors import UnsupportedInputError
+from kernel_lab.base.inputs import randn
+from kernel_lab.core.registry import Autograd, Input, Op, Output, register_op
 from kernel_lab.ops.cross_entropy.op import (
     GRAD_TOLERANCES,
     REDUCTIONS,
@@ -35,9 +36,7 @@ from kernel_lab.ops.cross_entropy.op import (
     loss_error_scale,
     make_targets,
 )
-from kernel_lab.registry import Autograd, Input, Op, Output, register_op
-
-from .auto import BACKWARD_AUTO, FORWARD_AUTO
+from kernel_lab.ops.linear_cross_entropy.auto import BACKWARD_AUTO, FORWARD_AUTO
 
 __all__ = ["DTYPES", "KWARGS", "check_all", "check_inputs", "logits_reference"]
 

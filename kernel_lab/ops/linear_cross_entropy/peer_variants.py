@@ -23,11 +23,14 @@ import functools
 
 import torch
 
+from kernel_lab.core.registry import register
+from kernel_lab.ops.linear_cross_entropy.op import check_inputs
+from kernel_lab.ops.linear_cross_entropy.torch_variants import (
+    check_call,
+    chunked_forward,
+    torch_linear_cross_entropy,
+)
 from kernel_lab.ops.softmax.peer_variants import package_missing
-from kernel_lab.registry import register
-
-from .op import check_inputs
-from .torch_variants import check_call, chunked_forward, torch_linear_cross_entropy
 
 SOURCE = "kernel_lab/ops/linear_cross_entropy/peer_variants.py"
 PEER_DTYPES = (torch.float32, torch.float16, torch.bfloat16)

@@ -6,15 +6,14 @@ from __future__ import annotations
 
 import torch
 
-from kernel_lab import dispatch
-from kernel_lab.compiling import CompiledPerSignature
-from kernel_lab.dispatch import AUTO
-from kernel_lab.inputs import acc_dtype
+from kernel_lab.base.inputs import acc_dtype
+from kernel_lab.core import dispatch
+from kernel_lab.core.compiling import CompiledPerSignature
+from kernel_lab.core.dispatch import AUTO
+from kernel_lab.core.registry import register, trusted_inputs
 from kernel_lab.ops.cross_entropy.op import cross_entropy_backward_math
 from kernel_lab.ops.cross_entropy.torch_variants import cross_entropy_math, torch_cross_entropy
-from kernel_lab.registry import register, trusted_inputs
-
-from .op import DTYPES, check_all, check_inputs
+from kernel_lab.ops.linear_cross_entropy.op import DTYPES, check_all, check_inputs
 
 SOURCE = "kernel_lab/ops/linear_cross_entropy/torch_variants.py"
 # Largest chunk of logits the chunked variant holds (bytes). The step's own logits chunk plus
@@ -161,7 +160,7 @@ def _chunks(hidden: torch.Tensor, vocab: int):
 
 def _in_place_ce(z: torch.Tensor) -> bool:
     """Whether the CUDA cross-entropy kernel can write the chunk's gradient over its logits."""
-    from kernel_lab import registry
+    from kernel_lab.core import registry
 
     if not z.is_cuda or z.dtype == torch.float64:
         return False

@@ -14,16 +14,15 @@ import os
 
 import torch
 
-from kernel_lab.registry import register
-from kernel_lab.triton_src import linear_cross_entropy as kernels
-
-from .op import check_inputs
-from .torch_variants import (
+from kernel_lab.core.registry import register
+from kernel_lab.ops.linear_cross_entropy.op import check_inputs
+from kernel_lab.ops.linear_cross_entropy.torch_variants import (
     _empty_backward,
     check_call,
     reduce_rows,
     torch_linear_cross_entropy,
 )
+from kernel_lab.triton_src import linear_cross_entropy as kernels
 
 SOURCE = "triton_src/linear_cross_entropy.py"
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)

@@ -7,8 +7,8 @@ handling is the lab's ``rows.py``.
 
 # Order matters: the ops are registered before their variants.
 # isort: off
-from . import op  # noqa: F401
-from . import torch_variants  # noqa: F401
-from . import triton_variants  # noqa: F401
-from . import cuda_variants  # noqa: F401
+from kernel_lab.ops.log_softmax import op  # noqa: F401
+from kernel_lab.ops.log_softmax import torch_variants  # noqa: F401
+from kernel_lab.ops.log_softmax import triton_variants  # noqa: F401
+from kernel_lab.ops.log_softmax import cuda_variants  # noqa: F401
 # isort: on

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import torch
 
-from kernel_lab import custom_ops
-from kernel_lab.nn import DropIn
+from kernel_lab.core import custom_ops
+from kernel_lab.core.dropin import DropIn
 
 log_softmax_op = custom_ops.define("log_softmax")
 log_softmax_backward_op = custom_ops.define("log_softmax_backward")

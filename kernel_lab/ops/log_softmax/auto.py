@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from kernel_lab import registry
+from kernel_lab.core import registry
 
 PREFERENCES = {
     "log_softmax": ("fast_log_softmax", "triton_log_softmax", "torch_log_softmax"),

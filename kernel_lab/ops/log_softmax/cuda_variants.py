@@ -20,7 +20,27 @@ import functools
 
 import torch
 
-from kernel_lab.cuda_common import (
+from kernel_lab.core.registry import alias, register
+from kernel_lab.core.rows import rowwise
+from kernel_lab.cuda.interop import i32
+from kernel_lab.cuda.rowkernels.backward_config import (
+    BWD_MAX_THREADS,
+    BackwardConfig,
+    backward_chunk_instantiations,
+    backward_config,
+    backward_persist_config,
+    backward_persist_instantiations,
+)
+from kernel_lab.cuda.rowkernels.forward_config import VPT, row_kernel_exprs, vec_config
+from kernel_lab.cuda.rowkernels.launch import (
+    RowKernels,
+    backward_launch,
+    backward_shape_note,
+    fast_choice,
+    fast_launch,
+    fast_shape,
+)
+from kernel_lab.cuda.sources import (
     ALL_DTYPES,
     ctype,
     cuda_source,
@@ -29,26 +49,6 @@ from kernel_lab.cuda_common import (
     vec_aligned,
     vec_width,
 )
-from kernel_lab.interop import i32
-from kernel_lab.registry import alias, register
-from kernel_lab.rowkernels.backward_config import (
-    BWD_MAX_THREADS,
-    BackwardConfig,
-    backward_chunk_instantiations,
-    backward_config,
-    backward_persist_config,
-    backward_persist_instantiations,
-)
-from kernel_lab.rowkernels.forward_config import VPT, row_kernel_exprs, vec_config
-from kernel_lab.rowkernels.launch import (
-    RowKernels,
-    backward_launch,
-    backward_shape_note,
-    fast_choice,
-    fast_launch,
-    fast_shape,
-)
-from kernel_lab.rows import rowwise
 
 _T = [ctype(dt) for dt in ALL_DTYPES]
 FORWARD = cuda_source("fast_log_softmax.cu", row_kernel_exprs("log_softmax"))

@@ -1,6 +1,6 @@
 """log_softmax in plain PyTorch: the library ops, and the decomposition under ``torch.compile``.
 
-The compile variants use :class:`kernel_lab.compiling.CompiledPerSignature` (one compiled graph
+The compile variants use :class:`kernel_lab.core.compiling.CompiledPerSignature` (one compiled graph
 per input signature, never a silent eager fallback).
 """
 
@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import torch
 
-from kernel_lab.compiling import CompiledPerSignature
-from kernel_lab.registry import register
-from kernel_lab.rows import normalize_dim
-
-from .op import ALL_DTYPES
+from kernel_lab.core.compiling import CompiledPerSignature
+from kernel_lab.core.registry import register
+from kernel_lab.core.rows import normalize_dim
+from kernel_lab.ops.log_softmax.op import ALL_DTYPES
 
 SOURCE = "kernel_lab/ops/log_softmax/torch_variants.py"
 

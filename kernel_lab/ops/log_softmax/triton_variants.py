@@ -10,13 +10,12 @@ from __future__ import annotations
 import torch
 import triton
 
-from kernel_lab.registry import register
-from kernel_lab.rows import rowwise
-from kernel_lab.triton_rows import num_warps as _num_warps
-from kernel_lab.triton_rows import rows_per_program
+from kernel_lab.core.registry import register
+from kernel_lab.core.rows import rowwise
+from kernel_lab.core.triton_rows import num_warps as _num_warps
+from kernel_lab.core.triton_rows import rows_per_program
+from kernel_lab.ops.log_softmax.op import ALL_DTYPES
 from kernel_lab.triton_src import log_softmax as kernels
-
-from .op import ALL_DTYPES
 
 SOURCE = "triton_src/log_softmax.py"
 ROWS_MAX_N = 16384  # past this a whole row in one program's registers starts to spill

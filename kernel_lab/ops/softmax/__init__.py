@@ -6,9 +6,9 @@ backend. Row/dim handling is shared by every op: ``kernel_lab/rows.py``.
 
 # Order matters: the ops exist before their variants register.
 # isort: off
-from . import op  # noqa: F401
-from . import torch_variants  # noqa: F401
-from . import triton_variants  # noqa: F401
-from . import cuda_variants  # noqa: F401
-from . import peer_variants  # noqa: F401  (Liger, QuACK: skipped when not installed)
+from kernel_lab.ops.softmax import op  # noqa: F401
+from kernel_lab.ops.softmax import torch_variants  # noqa: F401
+from kernel_lab.ops.softmax import triton_variants  # noqa: F401
+from kernel_lab.ops.softmax import cuda_variants  # noqa: F401
+from kernel_lab.ops.softmax import peer_variants  # noqa: F401  (Liger, QuACK: skipped when not installed)
 # isort: on

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from kernel_lab import registry
+from kernel_lab.core import registry
 
 PREFERENCES = {
     "softmax": ("fast_softmax", "triton_fused", "triton_online", "torch_eager"),

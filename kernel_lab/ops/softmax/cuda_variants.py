@@ -1,15 +1,15 @@
 """Launchers for the hand-written CUDA C++ softmax kernels in ``cuda_src/``.
 
 Each variant is named after its file (``cuda_src/online_softmax.cu`` -> ``"online_softmax"``)
-and launches through :mod:`kernel_lab.cuda_common` with the row-kernel convention. The ladder,
+and launches through :mod:`kernel_lab.cuda.sources` with the row-kernel convention. The ladder,
 simple -> fast: naive -> block -> warp -> online -> vec, then ``fast_softmax`` (its per-(N, dtype)
 dispatch is ``fast_softmax_config``) and the fused backward.
 
 Launch-shape choices (threads per row, registers per thread) are plain functions of (N, dtype),
 exposed as ``*_config`` so benchmarks and notes can print exactly what ran: the fast family's
-and vec_softmax's in :mod:`kernel_lab.rowkernels.forward_config`, the fused backward's in
-:mod:`kernel_lab.rowkernels.backward_config`; the family's launchers in
-:mod:`kernel_lab.rowkernels.launch`.
+and vec_softmax's in :mod:`kernel_lab.cuda.rowkernels.forward_config`, the fused backward's in
+:mod:`kernel_lab.cuda.rowkernels.backward_config`; the family's launchers in
+:mod:`kernel_lab.cuda.rowkernels.launch`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,25 @@ import functools
 
 import torch
 
-from kernel_lab.cuda_common import (
+from kernel_lab.core.registry import register
+from kernel_lab.core.rows import normalize_dim, rowwise
+from kernel_lab.cuda.interop import i32
+from kernel_lab.cuda.rowkernels.backward_config import (
+    BACKWARD_CL,
+    backward_chunk_instantiations,
+    backward_config,
+    backward_persist_instantiations,
+)
+from kernel_lab.cuda.rowkernels.forward_config import VPT, row_kernel_exprs, vec_config
+from kernel_lab.cuda.rowkernels.launch import (
+    RowKernels,
+    backward_launch,
+    backward_shape,
+    fast_choice,
+    fast_launch,
+    fast_shape,
+)
+from kernel_lab.cuda.sources import (
     ALL_DTYPES,
     cdiv,
     ctype,
@@ -29,24 +47,6 @@ from kernel_lab.cuda_common import (
     vec_aligned,
     vec_width,
 )
-from kernel_lab.interop import i32
-from kernel_lab.registry import register
-from kernel_lab.rowkernels.backward_config import (
-    BACKWARD_CL,
-    backward_chunk_instantiations,
-    backward_config,
-    backward_persist_instantiations,
-)
-from kernel_lab.rowkernels.forward_config import VPT, row_kernel_exprs, vec_config
-from kernel_lab.rowkernels.launch import (
-    RowKernels,
-    backward_launch,
-    backward_shape,
-    fast_choice,
-    fast_launch,
-    fast_shape,
-)
-from kernel_lab.rows import normalize_dim, rowwise
 
 _T = [ctype(dt) for dt in ALL_DTYPES]
 WARP_EPT = (1, 2, 4, 8, 16, 32)  # elements per lane: rows up to 32 * 32 = 1024

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from kernel_lab.inputs import ALL_DTYPES, FLOAT_DTYPES, randn
-from kernel_lab.registry import Autograd, Input, Op, Output, register_op
-
-from .auto import SOFTMAX_AUTO, SOFTMAX_BACKWARD_AUTO
+from kernel_lab.base.inputs import ALL_DTYPES, FLOAT_DTYPES, randn
+from kernel_lab.core.registry import Autograd, Input, Op, Output, register_op
+from kernel_lab.ops.softmax.auto import SOFTMAX_AUTO, SOFTMAX_BACKWARD_AUTO
 
 __all__ = ["ALL_DTYPES", "FLOAT_DTYPES", "SOFTMAX", "SOFTMAX_BACKWARD"]
 

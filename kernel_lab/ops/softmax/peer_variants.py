@@ -25,8 +25,8 @@ import importlib.util
 
 import torch
 
-from kernel_lab.registry import register
-from kernel_lab.rows import normalize_dim
+from kernel_lab.core.registry import register
+from kernel_lab.core.rows import normalize_dim
 
 SOURCE = "kernel_lab/ops/softmax/peer_variants.py"
 PEER_DTYPES = (torch.float32, torch.float16, torch.bfloat16)

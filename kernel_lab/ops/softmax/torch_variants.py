@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import torch
 
-from kernel_lab.compiling import CompiledPerSignature
-from kernel_lab.registry import register
-from kernel_lab.rows import normalize_dim
-
-from .op import ALL_DTYPES
+from kernel_lab.core.compiling import CompiledPerSignature
+from kernel_lab.core.registry import register
+from kernel_lab.core.rows import normalize_dim
+from kernel_lab.ops.softmax.op import ALL_DTYPES
 
 
 @register(

@@ -9,13 +9,12 @@ from __future__ import annotations
 import torch
 import triton
 
-from kernel_lab.registry import register
-from kernel_lab.rows import rowwise
-from kernel_lab.triton_rows import num_warps as _num_warps
-from kernel_lab.triton_rows import rows_per_program
+from kernel_lab.core.registry import register
+from kernel_lab.core.rows import rowwise
+from kernel_lab.core.triton_rows import num_warps as _num_warps
+from kernel_lab.core.triton_rows import rows_per_program
+from kernel_lab.ops.softmax.op import ALL_DTYPES
 from kernel_lab.triton_src import softmax as kernels
-
-from .op import ALL_DTYPES
 
 SOURCE = "triton_src/softmax.py"
 FUSED_MAX_N = 65536  # beyond this one program's registers spill so badly it is pointless

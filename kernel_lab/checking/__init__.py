@@ -1,0 +1,1 @@
+"""float64 checks of variants, the case sets, compute-sanitizer (imports core, cuda)."""

@@ -1,0 +1,1 @@
+"""The op contract, registry, plans and dispatch, custom ops (imports cuda)."""

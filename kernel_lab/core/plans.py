@@ -1,0 +1,247 @@
+"""Plans: what one call signature runs, built once, then looked up.
+
+A *plan* is made the first time a call signature is seen - what is called (a variant by name,
+or an op through a drop-in with its variant choice), the call's keywords, and every tensor's
+shape, strides, dtype, device, data-pointer offset in a 128-byte line and ``requires_grad``
+(:func:`signature`). Making it picks the variant (``"auto"`` resolved on the real tensors),
+runs every check that holds for the whole signature (``supports()``: dtypes, the op's input
+contract, the variant's limits) and, for a CUDA launcher, records its launch so later calls
+replay it (:class:`ReplayingCall`). A later call with that signature is one dictionary lookup
+and the launch.
+
+One cache (:data:`_cache`) holds the plans of ``kernel_lab.run()``, the drop-ins and their
+backwards. A registration (``registry.generation``) clears it: a new variant may change what
+"auto" picks. A hot-reloaded kernel is noticed by the replay (it asks the source for the
+function, a cached stat) and recorded anew.
+
+Layers: the API (``run``, :mod:`kernel_lab.core.custom_ops`) -> this module (pick, check, plan) ->
+the variant's launcher -> :mod:`kernel_lab.cuda.interop` (launch) -> :mod:`kernel_lab.cuda.jit`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from kernel_lab.core import dispatch, registry
+from kernel_lab.core.dispatch import AUTO
+from kernel_lab.cuda import deferred, interop
+
+MAX_PLANS = 4096  # signatures kept before the cache starts over (shape-polymorphic callers)
+
+
+# -- recorded launches, replayed ----------------------------------------------------------------
+class _Replay:
+    """One recorded launch with its pointer arguments re-pointed at each call's tensors."""
+
+    __slots__ = ("launch", "owners", "source", "expr", "fn", "device_index")
+
+    def __init__(self, launch: interop.Launch, slots: list[tuple[int, int]]) -> None:
+        self.launch = interop.PreparedLaunch(launch, [i for i, _ in slots])
+        self.owners = tuple(w for _, w in slots)  # per pointer slot: -1 output, else input k
+        self.source, self.expr = launch.source
+        self.fn, self.device_index = launch.fn, launch.device_index
+
+    def __call__(self, tensors: tuple) -> torch.Tensor | None:
+        """The output, or None when the kernel was reloaded since the recording."""
+        if self.source.function(self.expr, self.device_index) is not self.fn:
+            return None
+        out = torch.empty_like(tensors[0], memory_format=torch.contiguous_format)
+        self.launch([(out if w < 0 else tensors[w]).data_ptr() for w in self.owners])
+        return out
+
+
+def pointer_slots(signature: str) -> list[int]:
+    """Indices of the ``Q`` (pointer) arguments in an :func:`interop.pack_args` signature."""
+    codes, i = [], 0
+    while i < len(signature):
+        codes.append(signature[i])
+        i += 3 if signature[i + 1:i + 3] == "4x" else 1
+    return [k for k, c in enumerate(codes) if c == "Q"]
+
+
+def _replay_of(launches: list, tensors: tuple, out: Any) -> _Replay | None:
+    """A replay of this call's recorded launches, or None if they cannot be replayed: not
+    exactly one launch, or a pointer that is neither an input nor the fresh output (the chunk
+    kernels' flag words carry a per-launch epoch), or inputs the launcher copied first."""
+    if len(launches) != 1 or not isinstance(out, torch.Tensor):
+        return None
+    launch = launches[0]
+    x = tensors[0]
+    if (launch.source is None or launch.signature is None or not out.is_contiguous()
+            or out.shape != x.shape or out.dtype != x.dtype or out.device != x.device):
+        return None
+    owners = {out.data_ptr(): -1}
+    for k, t in enumerate(tensors):
+        if t is None:
+            continue
+        if t.data_ptr() in owners:  # aliased inputs: which is which is ambiguous
+            return None
+        owners[t.data_ptr()] = k
+    slots = []
+    for i in pointer_slots(launch.signature):
+        which = owners.get(launch.args[i])
+        if which is None:
+            return None
+        slots.append((i, which))
+    if -1 not in {w for _, w in slots}:
+        return None
+    return _Replay(launch, slots)
+
+
+class ReplayingCall:
+    """``fn(*tensors, **kw)`` for one call signature: recorded on its first call under
+    :func:`interop.record_launches`, replayed after when that call was one plain launch."""
+
+    __slots__ = ("fn", "replay", "recorded")
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.fn = fn
+        self.replay: _Replay | None = None
+        self.recorded = False
+
+    def __call__(self, tensors: tuple, kw: dict) -> Any:
+        replay = self.replay
+        if replay is not None:
+            out = replay(tensors)
+            if out is not None:
+                return out
+            self.replay, self.recorded = None, False  # reloaded: record the new kernel
+        if self.recorded or interop.recording():  # a caller is recording already
+            return self.fn(*tensors, **kw)
+        with interop.record_launches() as launches:
+            out = self.fn(*tensors, **kw)
+        self.recorded = True
+        self.replay = _replay_of(launches, tensors, out)
+        return out
+
+
+# -- plans --------------------------------------------------------------------------------------
+class Plan:
+    """What one call signature runs: the variant (picked and checked once) and how it is called.
+
+    ``native``: a drop-in whose pick is PyTorch's own differentiable op, and whose backward's
+    pick would be PyTorch's too, so PyTorch's autograd records the call itself."""
+
+    __slots__ = ("variant", "call", "native", "fn")
+
+    def __init__(self, variant: registry.Variant, replay: bool, native: bool = False) -> None:
+        self.variant, self.native, self.fn = variant, native, variant.fn
+        # call(tensors, kw): the launcher itself, or its one launch recorded and replayed
+        self.call = (ReplayingCall(variant.fn) if replay and variant.backend == "cuda"
+                     else self._direct)
+
+    def _direct(self, tensors: tuple, kw: dict) -> Any:
+        return self.fn(*tensors, **kw)
+
+    def __call__(self, tensors: tuple, kw: dict) -> Any:
+        """Run the variant; outputs come back contiguous (no copy when they already are)."""
+        out = self.call(tensors, kw)
+        if type(out) is torch.Tensor:
+            return out if out.is_contiguous() else out.contiguous()
+        return tuple(o.contiguous() for o in out)
+
+
+def signature(tensors: tuple) -> tuple:
+    """Everything of the tensors a pick or a launcher's choices may depend on: shape, strides,
+    dtype, device, the data pointer's offset in a 128-byte line (vector and line heads), and
+    whether autograd would record the call. Non-tensor inputs (None) stand for themselves."""
+    return tuple((t.shape, t.stride(), t.dtype, t.get_device(), t.data_ptr() & 127,
+                  t.requires_grad) if type(t) is torch.Tensor else t for t in tensors)
+
+
+_cache: dict[tuple, Plan] = {}
+_generation = -1
+
+
+def _store(key: tuple, plan: Plan) -> Plan:
+    global _generation
+    if _generation != registry.generation or len(_cache) >= MAX_PLANS:
+        _cache.clear()
+        _generation = registry.generation
+    _cache[key] = plan
+    return plan
+
+
+def clear() -> None:
+    """Forget every plan (the next call of each signature plans anew)."""
+    _cache.clear()
+
+
+def for_variant(name: str, tensors: tuple, kw: dict) -> Plan:
+    """The plan of ``run(name, *tensors, **kw)``: the variant checked once for the signature."""
+    if len(tensors) == 1 and type(tensors[0]) is torch.Tensor:  # per-call hot path, inline
+        x = tensors[0]
+        key = (name, *kw.items(), x.shape, x.stride(), x.dtype, x.get_device(),
+               x.data_ptr() & 127, x.requires_grad)
+    else:
+        key = (name, *kw.items(), *signature(tensors))
+    plan = _cache.get(key)
+    if plan is None or _generation != registry.generation:
+        variant = registry.get(name)
+        registry.ensure_supported(variant, *tensors, **kw)
+        plan = _store(key, Plan(variant, replay=True))
+    return plan
+
+
+def for_op(op: str, variant: str, backward_variant: str, tensors: tuple, kw: dict,
+           replay: bool = True) -> Plan:
+    """The plan of a drop-in call of ``op`` by ``variant`` (a name or ``"auto"``), whose
+    backward (if any) runs ``backward_variant``. ``replay=False``: the launcher runs every call
+    (the backwards, whose upstream gradients' layouts vary)."""
+    if len(tensors) == 1:  # the common case, inline (per-call hot path)
+        x = tensors[0]
+        key = (op, variant, backward_variant, *kw.values(), x.shape, x.stride(), x.dtype,
+               x.get_device(), x.data_ptr() & 127, x.requires_grad)
+    else:
+        key = (op, variant, backward_variant, *kw.values(), *signature(tensors))
+    plan = _cache.get(key)
+    if plan is not None and _generation == registry.generation:
+        return plan
+    dispatch.check_names(op, variant, backward_variant)
+    v = dispatch.pick(op, variant, tensors, kw)
+    return _store(key, Plan(v, replay, native=_native(op, v, variant, backward_variant,
+                                                      tensors, kw)))
+
+
+def _native(op_name: str, v: registry.Variant, variant: str, backward_variant: str,
+            tensors: tuple, kw: dict) -> bool:
+    """Whether PyTorch's autograd may record the call itself (:class:`Plan`)."""
+    op = registry.get_op(op_name)
+    if not (variant == AUTO and backward_variant == AUTO and op.auto is not None
+            and op.auto.portable_autograd and v.name == op.auto.portable
+            and op.autograd is not None and op.autograd.backward):
+        return False
+    bop = registry.get_op(op.autograd.backward)
+    if bop.auto is None:
+        return False
+    like = tensors[0].contiguous()  # output-shaped tensors: what the backward would take
+    bkw = {k: kw.get(k, d) for k, d in bop.kwargs.items()}
+    return dispatch.choose_variant(bop.name, *[like] * len(bop.inputs),
+                                   **bkw).name == bop.auto.portable
+
+
+def run(name: str, *inputs: Any, **kw: Any) -> Any:
+    """Run variant ``name`` on ``inputs``.
+
+    Inputs are torch tensors or any DLPack producer (a CuPy array comes back as a CuPy array,
+    zero-copy both ways). Input checks happen before anything is launched, once per call
+    signature (:func:`for_variant`). A bad class index an earlier kernel flagged raises first
+    (:mod:`kernel_lab.cuda.deferred`).
+    """
+    deferred.raise_pending()
+    if len(inputs) == 1 and type(inputs[0]) is torch.Tensor:  # per-call hot path
+        tensors, back = inputs, None
+    else:
+        tensors, back = interop.to_torch(inputs)
+    try:
+        plan = for_variant(name, tensors, kw)
+    except TypeError:  # an unhashable keyword or input: checked and run without a plan
+        variant = registry.get(name)
+        registry.ensure_supported(variant, *tensors, **kw)
+        out = variant.fn(*tensors, **kw)
+    else:
+        out = plan.call(tensors, kw)
+    return out if back is None else back(out)

@@ -1,0 +1,296 @@
+"""The seam between PyTorch and CUDA launches: DLPack in and out, streams, devices, pointers.
+
+* ``to_torch(inputs)``: torch tensors pass through untouched (the fast path: no DLPack at all);
+  any other DLPack producer (CuPy, NumPy, JAX ...) is wrapped zero-copy with ``torch.from_dlpack``
+  and the result is handed back in the caller's framework, zero-copy too.
+* ``launch(fn, ...)``: runs a loaded kernel on PyTorch's *current* stream of the tensor's own
+  device, so graph capture works and later torch ops are ordered after the kernel. Pointers come
+  from ``data_ptr()`` (~0.2 us) rather than ``cupy.from_dlpack`` (~20-30 us per call), and the
+  launch is a raw ``cuLaunchKernel`` with a cached argument buffer (``pack_args``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import struct
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+
+
+def _identity(out: Any) -> Any:
+    return out
+
+
+def _framework_of(obj: Any) -> str:
+    return type(obj).__module__.split(".", 1)[0]
+
+
+def to_torch(inputs: tuple) -> tuple[tuple, Callable[[Any], Any]]:
+    """Inputs as torch tensors (zero-copy) plus a function returning a result in their framework."""
+    for x in inputs:
+        if not isinstance(x, torch.Tensor) and hasattr(x, "__dlpack__"):
+            break
+    else:
+        return inputs, _identity
+    converted = []
+    framework = None
+    for x in inputs:
+        if not isinstance(x, torch.Tensor) and hasattr(x, "__dlpack__"):
+            framework = framework or _framework_of(x)
+            x = _from_dlpack(x)
+        converted.append(x)
+    return tuple(converted), _returner(framework)
+
+
+def _from_dlpack(x: Any) -> torch.Tensor:
+    if _framework_of(x) == "cupy":
+        import cupy
+
+        with cupy.cuda.Device(x.device.id), torch.cuda.device(x.device.id):
+            return torch.from_dlpack(x)
+    return torch.from_dlpack(x)
+
+
+def _returner(framework: str | None) -> Callable[[Any], Any]:
+    if framework == "cupy":
+        import cupy
+
+        def back(out):
+            if isinstance(out, torch.Tensor):
+                with torch.cuda.device(out.device):
+                    return cupy.from_dlpack(out.detach())
+            return out
+
+        return back
+    if framework == "numpy":
+        return lambda out: out.detach().numpy() if isinstance(out, torch.Tensor) else out
+    return _identity
+
+
+# -- streams and launches ---------------------------------------------------------------------
+_get_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
+def current_stream_ptr(device_index: int) -> int:
+    """Raw cudaStream_t of PyTorch's current stream on ``device_index`` (~0.3 us)."""
+    if _get_raw_stream is not None:
+        return _get_raw_stream(device_index)
+    return torch.cuda.current_stream(device_index).cuda_stream
+
+
+_recorder: list | None = None  # set by record_launches(): kernels launched meanwhile
+
+
+class Launch(NamedTuple):
+    """One recorded kernel launch: the CuPy Function, its launch shape, its arguments (and
+    their pack signature) and, from the row launcher, its (CudaSource, name expression)."""
+
+    fn: Any
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared_mem: int
+    args: tuple = ()
+    signature: str | None = None
+    source: tuple | None = None
+    device_index: int = 0
+
+
+def recording() -> bool:
+    """Whether a :func:`record_launches` block is collecting launches now."""
+    return _recorder is not None
+
+
+@contextlib.contextmanager
+def record_launches():
+    """Collect every launch made inside the block as a :class:`Launch` (for the register /
+    spill and launch-shape reports of benchmarks)."""
+    global _recorder
+    _recorder = []
+    try:
+        yield _recorder
+    finally:
+        _recorder = None
+
+
+# Kernel arguments -> the ``void**`` that cuLaunchKernel takes. Every argument gets an 8-byte
+# slot of one buffer (little-endian: a 4-byte int or float sits in the slot's low half, which
+# is where the pointer points); the pointer array is built once per argument-type signature and
+# thread, so a launch costs one ``struct.pack_into``. The driver copies the values at launch
+# (and into the graph node during capture), so the buffer is free again when the call returns.
+_SLOT_FORMATS: dict[type, str] = {
+    int: "Q",  # device pointers (data_ptr()); use np.int64 for signed 64-bit values
+    np.uint64: "Q",
+    np.int64: "q",
+    np.int32: "i4x",
+    np.uint32: "I4x",
+    np.float32: "f4x",
+    np.float64: "d",
+}
+
+
+def slot_format(types: Iterable[type]) -> str:
+    """The :func:`pack_args` ``signature`` of arguments of these Python types."""
+    types = tuple(types)
+    try:
+        return "".join(_SLOT_FORMATS[t] for t in types)
+    except KeyError:
+        bad = next(t for t in types if t not in _SLOT_FORMATS)
+        raise TypeError(
+            f"kernel argument of type {bad.__name__}: pass device pointers as Python ints "
+            "and scalars as numpy scalars (np.int32, np.int64, np.float32, np.float64) - "
+            "a Python float or bool has no defined C type"
+        ) from None
+
+
+class _ArgPacker:
+    def __init__(self, signature: str) -> None:
+        self.struct = struct.Struct("<" + signature)
+        slots = self.struct.size // 8
+        self.values = ctypes.create_string_buffer(max(8, self.struct.size))
+        base = ctypes.addressof(self.values)
+        self.pointers = (ctypes.c_void_p * max(1, slots))(*(base + 8 * i for i in range(slots)))
+        self.address = ctypes.addressof(self.pointers)
+
+    def pack(self, args: tuple) -> int:
+        self.struct.pack_into(self.values, 0, *args)
+        return self.address
+
+
+# Per thread: ``packers`` (signature -> _ArgPacker) and ``ready`` (the driver has a current
+# context here, see launch).
+_thread = threading.local()
+
+
+def pack_args(args: tuple, signature: str | None = None) -> int:
+    """Address of a ``void*[]`` pointing at ``args`` packed as C values (this thread's buffer,
+    valid until its next launch with the same signature).
+
+    ``signature``: one struct code per 8-byte slot (``Q`` pointer, ``q`` int64, ``i4x`` int32,
+    ``f4x`` float, ``d`` double); then ``args`` may be plain Python numbers, range-checked by
+    ``struct``. Without it the codes come from the argument types (see ``slot_format``).
+    """
+    cache = getattr(_thread, "packers", None)
+    if cache is None:
+        cache = _thread.packers = {}
+    if signature is None:
+        signature = slot_format(map(type, args))
+    packer = cache.get(signature)
+    if packer is None:
+        packer = cache[signature] = _ArgPacker(signature)
+    try:
+        return packer.pack(args)
+    except struct.error as e:
+        raise OverflowError(f"kernel argument out of range for its C type: {e}") from None
+
+
+_driver = None
+_runtime = None
+
+
+def _cuda_api():
+    global _driver, _runtime
+    if _driver is None:
+        from cupy.cuda import driver, runtime
+
+        _driver, _runtime = driver, runtime
+    return _driver, _runtime
+
+
+def launch(
+    fn: Any,
+    grid: tuple[int, ...],
+    block: tuple[int, ...],
+    args: tuple,
+    *,
+    device_index: int,
+    shared_mem: int = 0,
+    signature: str | None = None,
+    source: tuple | None = None,
+) -> None:
+    """Launch kernel ``fn`` (a CuPy ``Function``) on torch's current stream of ``device_index``.
+
+    ``source``: (CudaSource, name expression) of ``fn``, kept by :func:`record_launches` so a
+    recorded launch can be replayed (:mod:`kernel_lab.core.plans`).
+    ``args`` must already be typed: tensor pointers as Python ints (sent as 64-bit), scalars as
+    numpy scalars (``np.int32``, ``np.float32``); anything else raises ``TypeError``. Or give
+    the C types as a ``signature`` (see :func:`pack_args`) and pass plain Python numbers.
+    The launch is one ``cuLaunchKernel`` (CuPy's driver binding) with a cached argument buffer,
+    instead of CuPy's ``Function.__call__``, which boxes every argument on every call.
+    """
+    driver, runtime = _cuda_api()
+    if not getattr(_thread, "ready", False):
+        # The driver API needs a current context on each thread; a thread that has not called
+        # the runtime yet may have none. cudaSetDevice makes the primary context current.
+        runtime.setDevice(runtime.getDevice())
+        _thread.ready = True
+    params = pack_args(args, signature)
+    gx, gy, gz = (*grid, 1, 1)[:3]
+    bx, by, bz = (*block, 1, 1)[:3]
+    if _recorder is not None:
+        _recorder.append(Launch(fn, (gx, gy, gz), (bx, by, bz), shared_mem, args, signature,
+                                source, device_index))
+    stream = current_stream_ptr(device_index)
+    if runtime.getDevice() == device_index:
+        driver.launchKernel(fn.ptr, gx, gy, gz, bx, by, bz, shared_mem, stream, params, 0)
+    else:  # a tensor on another GPU: its own device's context, never the current one's
+        import cupy
+
+        with cupy.cuda.Device(device_index):
+            driver.launchKernel(fn.ptr, gx, gy, gz, bx, by, bz, shared_mem, stream, params, 0)
+
+
+class PreparedLaunch:
+    """A recorded :class:`Launch`, ready to go again with new pointers (the replayed launches of
+    :mod:`kernel_lab.core.plans`): its arguments are packed once into a buffer of its own, and a
+    launch writes the pointer slots (argument indices ``slots``) and calls ``cuLaunchKernel``.
+    On another thread, under :func:`record_launches`, on a thread without a current context or
+    for a tensor on another GPU it takes :func:`launch`'s path with the full arguments."""
+
+    __slots__ = ("launch", "slots", "ptr", "shape", "packer", "params", "words", "owner")
+
+    def __init__(self, launch: Launch, slots: list[int]) -> None:
+        self.launch, self.slots = launch, slots
+        self.ptr = launch.fn.ptr
+        self.shape = (*launch.grid, *launch.block, launch.shared_mem)
+        # its own buffer and pointer array, kept alive with it (the driver reads them at launch)
+        self.packer = packer = _ArgPacker(launch.signature or slot_format(map(type, launch.args)))
+        self.params = packer.pack(launch.args)
+        self.words = (ctypes.c_uint64 * (len(packer.values) // 8)).from_buffer(packer.values)
+        self.owner = threading.get_ident()
+
+    def __call__(self, pointers: list[int]) -> None:
+        rec = self.launch
+        dev = rec.device_index
+        if (_recorder is None and threading.get_ident() == self.owner
+                and getattr(_thread, "ready", False) and _get_raw_stream is not None
+                and _runtime.getDevice() == dev):
+            words = self.words
+            for i, p in zip(self.slots, pointers):
+                words[i] = p
+            _driver.launchKernel(self.ptr, *self.shape, _get_raw_stream(dev), self.params, 0)
+            return
+        args = list(rec.args)
+        for i, p in zip(self.slots, pointers):
+            args[i] = p
+        launch(rec.fn, rec.grid, rec.block, tuple(args), device_index=dev,
+               shared_mem=rec.shared_mem, signature=rec.signature, source=rec.source)
+
+
+def i32(v: int) -> np.int32:
+    """A kernel ``int`` argument, range-checked (a silent wrap would be a wrong answer)."""
+    if not -(2**31) <= v < 2**31:
+        raise OverflowError(f"{v} does not fit a 32-bit kernel argument")
+    return np.int32(v)
+
+
+def i64(v: int) -> np.int64:
+    return np.int64(v)
+
+
+def f32(v: float) -> np.float32:
+    return np.float32(v)

@@ -1,0 +1,1 @@
+"""Timing, benchmarking, sweeps, presets and peak memory (imports checking, ops, core, cuda)."""
