@@ -5,7 +5,7 @@
 //
 // A chunk's value is a 64-bit word: its fp32 bits with the launch's epoch in the high half,
 // stored relaxed at gpu scope. The epoch is a nonzero 32-bit number the launcher gives each
-// launch (kernel_lab/flag_words.py): the buffer is reused from launch to launch on a
+// launch (kernel_lab/cuda/flag_words.py): the buffer is reused from launch to launch on a
 // stream, and a word written by an earlier launch carries an earlier epoch, so it reads as not
 // yet in - no zeroing kernel before each launch (a zeroed buffer and epoch 1 work as well). A
 // reader that sees its epoch has the value (64-bit accesses are single-copy atomic), so neither

@@ -6,7 +6,7 @@
 //            the cluster, start ns, end ns).
 // Launch:    grid = clusters * CL CTAs of any size, non-portable sizes (> 8) opted in.
 // Cost:      spin_ns per CTA; 40 bytes written per CTA, nothing read.
-// Used by kernel_lab/occupancy.py (cluster_placement) and tests/test_forward_kernels_gpu.py.
+// Used by kernel_lab/cuda/occupancy.py (cluster_placement) and tests/test_forward_kernels_gpu.py.
 #include "cluster.cuh"
 
 __device__ __forceinline__ unsigned long long global_ns() {

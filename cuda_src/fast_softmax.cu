@@ -1,6 +1,6 @@
 // fast_softmax: the speed-of-light family. One read of x and one write of y per element, rows
 // held on chip in 16-byte vectors, and a kernel kind and launch shape picked per (N, dtype) by
-// kernel_lab/rowkernels/forward_config.py (fast_softmax_config; the launcher records the choice).
+// kernel_lab/cuda/rowkernels/forward_config.py (fast_softmax_config; the launcher records the choice).
 //
 // The kernels live in row_softmax_kernels.cuh (shared with fast_log_softmax.cu, which instantiates
 // the same bodies with another epilogue); its table maps each kind to its symbols, body and

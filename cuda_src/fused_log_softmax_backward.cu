@@ -4,7 +4,7 @@
 // Edge cases: y = -inf gives exp(y) = 0, so dx = dy exactly; a NaN row of y stays NaN.
 //
 // Four kernel kinds, the softmax backward's shapes (BackwardConfig in
-// kernel_lab/rowkernels/backward_config.py) but for its cluster kind, whose rows stream here.
+// kernel_lab/cuda/rowkernels/backward_config.py) but for its cluster kind, whose rows stream here.
 //
 // block: log_softmax_backward<T, VPT> (rows that fit on one CTA)
 // Ownership: block `blockIdx.x` owns row blockIdx.x; thread t holds windows t + k * blockDim.x

@@ -1,5 +1,5 @@
 // fused_softmax_backward: dx = y * (dy - sum(dy * y)) with y and dy read once, dx written once.
-// Five kernel kinds (BackwardConfig.kind; kernel_lab/rowkernels/backward_config.py picks kind and
+// Five kernel kinds (BackwardConfig.kind; kernel_lab/cuda/rowkernels/backward_config.py picks kind and
 // shape per (N, dtype)); fused_log_softmax_backward.cu has the same kinds but cluster.
 //
 // block: fused_softmax_backward<T, VPT> (rows that fit on one CTA)

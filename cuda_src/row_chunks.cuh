@@ -104,7 +104,7 @@ template <typename T, int VPT> struct ChunkRequests {
 // traps), so no CTA waits on one that waits on it.
 // Launch:    grid = min(rows * chunks, resident CTAs) of blockDim.x <= 1024, dynamic shared
 //            memory bufs * blockDim.x * VPT * 16 B; `pairs` 16 B a chunk, none of its words
-//            carrying `epoch` (the launcher's per-stream buffer, kernel_lab/flag_words.py; or
+//            carrying `epoch` (the launcher's per-stream buffer, kernel_lab/cuda/flag_words.py; or
 //            zeroed, epoch 1). Static: 32 pairs + 2.
 // Precond:   vec != 0 (input and output rows in one 16-byte phase); fp32 accumulation.
 // Bytes:     2 * M * N * sizeof(T) + 16 B a chunk; two exps an element.

@@ -8,7 +8,7 @@
 // The macro defines thin __global__ templates named <prefix>_<symbol> (so that NVRTC name
 // expressions such as "fast_softmax_block<float, 4>" work), each forwarding to one device body
 // in klab::rowk. A kernel KIND is one body and its launch shape (FastConfig.kind in
-// kernel_lab/rowkernels/forward_config.py, which picks kind and shape per (N, dtype)); the header
+// kernel_lab/cuda/rowkernels/forward_config.py, which picks kind and shape per (N, dtype)); the header
 // of each body says which thread owns which data, the launch shape, shared memory,
 // preconditions and bytes moved. cuda_src/README.md is the family's design document.
 //

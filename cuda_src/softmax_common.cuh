@@ -4,7 +4,7 @@
 //
 // NVRTC-safe: no host code, no <cmath>/INFINITY; infinities come from math_constants.h.
 //
-// Conventions every kernel in this folder follows (kernel_lab/cuda_common.py launches them):
+// Conventions every kernel in this folder follows (kernel_lab/cuda/sources.py launches them):
 //   kernel<T>(T* out, const T* in0, [const T* in1,] long long rows, int n,
 //             long long in0_stride, [long long in1_stride,] ...)
 //   Input rows are `stride` elements apart, columns contiguous; the output is contiguous (M, N).

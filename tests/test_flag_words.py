@@ -1,4 +1,4 @@
-"""The chunk kernels' flagged words kept per stream (kernel_lab/flag_words.py).
+"""The chunk kernels' flagged words kept per stream (kernel_lab/cuda/flag_words.py).
 
 CPU: each launch on a stream takes the next epoch over one buffer, zeroed once when it is fresh
 (first use, too small, the epochs used up); other streams and devices keep their own; graph

@@ -48,7 +48,7 @@ def _target(t_ptr, row, N, ignore_index):
 @triton.jit
 def _flag_bad(first_ptr, flag_ptr, row, t, bad):
     """For a bad row: atomic min of row << 32 | (t + 2^31) (both saturated) into the device
-    word, and 1 into the host-mapped word (kernel_lab/deferred.py)."""
+    word, and 1 into the host-mapped word (kernel_lab/cuda/deferred.py)."""
     r = tl.minimum(row, 2147483647)
     v = tl.minimum(tl.maximum(t, -2147483648), 2147483647) + 2147483648
     tl.atomic_min(first_ptr, r * 4294967296 + v, mask=bad)

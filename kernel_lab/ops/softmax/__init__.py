@@ -1,7 +1,7 @@
 """Softmax over one dim: forward (``softmax``) and backward (``softmax_backward``).
 
 Files: ``op.py`` (the op definitions and float64 references), then one file of variants per
-backend. Row/dim handling is shared by every op: ``kernel_lab/rows.py``.
+backend. Row/dim handling is shared by every op: ``kernel_lab/core/rows.py``.
 """
 
 # Order matters: the ops exist before their variants register.
