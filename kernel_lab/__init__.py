@@ -14,8 +14,10 @@
 from kernel_lab.core import triton_mode as _triton_mode  # noqa: F401, I001
 from kernel_lab.checking.checker import runs_here, why_not_here
 from kernel_lab.base.errors import (
+    DimRangeError,
     DuplicateOpError,
     DuplicateVariantError,
+    InputTypeError,
     KernelCompileError,
     KernelLabError,
     UnknownVariantError,
@@ -50,9 +52,11 @@ __all__ = [
     "Auto",
     "Autograd",
     "CrossEntropyLoss",
+    "DimRangeError",
     "DuplicateOpError",
     "DuplicateVariantError",
     "Input",
+    "InputTypeError",
     "KernelCompileError",
     "KernelLabError",
     "LinearCrossEntropyLoss",

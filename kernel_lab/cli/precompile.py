@@ -164,7 +164,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from kernel_lab.core import registry
-    from kernel_lab.cuda import jit
+    from kernel_lab.cuda import archs, jit
     from kernel_lab.cuda import sources as cuda_common
     from kernel_lab.cuda.rowkernels import reachable
 
@@ -177,6 +177,10 @@ def main(args: argparse.Namespace) -> int:
             raise KernelLabError(f"no declared source {unknown[0]!r}; declared: "
                                  f"{', '.join(sorted(by_name))}")
         sources = [by_name[f] for f in args.files]
+    try:  # an unknown arch: one line here, not one NVRTC failure per instantiation
+        archs.get_arch(args.arch)
+    except ValueError as e:
+        raise KernelLabError(str(e)) from None
     t0 = time.perf_counter()
     picked = [list(s.name_expressions) if args.all else reachable.launchable(s) for s in sources]
     jobs = [job_for(s, e) for s, exprs in zip(sources, picked) for e in exprs]

@@ -270,9 +270,13 @@ def _shaped(variant, src, n: int | None, dtype) -> tuple[list[str], str]:
 def main(args: argparse.Namespace) -> int:
     from kernel_lab.base.errors import KernelLabError
     from kernel_lab.core import registry
-    from kernel_lab.cuda import jit
+    from kernel_lab.cuda import archs, jit
     from kernel_lab.cuda import sources as cuda_common
 
+    try:  # an unknown arch: one line, before any compile
+        archs.get_arch(args.arch)
+    except ValueError as e:
+        raise KernelLabError(str(e)) from None
     variant = registry.get(args.name)
     if variant.backend != "cuda" or not variant.source:
         print(f"kernel_lab resources: {variant.name} is a {variant.backend} variant; "

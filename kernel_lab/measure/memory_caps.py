@@ -1,10 +1,10 @@
-"""Sizes a CPU can take: ``bench`` presets on ``--device cpu`` are capped, a ``--shape`` that
-would not fit in memory is refused in one line, before anything is allocated.
+"""Sizes a CPU can take: a ``--shape`` that would not fit in memory is refused in one line,
+before anything is allocated, and ``bench --device cpu --full-cpu`` caps the presets' shapes.
 
 The presets size their shapes for a GPU (M*N = 2^28 elements: 1 GiB of fp32 a tensor, and the
-float64 reference and its intermediates several times that). On ``--device cpu`` each preset
-shape keeps its row length N and gets fewer rows, M*N <= ``CPU_PRESET_ELEMENTS``: the harness
-runs end to end in minutes (Triton runs in its interpreter there) and in a few MB.
+float64 reference and its intermediates several times that). With ``--full-cpu`` each preset
+shape keeps its row length N and gets fewer rows, M*N <= ``CPU_PRESET_ELEMENTS``; without it,
+:func:`kernel_lab.measure.presets.cpu_plan` picks a share of the cells that fits two minutes.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 CPU_PRESET_ELEMENTS = 2**18  # a preset shape on a CPU: ~1 MB of fp32 a tensor
-BYTES_PER_ELEMENT = 40  # peak bytes an element costs a benchmark case: inputs, outputs, float64
-# reference and its intermediates (measured ~32 for a backward case, with margin)
+BYTES_PER_ELEMENT = 96  # peak bytes an element costs a benchmark case: inputs, outputs, float64
+# reference and its intermediates (softmax at 4096x50257 fp32 peaked at ~81 resident, with margin)
 
 
 def available_memory() -> int:
