@@ -69,11 +69,8 @@ class Schedule:
         return self.iterations * self.k
 
 
-def schedule(fn: Callable[[], Any], timer: Callable[[], float], host_s: float = 0.0,
-             round_s: float = ROUND_S) -> Schedule:
-    """Calibrate: iterations so one round lasts ``round_s`` and HOST_LATENCY_ROUNDS x
-    ``host_s`` (one call's host latency: each round starts from an idle GPU), rounds so all
-    fit BUDGET_S (at least MIN_ROUNDS)."""
+def per_call_estimate(fn: Callable[[], Any], timer: Callable[[], float]) -> float:
+    """Seconds a call: 1, 4, 16 ... calls until a burst lasts 1 ms (or MAX_ITERATIONS)."""
     n = 1
     while True:
         t0 = timer()
@@ -81,9 +78,16 @@ def schedule(fn: Callable[[], Any], timer: Callable[[], float], host_s: float = 
             fn()
         dt = timer() - t0
         if dt >= 1e-3 or n >= MAX_ITERATIONS:
-            break
+            return max(dt / n, 1e-9)
         n *= 4
-    est = max(dt / n, 1e-9)
+
+
+def schedule(fn: Callable[[], Any], timer: Callable[[], float], host_s: float = 0.0,
+             round_s: float = ROUND_S) -> Schedule:
+    """Calibrate: iterations so one round lasts ``round_s`` and HOST_LATENCY_ROUNDS x
+    ``host_s`` (one call's host latency: each round starts from an idle GPU), rounds so all
+    fit BUDGET_S (at least MIN_ROUNDS)."""
+    est = per_call_estimate(fn, timer)
     round_s = max(round_s, HOST_LATENCY_ROUNDS * host_s)
     iterations = max(1, min(MAX_ITERATIONS, math.ceil(round_s / est)))
     rounds = max(MIN_ROUNDS, min(MAX_ROUNDS, math.ceil(BUDGET_S / (iterations * est))))
@@ -286,16 +290,7 @@ def short_schedule(fn: Callable[[], Any], timer: Callable[[], float], rounds: in
                    round_s: float = CPU_ROUND_S) -> Schedule:
     """``rounds`` rounds of about ``round_s`` each (at least one call): a slow call (an
     interpreted Triton kernel on a CPU) costs calibration + warm-up + ``rounds`` calls."""
-    n = 1
-    while True:
-        t0 = timer()
-        for _ in range(n):
-            fn()
-        dt = timer() - t0
-        if dt >= 1e-3 or n >= MAX_ITERATIONS:
-            break
-        n *= 4
-    est = max(dt / n, 1e-9)
+    est = per_call_estimate(fn, timer)
     return Schedule(max(1, rounds), max(1, min(MAX_ITERATIONS, math.ceil(round_s / est))), est)
 
 
