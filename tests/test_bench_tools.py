@@ -131,13 +131,15 @@ def test_auto_check_races_auto_against_its_candidates(tmp_path):
             "--op", "softmax,log_softmax_backward"]
     env = {**os.environ, "COLUMNS": "200"}
     out = tmp_path / "auto.json"
-    r = subprocess.run([*base, "--tolerance", "1000", "--json", str(out)], cwd=REPO, text=True,
+    # a tolerance no timing can miss: on a busy CPU one median has read 1000x off (both ways);
+    # this checks the harness and its files, not a speed
+    r = subprocess.run([*base, "--tolerance", "1e9", "--json", str(out)], cwd=REPO, text=True,
                        capture_output=True, timeout=300, env=env)
     assert r.returncode == 0, r.stderr
     assert "torch_eager" in r.stdout and "torch_log_softmax_backward" in r.stdout
-    assert "0 of 2 cases where auto is more than 1000.00x" in r.stdout
+    assert "0 of 2 cases where auto is more than 1000000000.00x" in r.stdout
     saved = json.loads(out.read_text())
-    assert saved["meta"]["tolerance"] == 1000
+    assert saved["meta"]["tolerance"] == 1e9
     assert [(c["op"], c["shape"], c["picked"]) for c in saved["cases"]] == [
         ("softmax", "4x64", "torch_eager"),
         ("log_softmax_backward", "4x64", "torch_log_softmax_backward")]
@@ -148,7 +150,7 @@ def test_auto_check_races_auto_against_its_candidates(tmp_path):
         assert c["ratio"] == pytest.approx(c["auto_s"] / c["times"][c["best"]], rel=1e-3,
                                            abs=5e-5)
     assert saved["meta"]["path"] == "eager"
-    r = subprocess.run([*base, "--tolerance", "1000", "--path", "custom"], cwd=REPO, text=True,
+    r = subprocess.run([*base, "--tolerance", "1e9", "--path", "custom"], cwd=REPO, text=True,
                        capture_output=True, timeout=300, env=env)
     assert r.returncode == 0 and "custom path" in r.stdout, r.stderr
     for bad, msg in ((["--op", "sofmax"], "unknown op 'sofmax'"), (["--shape", "3xq"],
