@@ -386,7 +386,7 @@ def test_memcheck_runs_the_cases_of_simple_kernels_cleanly(tmp_path):
 def test_the_parser_offers_what_the_modules_define():
     from kernel_lab.checking.checker import SELECTIONS
 
-    check = cli._parser()._subparsers._group_actions[0].choices["check"]
+    check = cli.build_parser()._subparsers._group_actions[0].choices["check"]
     options = {a.dest: a for a in check._actions}
     assert tuple(options["sanitize"].choices) == sanitize.TOOLS
     assert tuple(options["cases"].choices) == SELECTIONS

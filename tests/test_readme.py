@@ -142,11 +142,11 @@ def lab_args(cmd: list[str]) -> list[str] | None:
 
 def check_lab_command(args: list[str], where: str) -> None:
     """Parse with the CLI's own parser (nothing runs) and look up the variants named."""
-    from kernel_lab.cli import _parser
+    from kernel_lab.cli import build_parser
     from kernel_lab.core import registry
 
     try:
-        ns = _parser().parse_args(args)
+        ns = build_parser().parse_args(args)
     except SystemExit as e:  # argparse printed why to stderr
         pytest.fail(f"{where}: `python -m kernel_lab {shlex.join(args)}` does not parse "
                     f"(exit {e.code})")

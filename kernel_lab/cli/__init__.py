@@ -11,7 +11,7 @@ import argparse
 import sys
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m kernel_lab",
         description="Write, check and race GPU kernels: one registry of variants per op.",
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from kernel_lab.base.errors import KernelLabError
 
-    parser = _parser()
+    parser = build_parser()
     _traceback_switch(parser)
     args = parser.parse_args(argv)
     if args.traceback or os.environ.get(TRACEBACK_ENV, "") not in ("", "0"):
