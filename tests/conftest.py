@@ -51,7 +51,9 @@ def pytest_configure(config):
     run_id, workers = os.environ.get("PYTEST_XDIST_TESTRUNUID"), os.environ.get(
         "PYTEST_XDIST_WORKER_COUNT")
     if HAS_CUDA and run_id and workers:  # an xdist worker on a GPU machine
-        card = torch.cuda.get_device_properties(0).total_memory / 2**30
+        card = card_gib()  # nvidia-smi: no CUDA context before a test needs one
+        if card is None:
+            card = torch.cuda.get_device_properties(0).total_memory / 2**30
         SHARE = GpuShare.for_run(run_id, budget_gib(card, int(workers)))
 
 
