@@ -109,7 +109,8 @@ __device__ __forceinline__ void chunks_rows(T* __restrict__ dx, const T* __restr
     uint4* my_y = slots + b * set_slots + threadIdx.x;
     prefetch_pair<T, VPT>(my_y, my_y + VPT * blockDim.x, y + it.row * y_stride,
                           dy + it.row * dy_stride, n, it.c * span + threadIdx.x, step, line,
-                          it.row * y_stride > 0 && it.row * dy_stride > 0);
+                          it.row * y_stride > 0 && it.row * dy_stride > 0,
+                          pair_followed<T>(it.row, rows, n, y_stride, dy_stride));
   };
   {  // prologue: the first `ahead` items in flight, one commit group each
     ChunkCursor p(q, chunks);

@@ -61,11 +61,19 @@ template <typename T> __device__ __forceinline__ int head_of(const T* row, int l
 // This thread's windows k * step + base of rows yr and dyr into its slots (my_y, my_dy: slot k at
 // [k * blockDim.x]), as rowk::prefetch_row: windows wholly inside the row are 16-byte copies, the
 // row's partial last window copies its first bytes, and window k = 0 when it starts before the
-// row goes through klab::cp_async_edge (`before`: neither row is its tensor's first).
+// row goes through klab::cp_async_edge (`before`: neither row is its tensor's first; `after`:
+// both rows are followed by a later one, klab::row_followed).
+// Row r of y and of dy are both followed by a later row of at least a window (klab::row_followed).
+template <typename T>
+__device__ __forceinline__ bool pair_followed(long long r, long long rows, int n,
+                                              long long y_stride, long long dy_stride) {
+  return r + 1 < rows && y_stride > 0 && dy_stride > 0 && n >= klab::Vec<T>::N;
+}
+
 template <typename T, int VPT>
 __device__ __forceinline__ void prefetch_pair(uint4* my_y, uint4* my_dy, const T* yr,
                                               const T* dyr, int n, int base, int step, int line,
-                                              bool before) {
+                                              bool before, bool after) {
   constexpr int W = klab::Vec<T>::N;
   const int h = head_of(yr, line), nwin = (n + h + W - 1) / W, whole = (n + h) / W;
   const bool head = base * W < h;  // window k = 0 starts before the row (step >= 32)
@@ -85,13 +93,13 @@ __device__ __forceinline__ void prefetch_pair(uint4* my_y, uint4* my_dy, const T
     tail = v == whole ? k : tail;
   }
   if (head) {
-    klab::cp_async_edge<T>(sy, y4, base * W - h, n, before);
-    klab::cp_async_edge<T>(sdy, dy4, base * W - h, n, before);
+    klab::cp_async_edge<T>(sy, y4, base * W - h, n, before, after);
+    klab::cp_async_edge<T>(sdy, dy4, base * W - h, n, before, after);
   }
   if (tail >= 0 && whole < nwin) {  // the row's last window, partial: its first bytes
     const int bytes = (n + h - whole * W) * sizeof(T);
-    klab::cp_async16_first(sy + tail * jump, y4 + tail * step, bytes);
-    klab::cp_async16_first(sdy + tail * jump, dy4 + tail * step, bytes);
+    klab::cp_async16_first<T>(sy + tail * jump, y4 + tail * step, bytes, after);
+    klab::cp_async16_first<T>(sdy + tail * jump, dy4 + tail * step, bytes, after);
   }
 }
 
@@ -132,7 +140,8 @@ __device__ __forceinline__ void persist_rows(T* __restrict__ dx, const T* __rest
     uint4* my_y = slots + s * stage_slots + threadIdx.x;
     if (r < rows)
       prefetch_pair<T, VPT>(my_y, my_y + VPT * blockDim.x, y + r * y_stride, dy + r * dy_stride, n,
-                            base, step, line, r * y_stride > 0 && r * dy_stride > 0);
+                            base, step, line, r * y_stride > 0 && r * dy_stride > 0,
+                            pair_followed<T>(r, rows, n, y_stride, dy_stride));
     klab::cp_async_commit();
   }
   for (long long row = q, it = 0; row < rows; row += Q, ++it) {
@@ -164,7 +173,8 @@ __device__ __forceinline__ void persist_rows(T* __restrict__ dx, const T* __rest
     const long long rn = row + stages * Q;
     if (rn < rows)
       prefetch_pair<T, VPT>(my_y, my_dy, y + rn * y_stride, dy + rn * dy_stride, n, base, step,
-                            line, rn * y_stride > 0 && rn * dy_stride > 0);
+                            line, rn * y_stride > 0 && rn * dy_stride > 0,
+                            pair_followed<T>(rn, rows, n, y_stride, dy_stride));
     klab::cp_async_commit();
     s = klab::block_allreduce(s, klab::SumOp{}, A(0), red);
     if constexpr (CL > 1) {  // no cluster barrier per row: messages (klab::ClusterInbox)

@@ -55,7 +55,8 @@ __device__ __forceinline__ MaxSum<acc_t<T>> regs_then_slots_maxsum(Vec<T> (&r)[V
 // Bytes:     2 * M * N * sizeof(T). Slots cost: from ~8 slots a thread 3-5 points of copy.
 template <template <typename> class E, typename T, int VPT, int CL>
 __device__ __forceinline__ void block_slots_row(T* __restrict__ y, const T* __restrict__ x,
-                                                int n, long long stride, long long row,
+                                                long long rows, int n, long long stride,
+                                                long long row,
                                                 int slots, unsigned rank, long long wave_rows,
                                                 long long wave_ns) {
   using A = acc_t<T>;
@@ -72,7 +73,8 @@ __device__ __forceinline__ void block_slots_row(T* __restrict__ y, const T* __re
   stagger_first_wave(row, wave_rows, wave_ns);
 
   // 1. The slot windows' copies in flight (the row's bytes only; masked on every read).
-  copy_slots(shared_addr(mine), xr, first, step, slots, n);
+  copy_slots(shared_addr(mine), xr, first, step, slots, n,
+             row_followed(xr, x + (rows - 1) * stride, n));
   auto slot = [&](int j) { return slot_window<T>(mine, j, false, first + j * step, n, h, nwin); };
   // 2. The register windows, plain 16-byte loads.
   Vec<T> r[VPT];
@@ -178,6 +180,7 @@ __device__ __forceinline__ void persist_slots_rows(T* __restrict__ y, const T* _
   const unsigned dst = shared_addr(mine), dst_step = blockDim.x * sizeof(uint4);
   const long long q_step = gridDim.x / CL;
   long long row = blockIdx.x / CL;
+  const T* x_last = x + (rows - 1) * stride;
   if constexpr (CL > 1) {
     if (threadIdx.x == 0) inbox.init();
     cluster_sync();  // every peer's inbox exists before the first message
@@ -188,7 +191,7 @@ __device__ __forceinline__ void persist_slots_rows(T* __restrict__ y, const T* _
   {
     const T* xr = x + row * stride;
     const int h = line_head(xr);
-    copy_slots(dst, xr, first, step, slots, n);
+    copy_slots(dst, xr, first, step, slots, n, row_followed(xr, x_last, n));
 #pragma unroll
     for (int k = 0; k < VPT; ++k)
       r[k] = load_window(xr, k * step + base, n, h, 1, neg_inf_t<T>());
@@ -246,8 +249,8 @@ __device__ __forceinline__ void persist_slots_rows(T* __restrict__ y, const T* _
       else if (more && v < nwin_next) tail = j;
     }
     if (tail >= 0)  // its first bytes only
-      cp_async16_first(dst + tail * dst_step, src + whole_next,
-                       (n + hn - whole_next * W) * sizeof(T));
+      cp_async16_first<T>(dst + tail * dst_step, src + whole_next,
+                          (n + hn - whole_next * W) * sizeof(T), row_followed(xn, x_last, n));
     cp_async_commit();
     if constexpr (kReloadLast) {
 #pragma unroll

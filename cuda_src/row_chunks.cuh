@@ -85,7 +85,7 @@ template <typename T, int VPT> struct ChunkRequests {
   __device__ __forceinline__ void fetch(long long row, int c, int b) const {
     const T* xr = x + row * stride;
     prefetch_row<T, VPT>(slots + b * set_slots + threadIdx.x, xr, n, c * span + threadIdx.x, step,
-                         xr != x);
+                         xr != x, row_followed(xr, x + (items / chunks - 1) * stride, n));
   }
 };
 

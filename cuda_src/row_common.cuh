@@ -93,11 +93,12 @@ template <typename T> __device__ __forceinline__ const uint4* line_slots(const T
 
 // This thread's slot windows of row xr in flight: slot j takes window first + j * step (line
 // heads), one commit group. Whole windows are 16-byte copies; of the row's last window, when
-// partial, only the row's bytes (cp_async16_first); the rest of the slot is masked on every read.
-// first >= 8: no slot window starts before the row (line heads put at most 7 windows there).
+// partial, only the row's bytes (cp_async16_first; `after`: row_followed); the rest of the slot
+// is masked on every read. first >= 8: no slot window starts before the row (line heads put at
+// most 7 windows there).
 template <typename T>
 __device__ __forceinline__ void copy_slots(unsigned dst, const T* xr, int first, int step,
-                                           int slots, int n) {
+                                           int slots, int n, bool after) {
   constexpr int W = Vec<T>::N;
   const int h = line_head(xr), nwin = (n + h + W - 1) / W, whole = (n + h) / W;
   const uint4* src = line_slots(xr);
@@ -105,7 +106,7 @@ __device__ __forceinline__ void copy_slots(unsigned dst, const T* xr, int first,
   int j = 0, v = first;
   for (; j < slots && v < whole; ++j, v += step) cp_async16(dst + j * dst_step, src + v);
   if (j < slots && v < nwin)
-    cp_async16_first(dst + j * dst_step, src + v, (n + h - v * W) * sizeof(T));
+    cp_async16_first<T>(dst + j * dst_step, src + v, (n + h - v * W) * sizeof(T), after);
   cp_async_commit();
 }
 
@@ -114,10 +115,11 @@ __device__ __forceinline__ void copy_slots(unsigned dst, const T* xr, int first,
 // the start of the row's first 128-byte line. Windows wholly inside the row are 16-byte copies;
 // the row's partial last window copies its first bytes (cp_async16_first), and window k = 0 when
 // it starts before the row (step >= 32: no other can) goes through cp_async_edge (`before`: xr is
-// not the tensor's first row). The loop issues the whole windows; the two edges, after it.
+// not the tensor's first row; `after`: row_followed). The loop issues the whole windows; the two
+// edges, after it.
 template <typename T, int VPT>
 __device__ __forceinline__ void prefetch_row(uint4* mine, const T* xr, int n, int base, int step,
-                                             bool before) {
+                                             bool before, bool after) {
   constexpr int W = Vec<T>::N;
   const int h = line_head(xr), nwin = (n + h + W - 1) / W, whole = (n + h) / W;
   const bool head = base * W < h;  // window k = 0 starts before the row
@@ -133,9 +135,10 @@ __device__ __forceinline__ void prefetch_row(uint4* mine, const T* xr, int n, in
     if (v < whole) cp_async16(dst + k * dst_step, src + k * step);
     tail = v == whole ? k : tail;
   }
-  if (head) cp_async_edge<T>(dst, src, base * W - h, n, before);
+  if (head) cp_async_edge<T>(dst, src, base * W - h, n, before, after);
   if (tail >= 0 && whole < nwin)
-    cp_async16_first(dst + tail * dst_step, src + tail * step, (n + h - whole * W) * sizeof(T));
+    cp_async16_first<T>(dst + tail * dst_step, src + tail * step, (n + h - whole * W) * sizeof(T),
+                        after);
 }
 
 // Back from the slots into registers; elements outside [0, n) of the row become -inf.

@@ -58,7 +58,7 @@ __device__ __forceinline__ void persist_rows(T* __restrict__ y, const T* __restr
     if (r < rows) {
       const T* xr = x + r * stride;
       prefetch_row<T, VPT>(prefetch_slots + s * stage_slots + threadIdx.x, xr, n, base, step,
-                           xr != x);
+                           xr != x, row_followed(xr, x + (rows - 1) * stride, n));
     }
     cp_async_commit();
   }
@@ -79,7 +79,8 @@ __device__ __forceinline__ void persist_rows(T* __restrict__ y, const T* __restr
       const long long rn = row + stages * Q;
       if (rn < rows) {
         const T* xn = x + rn * stride;
-        prefetch_row<T, VPT>(mine, xn, n, opaque(base), step, xn != x);
+        prefetch_row<T, VPT>(mine, xn, n, opaque(base), step, xn != x,
+                             row_followed(xn, x + (rows - 1) * stride, n));
       }
       cp_async_commit();
     };
@@ -165,7 +166,8 @@ __device__ __forceinline__ void pipe_rows(T* __restrict__ y, const T* __restrict
     const long long r = q + j * Q;
     if (r < rows) {
       const T* xr = x + r * stride;
-      prefetch_row<T, VPT>(slots(j), xr, n, opaque(base), step, xr != x);
+      prefetch_row<T, VPT>(slots(j), xr, n, opaque(base), step, xr != x,
+                           row_followed(xr, x + (rows - 1) * stride, n));
     }
     cp_async_commit();
   };

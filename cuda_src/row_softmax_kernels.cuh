@@ -67,7 +67,7 @@
       P##_block_slots(T* __restrict__ y, const T* __restrict__ x, long long rows, int n,         \
                       long long stride, int vec, int slots, long long wave_rows,                 \
                       long long wave_ns) {                                                       \
-    klab::rowk::block_slots_row<EPI, T, VPT, 1>(y, x, n, stride, blockIdx.x, slots, 0,           \
+    klab::rowk::block_slots_row<EPI, T, VPT, 1>(y, x, rows, n, stride, blockIdx.x, slots, 0,     \
                                                 wave_rows, wave_ns);                             \
   }                                                                                              \
   template <typename T, int VPT>                                                                 \
@@ -87,7 +87,7 @@
       P##_cluster_slots(T* __restrict__ y, const T* __restrict__ x, long long rows, int n,       \
                         long long stride, int vec, int slots, long long wave_rows,               \
                         long long wave_ns) {                                                     \
-    klab::rowk::block_slots_row<EPI, T, VPT, CL>(y, x, n, stride, blockIdx.x / CL, slots,        \
+    klab::rowk::block_slots_row<EPI, T, VPT, CL>(y, x, rows, n, stride, blockIdx.x / CL, slots,  \
                                                  klab::cluster_rank(), wave_rows, wave_ns);      \
   }                                                                                              \
   template <typename T, int VPT, int CL>                                                         \

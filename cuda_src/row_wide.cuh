@@ -33,11 +33,11 @@ __device__ __forceinline__ WideSpan wide_span(const T* xr, int n, int vec, unsig
 // Copies of this thread's kept windows j0 .. j0 + U - 1 of row xr into its slots (vec != 0:
 // aligned 16-byte slots, 16-byte heads). Whole windows are 16-byte copies; of the row's first
 // window, when it starts before the row, and of its partial last one only the row's bytes
-// (cp_async_edge, cp_async16_first; `before`: xr is not the tensor's first row). The rest of
-// those slots is masked on read.
+// (cp_async_edge, cp_async16_first; `before`: xr is not the tensor's first row; `after`:
+// row_followed). The rest of those slots is masked on read.
 template <typename T, int U>
 __device__ __forceinline__ void wide_request(uint4* mine, const T* xr, const WideSpan& s, int j0,
-                                             int n, bool before) {
+                                             int n, bool before, bool after) {
   constexpr int W = Vec<T>::N;
   const char* a = reinterpret_cast<const char*>(xr) - s.h * sizeof(T);
   const int whole = (n + s.h) / W;  // windows 1 (0 if h == 0) .. whole - 1 are whole
@@ -51,10 +51,11 @@ __device__ __forceinline__ void wide_request(uint4* mine, const T* xr, const Wid
     }
   }
   if (j0 == 0 && s.h > 0 && s.c0 + threadIdx.x == 0)  // window 0 (kept slot 0) starts before
-    cp_async_edge<T>(shared_addr(mine), a, -s.h, n, before);
+    cp_async_edge<T>(shared_addr(mine), a, -s.h, n, before, after);
   if (tail >= 0)
-    cp_async16_first(shared_addr(mine + (j0 + tail) * blockDim.x),
-                     a + 16 * static_cast<size_t>(whole), (n + s.h - whole * W) * sizeof(T));
+    cp_async16_first<T>(shared_addr(mine + (j0 + tail) * blockDim.x),
+                        a + 16 * static_cast<size_t>(whole), (n + s.h - whole * W) * sizeof(T),
+                        after);
 }
 
 // ---- wide: persistent clusters, two passes over the row ------------------------------------
@@ -99,7 +100,8 @@ __device__ __forceinline__ void wide_rows(T* __restrict__ y, const T* __restrict
     const T* xr = x + q * stride;
     const WideSpan s = wide_span<T, CL>(xr, n, vec, rank, kept);
     for (int j0 = 0; j0 < s.keep; j0 += U, ++groups) {
-      wide_request<T, U>(mine, xr, s, j0, n, xr != x);
+      wide_request<T, U>(mine, xr, s, j0, n, xr != x,
+                         row_followed(xr, x + (rows - 1) * stride, n));
       cp_async_commit();
     }
   }
@@ -172,7 +174,8 @@ __device__ __forceinline__ void wide_rows(T* __restrict__ y, const T* __restrict
         }
       }
       if (j0 < sn.keep) {  // these slots' values are consumed (stored): reuse them
-        wide_request<T, U>(mine, xn, sn, j0, n, xn != x);
+        wide_request<T, U>(mine, xn, sn, j0, n, xn != x,
+                           row_followed(xn, x + (rows - 1) * stride, n));
         cp_async_commit();
         ++groups;
       }

@@ -344,12 +344,6 @@ __device__ __forceinline__ void cp_async16(unsigned smem, const void* gmem) {
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
   cp_async16(shared_addr(smem), gmem);
 }
-// The first `bytes` (< 16) of a 16-byte slot: only those are read, the rest of the slot is zeroed
-// (src-size). For a row's last window, whose slot runs past the row.
-__device__ __forceinline__ void cp_async16_first(unsigned smem, const void* gmem, int bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem), "l"(gmem), "r"(bytes)
-               : "memory");
-}
 // 4 or 8 bytes, both addresses aligned to that size (.ca: .cg copies only 16).
 template <int Bytes>
 __device__ __forceinline__ void cp_async_small(unsigned smem, const void* gmem) {
@@ -449,12 +443,55 @@ __device__ __forceinline__ void st_shared_elem(unsigned smem, const void* g) {
   }
 }
 
+// True when the 16 bytes after row xr's end are its tensor's own: a later row of at least one
+// window (n >= W, 16 bytes) follows it. x_last: the tensor's last row (rows at rising addresses).
+template <typename T>
+__device__ __forceinline__ bool row_followed(const T* xr, const T* x_last, int n) {
+  return xr < x_last && n >= Vec<T>::N;
+}
+
+// A row's last window, partial: its first `bytes` (< 16) into the 16-byte slot `smem`, the rest
+// of the slot zeroed. `after` (row_followed): the slot's bytes past the row are the tensor's own,
+// so one 16-byte copy reads them (src-size zero-fills); else only the row's bytes are read (8-
+// and 4-byte copies, a 2-byte element by a plain load: the tensor's last row only), for the
+// slot's end may lie past the allocation.
+template <typename T>
+__device__ __forceinline__ void cp_async16_first(unsigned smem, const void* gmem, int bytes,
+                                                 bool after) {
+  if (after) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem), "l"(gmem),
+                 "r"(bytes) : "memory");
+    return;
+  }
+  const char* g = static_cast<const char*>(gmem);
+  int c = 0;
+  if (bytes >= 8) {
+    cp_async_small<8>(smem, g);
+    c = 8;
+  }
+  if (bytes - c >= 4) {
+    cp_async_small<4>(smem + c, g + c);
+    c += 4;
+  }
+  if (sizeof(T) == 2 && c < bytes) {
+    st_shared_elem<T>(smem + c, g + c);
+    c += 2;
+  }
+  if (c & 2) {  // the rest zeroed: 2 bytes to a 4-byte boundary, then words
+    asm volatile("st.shared.u16 [%0], %1;" ::"r"(smem + c), "h"((unsigned short)0) : "memory");
+    c += 2;
+  }
+#pragma unroll 1
+  for (; c < 16; c += 4)
+    asm volatile("st.shared.u32 [%0], %1;" ::"r"(smem + c), "r"(0u) : "memory");
+}
+
 // A window that is not whole (e0 < 0 or e0 + W > n; e0 = v * W - h, its first element in the
 // row) from its aligned 16-byte slot `window` into the 16-byte slot `smem`, reading the row's
 // bytes only. The slot's other bytes are left (zero or stale): every read masks them
 // (mask_outside_row). By case:
 //   no element of the row: nothing;
-//   the row's last window: its first bytes, the rest zeroed (cp_async16_first);
+//   the row's last window: its first bytes, the rest zeroed (cp_async16_first, `after`);
 //   the row's first window: its last bytes, aligned 4- and 8-byte copies. A 2-byte row that
 //     starts 2 bytes into a 4-byte word (cp.async copies no 2-byte unit): with `before` (the row
 //     is not the tensor's first, so the 2 bytes before it are the tensor's own) the word is
@@ -462,13 +499,13 @@ __device__ __forceinline__ void st_shared_elem(unsigned smem, const void* g) {
 //   the row inside one window: element by element, plain loads.
 template <typename T>
 __device__ __forceinline__ void cp_async_edge(unsigned smem, const void* window, int e0, int n,
-                                              bool before) {
+                                              bool before, bool after) {
   constexpr int W = Vec<T>::N, S = sizeof(T);
   const int lo = max(-e0, 0) * S, hi = min(n - e0, W) * S;  // the row's bytes: [lo, hi)
   const char* g = static_cast<const char*>(window);
   if (lo >= hi) return;
   if (lo == 0) {
-    cp_async16_first(smem, g, hi);
+    cp_async16_first<T>(smem, g, hi, after);
     return;
   }
   if (hi < 16) {

@@ -58,8 +58,15 @@ def budget_gib(card: float, workers: int) -> int:
     return max(1, int(card - workers * (KEEP_BYTES / 2**30 + 0.75)))
 
 
-def is_oom(exc: BaseException) -> bool:
-    return OOM.search(f"{type(exc).__name__}: {exc}") is not None
+def is_oom(exc: BaseException | None) -> bool:
+    """Out of GPU memory, here or in what caused it (torch.testing wraps the error it met)."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if OOM.search(f"{type(exc).__name__}: {exc}"):
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 class GpuShare:

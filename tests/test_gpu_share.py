@@ -116,3 +116,15 @@ def test_worker_count_and_budget_follow_the_card():
 ])
 def test_what_counts_as_out_of_memory(message, oom):
     assert is_oom(RuntimeError(message)) is oom
+
+
+def test_out_of_memory_wrapped_by_another_error_counts():
+    """torch.testing.assert_close raises a RuntimeError "Comparing ..." from the OOM it met."""
+    try:
+        try:
+            raise MemoryError("CUDA out of memory. Tried to allocate 978.00 MiB")
+        except MemoryError as inner:
+            raise RuntimeError("Comparing TensorLikePair(...) resulted in an exception") from inner
+    except RuntimeError as outer:
+        assert is_oom(outer)
+    assert not is_oom(RuntimeError("Comparing", ValueError("mismatch")))
