@@ -204,7 +204,7 @@ __device__ __forceinline__ void chunks_rows(T* __restrict__ dx, const T* __restr
 // P##_chunks<T, VPT> (above).
 #define KLAB_BACKWARD_ROW_KERNELS(P, G)                                                         \
   template <typename T, int VPT, int CL>                                                        \
-  __global__ void __cluster_dims__(CL, 1, 1)                                                    \
+  __global__ void KLAB_CLUSTER_DIMS(CL)                                                        \
       __launch_bounds__(klab::bwd::BackwardPersistThreads<T, VPT>::value)                       \
       P##_persist(T* __restrict__ dx, const T* __restrict__ y, const T* __restrict__ dy,        \
                   long long rows, int n, long long y_stride, long long dy_stride, int line,     \

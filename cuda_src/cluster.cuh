@@ -15,6 +15,15 @@
 // on them. st.async + mbarrier orders only the message itself.
 #pragma once
 
+// A kernel's compile-time cluster of CL CTAs. Clusters exist from sm_90: compiled for an older
+// arch the attribute is left out, and the launchers never pick (nor compile) a cluster kernel
+// there (its body's cluster PTX would not assemble).
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+#define KLAB_CLUSTER_DIMS(CL) __cluster_dims__(CL, 1, 1)
+#else
+#define KLAB_CLUSTER_DIMS(CL)
+#endif
+
 namespace klab {
 
 __device__ __forceinline__ unsigned cluster_rank() {

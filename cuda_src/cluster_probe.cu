@@ -22,7 +22,7 @@ __device__ __forceinline__ unsigned sm_id() {
 }
 
 template <int CL>
-__global__ void __cluster_dims__(CL, 1, 1)
+__global__ void KLAB_CLUSTER_DIMS(CL)
     cluster_probe(unsigned long long* __restrict__ out, long long spin_ns) {
   const unsigned long long start = global_ns();
   while (static_cast<long long>(global_ns() - start) < spin_ns) {

@@ -98,7 +98,7 @@ __global__ void __launch_bounds__(512)
 }
 
 template <typename T, int VPT, int CL>
-__global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(512)
+__global__ void KLAB_CLUSTER_DIMS(CL) __launch_bounds__(512)
     fused_softmax_backward_cluster(T* __restrict__ dx, const T* __restrict__ y,
                                    const T* __restrict__ dy, long long rows, int n,
                                    long long y_stride, long long dy_stride, int vec_ok) {

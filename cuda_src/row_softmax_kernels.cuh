@@ -77,13 +77,13 @@
     klab::rowk::persist_slots_rows<EPI, T, VPT, 1>(y, x, rows, n, stride, slots);                \
   }                                                                                              \
   template <typename T, int VPT, int CL>                                                         \
-  __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(klab::rowk::MaxThreads<VPT>::value) \
+  __global__ void KLAB_CLUSTER_DIMS(CL) __launch_bounds__(klab::rowk::MaxThreads<VPT>::value)     \
       P##_persist_cluster_slots(T* __restrict__ y, const T* __restrict__ x, long long rows,      \
                                 int n, long long stride, int vec, int slots) {                   \
     klab::rowk::persist_slots_rows<EPI, T, VPT, CL>(y, x, rows, n, stride, slots);               \
   }                                                                                              \
   template <typename T, int VPT, int CL>                                                         \
-  __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(klab::rowk::MaxThreads<VPT>::value) \
+  __global__ void KLAB_CLUSTER_DIMS(CL) __launch_bounds__(klab::rowk::MaxThreads<VPT>::value)     \
       P##_cluster_slots(T* __restrict__ y, const T* __restrict__ x, long long rows, int n,       \
                         long long stride, int vec, int slots, long long wave_rows,               \
                         long long wave_ns) {                                                     \
@@ -91,7 +91,7 @@
                                                  klab::cluster_rank(), wave_rows, wave_ns);      \
   }                                                                                              \
   template <typename T, int VPT, int CL>                                                         \
-  __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(klab::rowk::MaxThreads<VPT>::value) \
+  __global__ void KLAB_CLUSTER_DIMS(CL) __launch_bounds__(klab::rowk::MaxThreads<VPT>::value)     \
       P##_cluster(T* __restrict__ y, const T* __restrict__ x, long long rows, int n,             \
                   long long stride, int vec, long long wave_rows, long long wave_ns) {           \
     klab::rowk::block_row<EPI, T, VPT, CL>(y, x, n, stride, vec, blockIdx.x / CL,                \
@@ -104,13 +104,13 @@
     klab::rowk::persist_rows<EPI, T, VPT, 1>(y, x, rows, n, stride, late, stages);               \
   }                                                                                              \
   template <typename T, int VPT, int CL>                                                         \
-  __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(klab::rowk::PersistThreads<T, VPT>::value) \
+  __global__ void KLAB_CLUSTER_DIMS(CL) __launch_bounds__(klab::rowk::PersistThreads<T, VPT>::value)     \
       P##_persist_cluster(T* __restrict__ y, const T* __restrict__ x, long long rows, int n,     \
                           long long stride, int vec, int late, int stages) {                     \
     klab::rowk::persist_rows<EPI, T, VPT, CL>(y, x, rows, n, stride, late, stages);              \
   }                                                                                              \
   template <typename T, int VPT, int CL>                                                         \
-  __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(klab::rowk::PersistThreads<T, VPT>::value) \
+  __global__ void KLAB_CLUSTER_DIMS(CL) __launch_bounds__(klab::rowk::PersistThreads<T, VPT>::value)     \
       P##_persist_pipe(T* __restrict__ y, const T* __restrict__ x, long long rows, int n,        \
                        long long stride, int vec, int stages) {                                  \
     klab::rowk::pipe_rows<EPI, T, VPT, CL>(y, x, rows, n, stride, stages);                       \
@@ -132,7 +132,7 @@
                                              ahead);                                             \
   }                                                                                              \
   template <typename T, int CL>                                                                  \
-  __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(1024)                             \
+  __global__ void KLAB_CLUSTER_DIMS(CL) __launch_bounds__(1024)                                 \
       P##_wide(T* __restrict__ y, const T* __restrict__ x, long long rows, int n,                \
                long long stride, int vec, int kept) {                                            \
     klab::rowk::wide_rows<EPI, T, CL>(y, x, rows, n, stride, vec, kept);                         \
