@@ -21,6 +21,10 @@ import pytest  # noqa: E402  (after TRITON_INTERPRET is decided)
 from gpu_share import KEEP_BYTES, GpuShare, auto_workers, budget_gib, card_gib, is_oom  # noqa: E402
 
 DEVICE = "cuda" if HAS_CUDA else "cpu"
+if not HAS_CUDA:  # the CPU simulations of launches (a fake device 0) plan for an H100 / H200
+    from kernel_lab.cuda.archs import ARCHS, assume_device_arch  # noqa: E402
+
+    assume_device_arch(0, ARCHS["sm_90"])
 SHARE: GpuShare | None = None  # this xdist worker's GPU locks (None: CPU, or one process)
 RAN_ALONE = "gpu_ran_alone_after_oom"  # user_properties keys a worker reports to the controller
 PEAK = "gpu_peak_gib"

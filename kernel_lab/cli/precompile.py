@@ -178,11 +178,12 @@ def main(args: argparse.Namespace) -> int:
                                  f"{', '.join(sorted(by_name))}")
         sources = [by_name[f] for f in args.files]
     try:  # an unknown arch: one line here, not one NVRTC failure per instantiation
-        archs.get_arch(args.arch)
+        arch = archs.get_arch(args.arch)
     except ValueError as e:
         raise KernelLabError(str(e)) from None
     t0 = time.perf_counter()
-    picked = [list(s.name_expressions) if args.all else reachable.launchable(s) for s in sources]
+    picked = [list(s.name_expressions) if args.all else reachable.launchable(s, arch)
+              for s in sources]
     jobs = [job_for(s, e) for s, exprs in zip(sources, picked) for e in exprs]
     left = sum(len(s.name_expressions) for s in sources) - len(jobs)
     which = "every instantiation" if args.all else (

@@ -77,3 +77,38 @@ def get_arch(name: str) -> Arch:
         return ARCHS[key]
     except KeyError:
         raise ValueError(f"unknown arch {name!r}; known: {', '.join(ARCHS)}") from None
+
+
+def nearest_arch(name: str) -> Arch | None:
+    """The limits to plan with for ``name`` ("sm_87"): its own, else those of the closest known
+    arch of the same major version below it (sm_87 -> sm_86, sm_103 -> sm_100); None before
+    sm_80 (the kernels' cp.async needs sm_80)."""
+    cc = int(name.strip().lower().removeprefix("sm_").removesuffix("a"))
+    known = [a for a in ARCHS.values() if a.capability[0] == cc // 10 and int(a.name[3:]) <= cc]
+    return max(known, key=lambda a: int(a.name[3:]), default=None)
+
+
+_DEVICE_ARCH: dict[int, Arch] = {}
+
+
+def device_arch(device_index: int) -> Arch:
+    """The limits of CUDA device ``device_index`` (:func:`nearest_arch` of its compute
+    capability; remembered per device). ValueError for a GPU before sm_80 or of an unknown
+    major version."""
+    got = _DEVICE_ARCH.get(device_index)
+    if got is None:
+        import torch
+
+        major, minor = torch.cuda.get_device_capability(device_index)
+        got = nearest_arch(f"sm_{major}{minor}")
+        if got is None:
+            raise ValueError(f"GPU {device_index} is sm_{major}{minor}: the lab's CUDA kernels "
+                             f"need one of {', '.join(ARCHS)} (or a later minor version)")
+        _DEVICE_ARCH[device_index] = got
+    return got
+
+
+def assume_device_arch(device_index: int, arch: Arch) -> None:
+    """Plan for device ``device_index`` as ``arch`` (the CPU simulations of launches in the
+    tests, where no device can be asked)."""
+    _DEVICE_ARCH[device_index] = arch

@@ -13,11 +13,14 @@ from typing import NamedTuple
 
 import torch
 
+from kernel_lab.cuda.archs import Arch
 from kernel_lab.cuda.rowkernels.forward_config import (
-    MAX_CTA_SHARED,
+    TUNED_ARCH,
     cluster_shape,
     line_windows,
+    max_cluster,
     round32,
+    runs_on,
     vec_config,
 )
 from kernel_lab.cuda.sources import cdiv, vec_width
@@ -143,7 +146,7 @@ def backward_smem(threads: int, vpt: int = BACKWARD_PERSIST_VPT) -> int:
 
 @functools.lru_cache(maxsize=None)  # runs on every launch: a pure function of its arguments
 def backward_config(n: int, dtype: torch.dtype, aligned: bool = True,
-                    phase: bool | None = None) -> BackwardConfig:
+                    phase: bool | None = None, arch: Arch = TUNED_ARCH) -> BackwardConfig:
     """The BackwardConfig (kind, threads, vectors per thread, cluster size, stages) of
     fused_softmax_backward for rows of n.
 
@@ -159,40 +162,56 @@ def backward_config(n: int, dtype: torch.dtype, aligned: bool = True,
     shapes of 384-448). Rows past every persistent shape: ``chunks`` (:func:`backward_chunk_config`;
     the launcher streams them when the GPU holds too few CTAs for a row's chunks). Rows in
     different phases: a one-row cluster of up to 16 CTAs of 512 x 8 (fp32) or x 4 (2-byte)
-    vectors; longer rows stream (two passes)."""
+    vectors; longer rows stream (two passes). ``arch``: the first of those shapes it can launch
+    (forward_config.runs_on; the streaming kernel runs anywhere)."""
+    return next(c for c in _backward_shapes(n, dtype, aligned, phase, arch) if runs_on(c, arch))
+
+
+def _backward_shapes(n: int, dtype: torch.dtype, aligned: bool, phase: bool | None,
+                     arch: Arch):
+    """backward_config's rules in order, each one's shape; the streaming kernel last."""
     nw = cdiv(n, vec_width(dtype))
     persist_ok = (aligned if phase is None else phase) and dtype in BACKWARD_PERSIST_DTYPES
     threads, vpt = vec_config(n, dtype, BWD_MAX_THREADS)
     if vpt and not (persist_ok and aligned
                     and nw >= BACKWARD_PERSIST_BEFORE_BLOCK.get(dtype.itemsize, 1 << 31)):
-        return BackwardConfig("block", threads, vpt)
+        yield BackwardConfig("block", threads, vpt)
     if persist_ok:
-        return backward_persist_config(n, dtype, aligned) or backward_chunk_config(n, dtype,
-                                                                                   aligned)
-    vpt = 4 if vec_width(dtype) == 8 else 8  # fp16/bf16: 2 x 32 elements per thread, no spills
-    shape = cluster_shape(nw, vpt, BWD_MAX_THREADS, BACKWARD_CL)
-    if shape:
-        return BackwardConfig("cluster", shape[1], vpt, shape[0])
-    return BackwardConfig("stream", 1024, None)
+        if cfg := backward_persist_config(n, dtype, aligned, arch):
+            yield cfg
+        yield backward_chunk_config(n, dtype, aligned)
+        yield backward_chunk_config(n, dtype, aligned, ahead=1)
+    else:
+        vpt = 4 if vec_width(dtype) == 8 else 8  # fp16/bf16: 2 x 32 elements a thread, no spills
+        sizes = tuple(c for c in BACKWARD_CL if c <= max_cluster(arch))
+        if shape := cluster_shape(nw, vpt, BWD_MAX_THREADS, sizes):
+            yield BackwardConfig("cluster", shape[1], vpt, shape[0])
+    yield BackwardConfig("stream", 1024, None)
 
 
-def backward_persist_config(n: int, dtype: torch.dtype, aligned: bool) -> BackwardConfig | None:
+def backward_persist_config(n: int, dtype: torch.dtype, aligned: bool,
+                            arch: Arch = TUNED_ARCH) -> BackwardConfig | None:
     """The persistent shape for rows of n whose y, dy and dx share their 16-byte phase: the
     first of BACKWARD_PERSIST_SHAPES that holds the row with room for the kernel's line head (up
     to 7 windows before the row), its stages (see :func:`backward_config`); None for dtypes
     without the persistent kernel or rows longer than every shape. ``aligned``: rows start on 16
-    bytes (else one more window is budgeted)."""
+    bytes (else one more window is budgeted). ``arch``: shapes of larger clusters than it has
+    are skipped."""
     if dtype not in BACKWARD_PERSIST_DTYPES:
         return None
     nwl = line_windows(n, dtype, aligned)
     for sh in BACKWARD_PERSIST_SHAPES[dtype.itemsize]:
+        if sh.ctas > max_cluster(arch):
+            continue
         shape = cluster_shape(nwl, sh.vpt, sh.most_threads, (sh.ctas,))
         if shape and shape[1] >= sh.least_threads:
             cl, threads = shape
             two = sh.two_stage_threads is not None \
                 and sh.two_stage_threads <= threads <= sh.two_stage_max \
-                and 2 * backward_smem(threads, sh.vpt) <= MAX_CTA_SHARED
-            return BackwardConfig("persist", threads, sh.vpt, cl, 2 if two else 1)
+                and 2 * backward_smem(threads, sh.vpt) <= arch.smem_per_block_optin
+            cfg = BackwardConfig("persist", threads, sh.vpt, cl, 2 if two else 1)
+            if runs_on(cfg, arch):
+                return cfg
     return None
 
 

@@ -1,9 +1,12 @@
 """Launch shapes of the row-softmax CUDA kernels: the fast family (cuda_src/row_softmax_kernels.cuh,
 instantiated by fast_softmax.cu and fast_log_softmax.cu) and vec_softmax's one-CTA vector shape.
 
-Pure functions of (N, dtype, alignment) - no GPU needed. Beside each rule, the H200 measurement
-that justifies it (% of the device-to-device copy, M*N = 2^28, bench/tune_long_rows.py);
-cuda_src/README.md has each kernel kind's design. The launchers are in launch.py.
+Pure functions of (N, dtype, alignment, arch) - no GPU needed. Beside each rule, the H200
+measurement that justifies it (% of the device-to-device copy, M*N = 2^28,
+bench/tune_long_rows.py); cuda_src/README.md has each kernel kind's design. The launchers are in
+launch.py. The rules are tuned on sm_90; on another arch (:mod:`kernel_lab.cuda.archs`) a rule
+whose shape the arch cannot launch - a cluster past its largest (none before sm_90), more
+dynamic shared memory than a CTA may take there - is passed over for the next (:func:`runs_on`).
 """
 
 from __future__ import annotations
@@ -13,7 +16,11 @@ from typing import NamedTuple
 
 import torch
 
+from kernel_lab.base.errors import UnsupportedInputError
+from kernel_lab.cuda.archs import ARCHS, Arch
 from kernel_lab.cuda.sources import ALL_DTYPES, cdiv, ctype, next_pow2, vec_width
+
+TUNED_ARCH = ARCHS["sm_90"]  # where every rule below was measured (H100, H200)
 
 _T = [ctype(dt) for dt in ALL_DTYPES]
 VPT = (1, 2, 4, 8)  # 16-byte vectors per thread kept in registers (vec_softmax, backward block)
@@ -28,6 +35,25 @@ def vec_config(n: int, dtype: torch.dtype, max_threads: int = VEC_MAX_THREADS):
     threads = min(max_threads, max(32, next_pow2(cdiv(nv, 4))))
     vpt = next_pow2(cdiv(nv, threads))
     return (threads, vpt) if vpt <= VPT[-1] else (max_threads, None)
+
+
+def max_cluster(arch: Arch) -> int:
+    """The most CTAs a cluster may have on ``arch`` (non-portable sizes where documented; 1: the
+    arch has no clusters)."""
+    if not arch.cluster:
+        return 1
+    return arch.max_cluster_nonportable or arch.max_cluster_portable
+
+
+def runs_on(cfg, arch: Arch) -> bool:
+    """Whether launch shape ``cfg`` (a FastConfig or a BackwardConfig) can run on ``arch``: its
+    cluster and its dynamic shared memory within the arch's limits."""
+    return cfg.cluster <= max_cluster(arch) and cfg.shared_mem() <= arch.smem_per_block_optin
+
+
+class NoShapeForArch(UnsupportedInputError):
+    """No launch shape of a kernel family holds these rows on this arch (the rules' shapes all
+    need clusters or more shared memory than it has)."""
 
 
 def round32(threads: int) -> int:
@@ -364,15 +390,19 @@ def block_slots_config(nwl: int, threads: int, vpt: int = BLOCK_SLOTS_VPT,
 
 
 def wide_config(nw: int, cluster: int | None = None, threads: int = 1024,
-                keep_bytes: int = WIDE_KEEP_BYTES) -> FastConfig:
+                keep_bytes: int | None = None, arch: Arch = TUNED_ARCH) -> FastConfig:
     """The wide kernel for rows of ``nw`` windows: ``cluster`` CTAs of ``threads`` (default:
     WIDE_CL[0], or WIDE_CL[1] if WIDE_CL[0] CTAs would keep under WIDE_MIN_KEPT of their
-    windows), each thread keeping as many of its windows in shared memory as ``keep_bytes``
-    per CTA hold."""
+    windows and ``arch`` has clusters that large), each thread keeping as many of its windows
+    in shared memory as ``keep_bytes`` per CTA hold (default: WIDE_KEEP_BYTES, at most what a
+    CTA may take on ``arch``)."""
+    if keep_bytes is None:
+        keep_bytes = min(WIDE_KEEP_BYTES, arch.smem_per_block_optin)
     most = keep_bytes // (16 * threads)
     if cluster is None:
         per = wide_per_thread(nw, WIDE_CL[0], threads)
-        cluster = WIDE_CL[0] if most >= WIDE_MIN_KEPT * per else WIDE_CL[1]
+        big = WIDE_CL[1] <= max_cluster(arch)
+        cluster = WIDE_CL[0] if most >= WIDE_MIN_KEPT * per or not big else WIDE_CL[1]
     return FastConfig("wide", threads=threads, cluster=cluster,
                       vpt=min(wide_per_thread(nw, cluster, threads), most))
 
@@ -415,7 +445,8 @@ def chunk_config(n: int, dtype: torch.dtype, line: bool) -> FastConfig:
 
 
 def fast_softmax_config(
-    n: int, dtype: torch.dtype, aligned: bool = True, vec: bool = True, line: bool | None = None
+    n: int, dtype: torch.dtype, aligned: bool = True, vec: bool = True, line: bool | None = None,
+    arch: Arch = TUNED_ARCH,
 ) -> FastConfig:
     """The launch fast_softmax (and log_softmax) uses for rows of ``n`` elements of ``dtype``.
 
@@ -455,7 +486,24 @@ def fast_softmax_config(
     ``vec``: input and output rows share their 16-byte phase (the persistent kernels need it).
     ``line``: rows start on 128-byte lines (default: ``aligned`` and N * itemsize a multiple of
     128); otherwise the persistent shapes budget up to 7 more windows (:func:`line_windows`).
+    ``arch``: the GPU's limits; the first rule's shape that it can launch (:func:`runs_on`).
+    NoShapeForArch when none can (rows past ``block`` on an arch without clusters whose shapes
+    need them).
     """
+    for cfg in _fast_shapes(n, dtype, aligned, vec, line, arch):
+        if runs_on(cfg, arch):
+            return cfg
+    raise NoShapeForArch(f"fast row kernels: no launch shape holds rows of {n} {dtype} on "
+                         f"{arch.name} ({arch.gpus}): the ones that do need clusters of CTAs "
+                         f"(sm_90+) or more shared memory than {arch.smem_per_block_optin} B a CTA")
+
+
+def _fast_shapes(n: int, dtype: torch.dtype, aligned: bool, vec: bool, line: bool | None,
+                 arch: Arch):
+    """fast_softmax_config's rules in order, each one's shape (cluster sizes past the arch's
+    largest left out)."""
+    sizes = lambda cls: tuple(c for c in cls if c <= max_cluster(arch))  # noqa: E731
+
     nw = vector_windows(n, dtype, aligned)
     es = dtype.itemsize
     if nw <= WARP_MAX_WINDOWS:
@@ -464,36 +512,40 @@ def fast_softmax_config(
             g = max(4, next_pow2(cdiv(nw, vpt)))
         else:
             g, vpt = 32, next_pow2(cdiv(nw, 32))
-        return FastConfig("warp", threads=128, vpt=vpt, group=g)
+        yield FastConfig("warp", threads=128, vpt=vpt, group=g)
+        return
     persist_ok = vec and dtype in PERSIST_DTYPES
     if es == 2 and nw > PERSIST_MIN_NW[2] and (x8 := block_x8_threads(nw, aligned)):
-        return FastConfig("block", threads=x8, vpt=8)
+        yield FastConfig("block", threads=x8, vpt=8)
     block_max = PERSIST_MIN_NW[es] if persist_ok else 1024 * (4 if es == 2 else 8)
     if nw <= block_max:
         vpt = 2 if (nw <= 256 and es >= 4) else 4 if (nw <= 2048 or es == 2) else 8
-        return FastConfig("block", threads=round32(cdiv(nw, vpt)), vpt=vpt)
+        yield FastConfig("block", threads=round32(cdiv(nw, vpt)), vpt=vpt)
     if persist_ok:
         line = rows_on_lines(n, dtype, aligned, line)
         nwl = line_windows(n, dtype, aligned, line)
         for threads, above, most, cl in BLOCK_SLOTS_RULES[es]:
-            if above < nwl <= most:
-                return block_slots_config(nwl, threads, cluster=cl)
+            if above < nwl <= most and cl <= max_cluster(arch):
+                yield block_slots_config(nwl, threads, cluster=cl)
         for rule in PERSIST_SHAPES[es]:
             if rule.lines_only and not line:
                 continue
             most = min(rule.most, persist_max_threads(rule.vpt, dtype))
-            shape = cluster_shape(nwl, rule.vpt, most, rule.clusters)
+            shape = cluster_shape(nwl, rule.vpt, most, sizes(rule.clusters))
             if shape and nwl >= rule.min_fill * shape[0] * shape[1] * rule.vpt:
                 late = rule.late
                 if late is None:
                     late = shape[1] <= LATE_MAX_THREADS.get(es, 1024)
-                return persist_config(nwl, rule.vpt, shape[0], late=late, stages=rule.stages)
-        return chunk_config(n, dtype, line)
+                yield persist_config(nwl, rule.vpt, shape[0], late=late, stages=rule.stages)
+        yield chunk_config(n, dtype, line)
+        yield CHUNK_DEFAULT
+        return
     big = _fast_vpt_cap(dtype)
-    shape = cluster_shape(nw, big, 1024 if big <= 8 else 512, FAST_CL)
+    shape = cluster_shape(nw, big, 1024 if big <= 8 else 512, sizes(FAST_CL))
     if shape:
-        return FastConfig("cluster", threads=shape[1], vpt=big, cluster=shape[0])
-    return wide_config(nw)
+        yield FastConfig("cluster", threads=shape[1], vpt=big, cluster=shape[0])
+    if arch.cluster:
+        yield wide_config(nw, arch=arch)
 
 
 # Rows of at most this many 16-byte windows (1 KB) take a lane group each (``warp``), longer

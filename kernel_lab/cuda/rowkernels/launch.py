@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
+from kernel_lab.cuda.archs import Arch, device_arch
 from kernel_lab.cuda.flag_words import flag_words
 from kernel_lab.cuda.interop import i32, i64
 from kernel_lab.cuda.occupancy import allow_non_portable_cluster, first_wave, persistent_grid
@@ -26,7 +27,9 @@ from kernel_lab.cuda.rowkernels.backward_config import (
 from kernel_lab.cuda.rowkernels.forward_config import (
     LINE_BYTES,
     LINE_HEAD_KINDS,
+    TUNED_ARCH,
     FastConfig,
+    NoShapeForArch,
     chunks_fit,
     config_windows,
     fast_softmax_config,
@@ -125,10 +128,10 @@ def _contiguous_rows(n: int, dtype: torch.dtype) -> bool:
     return n * dtype.itemsize % 16 == 0
 
 
-def backward_shape(n: int, dtype: torch.dtype, prefix: str) -> str:
-    """What the backward of kernel-name ``prefix`` launches for contiguous rows of n (``python
-    -m kernel_lab picks``): y, dy and dx share their 16-byte phase there."""
-    cfg = backward_config(n, dtype, _contiguous_rows(n, dtype), phase=True)
+def backward_shape(n: int, dtype: torch.dtype, prefix: str, arch: Arch = TUNED_ARCH) -> str:
+    """What the backward of kernel-name ``prefix`` launches for contiguous rows of n on ``arch``
+    (``python -m kernel_lab picks``): y, dy and dx share their 16-byte phase there."""
+    cfg = backward_config(n, dtype, _contiguous_rows(n, dtype), True, arch)
     return f"{cfg.label()}: {cfg.expr(ctype(dtype), prefix)}{backward_shape_note(cfg, n, dtype)}"
 
 
@@ -142,12 +145,17 @@ def backward_shape_note(cfg: BackwardConfig, n: int, dtype: torch.dtype) -> str:
     return f" ({chunks} chunks a row; streamed on a GPU of fewer than {chunks - 1} resident CTAs)"
 
 
-def fast_shape(n: int, dtype: torch.dtype, prefix: str) -> str:
+def fast_shape(n: int, dtype: torch.dtype, prefix: str, arch: Arch = TUNED_ARCH) -> str:
     """What the forward of kernel-name ``prefix`` (fast_softmax, log_softmax) launches for
-    contiguous rows of n (``python -m kernel_lab picks``): input and output in one phase, rows
-    on 128-byte lines when n * itemsize is a multiple of 128. "phased start": the launch's
-    first wave starts in phases (STAGGERED_KINDS)."""
-    cfg = fast_softmax_config(n, dtype, _contiguous_rows(n, dtype), True)
+    contiguous rows of n on ``arch`` (``python -m kernel_lab picks``): input and output in one
+    phase, rows on 128-byte lines when n * itemsize is a multiple of 128. "phased start": the
+    launch's first wave starts in phases (STAGGERED_KINDS). "none": no shape holds the row
+    there."""
+    try:
+        cfg = fast_softmax_config(n, dtype, _contiguous_rows(n, dtype), True, arch=arch)
+    except NoShapeForArch:
+        return (f"none on {arch.name} (the shapes that hold the row need clusters or more "
+                "shared memory)")
     phased = ", phased start" if _phased(cfg, n * dtype.itemsize) else ""
     return f"{cfg.label()}{phased}: {cfg.expr(ctype(dtype), prefix)}"
 
@@ -175,9 +183,9 @@ class RowKernels:
     prefix: str
 
 
-# Every (N, dtype, rows aligned, same vector phase, rows on 128-byte lines) launched so far and
-# the config it got.
-FAST_CHOICES: dict[tuple[int, torch.dtype, bool, bool, bool], FastConfig] = {}
+# Every (device, N, dtype, rows aligned, same vector phase, rows on 128-byte lines) launched so
+# far and the config it got.
+FAST_CHOICES: dict[tuple[int, int, torch.dtype, bool, bool, bool], FastConfig] = {}
 
 
 def _rows_start_on(x2d: torch.Tensor, boundary: int) -> bool:
@@ -198,13 +206,14 @@ def _rows_on_lines(x2d: torch.Tensor) -> bool:
 
 
 def fast_choice(out: torch.Tensor, x2d: torch.Tensor) -> tuple[FastConfig, int]:
-    """(config, vector phase) for this launch, memoized in FAST_CHOICES."""
+    """(config, vector phase) for this launch on x2d's device, memoized in FAST_CHOICES."""
     phase = same_vector_phase(out, x2d)
     aligned = phase == 1 and _rows_aligned(x2d)
-    key = (out.shape[1], x2d.dtype, aligned, phase == 1, aligned and _rows_on_lines(x2d))
+    dev = device_index(x2d)
+    key = (dev, out.shape[1], x2d.dtype, aligned, phase == 1, aligned and _rows_on_lines(x2d))
     cfg = FAST_CHOICES.get(key)
     if cfg is None:
-        cfg = FAST_CHOICES[key] = fast_softmax_config(*key)
+        cfg = FAST_CHOICES[key] = fast_softmax_config(*key[1:], arch=device_arch(dev))
     return cfg, phase
 
 
@@ -323,7 +332,13 @@ def fast_launch(
                                  f"lag {cfg.lag} x {grid} resident CTAs + 1 (the kernel would "
                                  "wait on itself)")
             # this GPU holds too few CTAs for the default pick: the wide kernel
-            fast_launch(out, x2d, wide_config(vector_windows(n, x2d.dtype)), phase, kernels)
+            arch = device_arch(device_index(out))
+            if not arch.cluster:
+                raise NoShapeForArch(f"{cfg.label()}: a row of {n} is {chunks} chunks, more than "
+                                     f"this {arch.name} GPU's {grid} resident CTAs + 1, and the "
+                                     "wide kernel needs clusters (sm_90+)")
+            fast_launch(out, x2d, wide_config(vector_windows(n, x2d.dtype), arch=arch), phase,
+                        kernels)
             return
         # per chunk, (max, sum) as two 64-bit words that carry the launch's epoch
         pairs, epoch = flag_words(2 * m * chunks, out.device)

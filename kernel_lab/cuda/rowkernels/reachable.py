@@ -17,6 +17,9 @@ every family and dtype: the same sets (the grid's powers of two past 2^21 add th
 ``chunks``, right). Past DENSE_N, the instantiation with the narrowest span of row lengths is
 the 2-byte ``persist_cluster<T, 4, 2>``: window counts 7161-7424, 3.7 % of its start, against a
 grid step of 0.2 %. tests/test_reachable.py checks random row lengths against the set.
+
+Each arch has its own set (:mod:`kernel_lab.cuda.archs`; default sm_90): the configs pass over
+shapes the arch cannot launch, so before sm_90 no cluster kernel is launchable, nor compiled.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from typing import Any
 
 import torch
 
+from kernel_lab.cuda.archs import Arch
 from kernel_lab.cuda.rowkernels import backward_config as bc
 from kernel_lab.cuda.rowkernels import forward_config as fc
 from kernel_lab.cuda.sources import ALL_DTYPES, cdiv, ctype, vec_width
@@ -58,31 +62,34 @@ def row_lengths(dtype: torch.dtype) -> tuple[int, ...]:
 
 
 # -- per family: the configs one (N, dtype) can launch, and a config's name expression --------
-def forward_configs(n: int, dtype: torch.dtype) -> set:
+def forward_configs(n: int, dtype: torch.dtype, arch: Arch = fc.TUNED_ARCH) -> set:
     out = set()
     for aligned, vec, line in FORWARD_FLAGS:
-        cfg = fc.fast_softmax_config(n, dtype, aligned, vec, line)
+        try:
+            cfg = fc.fast_softmax_config(n, dtype, aligned, vec, line, arch)
+        except fc.NoShapeForArch:
+            continue
         out.add(cfg)
-        if cfg.kind in ("chunks", "chunks_reg"):  # fast_launch on too few resident CTAs
-            out.add(fc.wide_config(fc.vector_windows(n, dtype)))
+        if cfg.kind in ("chunks", "chunks_reg") and arch.cluster:  # too few resident CTAs
+            out.add(fc.wide_config(fc.vector_windows(n, dtype), arch=arch))
     return out
 
 
 _STREAM = bc.BackwardConfig("stream", 1024, None)
 
 
-def _backward_with_fallback(pick: Callable, n: int, dtype: torch.dtype) -> set:
+def _backward_with_fallback(pick: Callable, n: int, dtype: torch.dtype, arch: Arch) -> set:
     out = set()
     for aligned, phase in BACKWARD_FLAGS:
-        cfg = pick(n, dtype, aligned, phase)
+        cfg = pick(n, dtype, aligned, phase, arch)
         out.add(cfg)
         if cfg.kind == "chunks":  # backward_launch on too few resident CTAs
             out.add(_STREAM)
     return out
 
 
-def backward_configs(n: int, dtype: torch.dtype) -> set:
-    return _backward_with_fallback(bc.backward_config.__wrapped__, n, dtype)
+def backward_configs(n: int, dtype: torch.dtype, arch: Arch = fc.TUNED_ARCH) -> set:
+    return _backward_with_fallback(bc.backward_config.__wrapped__, n, dtype, arch)
 
 
 _FOUND: dict[str, Any] = {}
@@ -102,16 +109,16 @@ def _ops_attr(name: str):
     return None
 
 
-def log_backward_configs(n: int, dtype: torch.dtype) -> set:
+def log_backward_configs(n: int, dtype: torch.dtype, arch: Arch = fc.TUNED_ARCH) -> set:
     pick = _ops_attr("log_backward_config")
-    return _backward_with_fallback(getattr(pick, "__wrapped__", pick), n, dtype)
+    return _backward_with_fallback(getattr(pick, "__wrapped__", pick), n, dtype, arch)
 
 
-def vec_configs(n: int, dtype: torch.dtype) -> set:
+def vec_configs(n: int, dtype: torch.dtype, arch: Arch = fc.TUNED_ARCH) -> set:
     return {fc.vec_config(n, dtype)[1]}
 
 
-def warp_configs(n: int, dtype: torch.dtype) -> set:
+def warp_configs(n: int, dtype: torch.dtype, arch: Arch = fc.TUNED_ARCH) -> set:
     return {_ops_attr("warp_softmax_config")(n)} if n <= _ops_attr("WARP_MAX_N") else set()
 
 
@@ -121,10 +128,10 @@ def _vec_expr(vpt: int | None, t: str, prefix: str) -> str:
 
 @dataclass(frozen=True)
 class Family:
-    """How one launcher picks: ``configs(n, dtype)`` -> hashable configs, ``expr(cfg, ctype,
-    prefix)`` -> the name expression launched."""
+    """How one launcher picks: ``configs(n, dtype, arch)`` -> hashable configs, ``expr(cfg,
+    ctype, prefix)`` -> the name expression launched."""
 
-    configs: Callable[[int, torch.dtype], set]
+    configs: Callable[[int, torch.dtype, Arch], set]
     expr: Callable[[Any, str, str], str]
 
 
@@ -133,8 +140,8 @@ BACKWARD = Family(backward_configs, lambda cfg, t, p: cfg.expr(t, p))
 LOG_BACKWARD = Family(log_backward_configs, lambda cfg, t, p: cfg.expr(t, p))
 VEC = Family(vec_configs, _vec_expr)
 WARP = Family(warp_configs, lambda ept, t, p: f"{p}<{t}, {ept}>")
-PER_DTYPE = Family(lambda n, dtype: {None}, lambda _, t, p: f"{p}<{t}>")
-NONE = Family(lambda n, dtype: set(), lambda *_: "")  # probes and tuning only
+PER_DTYPE = Family(lambda n, dtype, arch: {None}, lambda _, t, p: f"{p}<{t}>")
+NONE = Family(lambda n, dtype, arch: set(), lambda *_: "")  # probes and tuning only
 
 # kernel-name prefix (the name expressions' template names: PREFIX<...> or PREFIX_kind<...>)
 # -> family; a source whose template names all map to one prefix is that family's (the longest
@@ -175,11 +182,11 @@ def family_of(src) -> tuple[Family, str] | None:
 
 
 @functools.cache
-def family_configs(family: Family, dtype: torch.dtype) -> frozenset:
-    """Every config ``family`` can launch for ``dtype``, over :func:`row_lengths`."""
+def family_configs(family: Family, dtype: torch.dtype, arch: Arch = fc.TUNED_ARCH) -> frozenset:
+    """Every config ``family`` can launch for ``dtype`` on ``arch``, over :func:`row_lengths`."""
     out: set = set()
     for n in row_lengths(dtype):
-        out |= family.configs(n, dtype)
+        out |= family.configs(n, dtype, arch)
     if family in (BACKWARD, LOG_BACKWARD):
         bc.backward_config.cache_clear()  # filled by the enumeration, not by launches
     return frozenset(out)
@@ -190,21 +197,21 @@ def _in_order(src, exprs: Iterable[str]) -> list[str]:
     return [e for e in src.name_expressions if e in want]
 
 
-def _family_exprs(family: Family, prefix: str) -> set[str]:
+def _family_exprs(family: Family, prefix: str, arch: Arch = fc.TUNED_ARCH) -> set[str]:
     return {family.expr(cfg, ctype(dt), prefix)
-            for dt in ALL_DTYPES for cfg in family_configs(family, dt)}
+            for dt in ALL_DTYPES for cfg in family_configs(family, dt, arch)}
 
 
-def launchable(src) -> list[str]:
-    """The declared instantiations of ``src`` (a CudaSource) that its launcher can pick, in
-    declaration order: ``src.launchable`` if set, else its family's (:func:`family_of`), else
-    all - all too where the family would pick an undeclared one (then it is not the family's
-    file). Computed once per process and source."""
-    return list(_launchable(src.name_expressions, src.launchable))
+def launchable(src, arch: Arch = fc.TUNED_ARCH) -> list[str]:
+    """The declared instantiations of ``src`` (a CudaSource) that its launcher can pick on
+    ``arch``, in declaration order: ``src.launchable`` if set, else its family's
+    (:func:`family_of`), else all - all too where the family would pick an undeclared one (then
+    it is not the family's file). Computed once per process, source and arch."""
+    return list(_launchable(src.name_expressions, src.launchable, arch))
 
 
 @functools.cache
-def _launchable(name_expressions: tuple[str, ...], own) -> tuple[str, ...]:
+def _launchable(name_expressions: tuple[str, ...], own, arch: Arch) -> tuple[str, ...]:
     from types import SimpleNamespace
 
     src = SimpleNamespace(name_expressions=name_expressions)
@@ -213,7 +220,7 @@ def _launchable(name_expressions: tuple[str, ...], own) -> tuple[str, ...]:
     fam = family_of(src)
     if fam is None:
         return name_expressions
-    exprs = _family_exprs(*fam)
+    exprs = _family_exprs(*fam, arch)
     if not exprs <= set(name_expressions):
         return name_expressions
     return tuple(_in_order(src, exprs))
@@ -235,4 +242,5 @@ def launched(src, n: int, dtype: torch.dtype) -> list[str]:
     if fam is None or fam[0] is NONE:
         return [e for e in src.name_expressions if f"<{t}>" in e or f"<{t}," in e]
     family, prefix = fam
-    return _in_order(src, (family.expr(cfg, t, prefix) for cfg in family.configs(n, dtype)))
+    return _in_order(src, (family.expr(cfg, t, prefix)
+                           for cfg in family.configs(n, dtype, fc.TUNED_ARCH)))

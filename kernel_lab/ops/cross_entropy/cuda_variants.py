@@ -199,15 +199,17 @@ def scale(dx: torch.Tensor, g: torch.Tensor) -> None:
             (dx.data_ptr(), m, n, dx.stride(0), g.data_ptr()), SCALE_SIG, device_index(dx))
 
 
-def launch_shape(n: int, dtype: torch.dtype) -> str:
-    """What the forward launches for contiguous rows of n (``python -m kernel_lab picks``)."""
+def launch_shape(n: int, dtype: torch.dtype, arch=None) -> str:
+    """What the forward launches for contiguous rows of n (``python -m kernel_lab picks``); the
+    same on every arch (no clusters, static shared memory)."""
 
     return (f"cross_entropy_fwd<{ctype(dtype)}, false>: one block of "
             f"{forward_threads(n, dtype)} threads a row, then cross_entropy_reduce (1 block)")
 
 
-def backward_launch_shape(n: int, dtype: torch.dtype) -> str:
-    """What the backward launches for contiguous rows of n (``python -m kernel_lab picks``)."""
+def backward_launch_shape(n: int, dtype: torch.dtype, arch=None) -> str:
+    """What the backward launches for contiguous rows of n (``python -m kernel_lab picks``); the
+    same on every arch."""
     spans = cdiv(_windows(n, dtype), BWD_THREADS * BWD_WINDOWS_PER_THREAD)
     return (f"cross_entropy_coefs<{ctype(dtype)}> (1 block), then cross_entropy_bwd<"
             f"{ctype(dtype)}>: {spans} block(s) of {BWD_THREADS} threads a row")

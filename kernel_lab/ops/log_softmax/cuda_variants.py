@@ -22,6 +22,7 @@ import torch
 
 from kernel_lab.core.registry import alias, register
 from kernel_lab.core.rows import rowwise
+from kernel_lab.cuda.archs import Arch, device_arch
 from kernel_lab.cuda.interop import i32
 from kernel_lab.cuda.rowkernels.backward_config import (
     BWD_MAX_THREADS,
@@ -31,7 +32,7 @@ from kernel_lab.cuda.rowkernels.backward_config import (
     backward_persist_config,
     backward_persist_instantiations,
 )
-from kernel_lab.cuda.rowkernels.forward_config import VPT, row_kernel_exprs, vec_config
+from kernel_lab.cuda.rowkernels.forward_config import TUNED_ARCH, VPT, row_kernel_exprs, vec_config
 from kernel_lab.cuda.rowkernels.launch import (
     RowKernels,
     backward_launch,
@@ -44,6 +45,7 @@ from kernel_lab.cuda.sources import (
     ALL_DTYPES,
     ctype,
     cuda_source,
+    device_index,
     launch_rows,
     same_vector_phase,
     vec_aligned,
@@ -79,20 +81,20 @@ def row_config(n: int, dtype: torch.dtype, max_threads: int,
 
 @functools.lru_cache(maxsize=None)  # runs on every launch: a pure function of its arguments
 def log_backward_config(n: int, dtype: torch.dtype, aligned: bool,
-                        phase: bool) -> BackwardConfig:
+                        phase: bool, arch: Arch = TUNED_ARCH) -> BackwardConfig:
     """The launch of log_softmax_backward for rows of ``n``: ``persist`` or ``chunks`` wherever
     the softmax backward takes them (:func:`backward_config`: fp32 rows past one CTA, 2-byte
     aligned rows of >= 4000 windows; chunks past the persistent shapes), and ``persist`` for
     rows of y, dy and dx in one 16-byte phase (``phase``) that one CTA cannot hold; else
     ``block`` (one CTA per row, :func:`row_config`) or ``stream`` (two passes: fp64, rows in
-    different phases). ``aligned``: every row starts on 16 bytes."""
-    cfg = backward_config(n, dtype, aligned, phase)
+    different phases). ``aligned``: every row starts on 16 bytes. ``arch``: as backward_config."""
+    cfg = backward_config(n, dtype, aligned, phase, arch)
     if cfg.kind in ("persist", "chunks"):
         return cfg
     threads, vpt = row_config(n, dtype, BWD_MAX_THREADS, aligned)
     if vpt:
         return BackwardConfig("block", threads, vpt)
-    return (phase and backward_persist_config(n, dtype, aligned)) or \
+    return (phase and backward_persist_config(n, dtype, aligned, arch)) or \
         BackwardConfig("stream", 1024, None)
 
 
@@ -130,7 +132,8 @@ def fused_log_softmax_backward(y: torch.Tensor, dy: torch.Tensor,
     def launch(dx, y2d, dy2d):
         aligned = vec_aligned(dx, y2d, dy2d)
         phase = aligned or bool(same_vector_phase(dx, y2d, dy2d))
-        cfg = log_backward_config(dx.shape[1], y2d.dtype, aligned, phase)
+        cfg = log_backward_config(dx.shape[1], y2d.dtype, aligned, phase,
+                                  device_arch(device_index(dx)))
         if cfg.kind in ("persist", "chunks"):
             backward_launch(dx, y2d, dy2d, cfg, aligned, phase=phase, kernels=BACKWARD_KERNELS)
         else:
@@ -141,10 +144,10 @@ def fused_log_softmax_backward(y: torch.Tensor, dy: torch.Tensor,
     return rowwise(launch, y, dy, dim=dim)
 
 
-def log_backward_shape(n: int, dtype: torch.dtype) -> str:
-    """What log_softmax_backward launches for contiguous rows of n (``python -m kernel_lab
-    plan``): y, dy and dx share their 16-byte phase there."""
-    cfg = log_backward_config(n, dtype, n * dtype.itemsize % 16 == 0, True)
+def log_backward_shape(n: int, dtype: torch.dtype, arch: Arch = TUNED_ARCH) -> str:
+    """What log_softmax_backward launches for contiguous rows of n on ``arch`` (``python -m
+    kernel_lab picks``): y, dy and dx share their 16-byte phase there."""
+    cfg = log_backward_config(n, dtype, n * dtype.itemsize % 16 == 0, True, arch)
     return (f"{cfg.label()}: {cfg.expr(ctype(dtype), BACKWARD_KERNELS.prefix)}"
             f"{backward_shape_note(cfg, n, dtype)}")
 

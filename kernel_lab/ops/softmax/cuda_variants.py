@@ -20,6 +20,7 @@ import torch
 
 from kernel_lab.core.registry import register
 from kernel_lab.core.rows import normalize_dim, rowwise
+from kernel_lab.cuda.archs import device_arch
 from kernel_lab.cuda.interop import i32
 from kernel_lab.cuda.rowkernels.backward_config import (
     BACKWARD_CL,
@@ -41,6 +42,7 @@ from kernel_lab.cuda.sources import (
     cdiv,
     ctype,
     cuda_source,
+    device_index,
     launch_rows,
     next_pow2,
     same_vector_phase,
@@ -205,7 +207,8 @@ def fused_softmax_backward(y: torch.Tensor, dy: torch.Tensor, dim: int = -1) -> 
     def launch(dx, y2d, dy2d):
         aligned = vec_aligned(y2d, dy2d, dx)
         phase = aligned or bool(same_vector_phase(dx, y2d, dy2d))
-        cfg = backward_config(dx.shape[1], y2d.dtype, aligned, phase)
+        cfg = backward_config(dx.shape[1], y2d.dtype, aligned, phase,
+                              device_arch(device_index(dx)))
         backward_launch(dx, y2d, dy2d, cfg, aligned, phase=phase, kernels=BACKWARD_KERNELS)
 
     return rowwise(launch, y, dy, dim=dim)

@@ -1,0 +1,120 @@
+"""Every arch the README names, on the CPU: what each would run (``picks --arch``), that those
+shapes fit the arch's limits, and that every instantiation a launcher can pick there compiles
+with NVRTC for it. The rules are sm_90's; on sm_90 they pick exactly what they always did."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+import kernel_lab
+from kernel_lab.cli import build_parser, picks
+from kernel_lab.cuda import sources as cuda_common
+from kernel_lab.cuda.archs import ARCHS, device_arch, nearest_arch
+from kernel_lab.cuda.rowkernels import backward_config as bc
+from kernel_lab.cuda.rowkernels import forward_config as fc
+from kernel_lab.cuda.rowkernels import reachable
+
+kernel_lab.variants()  # import every op module: fills cuda_common.SOURCES
+OTHER_ARCHS = [a for a in ARCHS if a != "sm_90"]
+CLUSTER_KERNELS = ("_cluster", "_wide<", "_pipe<")  # name parts of the cluster-only kernels
+DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+
+
+def _sample_lengths(dtype: torch.dtype, k: int = 400) -> list[int]:
+    ns = reachable.row_lengths(dtype)
+    return sorted(set(random.Random(7).sample(ns, k)) | {ns[-1], 50257, 151936, 262144})
+
+
+@pytest.mark.parametrize("arch", list(ARCHS))
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_picked_shapes_fit_the_arch(arch, dtype):
+    """Every forward and backward shape picked for ``arch`` launches there: no cluster before
+    sm_90 (none past 8 CTAs on sm_120), dynamic shared memory within its per-CTA opt-in."""
+    a = ARCHS[arch]
+    most = 1 if not a.cluster else (a.max_cluster_nonportable or a.max_cluster_portable)
+    for n in _sample_lengths(dtype):
+        for aligned, vec, line in reachable.FORWARD_FLAGS:
+            try:
+                cfg = fc.fast_softmax_config(n, dtype, aligned, vec, line, arch=a)
+            except fc.NoShapeForArch as e:
+                assert not a.cluster or a.smem_per_block_optin < fc.MAX_CTA_SHARED, e
+                continue
+            assert cfg.cluster <= most and cfg.shared_mem() <= a.smem_per_block_optin, (n, cfg)
+        for aligned, phase in reachable.BACKWARD_FLAGS:
+            cfg = bc.backward_config(n, dtype, aligned, phase, a)
+            assert cfg.cluster <= most and cfg.shared_mem() <= a.smem_per_block_optin, (n, cfg)
+
+
+def test_sm90_is_the_rules_own():
+    """Asking for sm_90 by name is the default: the shapes the rules were measured with."""
+    for dtype in DTYPES:
+        for n in _sample_lengths(dtype, 100):
+            assert fc.fast_softmax_config(n, dtype) == fc.fast_softmax_config(
+                n, dtype, arch=ARCHS["sm_90"])
+            assert bc.backward_config(n, dtype) == bc.backward_config(
+                n, dtype, True, None, ARCHS["sm_90"])
+
+
+def test_no_cluster_kernel_is_launchable_before_sm90():
+    for arch in ("sm_80", "sm_86", "sm_89"):
+        for src in cuda_common.SOURCES:
+            names = reachable.launchable(src, ARCHS[arch])
+            assert not [e for e in names if any(k in e for k in CLUSTER_KERNELS)], (arch, src)
+    fast = next(s for s in cuda_common.SOURCES if s.path.name == "fast_softmax.cu")
+    assert any("_cluster" in e for e in reachable.launchable(fast, ARCHS["sm_90"]))
+
+
+def test_long_rows_without_clusters_say_why():
+    """fp32 rows past what one CTA's chunks hold in 99 KB: no shape on an RTX 30xx / 40xx."""
+    with pytest.raises(fc.NoShapeForArch, match="sm_86.*clusters"):
+        fc.fast_softmax_config(1 << 22, torch.float32, arch=ARCHS["sm_86"])
+    assert "none on sm_86" in picks.pick_rows("softmax", torch.float32, [1 << 22],
+                                              arch=ARCHS["sm_86"])[1][0][2]
+
+
+def test_nearest_arch_plans_minor_versions_with_their_family():
+    assert nearest_arch("sm_87").name == "sm_86" and nearest_arch("sm_103").name == "sm_100"
+    assert nearest_arch("sm_121").name == "sm_120" and nearest_arch("sm_90a").name == "sm_90"
+    assert nearest_arch("sm_75") is None
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_this_gpus_arch_is_known():
+    major, minor = torch.cuda.get_device_capability(0)
+    assert device_arch(0).capability[0] == major
+
+
+def test_picks_cli_prints_every_arch(capsys):
+    args = build_parser().parse_args(["picks", "--op", "softmax", "--dtype", "bfloat16",
+                                      "--n", "50257,262144", "--arch", ",".join(ARCHS)])
+    assert picks.main(args) == 0
+    out = capsys.readouterr().out
+    for a in ARCHS.values():
+        assert f"on {a.name} ({a.gpus})" in out
+    # sm_90: a 4-CTA cluster a row at 262144; sm_80: no cluster, chunks in one CTA each
+    sm80 = out[out.index("on sm_80"):out.index("on sm_86")]
+    assert "_cluster" not in sm80 and "chunks_reg" in sm80
+    sm90 = out[out.index("on sm_90"):out.index("on sm_100")]
+    assert "fast_softmax_cluster_slots" in sm90
+
+
+def test_picks_cli_refuses_an_unknown_arch(capsys):
+    args = build_parser().parse_args(["picks", "--arch", "sm_70"])
+    assert picks.main(args) == 2
+    assert "unknown arch 'sm_70'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("arch", OTHER_ARCHS)
+def test_launchable_instantiations_compile_for(arch):
+    """Each arch's launchable instantiations, each its own NVRTC program as the loader builds it
+    (sm_90's: test_cuda_jit.py::test_compiles_for_sm90, every declared one)."""
+    from kernel_lab.cli import precompile
+
+    jobs = [precompile.job_for(s, e) for s in cuda_common.SOURCES
+            for e in reachable.launchable(s, ARCHS[arch])]
+    outcomes = precompile.compile_jobs(jobs, arch)
+    assert len(outcomes) == len(jobs) > 200
+    assert [(o.job.expr, o.error.splitlines()[0]) for o in outcomes if o.error] == []
