@@ -118,3 +118,21 @@ def test_launchable_instantiations_compile_for(arch):
     outcomes = precompile.compile_jobs(jobs, arch)
     assert len(outcomes) == len(jobs) > 200
     assert [(o.job.expr, o.error.splitlines()[0]) for o in outcomes if o.error] == []
+
+
+def test_auto_passes_over_the_fast_kernels_where_this_arch_has_no_shape(monkeypatch):
+    """The fast variants' check: on an sm_86 GPU, rows no shape holds there are refused (auto
+    then takes the next preference), with the phase the launch will see; on sm_90 the check
+    never asks the rules."""
+    from kernel_lab.cuda.rowkernels import launch
+
+    long, vocab = torch.empty(2, 1 << 22), torch.empty(2, 50257)
+    monkeypatch.setattr(torch.Tensor, "device", property(lambda t: torch.device("cuda", 0)))
+    monkeypatch.setattr(launch, "device_index", lambda t: 0)
+    monkeypatch.setattr(launch, "device_arch", lambda i: ARCHS["sm_86"])
+    assert "sm_86" in launch.fast_shape_missing(long)
+    assert launch.fast_shape_missing(vocab) is None  # block_slots, one CTA a row
+    # a view off its output's 16-byte phase: element-wise shapes, the long ones clusters
+    assert "sm_86" in launch.fast_shape_missing(long[:, :50257])
+    monkeypatch.setattr(launch, "device_arch", lambda i: ARCHS["sm_90"])
+    assert launch.fast_shape_missing(long) is None

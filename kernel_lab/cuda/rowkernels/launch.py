@@ -27,6 +27,7 @@ from kernel_lab.cuda.rowkernels.backward_config import (
 from kernel_lab.cuda.rowkernels.forward_config import (
     LINE_BYTES,
     LINE_HEAD_KINDS,
+    MAX_CTA_SHARED,
     TUNED_ARCH,
     FastConfig,
     NoShapeForArch,
@@ -158,6 +159,26 @@ def fast_shape(n: int, dtype: torch.dtype, prefix: str, arch: Arch = TUNED_ARCH)
                 "shared memory)")
     phased = ", phased start" if _phased(cfg, n * dtype.itemsize) else ""
     return f"{cfg.label()}{phased}: {cfg.expr(ctype(dtype), prefix)}"
+
+
+def fast_shape_missing(x2d: torch.Tensor) -> str | None:
+    """For the fast forward variants' checks: None, or why no launch shape holds the (M, N) rows
+    ``x2d`` on its GPU's arch (before sm_90, long rows whose shapes need clusters), asked with
+    the flags fast_choice will see (the output: a fresh, aligned (M, N)). An arch with every
+    shape (sm_90, sm_100) is not asked."""
+    if x2d.device.type != "cuda":
+        return None
+    arch = device_arch(device_index(x2d))
+    if arch.cluster and arch.smem_per_block_optin >= MAX_CTA_SHARED:
+        return None
+    (m, n), es = x2d.shape, x2d.element_size()
+    vec = x2d.data_ptr() % 16 == 0 and (m == 1 or (x2d.stride(0) - n) * es % 16 == 0)
+    aligned = vec and _rows_aligned(x2d)
+    try:
+        fast_softmax_config(n, x2d.dtype, aligned, vec, aligned and _rows_on_lines(x2d), arch)
+    except NoShapeForArch as e:
+        return str(e)
+    return None
 
 
 def check_backward_persist(dx, y2d, dy2d, cfg: BackwardConfig) -> None:

@@ -21,7 +21,7 @@ import functools
 import torch
 
 from kernel_lab.core.registry import alias, register
-from kernel_lab.core.rows import rowwise
+from kernel_lab.core.rows import as_rows, rowwise
 from kernel_lab.cuda.archs import Arch, device_arch
 from kernel_lab.cuda.interop import i32
 from kernel_lab.cuda.rowkernels.backward_config import (
@@ -40,6 +40,7 @@ from kernel_lab.cuda.rowkernels.launch import (
     fast_choice,
     fast_launch,
     fast_shape,
+    fast_shape_missing,
 )
 from kernel_lab.cuda.sources import (
     ALL_DTYPES,
@@ -98,6 +99,11 @@ def log_backward_config(n: int, dtype: torch.dtype, aligned: bool,
         BackwardConfig("stream", 1024, None)
 
 
+def _shape_on_this_gpu(x: torch.Tensor, dim: int = -1) -> str | None:
+    """None, or why no fast-kernel shape holds these rows on x's GPU (launch.fast_shape_missing)."""
+    return fast_shape_missing(as_rows(x, dim)[0]) if x.dim() else None
+
+
 @register(
     "fast_log_softmax",
     op="log_softmax",
@@ -106,6 +112,7 @@ def log_backward_config(n: int, dtype: torch.dtype, aligned: bool,
     description="fast_softmax's kernels with the log epilogue: lane groups / CTA / persistent "
     "prefetching CTAs or clusters / wide, one read + one write (see fast_softmax_config)",
     source="cuda_src/fast_log_softmax.cu",
+    check=_shape_on_this_gpu,
 )
 def fast_log_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     def launch(out, x2d):

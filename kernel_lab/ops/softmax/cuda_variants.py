@@ -19,7 +19,7 @@ import functools
 import torch
 
 from kernel_lab.core.registry import register
-from kernel_lab.core.rows import normalize_dim, rowwise
+from kernel_lab.core.rows import as_rows, normalize_dim, rowwise
 from kernel_lab.cuda.archs import device_arch
 from kernel_lab.cuda.interop import i32
 from kernel_lab.cuda.rowkernels.backward_config import (
@@ -36,6 +36,7 @@ from kernel_lab.cuda.rowkernels.launch import (
     fast_choice,
     fast_launch,
     fast_shape,
+    fast_shape_missing,
 )
 from kernel_lab.cuda.sources import (
     ALL_DTYPES,
@@ -224,6 +225,11 @@ FAST_KERNELS = RowKernels(FAST, "fast_softmax")
 BACKWARD_KERNELS = RowKernels(BACKWARD, "fused_softmax_backward")
 
 
+def _shape_on_this_gpu(x: torch.Tensor, dim: int = -1) -> str | None:
+    """None, or why no fast-kernel shape holds these rows on x's GPU (launch.fast_shape_missing)."""
+    return fast_shape_missing(as_rows(x, dim)[0]) if x.dim() else None
+
+
 @register(
     "fast_softmax",
     op="softmax",
@@ -233,6 +239,7 @@ BACKWARD_KERNELS = RowKernels(BACKWARD, "fused_softmax_backward")
     "slots / persistent prefetching CTAs or clusters (DSMEM) / chunks / wide, rows on chip with "
     "16-byte aligned windows (see fast_softmax_config)",
     source="cuda_src/fast_softmax.cu",
+    check=_shape_on_this_gpu,
 )
 def fast_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     def launch(out, x2d):
