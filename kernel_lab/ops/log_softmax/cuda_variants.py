@@ -101,7 +101,7 @@ def log_backward_config(n: int, dtype: torch.dtype, aligned: bool,
 
 def _shape_on_this_gpu(x: torch.Tensor, dim: int = -1) -> str | None:
     """None, or why no fast-kernel shape holds these rows on x's GPU (launch.fast_shape_missing)."""
-    return fast_shape_missing(as_rows(x, dim)[0]) if x.dim() else None
+    return fast_shape_missing(as_rows(x, dim)[0]) if x.numel() and x.dim() else None
 
 
 @register(
