@@ -80,14 +80,14 @@ def seconds_per_call(work: bm.Workload, fn) -> float:
     return statistics.median(bm.time_rounds(call, bm.timer_for(work.device), plan))
 
 
-def check_case(case: bm.Case, device: str, path: str = "eager") -> dict:
-    work = bm.make_workload(case, device)
-    picked = dispatch.choose_variant(case.op, *work.inputs).name
-    times = {name: seconds_per_call(work, op_call(case.op, name, path))
-             for name in candidates(case.op, work.inputs)}
-    auto = seconds_per_call(work, op_call(case.op, dispatch.AUTO, path))
+def check_case(cell: bm.Cell, device: str, path: str = "eager") -> dict:
+    work = bm.make_workload(cell, device)
+    picked = dispatch.choose_variant(cell.op, *work.inputs).name
+    times = {name: seconds_per_call(work, op_call(cell.op, name, path))
+             for name in candidates(cell.op, work.inputs)}
+    auto = seconds_per_call(work, op_call(cell.op, dispatch.AUTO, path))
     best = min(times, key=times.get)
-    return {"case": case, "picked": picked, "auto_s": auto, "best": best,
+    return {"case": cell, "picked": picked, "auto_s": auto, "best": best,
             "best_s": times[best], "ratio": auto / times[best], "times": times}
 
 
@@ -111,7 +111,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if bad:
         p.error(f"unknown op {bad[0]!r}; ops: {', '.join(OPS)}")
     try:
-        args.cases = [bm.Case(o, bm.parse_dtype(d), bm.parse_shape(s))
+        args.cases = [bm.Cell(o, bm.parse_dtype(d), bm.parse_shape(s))
                       for o in args.op.split(",") for d in args.dtype.split(",")
                       for s in args.shape.split(",")]
     except (ValueError, kernel_lab.KernelLabError) as e:
@@ -141,16 +141,16 @@ def main(argv: list[str] | None = None) -> int:
         table.add_column(col, justify="left" if col in ("op", "dtype", "auto took", "fastest")
                          else "right")
     off, records = 0, []
-    for i, case in enumerate(args.cases, 1):
-        console.print(f"[{i}/{len(args.cases)}] {case.id}", highlight=False)
-        r = check_case(case, args.device, args.path)
+    for i, cell in enumerate(args.cases, 1):
+        console.print(f"[{i}/{len(args.cases)}] {cell.id}", highlight=False)
+        r = check_case(cell, args.device, args.path)
         miss = r["ratio"] > args.tolerance
         off += miss
-        records.append({"op": case.op, "dtype": bm.dtype_name(case.dtype),
-                        "shape": case.shape_id, "picked": r["picked"], "auto_s": r["auto_s"],
+        records.append({"op": cell.op, "dtype": bm.dtype_name(cell.dtype),
+                        "shape": cell.shape_id, "picked": r["picked"], "auto_s": r["auto_s"],
                         "best": r["best"], "best_s": r["best_s"],
                         "ratio": round(r["ratio"], 4), "times": r["times"]})
-        table.add_row(case.op, bm.dtype_name(case.dtype), case.shape_id, r["picked"],
+        table.add_row(cell.op, bm.dtype_name(cell.dtype), cell.shape_id, r["picked"],
                       f"{r['auto_s'] * 1e6:,.1f}", r["best"], f"{r['best_s'] * 1e6:,.1f}",
                       f"[red]{r['ratio']:.2f}[/red]" if miss else f"{r['ratio']:.2f}")
     console.print(table)

@@ -19,19 +19,19 @@ from kernel_lab.measure import benchmarking as bm
 
 def test_variant(benchmark, bench_clock, workloads, copy_gbps, bench_records, op, dtype, shape,
                  variant):
-    case = bm.Case.parse(op, dtype, shape)
+    cell = bm.Cell.parse(op, dtype, shape)
     v = kernel_lab.get(variant)
-    work = workloads.get(case)
+    work = workloads.get(cell)
     try:
         rec = bm.vet(v, work)
     except Exception as e:  # a crash: show it in the GB/s table too, then fail with its traceback
-        bench_records.append(bm.Record.crashed(case, v, e))
+        bench_records.append(bm.Record.crashed(cell, v, e))
         raise
     if rec is not None and rec.status != "inexact":
         bench_records.append(rec)
         if rec.status == "skipped":
             pytest.skip(f"{variant}: {rec.reason}")
-        pytest.fail(f"{variant} is wrong on {case.id}: {rec.reason}", pytrace=False)
+        pytest.fail(f"{variant} is wrong on {cell.id}: {rec.reason}", pytrace=False)
     inexact = ("inexact", rec.reason) if rec is not None else ()  # a known miss: timed, marked
 
     peak = bm.memory(v, work)  # before any graph holds memory
@@ -43,7 +43,7 @@ def test_variant(benchmark, bench_clock, workloads, copy_gbps, bench_records, op
     timing.close()
     if benchmark.stats is None:  # --benchmark-disable: checked, not timed
         return
-    rec = bm.Record.start(case, v, *inexact).fill(
+    rec = bm.Record.start(cell, v, *inexact).fill(
         work, benchmark.stats.stats.median, event, copy_gbps, bm.kernel_attributes(v, work), s,
         peak, timing.host_s)
     benchmark.extra_info.update(bm.extra_info(rec))

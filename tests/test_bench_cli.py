@@ -31,7 +31,7 @@ def _fake_records() -> list[bm.Record]:
     for n in (128, 4096, 65536, 262144):
         m = 2**20 // n
         for name, gb in (("torch_eager", 3000.0), ("triton_fused", 3500.0 if n < 65536 else 0)):
-            case = bm.Case("softmax", torch.float32, (m, n))
+            case = bm.Cell("softmax", torch.float32, (m, n))
             v = kernel_lab.get(name)
             if gb:
                 r = bm.Record.start(case, v)

@@ -213,7 +213,7 @@ def test_cpu_run_checks_times_and_skips_with_supports_reasons(runs, monkeypatch)
     assert "fake_wrong is wrong on softmax-float32-1x128" in out
     # the GB/s table after pytest-benchmark's, with the outcomes it cannot show as numbers
     assert "★" in out and "% of device copy" in out
-    assert "fake_crash: error (2 cases): RuntimeError: fake launch failure" in out
+    assert "fake_crash: error (2 cells): RuntimeError: fake launch failure" in out
 
     data = json.loads(runs["cpu.json"][1])
     assert data["machine_info"]["bench_device"] == "cpu"
@@ -240,7 +240,7 @@ def test_cpu_run_checks_times_and_skips_with_supports_reasons(runs, monkeypatch)
     # a declared miss is timed and marked, never a failure
     known = benches["softmax-float32-1x128-fake_inexact"]["extra_info"]["inexact"]
     assert known.startswith("a known 1% miss; here:")
-    assert "inexact │" in out and "fake_inexact: inexact (1 case): a known 1% miss; here:" in out
+    assert "inexact │" in out and "fake_inexact: inexact (1 cell): a known 1% miss; here:" in out
 
 
 def test_compare_refuses_another_device(runs):

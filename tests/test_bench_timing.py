@@ -153,7 +153,7 @@ def test_host_schedule_sizes_rounds():
 
 
 def test_extra_info_fields_of_a_graph_cell():
-    case = bm.Case("softmax", torch.float32, (16, 1024))
+    case = bm.Cell("softmax", torch.float32, (16, 1024))
     v = kernel_lab.get("torch_eager")
     work = bm.make_workload(case, "cpu")
     s = timing.Schedule(rounds=12, iterations=10, estimate_s=2e-6, method="graph", k=512)
@@ -169,7 +169,7 @@ def test_extra_info_fields_of_a_graph_cell():
 
 
 def test_memory_column_is_n_a_off_cuda():
-    case = bm.Case("softmax", torch.float32, (4, 100))
+    case = bm.Cell("softmax", torch.float32, (4, 100))
     work = bm.make_workload(case, "cpu")
     peak = bm.memory(kernel_lab.get("torch_eager"), work)
     assert peak == peak_memory.Peak(None, None, peak_memory.NOT_CUDA)
@@ -187,7 +187,7 @@ def test_memory_column_is_n_a_off_cuda():
 def test_memory_cells_in_the_table_and_plot_legend():
     from kernel_lab.measure import sweep
 
-    case = bm.Case("softmax", torch.float32, (1024, 4096))
+    case = bm.Cell("softmax", torch.float32, (1024, 4096))
     r = bm.Record.start(case, kernel_lab.get("torch_eager"))
     r.mem_fwd_bytes, r.mem_step_bytes = 16 * 2**20, 32 * 2**20
     assert sweep.memory_cell(r) == "16 MiB / 32 MiB"
@@ -204,7 +204,7 @@ gpu = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU: real graph capt
 @gpu
 @pytest.mark.gpu_exclusive  # it times / measures the GPU: no other test beside it
 def test_gpu_small_cells_are_graphs_and_big_ones_events():
-    small = bm.make_workload(bm.Case("softmax", torch.float32, (16, 1024)), "cuda")
+    small = bm.make_workload(bm.Cell("softmax", torch.float32, (16, 1024)), "cuda")
     v = kernel_lab.get("online_softmax")
     bm.vet(v, small)
     t, event = bm.prepare(v, small)
@@ -212,7 +212,7 @@ def test_gpu_small_cells_are_graphs_and_big_ones_events():
     device = statistics.median(timing.time_rounds(t.target, t.clock, t.schedule))
     assert 0 < device < event  # eager bursts are launch-bound; the graph is not
     t.close()
-    big = bm.make_workload(bm.Case("softmax", torch.float32, (2**14, 2**14)), "cuda")
+    big = bm.make_workload(bm.Cell("softmax", torch.float32, (2**14, 2**14)), "cuda")
     bm.vet(v, big)
     t, event = bm.prepare(v, big)
     assert t.schedule.method == "events" and t.schedule.k == 1
@@ -223,13 +223,13 @@ def test_gpu_small_cells_are_graphs_and_big_ones_events():
 @gpu
 @pytest.mark.gpu_exclusive  # it times / measures the GPU: no other test beside it
 def test_gpu_memory_column_counts_outputs_and_gradients():
-    case = bm.Case("softmax", torch.float32, (1024, 4096))
+    case = bm.Cell("softmax", torch.float32, (1024, 4096))
     work = bm.make_workload(case, "cuda")
     out_bytes = 1024 * 4096 * 4
     peak = bm.memory(kernel_lab.get("torch_eager"), work)
     assert out_bytes <= peak.forward < 1.5 * out_bytes, peak
     assert peak.step is not None and peak.step >= 2 * out_bytes, peak  # y saved + dx
-    back = bm.make_workload(bm.Case("softmax_backward", torch.float32, (1024, 4096)), "cuda")
+    back = bm.make_workload(bm.Cell("softmax_backward", torch.float32, (1024, 4096)), "cuda")
     peak = bm.memory(kernel_lab.get("torch_eager_backward"), back)
     assert peak.step is None and peak.note == "" and peak.forward >= out_bytes
 

@@ -424,12 +424,12 @@ def test_benchmark_records_name_the_kernels_a_call_launched():
     from kernel_lab.cuda.rowkernels import forward_config as fc
     from kernel_lab.measure import benchmarking as bm
 
-    work = bm.make_workload(bm.Case("softmax", torch.float32, (64, 65536)), "cuda")
+    work = bm.make_workload(bm.Cell("softmax", torch.float32, (64, 65536)), "cuda")
     attrs = bm.kernel_attributes(kernel_lab.get("fast_softmax"), work)
     cfg = fc.fast_softmax_config(65536, torch.float32)
     assert attrs["launches"].startswith(cfg.expr("float") + " <<<"), attrs
     assert attrs["kernels_per_call"] == 1 and attrs["num_regs"] > 0
-    work = bm.make_workload(bm.Case("softmax_backward", torch.bfloat16, (64, 32000)), "cuda")
+    work = bm.make_workload(bm.Cell("softmax_backward", torch.bfloat16, (64, 32000)), "cuda")
     attrs = bm.kernel_attributes(kernel_lab.get("fused_softmax_backward"), work)
     cfg = bc.backward_config(32000, torch.bfloat16)
     want = f"fused_softmax_backward_persist<__nv_bfloat16, {cfg.vpt}, {cfg.cluster}>"

@@ -36,7 +36,7 @@ def _peer_ratios():
 
 
 def _rec(op, dtype, n, variant, gbps=None, status="ok", reason=""):
-    case = bm.Case(op, bm.parse_dtype(dtype), (2**28 // n, n))
+    case = bm.Cell(op, bm.parse_dtype(dtype), (2**28 // n, n))
     r = bm.Record.start(case, kernel_lab.get(variant), status, reason)
     if gbps is not None:
         r.gbps, r.median_s, r.bytes_moved = gbps, 1e-3, int(gbps * 1e6)

@@ -94,7 +94,7 @@ from kernel_lab.measure.presets import (  # noqa: E402,F401  (re-exported: the s
     ROW_OPS,
     SWEEP_N,
     VOCAB_N,
-    Case,
+    Cell,
     CpuPlan,
     Preset,
     cpu_plan,
@@ -115,21 +115,21 @@ def peer_missing(variant: Variant) -> str | None:
     return probe() if probe is not None else None
 
 
-def add_peers(pairs: Sequence[tuple[Case, Variant]], *, importable_only: bool = True,
-              ) -> list[tuple[Case, Variant]]:
-    """``pairs`` plus, in each case, every peer variant (backend ``peer``) of its op not chosen
-    yet, after the case's own variants; ``importable_only``: only peers whose package imports
+def add_peers(pairs: Sequence[tuple[Cell, Variant]], *, importable_only: bool = True,
+              ) -> list[tuple[Cell, Variant]]:
+    """``pairs`` plus, in each cell, every peer variant (backend ``peer``) of its op not chosen
+    yet, after the cell's own variants; ``importable_only``: only peers whose package imports
     here (:func:`peer_missing`), else all of them (a missing one is then skipped, its reason in
-    its column). Case-major order is kept."""
-    by_case: dict[Case, list[Variant]] = {}
-    for case, v in pairs:
-        by_case.setdefault(case, []).append(v)
+    its column). Cell-major order is kept."""
+    by_cell: dict[Cell, list[Variant]] = {}
+    for cell, v in pairs:
+        by_cell.setdefault(cell, []).append(v)
     out = []
-    for case, chosen in by_case.items():
+    for cell, chosen in by_cell.items():
         names = {v.name for v in chosen}
-        peers = [v for v in variants(case.op, backend="peer") if v.name not in names
+        peers = [v for v in variants(cell.op, backend="peer") if v.name not in names
                  and (not importable_only or peer_missing(v) is None)]
-        out.extend((case, v) for v in (*chosen, *peers))
+        out.extend((cell, v) for v in (*chosen, *peers))
     return out
 
 
@@ -144,9 +144,9 @@ def working_set_bytes(device: str) -> int:
 
 @dataclass
 class Workload:
-    """The inputs of one case on one device, shared by every variant timed on it."""
+    """The inputs of one cell on one device, shared by every variant timed on it."""
 
-    case: Case
+    cell: Cell
     op: Op
     device: str
     copies: list[tuple]  # rotation sets; copies[0] is the one checked against the reference
@@ -180,33 +180,33 @@ class Workload:
         return call
 
 
-def make_workload(case: Case, device: str) -> Workload:
-    op = get_op(case.op)
+def make_workload(cell: Cell, device: str) -> Workload:
+    op = get_op(cell.op)
     gen = torch.Generator().manual_seed(SEED)
-    inputs = tuple(op.make_inputs(case.shape, case.dtype, device, gen))
+    inputs = tuple(op.make_inputs(cell.shape, cell.dtype, device, gen))
     nbytes = sum(t.numel() * t.element_size() for t in inputs if isinstance(t, torch.Tensor))
     n = min(MAX_COPIES, max(1, math.ceil(working_set_bytes(device) / max(1, nbytes))))
     copies = [inputs] + [
         tuple(t.clone() if isinstance(t, torch.Tensor) else t for t in inputs) for _ in range(n - 1)
     ]
     kw = dict(op.kwargs)
-    return Workload(case, op, device, copies, kw, int(op.bytes_moved(*inputs, **kw)))
+    return Workload(cell, op, device, copies, kw, int(op.bytes_moved(*inputs, **kw)))
 
 
 class WorkloadCache:
-    """Keeps the latest workload only: cases arrive case-major, so memory stays one case."""
+    """Keeps the latest workload only: cells arrive cell-major, so memory stays one cell."""
 
     def __init__(self, device: str) -> None:
         self.device = device
-        self._key: Case | None = None
+        self._key: Cell | None = None
         self._work: Workload | None = None
 
-    def get(self, case: Case) -> Workload:
-        if self._key != case:
-            self._work = self._key = None  # free the previous case before allocating the next
+    def get(self, cell: Cell) -> Workload:
+        if self._key != cell:
+            self._work = self._key = None  # free the previous cell before allocating the next
             if self.device.startswith("cuda"):
                 torch.cuda.empty_cache()
-            self._work, self._key = make_workload(case, self.device), case
+            self._work, self._key = make_workload(cell, self.device), cell
         return self._work  # type: ignore[return-value]
 
 
@@ -229,13 +229,13 @@ def vet(variant: Variant, work: Workload) -> "Record | None":
     """
     reason = variant.supports(*work.inputs, **work.kwargs)
     if reason is not None:
-        return Record.start(work.case, variant, "skipped", reason)
+        return Record.start(work.cell, variant, "skipped", reason)
     result = check_variant(variant, work)
     if not result:
-        known = variant.known_inexact.get(work.case.dtype)
+        known = variant.known_inexact.get(work.cell.dtype)
         if known is not None:
-            return Record.start(work.case, variant, "inexact", f"{known}; here: {result.message}")
-        return Record.start(work.case, variant, "wrong", result.message)
+            return Record.start(work.cell, variant, "inexact", f"{known}; here: {result.message}")
+        return Record.start(work.cell, variant, "wrong", result.message)
     return None
 
 
@@ -382,7 +382,7 @@ def describe_launch(launch, name: str | None) -> str:
 
 @dataclass
 class Record:
-    """One (variant, case) outcome: a table cell, a CSV row, a point on the plot."""
+    """One (variant, cell) outcome: a table cell, a CSV row, a point on the plot."""
 
     op: str
     dtype: str
@@ -412,16 +412,16 @@ class Record:
     mem_note: str = ""  # why a memory figure is missing ("n/a: not a CUDA device", ...)
 
     @classmethod
-    def start(cls, case: Case, variant: Variant, status: str = "ok", reason: str = "") -> "Record":
-        m, n = case.shape
-        return cls(case.op, dtype_name(case.dtype), m, n, variant.name, variant.backend,
+    def start(cls, cell: Cell, variant: Variant, status: str = "ok", reason: str = "") -> "Record":
+        m, n = cell.shape
+        return cls(cell.op, dtype_name(cell.dtype), m, n, variant.name, variant.backend,
                    status, reason)
 
     @classmethod
-    def crashed(cls, case: Case, variant: Variant, exc: BaseException) -> "Record":
+    def crashed(cls, cell: Cell, variant: Variant, exc: BaseException) -> "Record":
         """An ``error`` record: the exception's type and first line (an NVRTC log is long)."""
         first = (str(exc).strip().splitlines() or [""])[0]
-        return cls.start(case, variant, "error", f"{type(exc).__name__}: {first}")
+        return cls.start(cell, variant, "error", f"{type(exc).__name__}: {first}")
 
     def fill(self, work: Workload, median_s: float, event_s: float | None, copy: float,
              attrs: dict[str, Any], p: Schedule | None = None, peak: Peak | None = None,

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 CPU_PRESET_ELEMENTS = 2**18  # a preset shape on a CPU: ~1 MB of fp32 a tensor
-BYTES_PER_ELEMENT = 96  # peak bytes an element costs a benchmark case: inputs, outputs, float64
+BYTES_PER_ELEMENT = 96  # peak bytes an element costs a benchmark cell: inputs, outputs, float64
 # reference and its intermediates (softmax at 4096x50257 fp32 peaked at ~81 resident, with margin)
 
 
@@ -37,7 +37,7 @@ def cap_rows(shape: tuple[int, int], elements: int = CPU_PRESET_ELEMENTS) -> tup
 
 
 def fit_cpu(pairs: Sequence, shapes_given: bool) -> tuple[list, str | None]:
-    """``bench`` (case, variant) pairs made to fit this CPU: preset shapes capped (and a note
+    """``bench`` (cell, variant) pairs made to fit this CPU: preset shapes capped (and a note
     saying so), or, for shapes the user gave, a ValueError naming ``--shape`` when the largest
     would not fit in half the available memory."""
     if not pairs:

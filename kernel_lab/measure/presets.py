@@ -70,13 +70,10 @@ DEFAULT_PRESET = "quick"
 
 
 @dataclass(frozen=True)
-class Case:
-    """One (op, dtype, shape): the unit whose variants race on identical inputs.
-
-    Not :class:`kernel_lab.checking.checker.Case`, which is a layout case (shape, dim, strides)
-    that a correctness check runs for every op and dtype; a benchmark cell fixes the op and dtype
-    and
-    always times contiguous rows."""
+class Cell:
+    """A benchmark cell, one (op, dtype, shape): the unit whose variants race on identical
+    inputs, always contiguous rows. (A *case* is :class:`kernel_lab.checking.checker.Case`: a
+    layout - shape, dim, strides - that a correctness check runs for every op and dtype.)"""
 
     op: str
     dtype: torch.dtype
@@ -91,7 +88,7 @@ class Case:
         return f"{self.op}-{dtype_name(self.dtype)}-{self.shape_id}"
 
     @classmethod
-    def parse(cls, op: str, dtype: str, shape: str) -> "Case":
+    def parse(cls, op: str, dtype: str, shape: str) -> "Cell":
         return cls(op, parse_dtype(dtype), tuple(int(s) for s in shape.split("x")))
 
 
@@ -120,12 +117,12 @@ def select(
     variants_filter: Sequence[str] | None = None,
     dtypes_filter: Sequence[str] | None = None,
     shapes_filter: Sequence[str] | None = None,
-) -> list[tuple[Case, Variant]]:
-    """Every (case, variant) pair to benchmark, case-major (all variants of a case together).
+) -> list[tuple[Cell, Variant]]:
+    """Every (cell, variant) pair to benchmark, cell-major (all variants of a cell together).
 
     Filters are comma-separated or repeated tokens; a variant token may be a backend; a shape
     token is N or MxN (:func:`parse_shape`) and replaces the preset's shapes. Unknown ops /
-    variants raise with close-match suggestions. Variants that cannot run a case are kept: the
+    variants raise with close-match suggestions. Variants that cannot run a cell are kept: the
     benchmark skips them with their ``supports()`` reason.
     """
     p = PRESETS[preset] if isinstance(preset, str) else preset
@@ -144,7 +141,7 @@ def select(
                   if not tokens or v.name in tokens or v.backend in tokens]
         for dtype in dtypes:
             for shape in shapes:
-                out.extend((Case(op_name, dtype, shape), v) for v in chosen)
+                out.extend((Cell(op_name, dtype, shape), v) for v in chosen)
     return out
 
 
@@ -180,17 +177,17 @@ def runs_on_cpu(variant: Variant) -> bool:
     return runs_here(variant, "cpu")
 
 
-def run_cost_s(case: Case, variant: Variant, *, full: bool = False,
+def run_cost_s(cell: Cell, variant: Variant, *, full: bool = False,
                runs_here: bool | None = None) -> float:
-    """Estimated seconds of one (case, variant) run on a 2-core CPU: CPU_ROUNDS short rounds
+    """Estimated seconds of one (cell, variant) run on a 2-core CPU: CPU_ROUNDS short rounds
     (``full``: the GPU's schedule, as ``--full-cpu`` times it). A variant that does not run
     here costs nothing (its ``supports()`` skips it)."""
     if not (runs_on_cpu(variant) if runs_here is None else runs_here):
         return 0.0
-    m, n = case.shape
+    m, n = cell.shape
     elements = m * n
     backend = variant.backend if variant.backend in CPU_RUN_S else "torch"
-    per_element = CPU_ELEMENT_S[backend] * (ROW_ELEMENT_FACTOR if case.op in ROW_OPS else 1.0)
+    per_element = CPU_ELEMENT_S[backend] * (ROW_ELEMENT_FACTOR if cell.op in ROW_OPS else 1.0)
     cost = CPU_RUN_S[backend] + per_element * elements
     if backend == "triton":
         cost += (FULL_CALLS if full else TRITON_CALLS) * m * (TRITON_ROW_S
@@ -200,17 +197,17 @@ def run_cost_s(case: Case, variant: Variant, *, full: bool = False,
     return cost
 
 
-def plan_cost_s(pairs: Sequence[tuple[Case, Variant]], *, full: bool = False,
+def plan_cost_s(pairs: Sequence[tuple[Cell, Variant]], *, full: bool = False,
                 here: dict[str, bool] | None = None) -> float:
     """Estimated wall seconds of a ``bench --device cpu`` process timing ``pairs``
     (``here``: variant name -> runs here, filled as asked: a cache to share)."""
     here = {} if here is None else here
     total, compiles = CPU_FIXED_S, False
-    for case, v in pairs:
+    for cell, v in pairs:
         if v.name not in here:
             here[v.name] = runs_on_cpu(v)
         ok = here[v.name]
-        total += run_cost_s(case, v, full=full, runs_here=ok)
+        total += run_cost_s(cell, v, full=full, runs_here=ok)
         compiles = compiles or (ok and v.backend == "compile")
     return total + (CPU_COMPILE_WARMUP_S if compiles else 0.0)
 
@@ -262,17 +259,17 @@ class CpuPlan:
     """What ``bench --device cpu`` runs: the pairs, the rounds (None: the GPU's schedule), the
     estimate, and the one line that says what was cut."""
 
-    pairs: list[tuple[Case, Variant]]
+    pairs: list[tuple[Cell, Variant]]
     rounds: int | None
     estimate_s: float
     note: str
 
 
-def _cells(pairs: Sequence[tuple[Case, Variant]]) -> list[Case]:
+def _cells(pairs: Sequence[tuple[Cell, Variant]]) -> list[Cell]:
     return list(dict.fromkeys(c for c, _ in pairs))
 
 
-def cpu_plan(pairs: Sequence[tuple[Case, Variant]], *, shapes_given: bool = False,
+def cpu_plan(pairs: Sequence[tuple[Cell, Variant]], *, shapes_given: bool = False,
              dtypes_given: bool = False, budget_s: float = CPU_PLAN_S) -> CpuPlan:
     """The CPU's share of a selection (:func:`select`'s pairs), planned without timing.
 
@@ -326,7 +323,7 @@ def cpu_plan(pairs: Sequence[tuple[Case, Variant]], *, shapes_given: bool = Fals
     return CpuPlan(out, CPU_ROUNDS, est, note)
 
 
-def _fitting(pairs: Sequence[tuple[Case, Variant]], big: Case) -> str:
+def _fitting(pairs: Sequence[tuple[Cell, Variant]], big: Cell) -> str:
     """The biggest's shape with rows halved until the selection would fit the budget."""
     m, n = big.shape
     here: dict[str, bool] = {}

@@ -95,19 +95,19 @@ def default_out_dir() -> Path:
     return (root if (root / "bench").is_dir() else Path.cwd()) / "bench" / "results"
 
 
-def run_sweep(pairs: Sequence[tuple[bm.Case, bm.Variant]], device: str,
+def run_sweep(pairs: Sequence[tuple[bm.Cell, bm.Variant]], device: str,
               copy_gbps: float, progress=None, cpu_rounds: int | None = None,
               finished=None) -> list[Record]:
-    """Vet and time every (case, variant) pair; ``progress(done, description)`` before each,
+    """Vet and time every (cell, variant) pair; ``progress(done, description)`` before each,
     ``finished()`` after each; ``cpu_rounds``: off CUDA, that many short rounds a run (the CPU
     plan)."""
     cache = bm.WorkloadCache(device)
     records = []
-    for i, (case, variant) in enumerate(pairs):
+    for i, (cell, variant) in enumerate(pairs):
         if progress is not None:
-            progress(i, f"{case.id} {variant.name}")
+            progress(i, f"{cell.id} {variant.name}")
         try:
-            work = cache.get(case)
+            work = cache.get(cell)
             rec = bm.vet(variant, work)
             if rec is None or rec.status == "inexact":
                 peak = bm.memory(variant, work)  # before any graph holds memory
@@ -117,11 +117,11 @@ def run_sweep(pairs: Sequence[tuple[bm.Case, bm.Variant]], device: str,
                                                      timing.schedule))
                 timing.close()
                 status = ("inexact", rec.reason) if rec is not None else ()
-                rec = Record.start(case, variant, *status).fill(
+                rec = Record.start(cell, variant, *status).fill(
                     work, per_call[len(per_call) // 2], event, copy_gbps,
                     bm.kernel_attributes(variant, work), timing.schedule, peak, timing.host_s)
         except Exception as e:  # noqa: BLE001 - one broken variant must not end the sweep
-            rec = Record.crashed(case, variant, e)
+            rec = Record.crashed(cell, variant, e)
         records.append(rec)
         if finished is not None:
             finished()
@@ -213,7 +213,7 @@ def problems(records: Sequence[Record]) -> list[str]:
         if r.status != "ok":
             key = (r.variant, r.status, r.reason)
             seen[key] = seen.get(key, 0) + 1
-    return [f"{v}: {s} ({k} case{'s' if k > 1 else ''}): {why}" for (v, s, why), k in seen.items()]
+    return [f"{v}: {s} ({k} cell{'s' if k > 1 else ''}): {why}" for (v, s, why), k in seen.items()]
 
 
 def cross_check(records: Sequence[Record], min_s: float = 100e-6, tol: float = 0.10) -> str | None:
@@ -408,7 +408,7 @@ def main(args: argparse.Namespace) -> int:
     return 1 if any(r.status in ("wrong", "error") for r in records) else 0
 
 
-def _run_cpu(pairs: Sequence[tuple[bm.Case, bm.Variant]], copy: float, console,
+def _run_cpu(pairs: Sequence[tuple[bm.Cell, bm.Variant]], copy: float, console,
              rounds: int | None, full: bool = False) -> list[Record]:
     """:func:`run_sweep` on the CPU with :class:`kernel_lab.measure.progress.RunProgress`: a bar
     with
