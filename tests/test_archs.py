@@ -136,3 +136,16 @@ def test_auto_passes_over_the_fast_kernels_where_this_arch_has_no_shape(monkeypa
     assert "sm_86" in launch.fast_shape_missing(long[:, :50257])
     monkeypatch.setattr(launch, "device_arch", lambda i: ARCHS["sm_90"])
     assert launch.fast_shape_missing(long) is None
+
+
+def test_a_gpu_before_sm80_is_a_reason_not_a_crash(monkeypatch):
+    """A T4 (sm_75): the fast variants' check says why (auto then takes the next preference)."""
+    from kernel_lab.cuda import archs
+    from kernel_lab.cuda.rowkernels import launch
+
+    x = torch.empty(2, 4096)
+    monkeypatch.setattr(torch.Tensor, "device", property(lambda t: torch.device("cuda", 0)))
+    monkeypatch.setattr(launch, "device_index", lambda t: 7)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda i: (7, 5))
+    monkeypatch.delitem(archs._DEVICE_ARCH, 7, raising=False)
+    assert "sm_75" in launch.fast_shape_missing(x) and "sm_80" in launch.fast_shape_missing(x)

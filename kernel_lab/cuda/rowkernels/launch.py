@@ -164,11 +164,14 @@ def fast_shape(n: int, dtype: torch.dtype, prefix: str, arch: Arch = TUNED_ARCH)
 def fast_shape_missing(x2d: torch.Tensor) -> str | None:
     """For the fast forward variants' checks: None, or why no launch shape holds the (M, N) rows
     ``x2d`` on its GPU's arch (before sm_90, long rows whose shapes need clusters), asked with
-    the flags fast_choice will see (the output: a fresh, aligned (M, N)). An arch with every
-    shape (sm_90, sm_100) is not asked."""
+    the flags fast_choice will see (the output: a fresh, aligned (M, N)); or why the GPU is too
+    old (before sm_80: no cp.async). An arch with every shape (sm_90, sm_100) is not asked."""
     if x2d.device.type != "cuda":
         return None
-    arch = device_arch(device_index(x2d))
+    try:
+        arch = device_arch(device_index(x2d))
+    except ValueError as e:
+        return str(e)
     if arch.cluster and arch.smem_per_block_optin >= MAX_CTA_SHARED:
         return None
     (m, n), es = x2d.shape, x2d.element_size()
