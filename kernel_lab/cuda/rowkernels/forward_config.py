@@ -18,6 +18,7 @@ import torch
 
 from kernel_lab.base.errors import UnsupportedInputError
 from kernel_lab.cuda.archs import ARCHS, Arch
+from kernel_lab.cuda.rowkernels.kinds import KINDS, SLOTS_KINDS, Kind
 from kernel_lab.cuda.sources import ALL_DTYPES, cdiv, ctype, next_pow2, vec_width
 
 TUNED_ARCH = ARCHS["sm_90"]  # where every rule below was measured (H100, H200)
@@ -78,9 +79,6 @@ FAST_WARP = ((4, 1), (4, 2), (8, 2), (16, 2), (32, 1), (32, 2), (32, 4))  # (gro
 FAST_BLOCK_VPT = (2, 4, 8)
 BLOCK_SLOTS_VPT = 8  # block_slots: vectors per thread in registers, the rest in slots
 SLOTS_CL = (2, 4)  # block_slots on a cluster: the row over 2 or 4 CTAs
-# kinds with a row's last windows in shared-memory slots: a CTA or cluster a row (block_slots),
-# or resident CTAs / clusters looping over rows (persist_slots)
-SLOTS_KINDS = ("block_slots", "persist_slots")
 FAST_CL = (2, 4, 8, 16)
 # 16-byte vectors per thread of the persist instantiations, by itemsize. A thread keeps at most
 # 64 exps in fp32 registers (kKeptFor, cuda_src/row_epilogues.cuh): fp16/bf16 x 16 softmax keeps
@@ -225,9 +223,12 @@ class FastConfig:
     slots: int = 0  # block_slots: 16-byte windows per thread in shared memory
 
     def __post_init__(self):
+        kind = KINDS.get(self.kind)
+        if kind is None:
+            raise ValueError(f"unknown FastConfig kind {self.kind!r}; kinds: {', '.join(KINDS)}")
         if self.stages not in (1, 2):
             raise ValueError(f"stages must be 1 or 2, not {self.stages}")
-        if self.stages > 1 and self.kind not in ("persist", "pipe"):
+        if self.stages > 1 and not kind.staged:
             raise ValueError(f"stages apply to the persistent kernels, not {self.kind!r}")
         if self.kind == "chunks" and not (self.lag >= 1 and 0 <= self.ahead <= 7):
             raise ValueError(f"chunks need lag >= 1 and 0 <= ahead <= 7, not {self.lag}, "
@@ -245,49 +246,22 @@ class FastConfig:
             raise ValueError(f"{self.label()}: {self.shared_mem()} B of slots, more than a CTA "
                              f"may take ({MAX_CTA_SHARED} B)")
 
+    @property
+    def kind_of(self) -> Kind:
+        """This config's :class:`~.kinds.Kind` (the kind table's entry)."""
+        return KINDS[self.kind]
+
     def expr(self, t: str, prefix: str = "fast_softmax") -> str:
-        if self.kind == "warp":
-            return f"{prefix}_warp<{t}, {self.group}, {self.vpt}>"
-        if self.kind == "block":
-            return f"{prefix}_block<{t}, {self.vpt}>"
-        if self.kind == "block_slots" and self.cluster > 1:
-            return f"{prefix}_cluster_slots<{t}, {self.vpt}, {self.cluster}>"
-        if self.kind == "persist_slots" and self.cluster > 1:
-            return f"{prefix}_persist_cluster_slots<{t}, {self.vpt}, {self.cluster}>"
-        if self.kind in SLOTS_KINDS:
-            return f"{prefix}_{self.kind}<{t}, {self.vpt}>"
-        if self.kind == "cluster":
-            return f"{prefix}_cluster<{t}, {self.vpt}, {self.cluster}>"
-        if self.kind == "persist":
-            if self.cluster == 1:
-                return f"{prefix}_persist<{t}, {self.vpt}>"
-            return f"{prefix}_persist_cluster<{t}, {self.vpt}, {self.cluster}>"
-        if self.kind == "pipe":
-            return f"{prefix}_persist_pipe<{t}, {self.vpt}, {self.cluster}>"
-        if self.kind in ("chunks", "chunks_reg"):
-            return f"{prefix}_{self.kind}<{t}, {self.vpt}>"
-        return f"{prefix}_wide<{t}, {self.cluster}>"
+        """The name expression this config launches for C type ``t`` under kernel ``prefix``."""
+        return KINDS[self.kind].template(self, t, prefix)
 
     def capacity(self) -> int:
-        """Windows (16-byte slots) one row may span (wide: any row)."""
-        if self.kind == "warp":
-            return self.group * self.vpt
-        if self.kind in ("wide", "chunks", "chunks_reg"):
-            return 1 << 31
-        if self.kind in SLOTS_KINDS:
-            return self.cluster * self.threads * (self.vpt + self.slots)
-        return self.threads * self.vpt * self.cluster
+        """Windows (16-byte slots) one row may span (wide, chunks: any row)."""
+        return KINDS[self.kind].capacity(self)
 
     def shared_mem(self) -> int:
-        """Dynamic shared memory per CTA: the persistent kernels' prefetch slots, the wide
-        kernel's kept windows."""
-        if self.kind in ("persist", "pipe", "wide"):  # stages is 1 but for persist and pipe
-            return self.threads * self.vpt * 16 * self.stages
-        if self.kind in ("chunks", "chunks_reg"):
-            return self.threads * self.vpt * 16 * self.chunk_sets()
-        if self.kind in SLOTS_KINDS:
-            return self.threads * self.slots * 16
-        return 0
+        """Dynamic shared memory per CTA: slots, prefetched rows, kept windows or chunk sets."""
+        return KINDS[self.kind].shared_mem(self)
 
     def chunk_sets(self) -> int:
         """chunks: slot sets in shared memory - the chunk being reduced, ``lag`` waiting for
@@ -295,22 +269,7 @@ class FastConfig:
         return self.ahead if self.kind == "chunks_reg" else self.lag + 1 + self.ahead
 
     def label(self) -> str:
-        if self.kind == "warp":
-            return f"warp g{self.group}x{self.vpt}"
-        if self.kind in ("cluster", "persist", "pipe"):
-            late = " late" if self.late else ""
-            stages = f" s{self.stages}" if self.stages > 1 else ""
-            return f"{self.kind} {self.cluster}x{self.threads}x{self.vpt}{late}{stages}"
-        if self.kind == "wide":
-            return f"wide {self.cluster}x{self.threads} keep {self.vpt}"
-        if self.kind == "chunks":
-            return f"chunks {self.threads}x{self.vpt} lag {self.lag} ahead {self.ahead}"
-        if self.kind == "chunks_reg":
-            return f"chunks_reg {self.threads}x{self.vpt} ahead {self.ahead}"
-        if self.kind in SLOTS_KINDS:
-            cl = f"{self.cluster}x" if self.cluster > 1 else ""
-            return f"{self.kind} {cl}{self.threads}x{self.vpt}+{self.slots}"
-        return f"{self.kind} {self.threads}x{self.vpt}"
+        return KINDS[self.kind].label(self)
 
 
 def vector_windows(n: int, dtype: torch.dtype, aligned: bool = True) -> int:
@@ -344,15 +303,10 @@ def line_windows(n: int, dtype: torch.dtype, aligned: bool = True,
     return cdiv(n, w) if line else cdiv(n + LINE_BYTES // dtype.itemsize - 1, w)
 
 
-# The kinds whose windows start at the row's 128-byte line (line heads): they copy whole aligned
-# 16-byte slots with cp.async, so input and output rows must share their 16-byte phase.
-LINE_HEAD_KINDS = ("persist", "pipe", "chunks", "chunks_reg", "block_slots", "persist_slots")
-
-
 def config_windows(cfg: "FastConfig", n: int, dtype: torch.dtype, aligned: bool,
                  line: bool) -> int:
-    """Windows a row of ``n`` spans in ``cfg``'s kernel (line heads: LINE_HEAD_KINDS)."""
-    if cfg.kind in LINE_HEAD_KINDS:
+    """Windows a row of ``n`` spans in ``cfg``'s kernel (line heads: Kind.line_heads)."""
+    if KINDS[cfg.kind].line_heads:
         return line_windows(n, dtype, line=line)
     return vector_windows(n, dtype, aligned)
 

@@ -26,7 +26,6 @@ from kernel_lab.cuda.rowkernels.backward_config import (
 )
 from kernel_lab.cuda.rowkernels.forward_config import (
     LINE_BYTES,
-    LINE_HEAD_KINDS,
     MAX_CTA_SHARED,
     TUNED_ARCH,
     FastConfig,
@@ -312,63 +311,51 @@ def fast_launch(
             raise ValueError(f"{cfg.label()} holds {cfg.capacity()} 16-byte windows; a row of "
                              f"{n} {x2d.dtype} here spans {need}")
     vec = i32(phase)
-    if cfg.kind in LINE_HEAD_KINDS and not vec:
+    kind = cfg.kind_of
+    if kind.line_heads and not vec:
         raise ValueError(f"{expr} needs input and output rows in the same 16-byte phase")
-    if cfg.kind == "warp":
-        rows_per_block = cfg.threads // cfg.group
-        launch_rows(src, expr, out, (x2d,), grid=cdiv(m, rows_per_block), block=cfg.threads,
-                    extra=(vec,))
-    elif cfg.kind == "block":
-        launch_rows(src, expr, out, (x2d,), grid=m, block=cfg.threads,
-                    extra=(vec, *_wave(cfg, x2d, src, expr, m, n)))
-    elif cfg.kind == "block_slots":  # launch_rows raises the shared-memory limit
-        launch_rows(src, expr, out, (x2d,), grid=m * cfg.cluster, block=cfg.threads,
-                    extra=(vec, i32(cfg.slots), *_wave(cfg, x2d, src, expr, m, n)),
-                    shared_mem=cfg.shared_mem())
-    elif cfg.kind == "persist_slots":
+    if kind.grid == "chunks":
+        _launch_chunks(out, x2d, cfg, vec, src, expr, own, kernels, max_groups)
+        return
+    if kind.grid == "groups":
+        grid = cdiv(m, cfg.threads // cfg.group)
+    elif kind.grid == "rows":
+        grid = m * cfg.cluster
+    else:  # resident
         grid = persistent_grid(src, expr, cfg.threads, cfg.cluster, cfg.shared_mem(), m,
                                device_index(out), max_groups)
-        launch_rows(src, expr, out, (x2d,), grid=grid, block=cfg.threads,
-                    extra=(vec, i32(cfg.slots)), shared_mem=cfg.shared_mem())
-    elif cfg.kind == "cluster":
-        if cfg.cluster > 8:
-            allow_non_portable_cluster(src, expr, device_index(out))
-        launch_rows(src, expr, out, (x2d,), grid=m * cfg.cluster, block=cfg.threads,
-                    extra=(vec, *_wave(cfg, x2d, src, expr, m, n)))
-    elif cfg.kind in ("persist", "pipe"):  # persist also takes `late`
-        late = (i32(int(cfg.late)),) if cfg.kind == "persist" else ()
-        grid = persistent_grid(src, expr, cfg.threads, cfg.cluster, cfg.shared_mem(), m,
-                               device_index(out), max_groups)
-        launch_rows(src, expr, out, (x2d,), grid=grid, block=cfg.threads,
-                    extra=(vec, *late, i32(cfg.stages)), shared_mem=cfg.shared_mem())
-    elif cfg.kind == "wide":
-        grid = persistent_grid(src, expr, cfg.threads, cfg.cluster, cfg.shared_mem(), m,
-                               device_index(out), max_groups)
-        launch_rows(src, expr, out, (x2d,), grid=grid, block=cfg.threads,
-                    extra=(vec, i32(cfg.vpt)), shared_mem=cfg.shared_mem())
-    elif cfg.kind in ("chunks", "chunks_reg"):
-        chunks = row_chunks(cfg, n, x2d.dtype, _rows_on_lines(x2d))
-        grid = persistent_grid(src, expr, cfg.threads, 1, cfg.shared_mem(), m * chunks,
-                               device_index(out), max_groups)
-        if not chunks_fit(chunks, cfg.lag, grid):
-            if own:
-                raise ValueError(f"{cfg.label()}: a row of {n} is {chunks} chunks, more than "
-                                 f"lag {cfg.lag} x {grid} resident CTAs + 1 (the kernel would "
-                                 "wait on itself)")
-            # this GPU holds too few CTAs for the default pick: the wide kernel
-            arch = device_arch(device_index(out))
-            if not arch.cluster:
-                raise NoShapeForArch(f"{cfg.label()}: a row of {n} is {chunks} chunks, more than "
-                                     f"this {arch.name} GPU's {grid} resident CTAs + 1, and the "
-                                     "wide kernel needs clusters (sm_90+)")
-            fast_launch(out, x2d, wide_config(vector_windows(n, x2d.dtype), arch=arch), phase,
-                        kernels)
-            return
-        # per chunk, (max, sum) as two 64-bit words that carry the launch's epoch
-        pairs, epoch = flag_words(2 * m * chunks, out.device)
-        lag = (i32(cfg.lag),) if cfg.kind == "chunks" else ()  # chunks_reg: always 1
-        launch_rows(src, expr, out, (x2d,), grid=grid, block=cfg.threads,
-                    extra=(vec, i32(chunks), pairs.data_ptr(), epoch, *lag, i32(cfg.ahead)),
-                    shared_mem=cfg.shared_mem())
-    else:
-        raise ValueError(f"unknown FastConfig kind {cfg.kind!r}")
+    if kind.non_portable_opt_in and cfg.cluster > 8:
+        allow_non_portable_cluster(src, expr, device_index(out))
+    wave = _wave(cfg, x2d, src, expr, m, n) if kind.waved else ()
+    # launch_rows raises the kernel's shared-memory limit for what it takes
+    launch_rows(src, expr, out, (x2d,), grid=grid, block=cfg.threads,
+                extra=(vec, *kind.args(cfg), *wave), shared_mem=cfg.shared_mem())
+
+
+def _launch_chunks(out, x2d, cfg: FastConfig, vec, src, expr: str, own: bool,
+                   kernels: RowKernels, max_groups: int | None) -> None:
+    """chunks / chunks_reg: resident CTAs over every row's chunks, the chunks' (max, sum) pairs
+    in flag words; where the GPU holds too few CTAs for a row's chunks, the wide kernel."""
+    m, n = out.shape
+    chunks = row_chunks(cfg, n, x2d.dtype, _rows_on_lines(x2d))
+    grid = persistent_grid(src, expr, cfg.threads, 1, cfg.shared_mem(), m * chunks,
+                           device_index(out), max_groups)
+    if not chunks_fit(chunks, cfg.lag, grid):
+        if own:
+            raise ValueError(f"{cfg.label()}: a row of {n} is {chunks} chunks, more than "
+                             f"lag {cfg.lag} x {grid} resident CTAs + 1 (the kernel would "
+                             "wait on itself)")
+        # this GPU holds too few CTAs for the default pick: the wide kernel
+        arch = device_arch(device_index(out))
+        if not arch.cluster:
+            raise NoShapeForArch(f"{cfg.label()}: a row of {n} is {chunks} chunks, more than "
+                                 f"this {arch.name} GPU's {grid} resident CTAs + 1, and the "
+                                 "wide kernel needs clusters (sm_90+)")
+        fast_launch(out, x2d, wide_config(vector_windows(n, x2d.dtype), arch=arch), int(vec),
+                    kernels)
+        return
+    # per chunk, (max, sum) as two 64-bit words that carry the launch's epoch
+    pairs, epoch = flag_words(2 * m * chunks, out.device)
+    launch_rows(src, expr, out, (x2d,), grid=grid, block=cfg.threads,
+                extra=(vec, i32(chunks), pairs.data_ptr(), epoch, *cfg.kind_of.args(cfg)),
+                shared_mem=cfg.shared_mem())

@@ -70,7 +70,7 @@ def forward_configs(n: int, dtype: torch.dtype, arch: Arch = fc.TUNED_ARCH) -> s
         except fc.NoShapeForArch:
             continue
         out.add(cfg)
-        if cfg.kind in ("chunks", "chunks_reg") and arch.cluster:  # too few resident CTAs
+        if cfg.kind_of.grid == "chunks" and arch.cluster:  # too few resident CTAs: wide
             out.add(fc.wide_config(fc.vector_windows(n, dtype), arch=arch))
     return out
 

@@ -1,0 +1,113 @@
+"""The kinds of the fast row-kernel family (cuda_src/row_softmax_kernels.cuh), one object each.
+
+A kind is one device body and its launch geometry. Its :class:`Kind` holds everything that
+differs by kind - the template a config instantiates, the windows a row may span, the dynamic
+shared memory, the label, whether windows count from the row's 128-byte line, how its grid is
+sized and the arguments after ``vec`` - so a :class:`~.forward_config.FastConfig` only names its
+kind, and :data:`KINDS` is the one table (launch.py's ``fast_launch`` looks the kind up). The
+rules that pick a kind and its shape per (N, dtype, arch) are forward_config.py's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kernel_lab.cuda.interop import i32
+
+ANY_ROW = 1 << 31  # the capacity of the kinds that hold rows of any length
+# grids: "groups" - rows in lane groups, ``threads // group`` rows a CTA; "rows" - a CTA (or
+# cluster) per row; "resident" - the resident CTAs / clusters loop over rows (occupancy); "chunks"
+# - resident CTAs over every row's chunks, their (max, sum) through flag words
+GRIDS = ("groups", "rows", "resident", "chunks")
+
+
+def _cl(cfg) -> str:
+    return f"{cfg.cluster}x" if cfg.cluster > 1 else ""
+
+
+def _slot_bytes(cfg) -> int:
+    return cfg.threads * cfg.slots * 16
+
+
+def _staged_bytes(cfg) -> int:
+    return cfg.threads * cfg.vpt * 16 * cfg.stages
+
+
+def _clustered_label(cfg) -> str:
+    late = " late" if cfg.late else ""
+    stages = f" s{cfg.stages}" if cfg.stages > 1 else ""
+    return f"{cfg.kind} {cfg.cluster}x{cfg.threads}x{cfg.vpt}{late}{stages}"
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One kernel kind: ``template(cfg, t, prefix)`` its name expression for C type t,
+    ``capacity(cfg)`` the 16-byte windows a row may span, ``shared_mem(cfg)`` its dynamic shared
+    memory per CTA, ``label(cfg)``, ``args(cfg)`` the kernel arguments after ``vec`` (before the
+    first-wave pair where ``waved``)."""
+
+    name: str
+    template: Callable[[Any, str, str], str]
+    capacity: Callable[[Any], int]
+    label: Callable[[Any], str]
+    grid: str
+    shared_mem: Callable[[Any], int] = lambda cfg: 0
+    args: Callable[[Any], tuple] = lambda cfg: ()
+    line_heads: bool = False  # windows from the row's 128-byte line: rows in one 16-byte phase
+    waved: bool = False  # takes (wave_rows, wave_ns): its first wave may start in phases
+    staged: bool = False  # ``stages`` rows in flight (1 or 2)
+    non_portable_opt_in: bool = False  # clusters past 8 CTAs ask for the attribute at launch
+
+    def __post_init__(self):
+        if self.grid not in GRIDS:
+            raise ValueError(f"{self.name}: grid {self.grid!r} is not one of {GRIDS}")
+
+
+KINDS: dict[str, Kind] = {k.name: k for k in (
+    Kind("warp", lambda c, t, p: f"{p}_warp<{t}, {c.group}, {c.vpt}>",
+         capacity=lambda c: c.group * c.vpt, label=lambda c: f"warp g{c.group}x{c.vpt}",
+         grid="groups"),
+    Kind("block", lambda c, t, p: f"{p}_block<{t}, {c.vpt}>",
+         capacity=lambda c: c.threads * c.vpt * c.cluster,
+         label=lambda c: f"block {c.threads}x{c.vpt}", grid="rows", waved=True),
+    Kind("block_slots", lambda c, t, p: (f"{p}_cluster_slots<{t}, {c.vpt}, {c.cluster}>"
+                                         if c.cluster > 1 else f"{p}_block_slots<{t}, {c.vpt}>"),
+         capacity=lambda c: c.cluster * c.threads * (c.vpt + c.slots),
+         label=lambda c: f"block_slots {_cl(c)}{c.threads}x{c.vpt}+{c.slots}", grid="rows",
+         shared_mem=_slot_bytes, args=lambda c: (i32(c.slots),), line_heads=True, waved=True),
+    Kind("persist_slots",
+         lambda c, t, p: (f"{p}_persist_cluster_slots<{t}, {c.vpt}, {c.cluster}>"
+                          if c.cluster > 1 else f"{p}_persist_slots<{t}, {c.vpt}>"),
+         capacity=lambda c: c.cluster * c.threads * (c.vpt + c.slots),
+         label=lambda c: f"persist_slots {_cl(c)}{c.threads}x{c.vpt}+{c.slots}",
+         grid="resident", shared_mem=_slot_bytes, args=lambda c: (i32(c.slots),),
+         line_heads=True),
+    Kind("cluster", lambda c, t, p: f"{p}_cluster<{t}, {c.vpt}, {c.cluster}>",
+         capacity=lambda c: c.threads * c.vpt * c.cluster, label=_clustered_label, grid="rows",
+         waved=True, non_portable_opt_in=True),
+    Kind("persist", lambda c, t, p: (f"{p}_persist<{t}, {c.vpt}>" if c.cluster == 1
+                                     else f"{p}_persist_cluster<{t}, {c.vpt}, {c.cluster}>"),
+         capacity=lambda c: c.threads * c.vpt * c.cluster, label=_clustered_label,
+         grid="resident", shared_mem=_staged_bytes,
+         args=lambda c: (i32(int(c.late)), i32(c.stages)), line_heads=True, staged=True),
+    Kind("pipe", lambda c, t, p: f"{p}_persist_pipe<{t}, {c.vpt}, {c.cluster}>",
+         capacity=lambda c: c.threads * c.vpt * c.cluster, label=_clustered_label,
+         grid="resident", shared_mem=_staged_bytes, args=lambda c: (i32(c.stages),),
+         line_heads=True, staged=True),
+    Kind("wide", lambda c, t, p: f"{p}_wide<{t}, {c.cluster}>", capacity=lambda c: ANY_ROW,
+         label=lambda c: f"wide {c.cluster}x{c.threads} keep {c.vpt}", grid="resident",
+         shared_mem=_staged_bytes, args=lambda c: (i32(c.vpt),)),
+    Kind("chunks", lambda c, t, p: f"{p}_chunks<{t}, {c.vpt}>", capacity=lambda c: ANY_ROW,
+         label=lambda c: f"chunks {c.threads}x{c.vpt} lag {c.lag} ahead {c.ahead}",
+         grid="chunks", shared_mem=lambda c: c.threads * c.vpt * 16 * (c.lag + 1 + c.ahead),
+         args=lambda c: (i32(c.lag), i32(c.ahead)), line_heads=True),
+    Kind("chunks_reg", lambda c, t, p: f"{p}_chunks_reg<{t}, {c.vpt}>",
+         capacity=lambda c: ANY_ROW,
+         label=lambda c: f"chunks_reg {c.threads}x{c.vpt} ahead {c.ahead}", grid="chunks",
+         shared_mem=lambda c: c.threads * c.vpt * 16 * c.ahead,
+         args=lambda c: (i32(c.ahead),), line_heads=True),
+)}
+SLOTS_KINDS = tuple(k for k in KINDS if k.endswith("_slots"))  # windows in shared-memory slots
+LINE_HEAD_KINDS = tuple(k for k, v in KINDS.items() if v.line_heads)
