@@ -171,7 +171,8 @@ def host_candidates(pytestconfig: pytest.Config, bench_device: str) -> dict:
     import torch
 
     x = torch.randn(*overhead.HOST_SHAPE, device=bench_device)
-    calls: dict = overhead.candidates(x, pytestconfig.stash[HOST_CELLS])
+    cells = pytestconfig.stash[HOST_CELLS]  # and what each is divided by
+    calls: dict = overhead.candidates(x, [*cells, *{overhead.reference(c) for c in cells}])
     for label, fn in list(calls.items()):
         try:
             fn()

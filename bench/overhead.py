@@ -115,6 +115,15 @@ def host_cells(ops: Sequence[str] | None = None, chosen: Sequence[str] | None = 
     return {label: spec for label, spec in rows.items() if keep(*spec)}
 
 
+def reference(label: str) -> str:
+    """The row a host cell's time is divided by: its op's torch call, the one that records for
+    autograd where the row records (the ``host`` group's figure, ``test_host.py``)."""
+    if label.endswith("autograd recording"):
+        return "torch.softmax, autograd recording"
+    op = host_cells().get(label, ("softmax",))[0]
+    return "torch.log_softmax" if op == "log_softmax" else "torch.softmax"
+
+
 def candidates(x: torch.Tensor, labels: Sequence[str] | None = None,
                ) -> dict[str, Callable[[], Any]]:
     """The table's calls, each on the same tensor: torch, the lab's drop-ins (auto), every CUDA

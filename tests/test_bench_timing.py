@@ -9,6 +9,7 @@ The same logic on the real GPU: the ``gpu`` tests at the end.
 from __future__ import annotations
 
 import statistics
+from pathlib import Path
 
 import pytest
 import torch
@@ -273,3 +274,58 @@ def test_gate_slowdown_edit_compiles_and_keeps_the_kernel(tmp_path):
     edited.write_text(src.replace(gate.ANCHOR, gate.extra_pass(50) + gate.ANCHOR))
     out = jit.compile_cubin(edited, ["online_softmax<float>"], include_dirs=[jit.cuda_src_dir()])
     assert out is not None
+
+
+class _DriftingClock:
+    """A fake host clock: each call costs ``cost[name]`` seconds times the machine's current
+    slowness, which changes from round to round (a shared machine)."""
+
+    def __init__(self):
+        self.t, self.slowness = 0.0, 1.0
+
+    def read(self) -> float:
+        return self.t
+
+    def call(self, seconds: float):
+        def run():
+            self.t += seconds * self.slowness
+        return run
+
+
+def test_host_cells_compare_a_ratio_that_drift_cannot_move():
+    """RatioRounds as pytest-benchmark drives it (one reading before and after each round): each
+    round's figure is fn's time / its reference's, whatever the machine's speed that round; the
+    two are timed in alternating order; the absolute seconds are kept beside."""
+    clock = _DriftingClock()
+    rounds = timing.RatioRounds(clock.call(3e-6), clock.call(2e-6), clock.read)
+    figures = []
+    for slowness in (1.0, 1.6, 0.7, 2.5, 1.1):
+        clock.slowness = slowness
+        before = rounds.reader()
+        rounds.round()
+        figures.append(rounds.reader() - before)
+    assert figures == pytest.approx([1.5] * 5)
+    assert rounds.fn_s == pytest.approx([3e-6 * s for s in (1.0, 1.6, 0.7, 2.5, 1.1)])
+    assert rounds.ref_s == pytest.approx([2e-6 * s for s in (1.0, 1.6, 0.7, 2.5, 1.1)])
+
+
+def test_ratio_rounds_alternate_which_runs_first():
+    order = []
+    rounds = timing.RatioRounds(lambda: order.append("fn"), lambda: order.append("ref"),
+                                iter(range(100)).__next__)
+    for _ in range(3):
+        rounds.round()
+    assert order == ["fn", "ref", "ref", "fn", "fn", "ref"]
+
+
+def test_every_host_cell_has_a_torch_reference(monkeypatch):
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "bench"))
+    import overhead
+
+    cells = overhead.host_cells()
+    for label, (op, _) in cells.items():
+        ref = overhead.reference(label)
+        assert ref in cells and ref.startswith("torch.") and cells[ref][0] == op, label
+    assert overhead.reference("kernel_lab.softmax (auto), autograd recording") == \
+        "torch.softmax, autograd recording"
+    assert overhead.reference('run("fast_log_softmax")') == "torch.log_softmax"

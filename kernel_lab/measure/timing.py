@@ -301,6 +301,37 @@ def host_schedule(fn: Callable[[], Any], timer: Callable[[], float]) -> Schedule
     return Schedule(HOST_ROUNDS, 1, s.estimate_s, "host", calls)
 
 
+class RatioRounds:
+    """Host-group rounds that time ``fn`` and its reference ``ref`` back to back - the order
+    alternating round by round - and advance a virtual clock by their ratio. pytest-benchmark,
+    reading :meth:`reader` around each :meth:`round`, then stores and compares ``fn``'s time as
+    a multiple of ``ref``'s taken in the same moments: a busy machine slows both, the ratio holds.
+    ``read``: the real clock (:func:`host_reader`); ``fn_s`` / ``ref_s``: each round's seconds."""
+
+    def __init__(self, fn: Callable[[], Any], ref: Callable[[], Any],
+                 read: Callable[[], float]) -> None:
+        self.fn, self.ref, self.read = fn, ref, read
+        self.now = 0.0
+        self.fn_s: list[float] = []
+        self.ref_s: list[float] = []
+
+    def reader(self) -> float:
+        return self.now
+
+    def round(self) -> None:
+        flip = len(self.fn_s) % 2 == 1
+        first, second = (self.ref, self.fn) if flip else (self.fn, self.ref)
+        t0 = self.read()
+        first()
+        t1 = self.read()
+        second()
+        t2 = self.read()
+        fn_s, ref_s = (t2 - t1, t1 - t0) if flip else (t1 - t0, t2 - t1)
+        self.fn_s.append(fn_s)
+        self.ref_s.append(ref_s)
+        self.now += fn_s / ref_s
+
+
 def burst(fn: Callable[[], Any], calls: int) -> Callable[[], None]:
     """One target call that runs ``fn`` ``calls`` times back to back (a host-group round)."""
 
