@@ -20,8 +20,9 @@ mean) is the time per call that :func:`prepare` chooses to measure, read through
   current stream or sync the host; or any capture that raises) falls back to ``events``: then
   the figure is the launch rate, and the record says so (``method`` = ``events``, host time
   per call beside it).
-* **Host time** is its own group (``bench/test_host.py``): :class:`Clock` over
-  ``synchronize + perf_counter``, rounds of :data:`HOST_ROUND_S`.
+* **Host time** is its own group (``bench/test_host.py``): rounds of :data:`HOST_ROUND_S` over
+  ``synchronize + perf_counter``, each cell timed with its op's torch call in the same round;
+  the stored figure is their ratio (:class:`RatioRounds`), the microseconds beside it.
 * The GPU side sits behind :class:`CudaStopwatch`; tests drive :func:`prepare` with a fake one
   (a virtual host and device timeline), so the choice and the figures are checked on a CPU.
 """
