@@ -11,7 +11,7 @@
 
 # First: Triton's compiled-or-interpreted mode is fixed when triton is imported, and with no GPU
 # here the lab picks the interpreter (triton_mode.py), so Triton variants run on CPU tensors.
-from kernel_lab.core import triton_mode as _triton_mode  # noqa: F401, I001
+from kernel_lab.core import triton_mode  # noqa: F401, I001
 from kernel_lab.checking.checker import runs_here, why_not_here
 from kernel_lab.base.errors import (
     DimRangeError,
@@ -27,9 +27,8 @@ from kernel_lab.ops.cross_entropy.api import CrossEntropyLoss, cross_entropy
 from kernel_lab.ops.linear_cross_entropy.api import LinearCrossEntropyLoss, linear_cross_entropy
 from kernel_lab.ops.log_softmax.api import LogSoftmax, log_softmax
 from kernel_lab.ops.softmax.api import Softmax, softmax
-from kernel_lab.core import registry as _registry
 from kernel_lab.core.plans import run
-from kernel_lab.ops import OP_MODULES as _OP_MODULES
+from kernel_lab.ops import OP_MODULES
 from kernel_lab.core.registry import (
     Auto,
     Autograd,
@@ -39,14 +38,15 @@ from kernel_lab.core.registry import (
     Variant,
     get,
     get_op,
+    load_ops_from,
     op_names,
     register,
     register_op,
     variants,
 )
 
-
-_registry.load_ops_from(_OP_MODULES)  # imported on the registry's first use
+load_ops_from(OP_MODULES)  # imported on the registry's first use
+del triton_mode, load_ops_from, OP_MODULES  # the package root keeps the public API only
 
 __all__ = [
     "Auto",

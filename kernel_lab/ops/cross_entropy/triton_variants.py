@@ -12,8 +12,8 @@ import torch
 import triton
 
 from kernel_lab.base.inputs import acc_dtype
+from kernel_lab.core import triton_rows
 from kernel_lab.core.registry import register
-from kernel_lab.core.triton_rows import num_warps as _num_warps
 from kernel_lab.cuda import deferred
 from kernel_lab.ops.cross_entropy.op import ALL_DTYPES, check_call, check_kwargs, lse_dtype, row_lse
 from kernel_lab.triton_src import cross_entropy as kernels
@@ -57,7 +57,7 @@ def forward(logits, target, weight, ignore_index: int, reduction: str, eps: floa
         loss, lse, wt, x, t, w, n, x.stride(0), ignore_index,
         flags.first if flags else loss, flags.raised if flags else loss, FLAG=flags is not None,
         BLOCK_N=block, HAS_WEIGHT=w is not None, EPS=float(eps),
-        IS_FP64=acc == torch.float64, num_warps=_num_warps(block),
+        IS_FP64=acc == torch.float64, num_warps=triton_rows.num_warps(block),
     )
     return _reduce(loss, wt, reduction).to(x.dtype), lse
 
@@ -107,7 +107,7 @@ def backward(logits, target, weight, lse, grad, ignore_index: int, reduction: st
         dx, x, t, w, lse.to(lse_dtype(x.dtype)).contiguous(), g, den, wsum, n, x.stride(0),
         ignore_index,
         BLOCK_N=block, HAS_WEIGHT=w is not None, EPS=float(eps), GRAD_PER_ROW=g.dim() > 0,
-        MEAN=mean, IS_FP64=acc == torch.float64, num_warps=_num_warps(block),
+        MEAN=mean, IS_FP64=acc == torch.float64, num_warps=triton_rows.num_warps(block),
     )
     return dx
 

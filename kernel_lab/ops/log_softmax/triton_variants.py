@@ -10,9 +10,9 @@ from __future__ import annotations
 import torch
 import triton
 
+from kernel_lab.core import triton_rows
 from kernel_lab.core.registry import register
 from kernel_lab.core.rows import rowwise
-from kernel_lab.core.triton_rows import num_warps as _num_warps
 from kernel_lab.core.triton_rows import rows_per_program
 from kernel_lab.ops.log_softmax.op import ALL_DTYPES
 from kernel_lab.triton_src import log_softmax as kernels
@@ -40,12 +40,12 @@ def triton_log_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
             rows = max(1, min(16, 2048 // block))
             kernels.log_softmax_rows_kernel[(triton.cdiv(m, rows),)](
                 out, x2d, m, n, x2d.stride(0), BLOCK_N=block, ROWS=rows,
-                num_warps=_num_warps(block * rows), **common,
+                num_warps=triton_rows.num_warps(block * rows), **common,
             )
         else:
             kernels.log_softmax_online_kernel[(m,)](
                 out, x2d, m, n, x2d.stride(0), BLOCK_N=ONLINE_BLOCK,
-                num_warps=_num_warps(ONLINE_BLOCK), **common,
+                num_warps=triton_rows.num_warps(ONLINE_BLOCK), **common,
             )
 
     return rowwise(launch, x, dim=dim)
@@ -69,7 +69,7 @@ def triton_log_softmax_backward(
         rows = rows_per_program(n, block)
         kernels.log_softmax_backward_kernel[(triton.cdiv(m, rows),)](
             dx, y2d, dy2d, m, n, y2d.stride(0), dy2d.stride(0), BLOCK_N=block, ROWS=rows,
-            IS_FP64=y2d.dtype == torch.float64, num_warps=_num_warps(block * rows),
+            IS_FP64=y2d.dtype == torch.float64, num_warps=triton_rows.num_warps(block * rows),
         )
 
     return rowwise(launch, y, dy, dim=dim)

@@ -9,9 +9,9 @@ from __future__ import annotations
 import torch
 import triton
 
+from kernel_lab.core import triton_rows
 from kernel_lab.core.registry import register
 from kernel_lab.core.rows import rowwise
-from kernel_lab.core.triton_rows import num_warps as _num_warps
 from kernel_lab.core.triton_rows import rows_per_program
 from kernel_lab.ops.softmax.op import ALL_DTYPES
 from kernel_lab.triton_src import softmax as kernels
@@ -44,7 +44,7 @@ def triton_fused(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
         grid = (triton.cdiv(m, rows),)
         kernels.softmax_fused_kernel[grid](
             out, x2d, m, n, x2d.stride(0), BLOCK_N=block, ROWS=rows,
-            IS_FP64=x2d.dtype == torch.float64, num_warps=_num_warps(block * rows),
+            IS_FP64=x2d.dtype == torch.float64, num_warps=triton_rows.num_warps(block * rows),
         )
 
     return rowwise(launch, x, dim=dim)
@@ -64,7 +64,7 @@ def triton_online(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
         block = min(triton.next_power_of_2(n), 4096)
         kernels.softmax_online_kernel[(m,)](
             out, x2d, m, n, x2d.stride(0), BLOCK_N=block,
-            IS_FP64=x2d.dtype == torch.float64, num_warps=_num_warps(block),
+            IS_FP64=x2d.dtype == torch.float64, num_warps=triton_rows.num_warps(block),
         )
 
     return rowwise(launch, x, dim=dim)
@@ -86,7 +86,7 @@ def triton_backward(y: torch.Tensor, dy: torch.Tensor, dim: int = -1) -> torch.T
         rows = rows_per_program(n, block)
         kernels.softmax_backward_kernel[(triton.cdiv(m, rows),)](
             dx, y2d, dy2d, m, n, y2d.stride(0), dy2d.stride(0), BLOCK_N=block, ROWS=rows,
-            IS_FP64=y2d.dtype == torch.float64, num_warps=_num_warps(block * rows),
+            IS_FP64=y2d.dtype == torch.float64, num_warps=triton_rows.num_warps(block * rows),
         )
 
     return rowwise(launch, y, dy, dim=dim)
