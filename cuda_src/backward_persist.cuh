@@ -42,6 +42,7 @@
 // Bytes:     3 * M * N * sizeof(T), loads always in flight.
 #pragma once
 #include "cluster.cuh"
+#include "slot_copies.cuh"
 #include "softmax_common.cuh"
 
 namespace klab {

@@ -19,6 +19,7 @@
 #include "chunk_sync.cuh"
 #include "cluster.cuh"
 #include "row_epilogues.cuh"
+#include "slot_copies.cuh"
 #include "softmax_common.cuh"
 
 namespace klab {
