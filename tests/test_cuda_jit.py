@@ -500,3 +500,31 @@ def test_shared_memory_opt_in_is_asked_once_per_function_and_only_rises(monkeypa
     calls.clear()
     jit.set_max_dynamic_shared(Fn(), 150_000)  # same handle, another function: asks again
     assert calls == [("get", 0xF00)]
+
+
+def test_machine_code_digest_ignores_the_path_and_sees_the_code(tmp_path, monkeypatch):
+    """The same kernel compiled from the lab's folder and from a copy: one machine-code digest
+    (the cubins' internal names may carry a hash of the program's name; the digest reads only
+    the code); a changed instruction: another digest. What ``compile --digests`` writes, so a
+    refactor can show it moved no instruction."""
+    from kernel_lab.cuda.cubins import machine_code_digest, text_sections
+
+    monkeypatch.setenv("KERNEL_LAB_CACHE_DIR", str(tmp_path / "cache"))
+    expr = "vec_softmax<float, 4>"
+    cubins = []
+    cubins.append(jit.CudaModule(CUDA_SRC / "vec_softmax.cu", (expr,)).cubin("sm_90", expr).cubin)
+    for folder, edit in (("copy", None), ("edited", ("exp2f(d * CUDART_L2E_F)", "expf(d)"))):
+        dst = tmp_path / folder
+        dst.mkdir()
+        for f in CUDA_SRC.glob("*.cu*"):
+            text = f.read_text()
+            if edit and f.name == "softmax_common.cuh":
+                assert edit[0] in text
+                text = text.replace(*edit)
+            (dst / f.name).write_text(text)
+        cubins.append(jit.CudaModule(dst / "vec_softmax.cu", (expr,)).cubin("sm_90", expr).cubin)
+    lab, copy, edited = cubins
+    assert text_sections(lab)
+    assert machine_code_digest(lab) == machine_code_digest(copy) != machine_code_digest(edited)
+    with pytest.raises(ValueError, match="not a 64-bit"):
+        text_sections(b"not an elf")

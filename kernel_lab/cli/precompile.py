@@ -160,6 +160,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="compiler processes (default: every CPU, here %(default)s)")
     p.add_argument("--all", action="store_true",
                    help="every declared instantiation, the tuning-only ones too")
+    p.add_argument("--digests", metavar="FILE",
+                   help="also write each instantiation's machine-code digest (sha256 of its "
+                   "SASS, names aside) to FILE as JSON: two trees whose files match run the same "
+                   "code")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -208,4 +212,20 @@ def main(args: argparse.Namespace) -> int:
     compiled = sum(o.compiled and not o.error for o in outcomes)
     print(f"{compiled} compiled, {len(outcomes) - compiled - len(errors)} cached, "
           f"{len(errors)} failed in {time.perf_counter() - t0:.1f} s", flush=True)
+    if args.digests and not errors:
+        write_digests(args.digests, jobs, args.arch)
     return 1 if errors else 0
+
+
+def write_digests(path: str, jobs: Sequence[Job], arch: str) -> None:
+    """{expression: machine-code digest} of ``jobs`` (compiled: read from the disk cache) as
+    JSON at ``path``, keyed by file name and expression."""
+    import json
+    from pathlib import Path
+
+    from kernel_lab.cuda.cubins import machine_code_digest
+
+    out = {f"{Path(j.path).name}: {j.expr}":
+           machine_code_digest(_module(j).cubin(arch, j.expr).cubin) for j in jobs}
+    Path(path).write_text(json.dumps(out, indent=0, sort_keys=True) + "\n")
+    print(f"{len(out)} machine-code digests -> {path}", flush=True)
