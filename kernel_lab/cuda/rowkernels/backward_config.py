@@ -23,6 +23,7 @@ from kernel_lab.cuda.rowkernels.forward_config import (
     runs_on,
     vec_config,
 )
+from kernel_lab.cuda.rowkernels.kinds import BACKWARD_KINDS, BackwardKind
 from kernel_lab.cuda.sources import cdiv, vec_width
 
 BWD_MAX_THREADS = 512  # the one-CTA and one-row cluster kernels' CTA size limit
@@ -108,25 +109,23 @@ class BackwardConfig(NamedTuple):
     cluster: int = 1
     stages: int = 1
 
+    @property
+    def kind_of(self) -> BackwardKind:
+        """This shape's :class:`~.kinds.BackwardKind` (ValueError for an unknown kind)."""
+        try:
+            return BACKWARD_KINDS[self.kind]
+        except KeyError:
+            raise ValueError(f"unknown backward kind {self.kind!r}; kinds: "
+                             f"{', '.join(BACKWARD_KINDS)}") from None
+
     def label(self) -> str:
-        if self.kind == "chunks":
-            return f"chunks {self.threads}x{self.vpt} ahead {self.stages}"
-        stages = f" s{self.stages}" if self.stages > 1 else ""
-        return f"{self.kind} {self.cluster}x{self.threads}x{self.vpt}{stages}"
+        return self.kind_of.label(self)
 
     def expr(self, t: str, prefix: str = "fused_softmax_backward") -> str:
         """The name expression this shape launches for C type t: fused_softmax_backward.cu's,
         or (``prefix`` "log_softmax_backward") fused_log_softmax_backward.cu's, which has the
         ``block``, ``persist``, ``chunks`` and ``stream`` kinds."""
-        if self.kind == "block":
-            return f"{prefix}<{t}, {self.vpt}>"
-        if self.kind == "cluster":
-            return f"{prefix}_cluster<{t}, {self.vpt}, {self.cluster}>"
-        if self.kind == "persist":
-            return f"{prefix}_persist<{t}, {self.vpt}, {self.cluster}>"
-        if self.kind == "chunks":
-            return f"{prefix}_chunks<{t}, {self.vpt}>"
-        return f"{prefix}_stream<{t}>"
+        return self.kind_of.template(self, t, prefix)
 
     def chunks_of(self, windows: int) -> int:
         """``chunks``: the chunks of ``threads * vpt`` windows a row of ``windows`` is cut into."""
@@ -134,9 +133,7 @@ class BackwardConfig(NamedTuple):
 
     def shared_mem(self) -> int:
         """Dynamic shared memory per CTA: ``stages`` sets of y and dy slots (persist, chunks)."""
-        if self.kind in ("persist", "chunks"):
-            return self.stages * backward_smem(self.threads, self.vpt)
-        return 0
+        return self.kind_of.shared_mem(self)
 
 
 def backward_smem(threads: int, vpt: int = BACKWARD_PERSIST_VPT) -> int:

@@ -1,11 +1,13 @@
-"""The kinds of the fast row-kernel family (cuda_src/row_softmax_kernels.cuh), one object each.
+"""The kinds of the row-kernel family, one object each: the forward's (cuda_src/
+row_softmax_kernels.cuh) in :data:`KINDS`, the backward's (fused_softmax_backward.cu and the
+backward headers) in :data:`BACKWARD_KINDS`.
 
-A kind is one device body and its launch geometry. Its :class:`Kind` holds everything that
-differs by kind - the template a config instantiates, the windows a row may span, the dynamic
-shared memory, the label, whether windows count from the row's 128-byte line, how its grid is
-sized and the arguments after ``vec`` - so a :class:`~.forward_config.FastConfig` only names its
-kind, and :data:`KINDS` is the one table (launch.py's ``fast_launch`` looks the kind up). The
-rules that pick a kind and its shape per (N, dtype, arch) are forward_config.py's.
+A kind is one device body and its launch geometry. Its object holds everything that differs by
+kind - the template a config instantiates, the windows a row may span, the dynamic shared
+memory, the label, whether windows count from the row's 128-byte line, how its grid is sized and
+the arguments after the first - so a config (:class:`~.forward_config.FastConfig`,
+:class:`~.backward_config.BackwardConfig`) only names its kind, and launch.py looks the kind up.
+The rules that pick a kind and its shape per (N, dtype, arch) are the config modules'.
 """
 
 from __future__ import annotations
@@ -111,3 +113,42 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
 )}
 SLOTS_KINDS = tuple(k for k in KINDS if k.endswith("_slots"))  # windows in shared-memory slots
 LINE_HEAD_KINDS = tuple(k for k, v in KINDS.items() if v.line_heads)
+
+
+# -- the backward kinds --------------------------------------------------------------------------
+def _backward_label(cfg) -> str:
+    stages = f" s{cfg.stages}" if cfg.stages > 1 else ""
+    return f"{cfg.kind} {cfg.cluster}x{cfg.threads}x{cfg.vpt}{stages}"
+
+
+def _backward_slots(cfg) -> int:
+    """y and dy slots of ``stages`` prefetch sets (persist: rows, chunks: chunks)."""
+    return cfg.stages * 2 * cfg.threads * cfg.vpt * 16
+
+
+@dataclass(frozen=True)
+class BackwardKind:
+    """One backward kind: ``template(cfg, t, prefix)``, ``label(cfg)``, ``shared_mem(cfg)``;
+    ``grid``: "rows" (a CTA or cluster a row), "resident" (persistent clusters) or "chunks";
+    ``stages``: the prefetch sets it may keep in flight."""
+
+    name: str
+    template: Callable[[Any, str, str], str]
+    grid: str
+    label: Callable[[Any], str] = _backward_label
+    shared_mem: Callable[[Any], int] = lambda cfg: 0
+    stages: tuple[int, ...] = (1, 2)
+    non_portable_opt_in: bool = False
+
+
+BACKWARD_KINDS: dict[str, BackwardKind] = {k.name: k for k in (
+    BackwardKind("block", lambda c, t, p: f"{p}<{t}, {c.vpt}>", grid="rows"),
+    BackwardKind("cluster", lambda c, t, p: f"{p}_cluster<{t}, {c.vpt}, {c.cluster}>",
+                 grid="rows", non_portable_opt_in=True),
+    BackwardKind("persist", lambda c, t, p: f"{p}_persist<{t}, {c.vpt}, {c.cluster}>",
+                 grid="resident", shared_mem=_backward_slots),
+    BackwardKind("chunks", lambda c, t, p: f"{p}_chunks<{t}, {c.vpt}>", grid="chunks",
+                 label=lambda c: f"chunks {c.threads}x{c.vpt} ahead {c.stages}",
+                 shared_mem=_backward_slots, stages=(1, 2, 3, 4)),
+    BackwardKind("stream", lambda c, t, p: f"{p}_stream<{t}>", grid="rows"),
+)}

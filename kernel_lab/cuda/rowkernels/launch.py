@@ -22,7 +22,6 @@ from kernel_lab.cuda.occupancy import allow_non_portable_cluster, first_wave, pe
 from kernel_lab.cuda.rowkernels.backward_config import (
     BackwardConfig,
     backward_config,
-    backward_smem,
 )
 from kernel_lab.cuda.rowkernels.forward_config import (
     LINE_BYTES,
@@ -58,49 +57,57 @@ def backward_launch(dx, y2d, dy2d, cfg: BackwardConfig | tuple, aligned: bool,
         raise TypeError("backward_launch needs kernels= (an op's RowKernels)")
     src, prefix = kernels.src, kernels.prefix
     cfg = BackwardConfig(*cfg)
-    kind, threads, vpt, cl, stages = cfg
-    if stages not in ((1, 2, 3, 4) if kind == "chunks" else (1, 2)):
+    _, threads, vpt, cl, stages = cfg
+    kind = cfg.kind_of
+    if stages not in kind.stages:
         raise ValueError(f"stages (prefetch sets in flight) must be 1 or 2 (chunks: 1 to 4), "
                          f"not {stages}")
     smem, extra = 0, (i32(int(aligned)),)
     expr = cfg.expr(t, prefix)
-    if kind == "block":
-        grid = m
-    elif kind == "cluster":
-        grid = m * cl
-        if cl > 8:
-            allow_non_portable_cluster(src, expr, device_index(dx))
-    elif kind == "persist":
+    if kind.grid == "chunks":
+        _backward_chunks(dx, y2d, dy2d, cfg, aligned, max_groups, phase, kernels, expr)
+        return
+    if kind.grid == "resident":
         if phase is None:
             check_backward_persist(dx, y2d, dy2d, cfg)
         # line heads where the shape holds a row's line head and y, dy share their line phase
         line = threads * vpt * cl >= line_windows(n, y2d.dtype, line=False) \
             and _same_line_phase(y2d, dy2d)
-        smem, extra = stages * backward_smem(threads, vpt), (i32(int(line)), i32(stages))
+        smem, extra = cfg.shared_mem(), (i32(int(line)), i32(stages))
         grid = persistent_grid(src, expr, threads, cl, smem, m, device_index(dx), max_groups)
-    elif kind == "chunks":
-        if phase is None and not same_vector_phase(dx, y2d, dy2d):
-            raise ValueError(f"{cfg.label()} needs the rows of y, dy and dx in the same 16-byte "
-                             "phase")
-        line = _same_line_phase(y2d, dy2d)
-        chunks = backward_row_chunks(cfg, n, y2d, line)
-        smem = cfg.shared_mem()
-        grid = persistent_grid(src, expr, threads, 1, smem, m * chunks, device_index(dx),
-                               max_groups)
-        if not chunks_fit(chunks, 1, grid):
-            if phase is None:  # a caller's own shape
-                raise ValueError(f"{cfg.label()}: a row of {n} is {chunks} chunks, more than "
-                                 f"{grid} resident CTAs + 1 (the kernel would wait on itself)")
-            # this GPU holds too few CTAs for the row's chunks: two passes
-            backward_launch(dx, y2d, dy2d, BackwardConfig("stream", 1024, None), aligned,
-                            kernels=kernels)
-            return
-        # per chunk, its partial sum as a 64-bit word that carries the launch's epoch
-        sums, epoch = flag_words(m * chunks, dx.device)
-        extra = (i32(int(line)), i32(chunks), sums.data_ptr(), epoch, i32(stages))
-    else:
-        grid = m
+    else:  # a CTA or cluster a row
+        grid = m * cl
+        if kind.non_portable_opt_in and cl > 8:
+            allow_non_portable_cluster(src, expr, device_index(dx))
     launch_rows(src, expr, dx, (y2d, dy2d), grid=grid, block=threads, extra=extra,
+                shared_mem=smem)
+
+
+def _backward_chunks(dx, y2d, dy2d, cfg: BackwardConfig, aligned: bool, max_groups: int | None,
+                     phase: bool | None, kernels: "RowKernels", expr: str) -> None:
+    """chunks: resident CTAs over every row's chunks, their partial sums in flag words; where
+    the GPU holds too few CTAs for a row's chunks, the streaming kernel."""
+    m, n = dx.shape
+    if phase is None and not same_vector_phase(dx, y2d, dy2d):
+        raise ValueError(f"{cfg.label()} needs the rows of y, dy and dx in the same 16-byte "
+                         "phase")
+    line = _same_line_phase(y2d, dy2d)
+    chunks = backward_row_chunks(cfg, n, y2d, line)
+    smem = cfg.shared_mem()
+    grid = persistent_grid(kernels.src, expr, cfg.threads, 1, smem, m * chunks,
+                           device_index(dx), max_groups)
+    if not chunks_fit(chunks, 1, grid):
+        if phase is None:  # a caller's own shape
+            raise ValueError(f"{cfg.label()}: a row of {n} is {chunks} chunks, more than "
+                             f"{grid} resident CTAs + 1 (the kernel would wait on itself)")
+        # this GPU holds too few CTAs for the row's chunks: two passes
+        backward_launch(dx, y2d, dy2d, BackwardConfig("stream", 1024, None), aligned,
+                        kernels=kernels)
+        return
+    # per chunk, its partial sum as a 64-bit word that carries the launch's epoch
+    sums, epoch = flag_words(m * chunks, dx.device)
+    launch_rows(kernels.src, expr, dx, (y2d, dy2d), grid=grid, block=cfg.threads,
+                extra=(i32(int(line)), i32(chunks), sums.data_ptr(), epoch, i32(cfg.stages)),
                 shared_mem=smem)
 
 
@@ -139,7 +146,7 @@ def backward_shape_note(cfg: BackwardConfig, n: int, dtype: torch.dtype) -> str:
     """For a ``chunks`` plan: how many chunks a contiguous row is cut into, and that the launch
     streams the rows on a GPU holding fewer resident CTAs + 1 (only the launcher knows; an H200
     holds 132 of 512 threads, 264 of 256)."""
-    if cfg.kind != "chunks":
+    if cfg.kind_of.grid != "chunks":
         return ""
     chunks = cfg.chunks_of(line_windows(n, dtype, _contiguous_rows(n, dtype)))
     return f" ({chunks} chunks a row; streamed on a GPU of fewer than {chunks - 1} resident CTAs)"

@@ -83,7 +83,7 @@ def _backward_with_fallback(pick: Callable, n: int, dtype: torch.dtype, arch: Ar
     for aligned, phase in BACKWARD_FLAGS:
         cfg = pick(n, dtype, aligned, phase, arch)
         out.add(cfg)
-        if cfg.kind == "chunks":  # backward_launch on too few resident CTAs
+        if cfg.kind_of.grid == "chunks":  # backward_launch on too few resident CTAs
             out.add(_STREAM)
     return out
 

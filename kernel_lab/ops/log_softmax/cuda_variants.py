@@ -90,7 +90,7 @@ def log_backward_config(n: int, dtype: torch.dtype, aligned: bool,
     ``block`` (one CTA per row, :func:`row_config`) or ``stream`` (two passes: fp64, rows in
     different phases). ``aligned``: every row starts on 16 bytes. ``arch``: as backward_config."""
     cfg = backward_config(n, dtype, aligned, phase, arch)
-    if cfg.kind in ("persist", "chunks"):
+    if cfg.kind_of.grid != "rows":  # persistent or chunks: the softmax backward's kernels
         return cfg
     threads, vpt = row_config(n, dtype, BWD_MAX_THREADS, aligned)
     if vpt:
@@ -141,7 +141,7 @@ def fused_log_softmax_backward(y: torch.Tensor, dy: torch.Tensor,
         phase = aligned or bool(same_vector_phase(dx, y2d, dy2d))
         cfg = log_backward_config(dx.shape[1], y2d.dtype, aligned, phase,
                                   device_arch(device_index(dx)))
-        if cfg.kind in ("persist", "chunks"):
+        if cfg.kind_of.grid != "rows":  # the shared persistent / chunk launch
             backward_launch(dx, y2d, dy2d, cfg, aligned, phase=phase, kernels=BACKWARD_KERNELS)
         else:
             launch_rows(BACKWARD, cfg.expr(ctype(y2d.dtype), BACKWARD_KERNELS.prefix), dx,
