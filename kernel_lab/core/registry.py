@@ -276,25 +276,34 @@ def _input_contract(specs: tuple[Input, ...], inputs: tuple, dim: int) -> str | 
     return None
 
 
-_trust = threading.local()
+class ThreadSwitch(threading.local):
+    """A per-thread on/off switch: ``with switch.turned_on():`` sets it for the block (the
+    previous state restored after, so blocks nest); ``switch.on`` reads it."""
+
+    on = False
+
+    @contextlib.contextmanager
+    def turned_on(self):
+        before, self.on = self.on, True
+        try:
+            yield
+        finally:
+            self.on = before
 
 
-@contextlib.contextmanager
+_trust = ThreadSwitch()
+
+
 def trusted_inputs():
     """Inside, variants skip checks of their inputs' values that cost a host sync (a class
     index out of range): the caller made the inputs valid (``Op.make_inputs``: the benchmark)
     or checked them already (a drop-in, once per call). Shapes and dtypes are still checked."""
-    before = getattr(_trust, "on", False)
-    _trust.on = True
-    try:
-        yield
-    finally:
-        _trust.on = before
+    return _trust.turned_on()
 
 
 def inputs_trusted() -> bool:
     """Whether the caller vouches for the inputs' values (:func:`trusted_inputs`)."""
-    return getattr(_trust, "on", False)
+    return _trust.on
 
 
 _ops: dict[str, Op] = {}

@@ -31,15 +31,20 @@ variants always, and the drop-in with ``validate="sync"`` refuse them before lau
 
 from __future__ import annotations
 
-import contextlib
-import threading
-
 import torch
 
 from kernel_lab.base.errors import UnsupportedInputError
 from kernel_lab.base.inputs import ALL_DTYPES, FLOAT_DTYPES, randn
 from kernel_lab.core.reference import Tolerance
-from kernel_lab.core.registry import Autograd, Input, Op, Output, inputs_trusted, register_op
+from kernel_lab.core.registry import (
+    Autograd,
+    Input,
+    Op,
+    Output,
+    ThreadSwitch,
+    inputs_trusted,
+    register_op,
+)
 from kernel_lab.cuda import deferred
 from kernel_lab.ops.cross_entropy.auto import CROSS_ENTROPY_AUTO, CROSS_ENTROPY_BACKWARD_AUTO
 
@@ -102,20 +107,14 @@ def check_kwargs(ignore_index: int, reduction: str, label_smoothing: float) -> N
         raise ValueError(f"label_smoothing must be between 0.0 and 1.0. Got: {label_smoothing}")
 
 
-_deferring = threading.local()
+_deferring = ThreadSwitch()
 
 
-@contextlib.contextmanager
 def deferred_targets():
     """Inside, the variants whose kernels flag a bad target (:mod:`.deferred`: the CUDA and
     Triton forwards) skip the synchronizing check; the others still check. What the drop-in
     does by default (``validate="async"``)."""
-    before = getattr(_deferring, "on", False)
-    _deferring.on = True
-    try:
-        yield
-    finally:
-        _deferring.on = before
+    return _deferring.turned_on()
 
 
 def check_targets(logits: torch.Tensor, target: torch.Tensor, ignore_index: int,
@@ -126,7 +125,7 @@ def check_targets(logits: torch.Tensor, target: torch.Tensor, ignore_index: int,
     for a ``deferrable`` caller (a kernel that flags bad rows) inside :func:`deferred_targets`,
     and for targets the input contract refuses (not one integer per row, another device)."""
     if (not isinstance(target, torch.Tensor) or target.numel() == 0 or inputs_trusted()
-            or (deferrable and getattr(_deferring, "on", False))
+            or (deferrable and _deferring.on)
             or target.dim() != 1 or target.device != logits.device
             or target.dtype.is_floating_point or target.dtype == torch.bool
             or (target.is_cuda and torch.cuda.is_current_stream_capturing())):
