@@ -112,7 +112,6 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
          args=lambda c: (i32(c.ahead),), line_heads=True),
 )}
 SLOTS_KINDS = tuple(k for k in KINDS if k.endswith("_slots"))  # windows in shared-memory slots
-LINE_HEAD_KINDS = tuple(k for k, v in KINDS.items() if v.line_heads)
 
 
 # -- the backward kinds --------------------------------------------------------------------------
