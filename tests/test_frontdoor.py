@@ -61,6 +61,18 @@ def test_check_all_runs_more_cases_than_the_default(capsys):
     assert cases_run("--all") > cases_run()
 
 
+def test_check_case_times_prints_a_line_per_case_run(capsys):
+    assert cli.main(["check", "torch_naive", "--dtype", "fp32", "--seed", "2",
+                     "--case-times"]) == 0
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if "torch_naive" in line and "│" in line)
+    ran = int(row.split("│")[3].strip().split("/")[1])
+    times = [ln for ln in out.splitlines() if ln.startswith("case torch_naive fp32 ")]
+    assert len(times) == ran and all(ln.endswith(" s") for ln in times)
+    assert cli.main(["check", "torch_naive", "--dtype", "fp32", "--seed", "2"]) == 0
+    assert "case torch_naive" not in capsys.readouterr().out
+
+
 def test_check_hides_warnings_unless_asked(capsys, monkeypatch):
     import warnings
 
@@ -256,7 +268,8 @@ def test_sanitize_runs_one_process_a_variant_and_fails_on_a_report(fake_sanitize
     assert len(calls) == 2
     for call in calls:
         assert call.startswith("--tool initcheck --error-exitcode 86")
-        assert "-m kernel_lab check" in call and "--device cuda --cases sanitize" in call
+        assert "-m kernel_lab check" in call
+        assert "--device cuda --case-times --cases sanitize" in call
         assert "--dtype bf16 --seed 7" in call
     assert (tmp_path / "logs" / "initcheck-fast_softmax.log").is_file()
 
@@ -309,7 +322,13 @@ def test_sanitize_verdicts():
     nothing = s("v", "memcheck", 0, "2 variant x dtype checked over 9 cases: 1 passed, 0 failed, "
                 "1 ran nothing here\n========= ERROR SUMMARY: 0 errors", 3.0)
     assert not nothing.ok and "1 of 2 variant x dtype passed, 1 ran nothing" in nothing.line
-    assert "TIMED OUT after 300 s" in s("v", "memcheck", None, "", 300.0).line
+    assert "TIMED OUT after 300 s; no case finished" in s("v", "memcheck", None, "", 300.0).line
+    # a timed-out child's --case-times lines say how far it got and what was slow
+    slow = s("v", "racecheck", None, "case v fp32 1x127: 2.50 s\ncase v fp32 1x33001: "
+             "40.00 s\ncase v bf16 1x127: 1.00 s\n", 120.0)
+    assert slow.line == ("racecheck v: TIMED OUT after 120 s; 3 cases finished, last v bf16 "
+                         "1x127; slowest: v fp32 1x33001 40 s, v fp32 1x127 2 s, "
+                         "v bf16 1x127 1 s")
     assert "check failed: │ v │ FAIL │" in s("v", "memcheck", 1, "│ v │ FAIL │\n========= ERROR "
                                              "SUMMARY: 0 errors", 3.0).line
     crashed = s("v", "memcheck", 1, "Traceback (most recent call last):\nRuntimeError: CUDA "
@@ -329,7 +348,8 @@ def test_sanitize_command_line():
     assert "--racecheck-report" in cmd
     i = cmd.index(sys.executable)
     assert cmd[i:] == [sys.executable, "-m", "kernel_lab", "check", "fast_softmax", "--device",
-                       "cuda", "--cases", "race", "--dtype", "fp32", "--seed", "3"]
+                       "cuda", "--case-times", "--cases", "race", "--dtype", "fp32", "--seed",
+                       "3"]
     for tool in ("memcheck", "initcheck"):
         assert sanitize.command("cs", tool, "v")[-2:] == ["--cases", "sanitize"]
     assert sanitize.command("cs", "synccheck", "v")[-2:] == ["--cases", "race"]

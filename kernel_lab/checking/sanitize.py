@@ -102,7 +102,7 @@ def command(sanitizer: str, tool: str, name: str, dtypes: list[str] | None = Non
     if tool == "racecheck":
         cmd += ["--racecheck-report", "hazard"]
     cmd += [sys.executable, "-m", "kernel_lab", "check", name, "--device", "cuda",
-            "--cases", cases or TOOL_CASES[tool]]
+            "--case-times", "--cases", cases or TOOL_CASES[tool]]
     for d in dtypes or []:
         cmd += ["--dtype", d]
     if seed is not None:
@@ -122,6 +122,19 @@ _CHECKED = re.compile(r"(\d+) variant x dtype checked(?: over (\d+) cases)?: (\d
                       r"(\d+) failed(?:, (\d+) ran nothing here)?(?:; cases skipped: (.*))?")
 
 
+# a case's end, from the child's --case-times (check.py's _case_done)
+_CASE_TIME = re.compile(r"^case (\S+ \S+ .*): ([0-9.]+) s$", re.M)
+
+
+def _progress(log: str) -> str:
+    """How far a timed-out child got: the cases it finished and the slowest of them."""
+    times = [(float(t), what) for what, t in _CASE_TIME.findall(log)]
+    if not times:
+        return "; no case finished"
+    slow = ", ".join(f"{what} {t:.0f} s" for t, what in sorted(times, reverse=True)[:3])
+    return f"; {len(times)} cases finished, last {times[-1][1]}; slowest: {slow}"
+
+
 def _last_line(log: str) -> str:
     lines = [ln.strip() for ln in log.splitlines() if ln.strip() and not ln.startswith("=====")]
     return lines[-1][:160] if lines else "no output"
@@ -138,7 +151,7 @@ def summarize(name: str, tool: str, rc: int | None, log: str, seconds: float) ->
     where = f"; first: {first.group(1).strip()[:160]}" if first else ""
     took = f"{seconds:.0f} s"
     if rc is None:
-        return Outcome(name, False, f"{tool} {name}: TIMED OUT after {took}")
+        return Outcome(name, False, f"{tool} {name}: TIMED OUT after {took}{_progress(log)}")
     if rc == REPORT_EXIT or reports:
         return Outcome(name, False, f"{tool} {name}: {reports or 'some'} reports{where} ({took})")
     if rc == 1:

@@ -47,6 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
     ck.add_argument("--timeout", type=float, default=600.0,
                     help="--sanitize: seconds a variant may take")
     ck.add_argument("--logs", default=None, help="--sanitize: folder for the full logs")
+    ck.add_argument("--case-times", action="store_true",
+                    help="print each case's wall time as it ends (the sanitizer's children do: "
+                    "a timed-out child's log shows how far it got and what was slow)")
     ck.add_argument("--warnings", action="store_true",
                     help="show the warnings raised while checking (hidden, and counted, "
                     "otherwise)")

@@ -161,7 +161,7 @@ def check_main(args) -> int:
                     continue
                 progress.start(f"{v.name} {dtype_name(dtype)}")
                 row, outcome = _check_one(v, dtype, device, seed, selection, todo,
-                                          progress.done)
+                                          _case_done(progress, v, dtype, args.case_times))
                 table.add_row(*row)
                 tally[outcome] += 1
     distinct = {(w.category.__name__, str(w.message), w.filename, w.lineno): w for w in caught}
@@ -203,6 +203,16 @@ def _todo(v: registry.Variant, dtype: torch.dtype, device: str, seed: int,
     return todo
 
 
+def _case_done(progress, v: registry.Variant, dtype: torch.dtype, print_times: bool):
+    """What ends each case: the bar moves; with ``--case-times`` a line (read back by
+    ``sanitize.summarize`` when a child times out: ``case NAME DTYPE LABEL: SECONDS s``)."""
+    def done(label: str, seconds: float) -> None:
+        progress.done()
+        if print_times:
+            print(f"case {v.name} {_short(dtype)} {label}: {seconds:.2f} s", flush=True)
+    return done
+
+
 def _plan_one(v: registry.Variant, dtype: torch.dtype, device: str, seed: int,
               selection: str) -> tuple[list[str], Counter]:
     """The labels of the cases ``v`` runs here, and the reasons (counted) it skips the others.
@@ -229,7 +239,8 @@ def _plan_one(v: registry.Variant, dtype: torch.dtype, device: str, seed: int,
 
 
 def _check_one(v: registry.Variant, dtype: torch.dtype, device: str, seed: int,
-               selection: str, labels: list[str], advance=lambda: None) -> tuple[list[str], str]:
+               selection: str, labels: list[str],
+               advance=lambda label, seconds: None) -> tuple[list[str], str]:
     """One (variant, dtype) over the cases named ``labels`` (of :func:`_plan_one`, same seed and
     selection: the same inputs): its table row, and 'pass' or 'fail'."""
     import time
@@ -243,6 +254,7 @@ def _check_one(v: registry.Variant, dtype: torch.dtype, device: str, seed: int,
             continue
         wanted.discard(label)
         n_run += 1
+        t0 = time.perf_counter()
         try:
             res, _ = run_checked(v, inputs, kw)
         except Exception as e:  # noqa: BLE001 - report, keep checking the others
@@ -252,7 +264,7 @@ def _check_one(v: registry.Variant, dtype: torch.dtype, device: str, seed: int,
             worst = max(worst, res.ratio)
         elif not first_bad:
             first_bad = f"{label}: {res.message}"
-        advance()
+        advance(label, time.perf_counter() - t0)
     ok = n_ok == n_run
     return ([v.name, dtype_name(dtype), f"{n_ok}/{n_run}",
              "[green]pass[/]" if ok else "[red]FAIL[/]", f"{worst:.3f}",
