@@ -229,17 +229,15 @@ def call(name: str, tensors: tuple, kw: dict, variant: str | None = None,
     """Run op ``name`` as a drop-in: its plan for this call signature when nothing watches
     (:mod:`kernel_lab.core.plans`), else its custom op. A bad class index an earlier kernel flagged
     raises first (:mod:`kernel_lab.cuda.deferred`)."""
-    deferred.raise_pending()
     x = tensors[0]
     try:
-        if (variant in _AUTOS and backward_variant in _AUTOS and type(x) is torch.Tensor):
+        if variant in _AUTOS and backward_variant in _AUTOS and len(tensors) == 1:
             native = _natives.get(name, _UNSEEN)
             if native is _UNSEEN:
                 native = _natives[name] = _native_of(name)
-            if (native is not None and native[0](*tensors, **kw) and not _is_compiling()
-                    and _get_current_dispatch_mode() is None and not _functorch_active()
-                    and not torch.autograd.profiler._is_profiler_enabled):
-                return native[1](*tensors, **kw)  # "auto" runs PyTorch's own op (Auto.native)
+            if native is not None and native[0](x, **kw):
+                return native[1](x, **kw)  # "auto" runs PyTorch's own op (Auto.native)
+        deferred.raise_pending()
         variant, backward_variant = variant or AUTO, backward_variant or AUTO
         if (type(x) is not torch.Tensor or _is_compiling()
                 or _get_current_dispatch_mode() is not None or _functorch_active()
@@ -299,14 +297,34 @@ def mistake(name: str, tensors: Sequence[Any], kw: dict, variant: Any = None,
 
 _AUTOS = (None, AUTO)
 _UNSEEN = object()
-_natives: dict[str, tuple | None] = {}  # op -> (Auto.native, the portable variant's launcher)
+_natives: dict[str, tuple | None] = {}  # op -> (native_path, the portable variant's launcher)
 
 
 def _native_of(name: str) -> tuple | None:
     auto = registry.get_op(name).auto
     if auto is None or auto.native is None:
         return None
-    return auto.native, registry.get(auto.portable).fn
+    return native_path(name), registry.get(auto.portable).fn
+
+
+def native_path(name: str) -> Callable[..., bool]:
+    """``test(x, dim)``: whether a drop-in call of row op ``name`` on ``"auto"`` runs PyTorch's
+    own op at once, with no plan (the hot path of small tensors): its :attr:`Auto.native` takes
+    ``x``, no kernel has flagged an error (raised here, as every call does), and nothing traces,
+    watches or profiles the call (those see the lab's op). Its drop-in then calls PyTorch's op."""
+    native = None
+
+    def test(x: Any, dim: Any = -1) -> bool:
+        nonlocal native
+        if native is None:  # the op's Auto: registered by the first call
+            native = registry.get_op(name).auto.native
+        if type(x) is not torch.Tensor or not native(x, dim):
+            return False
+        deferred.raise_pending()
+        return not (_is_compiling() or _get_current_dispatch_mode() is not None
+                    or _functorch_active() or torch.autograd.profiler._is_profiler_enabled)
+
+    return test
 
 
 def _run(plan: plans.Plan, name: str, tensors: tuple, kw: dict, variant: str,

@@ -90,8 +90,8 @@ class Auto:
     registered and supports the inputs runs); ``portable``: the variant for every other device
     and the last resort. ``portable_autograd``: the portable variant is PyTorch's own
     differentiable op, so where the backward would run PyTorch's kernel too, the drop-in lets
-    PyTorch's autograd record the call (no Python autograd node of the lab's). ``native(*inputs,
-    **kw) -> bool``: a cheap test (no registry lookup, no allocation) that "auto" picks the
+    PyTorch's autograd record the call (no Python autograd node of the lab's). ``native(x, dim)
+    -> bool`` (row ops): a cheap test (no registry lookup, no allocation) that "auto" picks the
     portable variant for these inputs and for their backward, and that its output is contiguous;
     where it says so, the drop-in calls the portable variant at once, with no plan.
     """
@@ -109,7 +109,7 @@ def native_below(numel: int, forward: str, backward: str) -> Callable[..., bool]
     inputs only (the output then is contiguous too)."""
     dtypes: dict[bool, frozenset] = {}
 
-    def native(x: torch.Tensor, *rest: Any, **kw: Any) -> bool:
+    def native(x: torch.Tensor, dim: Any = -1) -> bool:
         on_cuda = x.is_cuda
         ok = dtypes.get(on_cuda)
         if ok is None:  # the first call: the variants are registered by now
@@ -118,8 +118,8 @@ def native_below(numel: int, forward: str, backward: str) -> Callable[..., bool]
             if on_cuda:
                 ok -= set(fwd.known_inexact) | set(bwd.known_inexact)
             ok = dtypes[on_cuda] = frozenset(ok)
-        return (x.dtype in ok and x.is_contiguous() and not rest
-                and type(kw.get("dim", -1)) is int and (not on_cuda or x.numel() <= numel))
+        return (type(dim) is int and x.dtype in ok and x.is_contiguous()
+                and (not on_cuda or x.numel() <= numel))
 
     return native
 

@@ -11,6 +11,7 @@ from kernel_lab.core.dropin import DropIn
 
 log_softmax_op = custom_ops.define("log_softmax")
 log_softmax_backward_op = custom_ops.define("log_softmax_backward")
+_native = custom_ops.native_path("log_softmax")
 
 
 def log_softmax(x: torch.Tensor, dim: int = -1, variant: str | None = None, *,
@@ -20,6 +21,11 @@ def log_softmax(x: torch.Tensor, dim: int = -1, variant: str | None = None, *,
     ``variant``: a ``log_softmax`` variant name, or None / ``"auto"`` for the best one for ``x``
     (PyTorch's own kernel off CUDA); ``backward_variant``: the same for ``log_softmax_backward``.
     """
+    if variant is None and backward_variant is None and _native(x, dim):
+        try:  # "auto" on this tensor is PyTorch's own op: called at once, no plan (Auto.native)
+            return torch.log_softmax(x, dim)
+        except IndexError:
+            pass  # dim out of range: the lab's call below says so in its words
     return custom_ops.call("log_softmax", (x,), {"dim": dim}, variant, backward_variant)
 
 

@@ -10,6 +10,7 @@ from kernel_lab.core.dropin import DropIn
 
 softmax_op = custom_ops.define("softmax")
 softmax_backward_op = custom_ops.define("softmax_backward")
+_native = custom_ops.native_path("softmax")
 
 
 def softmax(x: torch.Tensor, dim: int = -1, variant: str | None = None, *,
@@ -19,6 +20,11 @@ def softmax(x: torch.Tensor, dim: int = -1, variant: str | None = None, *,
     ``variant``: a ``softmax`` variant name, or None / ``"auto"`` for the best one for ``x``
     (PyTorch's own kernel off CUDA); ``backward_variant``: the same for ``softmax_backward``.
     """
+    if variant is None and backward_variant is None and _native(x, dim):
+        try:  # "auto" on this tensor is PyTorch's own op: called at once, no plan (Auto.native)
+            return torch.softmax(x, dim)
+        except IndexError:
+            pass  # dim out of range: the lab's call below says so in its words
     return custom_ops.call("softmax", (x,), {"dim": dim}, variant, backward_variant)
 
 
