@@ -85,7 +85,6 @@ def pytest_runtest_protocol(item, nextitem):
     with _hold(item) if SHARE else contextlib.nullcontext():
         result = yield
     if torch.cuda.is_initialized():
-        item.user_properties.append((PEAK, torch.cuda.max_memory_reserved() / 2**30))
         if torch.cuda.memory_reserved() > KEEP_BYTES:
             gc.collect()
             torch.cuda.empty_cache()
@@ -95,19 +94,24 @@ def pytest_runtest_protocol(item, nextitem):
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item):
     """A test that ran out of GPU memory beside others runs once more, alone on the card (the
-    summary lists it: mark it gpu_memory). Out of memory alone is a failure."""
+    summary lists it: mark it gpu_memory). Out of memory alone is a failure. The peak reserved
+    memory of setup and call goes into the call's report (made right after this hook)."""
     try:
-        return (yield)
-    except Exception as exc:  # noqa: BLE001  (re-raised unless it is an OOM beside others)
-        if SHARE is None or item.get_closest_marker("gpu_exclusive") or not is_oom(exc):
-            raise
-    gc.collect()  # the failed call's frames and tensors are gone: give their memory back
-    torch.cuda.empty_cache()
-    with SHARE.alone_from_shared():
+        try:
+            return (yield)
+        except Exception as exc:  # noqa: BLE001  (re-raised unless it is an OOM beside others)
+            if SHARE is None or item.get_closest_marker("gpu_exclusive") or not is_oom(exc):
+                raise
+        gc.collect()  # the failed call's frames and tensors are gone: give their memory back
         torch.cuda.empty_cache()
-        item.runtest()
-    item.user_properties.append((RAN_ALONE, True))
-    return None
+        with SHARE.alone_from_shared():
+            torch.cuda.empty_cache()
+            item.runtest()
+        item.user_properties.append((RAN_ALONE, True))
+        return None
+    finally:
+        if HAS_CUDA and torch.cuda.is_initialized():
+            item.user_properties.append((PEAK, torch.cuda.max_memory_reserved() / 2**30))
 
 
 def pytest_runtest_logreport(report):
