@@ -9,7 +9,10 @@ with ``--benchmark-compare-fail=median:5%``, which must all pass. Then the slowd
 pass over part of each row is added to ``cuda_src/online_softmax.cu`` (a real cost that scales
 with the row, not a nap), sized on the target cell (:data:`TARGET`) to the first of
 :data:`PASS_PCTS` that costs >= 8 %; the preset's compare must then fail, naming the target
-cell and no cell of another variant. The file is restored whatever happens. The summary at the
+cell and no cell of another variant. Then the host side: dict copies added to every
+``kernel_lab.run`` call (:func:`host_work`), sized to raise HOST_TARGET's figure >= 15 %; the
+compare must fail naming host cells of ``run()`` rows and no device cell. Each file is restored
+whatever happens. The summary at the
 end says per preset: runs passed, the worst median change (and its cell); and the slowdown's
 size, what the gate named and whether that is right. Exit 0 only if every check holds.
 """
@@ -47,6 +50,15 @@ TARGET = "softmax-float32-64x4096-online_softmax"  # a launch-bound cell (graph-
 KERNEL = REPO / "cuda_src" / "online_softmax.cu"
 ANCHOR = "  const A inv = A(1) / st.s;\n"
 PASS_PCTS = (25, 50, 100, 200, 400)  # extra pass length, % of the row (> 100: passes again)
+# the host side: work added to every kernel_lab.run() call, sized on HOST_TARGET until its
+# figure (host time / torch's) rises >= HOST_MIN_CHANGE, 1.5x --host-fail's default 10 % (about
+# +1 us a call on an H100); the compare must then name host cells (run() rows), no device cell
+HOST_FILE = REPO / "kernel_lab" / "core" / "plans.py"
+HOST_ANCHOR = ("    deferred.raise_pending()\n"
+               "    if len(inputs) == 1 and type(inputs[0]) is torch.Tensor:")
+HOST_TARGET = 'test_host[run("online_softmax")]'
+HOST_REPEATS = (1, 2, 4, 8, 16, 32)
+HOST_MIN_CHANGE = 0.15
 
 
 def extra_pass(pct: int) -> str:
@@ -61,6 +73,15 @@ def extra_pass(pct: int) -> str:
             "    }\n"
             "    if (em > st.m) st.m = em;\n"
             "  }\n")
+
+
+def host_work(repeats: int) -> str:
+    """Python lines for the top of ``kernel_lab.run``: ``repeats`` dict copies of its keywords,
+    each with a check that never fires (what a careless edit of the call path costs)."""
+    return (f"    for _ in range({repeats}):  # compare_gate.py: host work added to every call\n"
+            "        kw = dict(kw)\n"
+            "        if kw.get('__compare_gate__') is not None:\n"
+            "            raise AssertionError('compare_gate.py')\n")
 
 
 class OutOfTime(Exception):
@@ -165,6 +186,59 @@ def slowdown(out_dir: Path, log: Path) -> dict:
     return result
 
 
+def host_us(path: Path, name: str) -> float | None:
+    """A host cell's microseconds per call (its ``extra_info``) in a pytest-benchmark JSON."""
+    if not path.exists():
+        return None
+    for b in json.loads(path.read_text())["benchmarks"]:
+        if b["name"] == name:
+            return b["extra_info"].get("host_us")
+    return None
+
+
+def host_slowdown(out_dir: Path, log: Path) -> dict:
+    """Size the host work on HOST_TARGET (its figure >= HOST_MIN_CHANGE over the autosaved
+    run), then the preset's compare must fail naming host cells only."""
+    preset = SLOWDOWN_PRESET
+    base_json = out_dir / f"{preset}-base.json"
+    before, base = host_us(base_json, HOST_TARGET), medians(base_json)[HOST_TARGET]
+    original = HOST_FILE.read_text()
+    assert HOST_ANCHOR in original, f"{HOST_FILE.name}: the lines to insert into are gone"
+    head, tail = HOST_ANCHOR.split("\n", 1)
+    result = {"target": HOST_TARGET, "repeats": None, "added_us": None, "change": None,
+              "named": [], "rc": None}
+    try:
+        for repeats in HOST_REPEATS:
+            HOST_FILE.write_text(original.replace(
+                HOST_ANCHOR, f"{head}\n{host_work(repeats)}{tail}"))
+            js = out_dir / f"host-{repeats}.json"
+            pytest_bench(preset, "-k", "test_host and online_softmax", "--host", "only",
+                         "--benchmark-json", str(js), log=log)
+            now = host_us(js, HOST_TARGET)
+            added = now - before if now is not None and before is not None else None
+            change = medians(js).get(HOST_TARGET, 0.0) / base - 1 if js.exists() else 0.0
+            print(f"  host slowdown: {repeats} dict copies a call: {HOST_TARGET} {change:+.1%} "
+                  f"({'?' if added is None else f'{added:+.2f} us'})", flush=True)
+            result.update(repeats=repeats, added_us=added, change=change)
+            if change >= HOST_MIN_CHANGE:
+                break
+        rc, out, _ = pytest_bench(preset, "--benchmark-compare",
+                                  f"--benchmark-compare-fail={FAIL}", "--benchmark-json",
+                                  str(out_dir / "host-compare.json"), log=log)
+        result["rc"], result["named"] = rc, regressed(out)
+    finally:
+        HOST_FILE.write_text(original)
+    return result
+
+
+def host_caught(result: dict) -> tuple[bool, list[str]]:
+    """Whether the host slowdown was caught: the compare failed naming host cells of run()
+    rows, the target among them, and no device cell (nor a row whose path it does not touch)."""
+    named = result["named"]
+    others = [c for c in named if not c.startswith('test_host[run(')]
+    return (result["rc"] not in (0, None) and result["target"] in named and not others), others
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -190,9 +264,11 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(gate_preset(name, args.runs, args.out, log))
         except OutOfTime:
             late.append(name)
+    host = None
     if not args.no_slowdown and SLOWDOWN_PRESET in args.presets and not late:
         try:
             slow = slowdown(args.out, log)
+            host = host_slowdown(args.out, log)
         except OutOfTime:
             late.append("slowdown")
 
@@ -215,6 +291,16 @@ def main(argv: list[str] | None = None) -> int:
               f"{len(slow['named'])} cell(s): {', '.join(slow['named']) or 'none'}; "
               f"{'CAUGHT' if caught else 'NOT CAUGHT as it must be'}"
               + (f" (other variants named: {others})" if others else ""))
+    if host is not None:
+        caught, others = host_caught(host)
+        ok &= caught
+        added = f"{host['added_us']:+.2f} us" if host["added_us"] is not None else "? us"
+        print(f"host slowdown: {host['repeats']} dict copies a run() call: {host['target']} "
+              f"{host['change']:+.1%} ({added}); compare rc={host['rc']}, named "
+              f"{len(host['named'])} cell(s): "
+              f"{', '.join(host['named']) or 'none'}; "
+              f"{'CAUGHT' if caught else 'NOT CAUGHT as it must be'}"
+              + (f" (other cells named: {others})" if others else ""))
     if late:
         ok = False
         print(f"not run (--budget-s {args.budget_s:.0f} s reached): {', '.join(late)}; "

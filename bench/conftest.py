@@ -16,6 +16,8 @@ Decisions:
   ``--host only`` runs nothing else. Without a GPU it is deselected (nothing to time).
 * No GPU (and ``--device cuda``, the default): every test is still collected, skipped with the
   reason "no CUDA GPU", and the run ends with ONE summary line and exit code 0.
+* ``--benchmark-compare-fail`` judges the host group by ``--host-fail`` instead (default
+  median:10 %: a host ratio holds less tightly than device time; kernel_lab.measure.compare).
 * ``machine_info`` gets the GPU (name, capability, driver) and library versions;
   ``--benchmark-compare`` against a run from another device is a usage error unless
   ``--allow-device-mismatch`` is given.
@@ -32,12 +34,13 @@ import pytest
 
 import kernel_lab
 from kernel_lab.measure import benchmarking as bm
-from kernel_lab.measure import sweep
+from kernel_lab.measure import compare, sweep
 
 PAIRS = pytest.StashKey[list]()
 HOST_CELLS = pytest.StashKey[list]()
 RECORDS = pytest.StashKey[list]()
 SKIPPED_NO_GPU = pytest.StashKey[int]()
+HOST_FAIL = pytest.StashKey[object]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -49,6 +52,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--host", default="auto", choices=("auto", "none", "only"),
                 help="the host group (host time per call, bench/overhead.py's rows): auto = "
                      "for the selected softmax / log_softmax (default), none, only")
+    g.addoption("--host-fail", default=compare.DEFAULT_HOST_FAIL, metavar="SPEC",
+                help="with --benchmark-compare-fail: the host group's threshold, in its syntax "
+                     f"(default {compare.DEFAULT_HOST_FAIL}; 'same': the other cells')")
 
 
 def _device(config: pytest.Config) -> str:
@@ -71,6 +77,17 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[HOST_CELLS] = _host_cells(config)
     config.stash[RECORDS] = []
     config.stash[SKIPPED_NO_GPU] = 0
+    try:
+        config.stash[HOST_FAIL] = compare.parse_host_fail(config.getoption("host_fail"))
+    except ValueError as e:
+        raise pytest.UsageError(f"kernel_lab bench: {e}") from None
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """The host group's own compare threshold (kernel_lab.measure.compare)."""
+    bs = getattr(session.config, "_benchmarksession", None)
+    if bs is not None and bs.compare_fail:
+        bs.compare_fail = compare.by_group(bs.compare_fail, session.config.stash[HOST_FAIL])
 
 
 def _host_cells(config: pytest.Config) -> list[str]:

@@ -281,4 +281,61 @@ def test_host_group_is_collected_for_the_selection_and_timed(runs):
     b = benches["torch.softmax"]
     assert b["group"] == "host" and b["options"]["timer"] == "host_clock"
     assert b["extra_info"]["method"] == "host" and b["extra_info"]["k"] >= 1
-    assert b["stats"]["rounds"] == 21 and b["stats"]["median"] > 0
+    assert b["stats"]["rounds"] == bm.timing.HOST_ROUNDS and b["stats"]["median"] > 0
+
+
+# -- the host group's own compare threshold (--host-fail) ---------------------------------------
+
+class _Check:
+    """A stand-in for one of pytest-benchmark's regression checks: fails naming itself."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def fails(self, current, compared):
+        return f"{self.name} failed"
+
+
+class _Bench:
+    def __init__(self, group: str) -> None:
+        self.group = group
+
+
+def test_host_cells_are_judged_by_the_host_threshold_and_only_once():
+    from kernel_lab.measure import compare
+
+    device, second, host = _Check("device"), _Check("second"), _Check("host")
+    checks = compare.by_group([device, second], host)
+    assert [c.fails(_Bench("softmax-float32-1x128"), {}) for c in checks] == [
+        "device failed", "second failed"]
+    assert [c.fails(_Bench("host"), {}) for c in checks] == ["host failed", None]
+    # the group read from the compared run's entry where the current one has none
+    assert checks[0].fails(object(), {"group": "host"}) == "host failed"
+    assert compare.by_group([device], None) == [device]  # --host-fail same
+    assert compare.by_group([], host) == []
+    assert compare.parse_host_fail("same") is None
+    assert compare.parse_host_fail("median:10%").threshold == 10
+    with pytest.raises(ValueError, match="--host-fail 'median:ten'.*median:10%"):
+        compare.parse_host_fail("median:ten")
+
+
+def test_host_fail_judges_the_host_group_in_a_real_compare(tmp_path):
+    """A stored host figure far below today's: --benchmark-compare-fail=median:5% alone fails
+    naming the host cell; with --host-fail at a difference no ratio reaches, the compare passes."""
+    common = ("-q", "--device", "cpu", "--host", "only", "--op", "softmax",
+              "-k", "torch.softmax and not autograd", "--benchmark-storage", "storage")
+    rc, out = _finish(_start(*common, "--benchmark-autosave", cwd=tmp_path))
+    assert rc == 0, out
+    (saved,) = (tmp_path / "storage").glob("*/0001_*.json")
+    data = json.loads(saved.read_text())
+    (b,) = data["benchmarks"]
+    for k in ("min", "max", "mean", "median"):
+        b["stats"][k] = 1e-12  # "today" is then ~10^12 times slower
+    saved.write_text(json.dumps(data))
+    compare_args = (*common, "--benchmark-compare", "0001", "--benchmark-compare-fail=median:5%")
+    rc, out = _finish(_start(*compare_args, "--host-fail", "same", cwd=tmp_path))
+    assert rc != 0 and "test_host[torch.softmax]" in out and "has failed" in out, out
+    rc, out = _finish(_start(*compare_args, "--host-fail", "median:1e9", cwd=tmp_path))
+    assert rc == 0 and "has failed" not in out, out
+    rc, out = _finish(_start(*compare_args, "--host-fail", "median:ten", cwd=tmp_path))
+    assert rc == 4 and "--host-fail 'median:ten'" in out, out

@@ -276,6 +276,50 @@ def test_gate_slowdown_edit_compiles_and_keeps_the_kernel(tmp_path):
     assert out is not None
 
 
+def test_gate_host_edit_runs_the_same_and_costs_more(monkeypatch):
+    """The host work the gate inserts into kernel_lab.run is valid Python there: run() still
+    returns the same, with each repeat costing a measurable slice more; the verdict counts a
+    device cell named beside the host ones as a miss."""
+    import importlib.util
+    import time
+
+    import torch
+
+    import kernel_lab
+
+    gate = _compare_gate()
+    src = gate.HOST_FILE.read_text()
+    assert gate.HOST_ANCHOR in src
+    head, tail = gate.HOST_ANCHOR.split("\n", 1)
+
+    def loaded(text: str):
+        spec = importlib.util.spec_from_loader("gate_plans", loader=None)
+        mod = importlib.util.module_from_spec(spec)
+        exec(compile(text, str(gate.HOST_FILE), "exec"), mod.__dict__)
+        return mod
+
+    slow = loaded(src.replace(gate.HOST_ANCHOR, f"{head}\n{gate.host_work(32)}{tail}"))
+    x = torch.randn(4, 8)
+    torch.testing.assert_close(slow.run("torch_eager", x), kernel_lab.run("torch_eager", x))
+
+    def per_call(fn, n=3000):
+        fn()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        return (time.perf_counter() - t0) / n
+
+    fast = loaded(src)
+    assert min(per_call(lambda: slow.run("torch_eager", x, dim=-1)) for _ in range(3)) > \
+        min(per_call(lambda: fast.run("torch_eager", x, dim=-1)) for _ in range(3))
+    target, run_cell = gate.HOST_TARGET, 'test_host[run("fast_softmax")]'
+    assert gate.host_caught({"rc": 1, "target": target, "named": [target, run_cell]}) == (True, [])
+    device = "test_variant[softmax-float32-1x128-online_softmax]"
+    assert gate.host_caught({"rc": 1, "target": target, "named": [target, device]}) == (
+        False, [device])
+    assert not gate.host_caught({"rc": 0, "target": target, "named": []})[0]
+
+
 class _DriftingClock:
     """A fake host clock: each call costs ``cost[name]`` seconds times the machine's current
     slowness, which changes from round to round (a shared machine)."""

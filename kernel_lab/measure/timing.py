@@ -46,7 +46,7 @@ DEVICE_BOUND = 2.0  # device time >= this x host time per call: eager back-to-ba
 GRAPH_REPLAY_S = 1e-3  # work in one graph replay
 MIN_GRAPH_CALLS, MAX_GRAPH_CALLS = 16, 4096
 HOST_ROUND_S = 5e-3  # host group: one round of back-to-back calls
-HOST_ROUNDS = 21
+HOST_ROUNDS = 41  # a median that holds: host rounds vary more than device ones
 CPU_ROUNDS = 3  # ``bench --device cpu`` without --full-cpu: rounds a cell (its figure means
 CPU_ROUND_S = 5e-3  # nothing about kernels: the run exercises the harness) of >= this each
 
