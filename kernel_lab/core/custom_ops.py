@@ -211,6 +211,7 @@ def _run_backward(name: str, variant: str, inputs: tuple, kw: dict) -> Any:
 
 _is_compiling = torch.compiler.is_compiling
 _functorch_active = getattr(torch._C, "_are_functorch_transforms_active", lambda: False)
+_dispatch_modes = torch._C._len_torch_dispatch_stack  # what _get_current_dispatch_mode reads
 
 
 def _nothing_watches(tensors: Sequence[Any]) -> bool:
@@ -321,8 +322,8 @@ def native_path(name: str) -> Callable[..., bool]:
         if type(x) is not torch.Tensor or not native(x, dim):
             return False
         deferred.raise_pending()
-        return not (_is_compiling() or _get_current_dispatch_mode() is not None
-                    or _functorch_active() or torch.autograd.profiler._is_profiler_enabled)
+        return not (_is_compiling() or _dispatch_modes() or _functorch_active()
+                    or torch.autograd.profiler._is_profiler_enabled)
 
     return test
 
