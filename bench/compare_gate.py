@@ -157,6 +157,13 @@ def gate_preset(preset: str, runs: int, out_dir: Path, log: Path) -> dict:
     return row
 
 
+def compare_named(preset: str, js: Path, log: Path) -> tuple[int, list[str]]:
+    """The preset's compare against its autosave: (rc, the cells it named)."""
+    rc, out, _ = pytest_bench(preset, "--benchmark-compare", f"--benchmark-compare-fail={FAIL}",
+                              "--benchmark-json", str(js), log=log)
+    return rc, regressed(out)
+
+
 def slowdown(out_dir: Path, log: Path) -> dict:
     """Size the extra pass on the target cell, then the preset's compare must fail on it."""
     preset = SLOWDOWN_PRESET
@@ -177,10 +184,8 @@ def slowdown(out_dir: Path, log: Path) -> dict:
             result["pct"], result["change"] = pct, change
             if change >= 0.08:
                 break
-        rc, out, _ = pytest_bench(preset, "--benchmark-compare",
-                                  f"--benchmark-compare-fail={FAIL}", "--benchmark-json",
-                                  str(out_dir / "slow-compare.json"), log=log)
-        result["rc"], result["named"] = rc, regressed(out)
+        result["rc"], result["named"] = compare_named(preset, out_dir / "slow-compare.json",
+                                                      log)
     finally:
         KERNEL.write_text(original)
     return result
@@ -222,10 +227,8 @@ def host_slowdown(out_dir: Path, log: Path) -> dict:
             result.update(repeats=repeats, added_us=added, change=change)
             if change >= HOST_MIN_CHANGE:
                 break
-        rc, out, _ = pytest_bench(preset, "--benchmark-compare",
-                                  f"--benchmark-compare-fail={FAIL}", "--benchmark-json",
-                                  str(out_dir / "host-compare.json"), log=log)
-        result["rc"], result["named"] = rc, regressed(out)
+        result["rc"], result["named"] = compare_named(preset, out_dir / "host-compare.json",
+                                                      log)
     finally:
         HOST_FILE.write_text(original)
     return result
