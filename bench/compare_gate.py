@@ -251,6 +251,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=Path("/tmp/kernel_lab_gate"))
     p.add_argument("--budget-s", type=float, default=560.0,
                    help="start no run that would end later than this (a summary still prints)")
+    p.add_argument("--summary", type=Path, default=None,
+                   help="the verdict as JSON (GPU, date, commit, every row; default "
+                   "OUT/compare_gate.json)")
     p.add_argument("--pytest-args", default="",
                    help='more options for every pytest run, e.g. "-k 1x128" (shell-split)')
     args = p.parse_args(argv)
@@ -308,8 +311,28 @@ def main(argv: list[str] | None = None) -> int:
         ok = False
         print(f"not run (--budget-s {args.budget_s:.0f} s reached): {', '.join(late)}; "
               "run them in another call")
-    print(f"GATE {'OK' if ok else 'FAILED'} (log: {log})")
+    summary = args.summary or args.out / "compare_gate.json"
+    write_summary(summary, ok=ok, runs=args.runs, presets=rows, slowdown=slow,
+                  host_slowdown=host, not_run=late)
+    print(f"GATE {'OK' if ok else 'FAILED'} (log: {log}; verdict: {summary})")
     return 0 if ok else 1
+
+
+def write_summary(path: Path, **verdict) -> None:
+    """The gate's verdict with what it ran on: GPU, date, commit, thresholds."""
+    import datetime
+
+    import torch
+
+    from kernel_lab.measure.compare import DEFAULT_HOST_FAIL
+
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, text=True,
+                            capture_output=True).stdout.strip() or None
+    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({
+        "gpu": gpu, "date": datetime.date.today().isoformat(), "commit": commit,
+        "compare_fail": FAIL, "host_fail": DEFAULT_HOST_FAIL, **verdict}, indent=1) + "\n")
 
 
 if __name__ == "__main__":

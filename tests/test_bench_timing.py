@@ -320,6 +320,20 @@ def test_gate_host_edit_runs_the_same_and_costs_more(monkeypatch):
     assert not gate.host_caught({"rc": 0, "target": target, "named": []})[0]
 
 
+def test_gate_writes_its_verdict_with_what_it_ran_on(tmp_path):
+    import json
+
+    gate = _compare_gate()
+    path = tmp_path / "out" / "compare_gate.json"
+    row = {"preset": "small", "passed": 5, "runs": 5, "alarms": []}
+    gate.write_summary(path, ok=True, runs=5, presets=[row], slowdown=None,
+                       host_slowdown=None, not_run=[])
+    got = json.loads(path.read_text())
+    assert got["presets"] == [row] and got["ok"] is True and got["runs"] == 5
+    assert got["compare_fail"] == gate.FAIL and got["host_fail"] == "median:10%"
+    assert {"gpu", "date", "commit"} <= set(got)
+
+
 class _DriftingClock:
     """A fake host clock: each call costs ``cost[name]`` seconds times the machine's current
     slowness, which changes from round to round (a shared machine)."""
