@@ -48,8 +48,9 @@ def pytest_configure(config):
     global SHARE
     config.addinivalue_line("markers", "gpu_exclusive: runs with no other test on the GPU "
                             "(it times the GPU, or needs most of its memory)")
-    config.addinivalue_line("markers", "slow: over 30 s on a busy GPU machine; only the full tier "
-                            "of .ci/gpu and the plain pytest run take it")
+    config.addinivalue_line("markers", "slow: over 30 s on a busy GPU machine, or many such in "
+                            "bulk (torch.compile's shape cases); only the full tier of .ci/gpu "
+                            "and the plain pytest run take it")
     config.addinivalue_line("markers", "gpu_memory(gib): holds up to gib GiB of GPU memory; "
                             "waits until the shared budget has that much free")
     run_id, workers = os.environ.get("PYTEST_XDIST_TESTRUNUID"), os.environ.get(

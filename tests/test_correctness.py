@@ -17,8 +17,15 @@ from kernel_lab.checking.checker import (
     make_case_inputs,
     run_checked,
 )
+from kernel_lab.cli.check import PER_SHAPE_BACKENDS
 
 TEST_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+
+
+# torch.compile compiles each new (shape, dtype): seconds a case, and on a GPU about half the
+# suite's time. Its shape cases other than the smoke one are `slow` - the full tier and the
+# README's plain run take them; `.ci/gpu`'s default tier keeps the smoke case and the edge cases
+# (as `check`'s default set does).
 
 
 def _params():
@@ -28,8 +35,10 @@ def _params():
                 if dtype not in v.dtypes:
                     continue
                 for case in cases_for(DEVICE, kernel_lab.get_op(op)):
+                    slow = v.backend in PER_SHAPE_BACKENDS and "smoke" not in case.tags
                     yield pytest.param(v.name, dtype, case,
-                                       id=f"{v.name}-{dtype_name(dtype)}-{case.label}")
+                                       id=f"{v.name}-{dtype_name(dtype)}-{case.label}",
+                                       marks=[pytest.mark.slow] if slow else [])
 
 
 def _edge_params():
