@@ -24,9 +24,8 @@ TEST_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
 # torch.compile compiles each new (shape, dtype): on an H100 beside 12 other workers 14-23 s a
 # case, 12 of the suite's 25 slowest tests. Its shape cases other than the smoke one are `slow`
-# (384 tests) - the full tier and the
-# README's plain run take them; `.ci/gpu`'s default tier keeps the smoke case and the edge cases
-# (as `check`'s default set does).
+# (384 tests): the full tier and the README's plain run take them; `.ci/gpu`'s default tier
+# keeps the smoke case and the edge cases (as `check`'s default set does).
 
 
 def _params():
