@@ -47,6 +47,29 @@ def test_duplicate_name_raises():
                             dtypes=v.dtypes, description="dup"))
 
 
+def test_registrar_fixes_keywords_a_variant_may_replace(monkeypatch):
+    from kernel_lab.core import registry
+
+    monkeypatch.setattr(registry, "_variants", dict(registry._variants))  # forgotten after
+    variant = registry.registrar(op="softmax", backend="torch", dtypes=(torch.float32,),
+                                 source="here.py")
+
+    @variant("test_registrar_fixed", description="fixed keywords")
+    def fixed(x, dim=-1):
+        return torch.softmax(x, dim)
+
+    @variant("test_registrar_replaced", op="softmax_backward", dtypes=(torch.float64,),
+             description="two replaced")
+    def replaced(y, dy, dim=-1):
+        return dy
+
+    a, b = kernel_lab.get("test_registrar_fixed"), kernel_lab.get("test_registrar_replaced")
+    assert (a.op, a.backend, a.dtypes, a.source, a.fn) == (
+        "softmax", "torch", (torch.float32,), "here.py", fixed)
+    assert (b.op, b.backend, b.dtypes, b.source, b.fn) == (
+        "softmax_backward", "torch", (torch.float64,), "here.py", replaced)
+
+
 def test_unsupported_dtype_raises_value_error_before_launch():
     calls = []
     v = Variant(name="probe", op="softmax", backend="torch", fn=lambda x, dim=-1: calls.append(1),

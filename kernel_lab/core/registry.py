@@ -375,6 +375,18 @@ def register(
     return deco
 
 
+def registrar(**fixed: Any) -> Callable[..., Callable[[Callable], Callable]]:
+    """:func:`register` with some keywords fixed, for a module whose variants share them: e.g.
+    ``cuda_variant = registrar(op="softmax", backend="cuda", dtypes=ALL_DTYPES)``, then
+    ``@cuda_variant("block_softmax", description=..., source=...)``. A keyword given again at a
+    variant replaces the fixed one."""
+
+    def register_with(name: str, **kw: Any) -> Callable[[Callable], Callable]:
+        return register(name, **{**fixed, **kw})
+
+    return register_with
+
+
 def alias(old: str, new: str) -> None:
     """Let ``get(old)`` (and ``run(old, ...)``) find the variant now called ``new``."""
     with _lock:

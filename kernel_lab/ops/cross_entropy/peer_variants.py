@@ -67,13 +67,15 @@ import importlib
 
 import torch
 
-from kernel_lab.core.registry import register
+from kernel_lab.core.registry import registrar
 from kernel_lab.cuda.sources import cdiv
 from kernel_lab.ops.cross_entropy.op import check_kwargs, check_targets, lse_dtype
 from kernel_lab.ops.softmax.peer_variants import QUACK_SMEM_BYTES, package_missing
 
 SOURCE = "kernel_lab/ops/cross_entropy/peer_variants.py"
 PEER_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+peer_variant = registrar(op="cross_entropy", backend="peer", dtypes=PEER_DTYPES, source=SOURCE,
+                         needs_cuda=True)
 QUACK_SM12_SMEM_BYTES = 96 * 1024  # sm_12x: 99 KB of smem a block
 
 LIGER = functools.partial(package_missing, "liger_kernel.ops.cross_entropy", "liger-kernel")
@@ -176,16 +178,11 @@ def _quack_target(target: torch.Tensor) -> torch.Tensor:
     return t.contiguous()
 
 
-@register(
+@peer_variant(
     "peer_quack_cross_entropy",
-    op="cross_entropy",
-    backend="peer",
-    dtypes=PEER_DTYPES,
     description="QuACK's CuTe-DSL cross entropy (quack.cross_entropy.cross_entropy_fwd: "
     "loss and lse per row), reduced as quack.cross_entropy does",
-    source=SOURCE,
     check=_quack_check,
-    needs_cuda=True,
 )
 def peer_quack_cross_entropy(logits, target, weight=None, ignore_index=-100, reduction="mean",
                              label_smoothing=0.0):
@@ -207,16 +204,12 @@ def peer_quack_cross_entropy(logits, target, weight=None, ignore_index=-100, red
 peer_quack_cross_entropy.peer_missing = QUACK
 
 
-@register(
+@peer_variant(
     "peer_quack_cross_entropy_backward",
     op="cross_entropy_backward",
-    backend="peer",
-    dtypes=PEER_DTYPES,
     description="QuACK's CuTe-DSL cross-entropy backward (quack.cross_entropy."
     "cross_entropy_bwd: dlogits from logits, target, lse and a per-row dloss)",
-    source=SOURCE,
     check=functools.partial(_quack_check, need="cross_entropy_bwd"),
-    needs_cuda=True,
 )
 def peer_quack_cross_entropy_backward(logits, target, weight, lse, grad, ignore_index=-100,
                                       reduction="mean", label_smoothing=0.0):
@@ -265,16 +258,11 @@ def _liger_num_warps(device_index: int, element_size: int) -> int:
     return 8 if element_size == 2 and blackwell else 32
 
 
-@register(
+@peer_variant(
     "peer_liger_cross_entropy",
-    op="cross_entropy",
-    backend="peer",
-    dtypes=PEER_DTYPES,
     description="Liger-Kernel's Triton cross entropy (liger_cross_entropy_kernel, no gradient, "
     "ignored rows read not zeroed), lse from its fp32 per-row loss",
-    source=SOURCE,
     check=_liger_check,
-    needs_cuda=True,
 )
 def peer_liger_cross_entropy(logits, target, weight=None, ignore_index=-100, reduction="mean",
                              label_smoothing=0.0):

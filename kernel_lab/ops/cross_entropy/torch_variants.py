@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from kernel_lab.core.compiling import CompiledPerSignature
-from kernel_lab.core.registry import register
+from kernel_lab.core.registry import registrar
 from kernel_lab.ops.cross_entropy.op import (
     ALL_DTYPES,
     check_call,
@@ -17,11 +17,14 @@ from kernel_lab.ops.cross_entropy.op import (
 )
 
 SOURCE = "kernel_lab/ops/cross_entropy/torch_variants.py"
+variant = registrar(op="cross_entropy", dtypes=ALL_DTYPES, source=SOURCE)
 
 
-@register("torch_cross_entropy", op="cross_entropy", backend="torch", dtypes=ALL_DTYPES,
-          description="F.cross_entropy (log_softmax + nll_loss), lse by torch.logsumexp",
-          source=SOURCE)
+@variant(
+    "torch_cross_entropy",
+    backend="torch",
+    description="F.cross_entropy (log_softmax + nll_loss), lse by torch.logsumexp",
+)
 def torch_cross_entropy(logits, target, weight=None, ignore_index=-100, reduction="mean",
                         label_smoothing=0.0):
     target = check_call(logits, target, ignore_index, reduction, label_smoothing)
@@ -63,9 +66,11 @@ def cross_entropy_math(logits, target, weight, ignore_index: int, reduction: str
 _compiled = CompiledPerSignature(cross_entropy_math)
 
 
-@register("compile_cross_entropy", op="cross_entropy", backend="compile", dtypes=ALL_DTYPES,
-          description="the decomposition under torch.compile (one fused row reduction)",
-          source=SOURCE)
+@variant(
+    "compile_cross_entropy",
+    backend="compile",
+    description="the decomposition under torch.compile (one fused row reduction)",
+)
 def compile_cross_entropy(logits, target, weight=None, ignore_index=-100, reduction="mean",
                           label_smoothing=0.0):
     target = check_call(logits, target, ignore_index, reduction, label_smoothing)
@@ -76,9 +81,12 @@ def compile_cross_entropy(logits, target, weight=None, ignore_index=-100, reduct
                      label_smoothing=label_smoothing)
 
 
-@register("torch_cross_entropy_backward", op="cross_entropy_backward", backend="torch",
-          dtypes=ALL_DTYPES, description="the gradient formula in PyTorch ops (fp32)",
-          source=SOURCE)
+@variant(
+    "torch_cross_entropy_backward",
+    op="cross_entropy_backward",
+    backend="torch",
+    description="the gradient formula in PyTorch ops (fp32)",
+)
 def torch_cross_entropy_backward(logits, target, weight, lse, grad, ignore_index=-100,
                                  reduction="mean", label_smoothing=0.0):
     target = check_call(logits, target, ignore_index, reduction, label_smoothing)
@@ -91,9 +99,12 @@ def torch_cross_entropy_backward(logits, target, weight, lse, grad, ignore_index
 _compiled_backward = CompiledPerSignature(cross_entropy_backward_math)
 
 
-@register("compile_cross_entropy_backward", op="cross_entropy_backward", backend="compile",
-          dtypes=ALL_DTYPES, description="the gradient formula under torch.compile",
-          source=SOURCE)
+@variant(
+    "compile_cross_entropy_backward",
+    op="cross_entropy_backward",
+    backend="compile",
+    description="the gradient formula under torch.compile",
+)
 def compile_cross_entropy_backward(logits, target, weight, lse, grad, ignore_index=-100,
                                    reduction="mean", label_smoothing=0.0):
     target = check_call(logits, target, ignore_index, reduction, label_smoothing)

@@ -23,7 +23,7 @@ import functools
 
 import torch
 
-from kernel_lab.core.registry import register
+from kernel_lab.core.registry import registrar
 from kernel_lab.ops.linear_cross_entropy.op import check_inputs
 from kernel_lab.ops.linear_cross_entropy.torch_variants import (
     check_call,
@@ -34,6 +34,8 @@ from kernel_lab.ops.softmax.peer_variants import package_missing
 
 SOURCE = "kernel_lab/ops/linear_cross_entropy/peer_variants.py"
 PEER_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+peer_variant = registrar(op="linear_cross_entropy", backend="peer", dtypes=PEER_DTYPES,
+                         source=SOURCE, needs_cuda=True)
 
 LIGER = functools.partial(package_missing, "liger_kernel.ops.fused_linear_cross_entropy",
                           "liger-kernel")
@@ -66,10 +68,12 @@ def _liger_check(*inputs, **kw) -> str | None:
     return LIGER() or check_inputs(*inputs, **kw)
 
 
-@register("peer_liger_linear_cross_entropy", op="linear_cross_entropy", backend="peer",
-          dtypes=PEER_DTYPES, check=_liger_check, source=SOURCE, needs_cuda=True,
-          description="Liger-Kernel's fused linear cross entropy (chunked matmul, gradients in "
-          "the forward); lse by the lab's chunked forward")
+@peer_variant(
+    "peer_liger_linear_cross_entropy",
+    check=_liger_check,
+    description="Liger-Kernel's fused linear cross entropy (chunked matmul, gradients in "
+          "the forward); lse by the lab's chunked forward",
+)
 def peer_liger_linear_cross_entropy(hidden, weight, target, bias=None, ignore_index=-100,
                                     reduction="mean", label_smoothing=0.0, softcap=0.0):
     t = check_call(hidden, weight, target, bias, ignore_index, reduction, label_smoothing, softcap)
@@ -106,10 +110,12 @@ def _cce_check(*inputs, label_smoothing=0.0, **kw) -> str | None:
     return check_inputs(*inputs, **kw)
 
 
-@register("peer_cce_linear_cross_entropy", op="linear_cross_entropy", backend="peer",
-          dtypes=PEER_DTYPES, check=_cce_check, source=SOURCE, needs_cuda=True,
-          description="Apple's Cut Cross-Entropy (Triton, online lse over vocabulary tiles, "
-          "gradient filtering); lse by the lab's chunked forward")
+@peer_variant(
+    "peer_cce_linear_cross_entropy",
+    check=_cce_check,
+    description="Apple's Cut Cross-Entropy (Triton, online lse over vocabulary tiles, "
+          "gradient filtering); lse by the lab's chunked forward",
+)
 def peer_cce_linear_cross_entropy(hidden, weight, target, bias=None, ignore_index=-100,
                                   reduction="mean", label_smoothing=0.0, softcap=0.0):
     t = check_call(hidden, weight, target, bias, ignore_index, reduction, label_smoothing, softcap)

@@ -10,12 +10,13 @@ from kernel_lab.base.inputs import acc_dtype
 from kernel_lab.core import dispatch
 from kernel_lab.core.compiling import CompiledPerSignature
 from kernel_lab.core.dispatch import AUTO
-from kernel_lab.core.registry import register, trusted_inputs
+from kernel_lab.core.registry import registrar, trusted_inputs
 from kernel_lab.ops.cross_entropy.op import cross_entropy_backward_math
 from kernel_lab.ops.cross_entropy.torch_variants import cross_entropy_math, torch_cross_entropy
 from kernel_lab.ops.linear_cross_entropy.op import DTYPES, check_all, check_inputs
 
 SOURCE = "kernel_lab/ops/linear_cross_entropy/torch_variants.py"
+variant = registrar(op="linear_cross_entropy", dtypes=DTYPES, check=check_inputs, source=SOURCE)
 # Largest chunk of logits the chunked variant holds (bytes). The step's own logits chunk plus
 # its gradient (written over it on CUDA) stay under this; tests lower it to force many chunks.
 MAX_CHUNK_BYTES = 256 << 20
@@ -47,10 +48,12 @@ def _ce_kw(kw_ignore: int, eps: float, reduction: str) -> dict:
     return {"ignore_index": kw_ignore, "reduction": reduction, "label_smoothing": eps}
 
 
-@register("torch_linear_cross_entropy", op="linear_cross_entropy", backend="torch",
-          dtypes=DTYPES, check=check_inputs, source=SOURCE,
-          description="hidden @ weight.T (+ bias, soft cap), then F.cross_entropy: the logits "
-          "in memory (the baseline)")
+@variant(
+    "torch_linear_cross_entropy",
+    backend="torch",
+    description="hidden @ weight.T (+ bias, soft cap), then F.cross_entropy: the logits "
+          "in memory (the baseline)",
+)
 def torch_linear_cross_entropy(hidden, weight, target, bias=None, ignore_index=-100,
                                reduction="mean", label_smoothing=0.0, softcap=0.0):
     target = check_call(hidden, weight, target, bias, ignore_index, reduction, label_smoothing,
@@ -72,9 +75,12 @@ def linear_cross_entropy_math(hidden, weight, target, bias, ignore_index: int, r
 _compiled = CompiledPerSignature(linear_cross_entropy_math)
 
 
-@register("compile_linear_cross_entropy", op="linear_cross_entropy", backend="compile",
-          dtypes=DTYPES, check=check_inputs, source=SOURCE, needs_cuda=True,
-          description="the matmul and the cross-entropy decomposition under torch.compile")
+@variant(
+    "compile_linear_cross_entropy",
+    backend="compile",
+    needs_cuda=True,
+    description="the matmul and the cross-entropy decomposition under torch.compile",
+)
 def compile_linear_cross_entropy(hidden, weight, target, bias=None, ignore_index=-100,
                                  reduction="mean", label_smoothing=0.0, softcap=0.0):
     target = check_call(hidden, weight, target, bias, ignore_index, reduction, label_smoothing,
@@ -106,9 +112,12 @@ def _empty_backward(hidden, weight, bias):
     return torch.zeros_like(hidden), torch.zeros_like(weight), db
 
 
-@register("torch_linear_cross_entropy_backward", op="linear_cross_entropy_backward",
-          backend="torch", dtypes=DTYPES, check=check_inputs, source=SOURCE,
-          description="logits recomputed whole, dz by the cross-entropy formula, two matmuls")
+@variant(
+    "torch_linear_cross_entropy_backward",
+    op="linear_cross_entropy_backward",
+    backend="torch",
+    description="logits recomputed whole, dz by the cross-entropy formula, two matmuls",
+)
 def torch_linear_cross_entropy_backward(hidden, weight, target, bias, lse, grad,
                                         ignore_index=-100, reduction="mean",
                                         label_smoothing=0.0, softcap=0.0):
@@ -123,9 +132,13 @@ def torch_linear_cross_entropy_backward(hidden, weight, target, bias, lse, grad,
 _compiled_backward = CompiledPerSignature(backward_math)
 
 
-@register("compile_linear_cross_entropy_backward", op="linear_cross_entropy_backward",
-          backend="compile", dtypes=DTYPES, check=check_inputs, source=SOURCE, needs_cuda=True,
-          description="the backward formula under torch.compile")
+@variant(
+    "compile_linear_cross_entropy_backward",
+    op="linear_cross_entropy_backward",
+    backend="compile",
+    needs_cuda=True,
+    description="the backward formula under torch.compile",
+)
 def compile_linear_cross_entropy_backward(hidden, weight, target, bias, lse, grad,
                                           ignore_index=-100, reduction="mean",
                                           label_smoothing=0.0, softcap=0.0):
@@ -226,10 +239,12 @@ def chunked_forward(hidden, weight, target, bias, ignore_index: int, reduction: 
     return loss, lse, dh, dw, (db.to(hidden.dtype) if db is not None else None)
 
 
-@register("torch_chunked_linear_cross_entropy", op="linear_cross_entropy", backend="torch",
-          dtypes=DTYPES, check=check_inputs, source=SOURCE,
-          description="cuBLAS over chunks of tokens, each chunk's loss by the lab's "
-          "cross_entropy (auto): logits O(chunk x V)")
+@variant(
+    "torch_chunked_linear_cross_entropy",
+    backend="torch",
+    description="cuBLAS over chunks of tokens, each chunk's loss by the lab's "
+          "cross_entropy (auto): logits O(chunk x V)",
+)
 def torch_chunked_linear_cross_entropy(hidden, weight, target, bias=None, ignore_index=-100,
                                        reduction="mean", label_smoothing=0.0, softcap=0.0):
     check_call(hidden, weight, target, bias, ignore_index, reduction, label_smoothing, softcap)
@@ -240,10 +255,13 @@ def torch_chunked_linear_cross_entropy(hidden, weight, target, bias=None, ignore
                            label_smoothing, softcap)
 
 
-@register("torch_chunked_linear_cross_entropy_backward", op="linear_cross_entropy_backward",
-          backend="torch", dtypes=DTYPES, check=check_inputs, source=SOURCE,
-          description="logits recomputed chunk by chunk, dz by the lab's cross_entropy_backward "
-          "(auto), dhidden and dweight by cuBLAS")
+@variant(
+    "torch_chunked_linear_cross_entropy_backward",
+    op="linear_cross_entropy_backward",
+    backend="torch",
+    description="logits recomputed chunk by chunk, dz by the lab's cross_entropy_backward "
+          "(auto), dhidden and dweight by cuBLAS",
+)
 def torch_chunked_linear_cross_entropy_backward(hidden, weight, target, bias, lse, grad,
                                                 ignore_index=-100, reduction="mean",
                                                 label_smoothing=0.0, softcap=0.0):

@@ -14,7 +14,7 @@ import os
 
 import torch
 
-from kernel_lab.core.registry import register
+from kernel_lab.core.registry import registrar
 from kernel_lab.ops.linear_cross_entropy.op import check_inputs
 from kernel_lab.ops.linear_cross_entropy.torch_variants import (
     _empty_backward,
@@ -26,6 +26,8 @@ from kernel_lab.triton_src import linear_cross_entropy as kernels
 
 SOURCE = "triton_src/linear_cross_entropy.py"
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+triton_variant = registrar(op="linear_cross_entropy", backend="triton", dtypes=DTYPES,
+                            check=check_inputs, source=SOURCE)
 
 
 def _interpreting() -> bool:
@@ -63,10 +65,11 @@ def forward(hidden, weight, target, bias, ignore_index: int, reduction: str, eps
     return reduce_rows(rows, t, ignore_index, reduction, hidden.dtype), lse
 
 
-@register("triton_fused_linear_cross_entropy", op="linear_cross_entropy", backend="triton",
-          dtypes=DTYPES, check=check_inputs, source=SOURCE,
-          description="matmul tiles with an online log-sum-exp over vocabulary tiles: the "
-          "logits never reach memory")
+@triton_variant(
+    "triton_fused_linear_cross_entropy",
+    description="matmul tiles with an online log-sum-exp over vocabulary tiles: the "
+          "logits never reach memory",
+)
 def triton_fused_linear_cross_entropy(hidden, weight, target, bias=None, ignore_index=-100,
                                       reduction="mean", label_smoothing=0.0, softcap=0.0):
     check_call(hidden, weight, target, bias, ignore_index, reduction, label_smoothing, softcap)
@@ -104,10 +107,12 @@ def backward(hidden, weight, target, bias, lse, grad, ignore_index: int, reducti
             db.to(dt) if db is not None else hidden.new_empty((0,)))
 
 
-@register("triton_fused_linear_cross_entropy_backward", op="linear_cross_entropy_backward",
-          backend="triton", dtypes=DTYPES, check=check_inputs, source=SOURCE,
-          description="logits recomputed tile by tile, dz formed in registers, dhidden and "
-          "dweight by fp32 atomic adds")
+@triton_variant(
+    "triton_fused_linear_cross_entropy_backward",
+    op="linear_cross_entropy_backward",
+    description="logits recomputed tile by tile, dz formed in registers, dhidden and "
+          "dweight by fp32 atomic adds",
+)
 def triton_fused_linear_cross_entropy_backward(hidden, weight, target, bias, lse, grad,
                                                ignore_index=-100, reduction="mean",
                                                label_smoothing=0.0, softcap=0.0):

@@ -20,7 +20,7 @@ import functools
 
 import torch
 
-from kernel_lab.core.registry import alias, register
+from kernel_lab.core.registry import alias, registrar
 from kernel_lab.core.rows import as_rows, rowwise
 from kernel_lab.cuda.archs import Arch, device_arch
 from kernel_lab.cuda.interop import i32
@@ -53,6 +53,7 @@ from kernel_lab.cuda.sources import (
     vec_width,
 )
 
+cuda_variant = registrar(op="log_softmax", backend="cuda", dtypes=ALL_DTYPES)
 _T = [ctype(dt) for dt in ALL_DTYPES]
 FORWARD = cuda_source("fast_log_softmax.cu", row_kernel_exprs("log_softmax"))
 FORWARD_KERNELS = RowKernels(FORWARD, "log_softmax")
@@ -104,11 +105,8 @@ def _shape_on_this_gpu(x: torch.Tensor, dim: int = -1) -> str | None:
     return fast_shape_missing(as_rows(x, dim)[0]) if x.numel() and x.dim() else None
 
 
-@register(
+@cuda_variant(
     "fast_log_softmax",
-    op="log_softmax",
-    backend="cuda",
-    dtypes=ALL_DTYPES,
     description="fast_softmax's kernels with the log epilogue: lane groups / CTA / persistent "
     "prefetching CTAs or clusters / wide, one read + one write (see fast_softmax_config)",
     source="cuda_src/fast_log_softmax.cu",
@@ -125,11 +123,9 @@ def fast_log_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
 fast_log_softmax.launch_shape = functools.partial(fast_shape, prefix="log_softmax")
 
 
-@register(
+@cuda_variant(
     "fused_log_softmax_backward",
     op="log_softmax_backward",
-    backend="cuda",
-    dtypes=ALL_DTYPES,
     description="y and dy in registers (16-byte aligned windows), longer rows in "
     "fused_softmax_backward's persistent clusters: read once, dx written once",
     source="cuda_src/fused_log_softmax_backward.cu",

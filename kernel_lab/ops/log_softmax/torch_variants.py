@@ -9,20 +9,18 @@ from __future__ import annotations
 import torch
 
 from kernel_lab.core.compiling import CompiledPerSignature
-from kernel_lab.core.registry import register
+from kernel_lab.core.registry import registrar
 from kernel_lab.core.rows import normalize_dim
 from kernel_lab.ops.log_softmax.op import ALL_DTYPES
 
 SOURCE = "kernel_lab/ops/log_softmax/torch_variants.py"
+variant = registrar(op="log_softmax", dtypes=ALL_DTYPES, source=SOURCE)
 
 
-@register(
+@variant(
     "torch_log_softmax",
-    op="log_softmax",
     backend="torch",
-    dtypes=ALL_DTYPES,
     description="torch.log_softmax: PyTorch's own fused kernel",
-    source=SOURCE,
 )
 def torch_log_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     normalize_dim(dim, x.dim())
@@ -42,13 +40,10 @@ def log_softmax_math(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
 _compiled = CompiledPerSignature(log_softmax_math)
 
 
-@register(
+@variant(
     "compile_log_softmax",
-    op="log_softmax",
     backend="compile",
-    dtypes=ALL_DTYPES,
     description="the decomposition under torch.compile (inductor fuses it into one kernel)",
-    source=SOURCE,
 )
 def compile_log_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     normalize_dim(dim, x.dim())
@@ -58,13 +53,11 @@ def compile_log_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
 
 
 # -- backward ---------------------------------------------------------------------------------
-@register(
+@variant(
     "torch_log_softmax_backward",
     op="log_softmax_backward",
     backend="torch",
-    dtypes=ALL_DTYPES,
     description="PyTorch's own log_softmax backward kernel (_log_softmax_backward_data)",
-    source=SOURCE,
 )
 def torch_log_softmax_backward(y: torch.Tensor, dy: torch.Tensor, dim: int = -1) -> torch.Tensor:
     d = normalize_dim(dim, y.dim())
@@ -83,13 +76,11 @@ def log_softmax_backward_math(y: torch.Tensor, dy: torch.Tensor, dim: int = -1) 
 _compiled_backward = CompiledPerSignature(log_softmax_backward_math)
 
 
-@register(
+@variant(
     "compile_log_softmax_backward",
     op="log_softmax_backward",
     backend="compile",
-    dtypes=ALL_DTYPES,
     description="dy - exp(y) * sum(dy) under torch.compile",
-    source=SOURCE,
 )
 def compile_log_softmax_backward(
     y: torch.Tensor, dy: torch.Tensor, dim: int = -1

@@ -11,25 +11,23 @@ import torch
 import triton
 
 from kernel_lab.core import triton_rows
-from kernel_lab.core.registry import register
+from kernel_lab.core.registry import registrar
 from kernel_lab.core.rows import rowwise
 from kernel_lab.core.triton_rows import rows_per_program
 from kernel_lab.ops.log_softmax.op import ALL_DTYPES
 from kernel_lab.triton_src import log_softmax as kernels
 
 SOURCE = "triton_src/log_softmax.py"
+triton_variant = registrar(op="log_softmax", backend="triton", dtypes=ALL_DTYPES,
+                            source=SOURCE)
 ROWS_MAX_N = 16384  # past this a whole row in one program's registers starts to spill
 ONLINE_BLOCK = 4096
 BACKWARD_BLOCK = 16384
 
 
-@register(
+@triton_variant(
     "triton_log_softmax",
-    op="log_softmax",
-    backend="triton",
-    dtypes=ALL_DTYPES,
     description="whole rows in registers up to 16K columns, tiled online (max, sum) beyond",
-    source=SOURCE,
 )
 def triton_log_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     def launch(out, x2d):
@@ -51,14 +49,11 @@ def triton_log_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     return rowwise(launch, x, dim=dim)
 
 
-@register(
+@triton_variant(
     "triton_log_softmax_backward",
     op="log_softmax_backward",
-    backend="triton",
-    dtypes=ALL_DTYPES,
     description="whole rows per program (several narrow ones), one read of y and dy when the "
     "row fits a 16K tile",
-    source=SOURCE,
 )
 def triton_log_softmax_backward(
     y: torch.Tensor, dy: torch.Tensor, dim: int = -1

@@ -18,7 +18,7 @@ import functools
 
 import torch
 
-from kernel_lab.core.registry import register
+from kernel_lab.core.registry import registrar
 from kernel_lab.core.rows import as_rows, normalize_dim, rowwise
 from kernel_lab.cuda.archs import device_arch
 from kernel_lab.cuda.interop import i32
@@ -51,6 +51,7 @@ from kernel_lab.cuda.sources import (
     vec_width,
 )
 
+cuda_variant = registrar(op="softmax", backend="cuda", dtypes=ALL_DTYPES)
 _T = [ctype(dt) for dt in ALL_DTYPES]
 WARP_EPT = (1, 2, 4, 8, 16, 32)  # elements per lane: rows up to 32 * 32 = 1024
 WARP_MAX_N = 32 * WARP_EPT[-1]
@@ -86,11 +87,8 @@ def _n(x: torch.Tensor, dim: int) -> int:
 
 
 # -- 1. naive -----------------------------------------------------------------------------------
-@register(
+@cuda_variant(
     "naive_softmax",
-    op="softmax",
-    backend="cuda",
-    dtypes=ALL_DTYPES,
     description="one thread per row, three uncoalesced passes over global memory (baseline)",
     source="cuda_src/naive_softmax.cu",
 )
@@ -104,11 +102,8 @@ def naive_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
 
 
 # -- 2. block per row ---------------------------------------------------------------------------
-@register(
+@cuda_variant(
     "block_softmax",
-    op="softmax",
-    backend="cuda",
-    dtypes=ALL_DTYPES,
     description="one block per row, shared-memory reductions, three coalesced passes",
     source="cuda_src/block_softmax.cu",
 )
@@ -134,11 +129,8 @@ def warp_softmax_config(n: int) -> int:
     return min(e for e in WARP_EPT if 32 * e >= n)
 
 
-@register(
+@cuda_variant(
     "warp_softmax",
-    op="softmax",
-    backend="cuda",
-    dtypes=ALL_DTYPES,
     description="one warp per row, row in registers, shuffle reductions (N <= 1024)",
     source="cuda_src/warp_softmax.cu",
     check=_warp_limit,
@@ -154,11 +146,8 @@ def warp_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
 
 
 # -- 4. online (max, sum) -------------------------------------------------------------------------
-@register(
+@cuda_variant(
     "online_softmax",
-    op="softmax",
-    backend="cuda",
-    dtypes=ALL_DTYPES,
     description="single online (max, sum) pass + one write pass; any N, stride, alignment",
     source="cuda_src/online_softmax.cu",
 )
@@ -174,11 +163,8 @@ def online_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
 # -- 5. row on chip, 16-byte vectors (shape: fast_config.vec_config) -----------------------------
 
 
-@register(
+@cuda_variant(
     "vec_softmax",
-    op="softmax",
-    backend="cuda",
-    dtypes=ALL_DTYPES,
     description="row kept in registers, 16-byte loads/stores, one read + one write "
     "(scalar fallback when misaligned; streaming two-pass beyond 128 KB rows)",
     source="cuda_src/vec_softmax.cu",
@@ -196,11 +182,9 @@ def vec_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
 
 
 # -- backward -----------------------------------------------------------------------------------
-@register(
+@cuda_variant(
     "fused_softmax_backward",
     op="softmax_backward",
-    backend="cuda",
-    dtypes=ALL_DTYPES,
     description="y and dy kept in registers (16-byte loads): read once, dx written once",
     source="cuda_src/fused_softmax_backward.cu",
 )
@@ -230,11 +214,8 @@ def _shape_on_this_gpu(x: torch.Tensor, dim: int = -1) -> str | None:
     return fast_shape_missing(as_rows(x, dim)[0]) if x.numel() and x.dim() else None
 
 
-@register(
+@cuda_variant(
     "fast_softmax",
-    op="softmax",
-    backend="cuda",
-    dtypes=ALL_DTYPES,
     description="speed-of-light dispatch per (N, dtype): lane groups / CTA / CTA + shared-memory "
     "slots / persistent prefetching CTAs or clusters (DSMEM) / chunks / wide, rows on chip with "
     "16-byte aligned windows (see fast_softmax_config)",

@@ -25,11 +25,12 @@ import importlib.util
 
 import torch
 
-from kernel_lab.core.registry import register
+from kernel_lab.core.registry import registrar
 from kernel_lab.core.rows import normalize_dim
 
 SOURCE = "kernel_lab/ops/softmax/peer_variants.py"
 PEER_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+peer_variant = registrar(op="softmax", backend="peer", dtypes=PEER_DTYPES, source=SOURCE)
 LIGER_FUSED_MAX_N = 65536
 QUACK_CLUSTER, QUACK_SMEM_BYTES = 16, 200 * 1024  # per-CTA share of a row must fit smem
 
@@ -70,13 +71,9 @@ def _liger_check(x: torch.Tensor, dim: int = -1) -> str | None:
     return None
 
 
-@register(
+@peer_variant(
     "peer_liger",
-    op="softmax",
-    backend="peer",
-    dtypes=PEER_DTYPES,
     description="Liger-Kernel's Triton softmax (LigerSoftmaxFunction), last dim",
-    source=SOURCE,
     check=_liger_check,
     needs_cuda=True,
 )
@@ -116,13 +113,9 @@ def _rows(t: torch.Tensor) -> torch.Tensor:
     return (t.clone() if t.data_ptr() % 16 else t).view(-1, t.shape[-1])
 
 
-@register(
+@peer_variant(
     "peer_quack",
-    op="softmax",
-    backend="peer",
-    dtypes=PEER_DTYPES,
     description="QuACK's CuTe-DSL softmax (quack.softmax), last dim, clusters for long rows",
-    source=SOURCE,
     check=_quack_check,
     needs_cuda=True,
 )
@@ -137,13 +130,10 @@ def peer_quack(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
 peer_quack.peer_missing = QUACK
 
 
-@register(
+@peer_variant(
     "peer_quack_backward",
     op="softmax_backward",
-    backend="peer",
-    dtypes=PEER_DTYPES,
     description="QuACK's CuTe-DSL softmax backward (quack.softmax.softmax_bwd), last dim",
-    source=SOURCE,
     check=functools.partial(_quack_check, need="softmax_bwd"),
     needs_cuda=True,
 )

@@ -8,18 +8,18 @@ from __future__ import annotations
 import torch
 
 from kernel_lab.core.compiling import CompiledPerSignature
-from kernel_lab.core.registry import register
+from kernel_lab.core.registry import registrar
 from kernel_lab.core.rows import normalize_dim
 from kernel_lab.ops.softmax.op import ALL_DTYPES
 
+variant = registrar(op="softmax", dtypes=ALL_DTYPES,
+                    source="kernel_lab/ops/softmax/torch_variants.py")
 
-@register(
+
+@variant(
     "torch_eager",
-    op="softmax",
     backend="torch",
-    dtypes=ALL_DTYPES,
     description="torch.softmax: PyTorch's own fused kernel",
-    source="kernel_lab/ops/softmax/torch_variants.py",
 )
 def torch_eager(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     normalize_dim(dim, x.dim())
@@ -37,13 +37,10 @@ def naive_softmax_math(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     return (e / e.sum(dim=dim, keepdim=True)).to(x.dtype)
 
 
-@register(
+@variant(
     "torch_naive",
-    op="softmax",
     backend="torch",
-    dtypes=ALL_DTYPES,
     description="decomposed max/exp/sum/divide, launched as separate eager ops",
-    source="kernel_lab/ops/softmax/torch_variants.py",
 )
 def torch_naive(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     normalize_dim(dim, x.dim())
@@ -55,13 +52,10 @@ def torch_naive(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
 _compiled_naive = CompiledPerSignature(naive_softmax_math)
 
 
-@register(
+@variant(
     "compile_naive",
-    op="softmax",
     backend="compile",
-    dtypes=ALL_DTYPES,
     description="the decomposition under torch.compile (inductor fuses it into one kernel)",
-    source="kernel_lab/ops/softmax/torch_variants.py",
 )
 def compile_naive(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     normalize_dim(dim, x.dim())
@@ -71,13 +65,11 @@ def compile_naive(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
 
 
 # -- backward ---------------------------------------------------------------------------------
-@register(
+@variant(
     "torch_eager_backward",
     op="softmax_backward",
     backend="torch",
-    dtypes=ALL_DTYPES,
     description="PyTorch's own softmax backward kernel (_softmax_backward_data)",
-    source="kernel_lab/ops/softmax/torch_variants.py",
     known_inexact={
         torch.bfloat16: "PyTorch's CUDA bf16 softmax backward misses the tolerance on short rows "
         "(H200, 2097152x128: |err| 4.7e-4 where 6.6e-5 is allowed)",
@@ -101,13 +93,11 @@ def naive_softmax_backward_math(y: torch.Tensor, dy: torch.Tensor, dim: int = -1
 _compiled_backward = CompiledPerSignature(naive_softmax_backward_math)
 
 
-@register(
+@variant(
     "compile_backward",
     op="softmax_backward",
     backend="compile",
-    dtypes=ALL_DTYPES,
     description="y * (dy - sum(dy * y)) under torch.compile",
-    source="kernel_lab/ops/softmax/torch_variants.py",
 )
 def compile_backward(y: torch.Tensor, dy: torch.Tensor, dim: int = -1) -> torch.Tensor:
     normalize_dim(dim, y.dim())

@@ -10,13 +10,14 @@ import torch
 import triton
 
 from kernel_lab.core import triton_rows
-from kernel_lab.core.registry import register
+from kernel_lab.core.registry import registrar
 from kernel_lab.core.rows import rowwise
 from kernel_lab.core.triton_rows import rows_per_program
 from kernel_lab.ops.softmax.op import ALL_DTYPES
 from kernel_lab.triton_src import softmax as kernels
 
 SOURCE = "triton_src/softmax.py"
+triton_variant = registrar(op="softmax", backend="triton", dtypes=ALL_DTYPES, source=SOURCE)
 FUSED_MAX_N = 65536  # beyond this one program's registers spill so badly it is pointless
 
 
@@ -27,13 +28,9 @@ def _fused_limit(x: torch.Tensor, dim: int = -1) -> str | None:
     return None
 
 
-@register(
+@triton_variant(
     "triton_fused",
-    op="softmax",
-    backend="triton",
-    dtypes=ALL_DTYPES,
     description="whole row per program in registers, several narrow rows per program",
-    source=SOURCE,
     check=_fused_limit,
 )
 def triton_fused(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
@@ -50,13 +47,9 @@ def triton_fused(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     return rowwise(launch, x, dim=dim)
 
 
-@register(
+@triton_variant(
     "triton_online",
-    op="softmax",
-    backend="triton",
-    dtypes=ALL_DTYPES,
     description="row tiled over columns with a running (max, sum): any row length",
-    source=SOURCE,
 )
 def triton_online(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     def launch(out, x2d):
@@ -70,14 +63,11 @@ def triton_online(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     return rowwise(launch, x, dim=dim)
 
 
-@register(
+@triton_variant(
     "triton_backward",
     op="softmax_backward",
-    backend="triton",
-    dtypes=ALL_DTYPES,
     description="whole rows per program (several narrow ones), one read of y and dy when the "
     "row fits a 16K tile",
-    source=SOURCE,
 )
 def triton_backward(y: torch.Tensor, dy: torch.Tensor, dim: int = -1) -> torch.Tensor:
     def launch(dx, y2d, dy2d):
