@@ -1,5 +1,6 @@
-"""``nn.Module`` wrapper for any drop-in function: an op's module holds its keyword arguments
-and variant names (plain strings, so ``torch.compile`` treats them as constants)."""
+"""Drop-ins: the row ops' functions (:func:`row_dropin`) and the ``nn.Module`` wrapper for any
+drop-in function (an op's module holds its keyword arguments and variant names: plain strings,
+so ``torch.compile`` treats them as constants)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,30 @@ from typing import Any
 
 import torch
 
+from kernel_lab.core import custom_ops
 from kernel_lab.core.dispatch import AUTO
+
+
+def row_dropin(op: str, torch_op: Callable[[torch.Tensor, int], torch.Tensor],
+               doc: str) -> Callable[..., torch.Tensor]:
+    """``kernel_lab.<op>(x, dim=-1, variant=None, *, backward_variant=None)`` for row op ``op``
+    whose PyTorch twin is ``torch_op(x, dim)``: PyTorch's op at once where "auto" would run it
+    (:func:`custom_ops.native_path`: no plan), else the lab's call (:func:`custom_ops.call`)."""
+    native = custom_ops.native_path(op)
+    call = custom_ops.call
+
+    def dropin(x: torch.Tensor, dim: int = -1, variant: str | None = None, *,
+               backward_variant: str | None = None) -> torch.Tensor:
+        if variant is None and backward_variant is None and native(x, dim):
+            try:
+                return torch_op(x, dim)
+            except IndexError:
+                pass  # dim out of range: the lab's call below says so in its words
+        return call(op, (x,), {"dim": dim}, variant, backward_variant)
+
+    dropin.__name__ = dropin.__qualname__ = op
+    dropin.__doc__ = doc.strip()
+    return dropin
 
 
 class DropIn(torch.nn.Module):
@@ -33,3 +57,16 @@ class DropIn(torch.nn.Module):
 
     def _args_repr(self) -> str:
         return ", ".join(map(repr, self.args))
+
+
+class RowDropIn(DropIn):
+    """The module of a row op's drop-in: ``Op(dim=-1, variant=None, backward_variant=None)``
+    (no implicit-dim guessing)."""
+
+    def __init__(self, dim: int = -1, variant: str | None = None,
+                 backward_variant: str | None = None) -> None:
+        super().__init__(dim, variant=variant, backward_variant=backward_variant)
+        self.dim = dim
+
+    def _args_repr(self) -> str:
+        return f"dim={self.dim}"

@@ -6,38 +6,22 @@ from __future__ import annotations
 import torch
 
 from kernel_lab.core import custom_ops
-from kernel_lab.core.dropin import DropIn
+from kernel_lab.core.dropin import RowDropIn, row_dropin
 
 softmax_op = custom_ops.define("softmax")
 softmax_backward_op = custom_ops.define("softmax_backward")
-_native = custom_ops.native_path("softmax")
+
+softmax = row_dropin("softmax", torch.softmax, doc="""
+``torch.softmax(x, dim)`` computed by a lab variant.
+
+``variant``: a ``softmax`` variant name, or None / ``"auto"`` for the best one for ``x``
+(PyTorch's own kernel off CUDA, and on CUDA for small tensors); ``backward_variant``: the
+same for ``softmax_backward``.
+""")
 
 
-def softmax(x: torch.Tensor, dim: int = -1, variant: str | None = None, *,
-            backward_variant: str | None = None) -> torch.Tensor:
-    """``torch.softmax(x, dim)`` computed by a lab variant.
-
-    ``variant``: a ``softmax`` variant name, or None / ``"auto"`` for the best one for ``x``
-    (PyTorch's own kernel off CUDA); ``backward_variant``: the same for ``softmax_backward``.
-    """
-    if variant is None and backward_variant is None and _native(x, dim):
-        try:  # "auto" on this tensor is PyTorch's own op: called at once, no plan (Auto.native)
-            return torch.softmax(x, dim)
-        except IndexError:
-            pass  # dim out of range: the lab's call below says so in its words
-    return custom_ops.call("softmax", (x,), {"dim": dim}, variant, backward_variant)
-
-
-class Softmax(DropIn):
+class Softmax(RowDropIn):
     """``torch.nn.Softmax(dim)`` run by a lab variant. The dim defaults to -1 (no implicit-dim
     guessing)."""
 
     fn = staticmethod(softmax)
-
-    def __init__(self, dim: int = -1, variant: str | None = None,
-                 backward_variant: str | None = None) -> None:
-        super().__init__(dim, variant=variant, backward_variant=backward_variant)
-        self.dim = dim
-
-    def _args_repr(self) -> str:
-        return f"dim={self.dim}"
