@@ -13,9 +13,15 @@ flushed between calls) for
   lab fused   kernel_lab.cross_entropy(..., inplace_backward=True): dlogits written into the
               logits by the forward kernel;
   peers       QuACK / Liger through their own autograd functions, where they import.
-The % column counts one read of the logits and one write of dlogits (the fewest bytes a step
-needs) over the device-to-device copy's GB/s in the same process; x torch is torch's time over
-the row's. Needs a GPU.
+Each mode is timed in ROUNDS rounds, the modes in turn within a round and the order reversed
+every other round, so neither a mode's place in the run nor the machine's drift favours one;
+a cell shows the median, the min and the spread ((max - min) / median) of its rounds. "x bound"
+is the median over the step's bound: the passes over the logits it must make (3 for a step that
+keeps the logits: the forward reads them, the backward reads them and writes dlogits; 2 for
+the in-place modes, whose forward writes dlogits over them), each at the device-to-device
+copy's GB/s measured in the same process. x torch is torch's median over the row's. ``--peers
+none`` leaves QuACK and Liger unimported (their import is said in the first line, whether it
+moves the lab's figure is then a second run's question). Needs a GPU.
 """
 
 from __future__ import annotations
@@ -23,6 +29,8 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import statistics
+from collections.abc import Callable
 from datetime import datetime, timezone
 
 if __name__ == "__main__":  # no GPU: one line and exit 2, before torch loads
@@ -59,6 +67,40 @@ def _peers() -> dict:
     return out
 
 
+ROUNDS = 5
+
+
+def bound_us(passes: int, nbytes: int, copy_gbps: float) -> float:
+    """Microseconds of ``passes`` passes over ``nbytes`` at the copy's speed (its GB/s counts a
+    copy's reads and writes, so one pass - a read, or a write - of B bytes takes B / GB/s)."""
+    return passes * nbytes / (copy_gbps * 1e3)
+
+
+def interleaved(timers: dict[str, Callable[[], float]], rounds: int = ROUNDS,
+                ) -> dict[str, list[float]]:
+    """Each timer's result in ``rounds`` rounds: every timer once a round, in the given order,
+    then reversed the next round. A timer that raises is dropped (its error printed)."""
+    out: dict[str, list[float]] = {name: [] for name in timers}
+    names = list(timers)
+    for r in range(rounds):
+        for name in names if r % 2 == 0 else names[::-1]:
+            if name not in out:
+                continue
+            try:
+                out[name].append(timers[name]())
+            except Exception as e:  # noqa: BLE001 - a peer's limit is a cell, not a stop
+                print(f"  {name}: {type(e).__name__}: {str(e)[:100]}")
+                del out[name]
+    return out
+
+
+def stats(samples: list[float]) -> dict[str, float]:
+    """min, median, max and spread ((max - min) / median) of one mode's rounds."""
+    med = statistics.median(samples)
+    return {"min": min(samples), "median": med, "max": max(samples),
+            "spread": (max(samples) - min(samples)) / med if med else 0.0}
+
+
 def step_ms(loss_fn, x: torch.Tensor, t: torch.Tensor, inplace: bool = False) -> float:
     """Median ms of one forward + backward; in-place modes get a fresh leaf over x's buffer
     (their forward overwrites it, so the timed inputs are the previous step's gradient). The
@@ -80,18 +122,25 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--n", default=",".join(map(str, VOCAB_N)))
     p.add_argument("--dtype", default="float32,bfloat16")
     p.add_argument("--json", default=None, help="write the rows here")
+    p.add_argument("--rounds", type=int, default=ROUNDS, help="rounds per mode (interleaved)")
+    p.add_argument("--peers", choices=("auto", "none"), default="auto",
+                   help="auto: QuACK and Liger where they import; none: not imported")
     args = p.parse_args(argv)
     copy = copy_bandwidth("cuda")
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     gpu = torch.cuda.get_device_name()
-    print(f"{gpu}: loss forward + backward, M*N = 2^28; copy {copy:,.0f} GB/s")
     modes = {"torch": (F.cross_entropy, False),
              "lab": (kernel_lab.cross_entropy, False),
              "lab sync": (lambda x, t: kernel_lab.cross_entropy(x, t, validate="sync"), False),
              "lab fused": (lambda x, t: kernel_lab.cross_entropy(x, t, inplace_backward=True),
                            True)}
-    for name, fn in _peers().items():
+    peers = _peers() if args.peers == "auto" else {}
+    for name, fn in peers.items():
         modes[name] = (fn, "in-place" in name or "fused" in name)
+    print(f"{gpu}: loss forward + backward, M*N = 2^28; copy {copy:,.0f} GB/s; "
+          f"{args.rounds} interleaved rounds a mode; peers imported: "
+          f"{', '.join(peers) or 'none'}")
+    print("a cell: median us (min, spread) x bound (3 passes; in-place 2) x torch")
     rows = []
     for dtype in map(parse_dtype, args.dtype.split(",")):
         for n in map(int, args.n.split(",")):
@@ -99,20 +148,23 @@ def main(argv: list[str] | None = None) -> None:
             gen = torch.Generator(device="cuda").manual_seed(n)
             x = torch.randn(m, n, device="cuda", dtype=dtype, generator=gen) * 2
             t = torch.randint(0, n, (m,), device="cuda", generator=gen)
-            nbytes = 2 * x.numel() * x.element_size()
-            times = {}
-            for name, (fn, inplace) in modes.items():
-                try:
-                    times[name] = step_ms(fn, x, t, inplace)
-                except Exception as e:  # noqa: BLE001 - a peer's limit is a cell, not a stop
-                    print(f"  {name} {m}x{n}: {type(e).__name__}: {str(e)[:100]}")
+            one_pass = x.numel() * x.element_size()
+            timers = {name: (lambda fn=fn, inplace=inplace, x=x, t=t:
+                             step_ms(fn, x, t, inplace) * 1e3)
+                      for name, (fn, inplace) in modes.items()}
+            got = {name: stats(us) for name, us in interleaved(timers, args.rounds).items()}
+            bounds = {name: bound_us(2 if modes[name][1] else 3, one_pass, copy) for name in got}
+            ref = got.get("torch", {}).get("median")
             cells = "  ".join(
-                f"{k} {v * 1e3:6.0f} us {nbytes / v / 1e6 / copy:4.0%} x{times['torch'] / v:4.2f}"
-                for k, v in times.items())
+                f"{k} {v['median']:6.0f} us ({v['min']:.0f}, {v['spread']:.0%}) "
+                f"x{v['median'] / bounds[k]:.2f}" + (f" x{ref / v['median']:.2f}" if ref else "")
+                for k, v in got.items())
             print(f"{str(dtype)[6:]:8s} {m:5d} x {n:6d}  {cells}", flush=True)
             rows.append({"dtype": str(dtype)[6:], "m": m, "n": n, "gpu": gpu, "copy_gbps": copy,
-                         "measured_utc": stamp, "us": {k: v * 1e3 for k, v in times.items()}})
-            del x, t
+                         "measured_utc": stamp, "rounds": args.rounds, "peers": list(peers),
+                         "us": {k: v["median"] for k, v in got.items()},
+                         "stats_us": got, "bound_us": bounds})
+            del x, t, timers
             torch.cuda.empty_cache()
     if args.json:
         with open(args.json, "w") as f:

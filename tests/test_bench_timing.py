@@ -387,3 +387,46 @@ def test_every_host_cell_has_a_torch_reference(monkeypatch):
     assert overhead.reference("kernel_lab.softmax (auto), autograd recording") == \
         "torch.softmax, autograd recording"
     assert overhead.reference('run("fast_log_softmax")') == "torch.log_softmax"
+
+
+# -- bench/loss_step.py: interleaved rounds, their statistics, the pass bounds -----------------
+def _loss_step():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "bench" / "loss_step.py"
+    spec = importlib.util.spec_from_file_location("loss_step", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_loss_step_rounds_interleave_reverse_and_drop_a_failing_mode(capsys):
+    ls = _loss_step()
+    calls = []
+
+    def timer(name, value):
+        def run():
+            calls.append(name)
+            return value
+        return run
+
+    def broken():
+        calls.append("peer")
+        raise RuntimeError("row too long for this peer")
+
+    got = ls.interleaved({"torch": timer("torch", 2.0), "lab": timer("lab", 1.0),
+                          "peer": broken}, rounds=3)
+    assert calls == ["torch", "lab", "peer", "lab", "torch", "torch", "lab"]
+    assert got == {"torch": [2.0, 2.0, 2.0], "lab": [1.0, 1.0, 1.0]}
+    assert "peer: RuntimeError: row too long" in capsys.readouterr().out
+    assert ls.stats([3.0, 1.0, 2.0]) == {"min": 1.0, "median": 2.0, "max": 3.0, "spread": 1.0}
+
+
+def test_loss_step_bounds_are_passes_at_copy_speed():
+    ls = _loss_step()
+    one_pass = (1 << 28) * 2  # bf16 logits, M*N = 2^28
+    # the H100 figures: copy ~2,980 GB/s, a pass 180 us, a default step's bound 540 us
+    assert ls.bound_us(1, one_pass, 2980.0) == pytest.approx(180.1, abs=0.1)
+    assert ls.bound_us(3, one_pass, 2980.0) == pytest.approx(540.5, abs=0.1)
+    assert ls.bound_us(2, one_pass, 2980.0) == pytest.approx(2 * 180.1, abs=0.2)
