@@ -236,15 +236,20 @@ def test_gpu_memory_column_counts_outputs_and_gradients():
 
 
 # -- bench/compare_gate.py: the slowdown edit and what it reads from pytest-benchmark ------------
-def _compare_gate():
+def _bench_script(name: str):
+    """A script of bench/ as a module (bench/ is a folder of scripts, not a package)."""
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "bench" / "compare_gate.py"
-    spec = importlib.util.spec_from_file_location("compare_gate", path)
+    path = Path(__file__).resolve().parents[1] / "bench" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def _compare_gate():
+    return _bench_script("compare_gate")
 
 
 def test_gate_reads_the_cells_pytest_benchmark_names():
@@ -391,14 +396,7 @@ def test_every_host_cell_has_a_torch_reference(monkeypatch):
 
 # -- bench/loss_step.py: interleaved rounds, their statistics, the pass bounds -----------------
 def _loss_step():
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "bench" / "loss_step.py"
-    spec = importlib.util.spec_from_file_location("loss_step", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return _bench_script("loss_step")
 
 
 def test_loss_step_rounds_interleave_reverse_and_drop_a_failing_mode(capsys):
