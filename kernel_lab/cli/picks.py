@@ -15,13 +15,14 @@ rules pass over what it cannot launch (no clusters before sm_90, its shared memo
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from typing import Sequence
 
 import torch
 
 from kernel_lab.core import registry
-from kernel_lab.cuda.archs import ARCHS, Arch, get_arch
+from kernel_lab.cuda.archs import ARCHS, Arch, get_arch, planning_for
 from kernel_lab.measure.benchmarking import ELEMENTS, SWEEP_N, dtype_name, parse_dtype
 
 
@@ -41,21 +42,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "PyTorch's own kernel)")
 
 
-def auto_choice(op: str, n: int, dtype: torch.dtype, numel: int = ELEMENTS) -> str:
+def auto_choice(op: str, n: int, dtype: torch.dtype, numel: int = ELEMENTS,
+                arch: Arch | None = None) -> str:
     """The variant the op's ``variant=None`` path takes on CUDA for contiguous rows of n, in a
     tensor of ``max(1, numel // n)`` rows (CuPy assumed present): ``dispatch.first_preference``
     with the variants' size limits (``check``) in place of ``supports``, which a meta tensor
-    cannot pass. "-" for an op whose pick needs its other inputs (linear_cross_entropy: the
-    weight and the targets)."""
+    cannot pass; on ``arch`` (default: the rules' own, sm_90), whose limits those checks ask
+    (``archs.planning_for``). "-" for an op whose pick needs its other inputs
+    (linear_cross_entropy: the weight and the targets)."""
     from kernel_lab.core import dispatch
 
     x = torch.empty(max(1, numel // n), n, dtype=dtype, device="meta")
     kw = {"dim": -1} if "dim" in registry.get_op(op).kwargs else {}
-    try:
-        return dispatch.first_preference(op, (x,), kw, lambda v: dtype in v.dtypes and (
-            v.check is None or v.check(x, **kw) is None)).name
-    except TypeError:  # a variant's check takes the op's other inputs
-        return "-"
+    with planning_for(arch) if arch is not None else contextlib.nullcontext():
+        try:
+            return dispatch.first_preference(op, (x,), kw, lambda v: dtype in v.dtypes and (
+                v.check is None or v.check(x, **kw) is None)).name
+        except TypeError:  # a variant's check takes the op's other inputs
+            return "-"
 
 
 def shaped_variants(op: str) -> list[registry.Variant]:
@@ -71,7 +75,7 @@ def pick_rows(op: str, dtype: torch.dtype, ns: Sequence[int], numel: int = ELEME
     header = ["N", "auto (CUDA)", *(v.name for v in shaped)]
     rows = []
     for n in ns:
-        cells = [str(n), auto_choice(op, n, dtype, numel)]
+        cells = [str(n), auto_choice(op, n, dtype, numel, arch)]
         for v in shaped:
             cells.append(v.fn.launch_shape(n, dtype, **kw) if dtype in v.dtypes else "-")
         rows.append(cells)

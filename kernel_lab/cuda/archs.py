@@ -21,6 +21,9 @@ truth; this table is for the devices that are not here.
 
 from __future__ import annotations
 
+import contextlib
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 KB = 1024
@@ -89,6 +92,7 @@ def nearest_arch(name: str) -> Arch | None:
 
 
 _DEVICE_ARCH: dict[int, Arch] = {}
+_PLANNING = threading.local()  # planning_for's arch, per thread
 
 
 def device_arch(device_index: int) -> Arch:
@@ -106,6 +110,23 @@ def device_arch(device_index: int) -> Arch:
                              f"need one of {', '.join(ARCHS)} (or a later minor version)")
         _DEVICE_ARCH[device_index] = got
     return got
+
+
+def planned_arch() -> Arch | None:
+    """The arch :func:`planning_for` plans for on this thread, or None (plan for the devices)."""
+    return getattr(_PLANNING, "arch", None)
+
+
+@contextlib.contextmanager
+def planning_for(arch: Arch) -> Iterator[None]:
+    """Plan for ``arch`` on this thread (``picks --arch``): the fast variants' shape checks ask it,
+    also for meta tensors, where no device can be asked."""
+    before = planned_arch()
+    _PLANNING.arch = arch
+    try:
+        yield
+    finally:
+        _PLANNING.arch = before
 
 
 def assume_device_arch(device_index: int, arch: Arch) -> None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from kernel_lab.cuda.archs import Arch, device_arch
+from kernel_lab.cuda.archs import Arch, device_arch, planned_arch
 from kernel_lab.cuda.flag_words import flag_words
 from kernel_lab.cuda.interop import i32, i64
 from kernel_lab.cuda.occupancy import allow_non_portable_cluster, first_wave, persistent_grid
@@ -172,12 +172,14 @@ def fast_shape_missing(x2d: torch.Tensor) -> str | None:
     ``x2d`` on its GPU's arch (before sm_90, long rows whose shapes need clusters), asked with
     the flags fast_choice will see (the output: a fresh, aligned (M, N)); or why the GPU is too
     old (before sm_80: no cp.async). An arch with every shape (sm_90, sm_100) is not asked."""
-    if x2d.device.type != "cuda":
-        return None
-    try:
-        arch = device_arch(device_index(x2d))
-    except ValueError as e:
-        return str(e)
+    arch = planned_arch()  # picks --arch: that arch, for any tensor (meta included)
+    if arch is None:
+        if x2d.device.type != "cuda":
+            return None
+        try:
+            arch = device_arch(device_index(x2d))
+        except ValueError as e:
+            return str(e)
     if arch.cluster and arch.smem_per_block_optin >= MAX_CTA_SHARED:
         return None
     (m, n), es = x2d.shape, x2d.element_size()
