@@ -119,6 +119,40 @@ def test_picks_auto_column_is_the_arch_s_own():
         "fast_softmax")]
 
 
+def test_compile_all_for_another_arch_counts_what_cannot_compile_there(monkeypatch, capsys):
+    """compile --all --arch sm_80: a tuning-only instantiation that fails there (a cluster
+    kernel) is counted in a line, not an error; a launchable one failing is; on sm_90 every
+    declared one must compile (the compiler is faked: the rule is what is tested)."""
+    from kernel_lab.cli import precompile
+
+    fast = next(s for s in cuda_common.SOURCES if s.path.name == "fast_softmax.cu")
+    sm80 = set(reachable.launchable(fast, ARCHS["sm_80"]))
+    cluster = next(e for e in fast.name_expressions if "_cluster<" in e)
+    picked = next(iter(sorted(sm80)))
+    assert cluster not in sm80
+    broken = {cluster}
+
+    def fake_compile(jobs, arch, workers=None, progress=False):
+        return [precompile.Outcome(j, True, 0.0, f"{j.path}: NVRTC_ERROR_COMPILATION (6)"
+                                   if j.expr in broken else None) for j in jobs]
+
+    monkeypatch.setattr(precompile, "compile_jobs", fake_compile)
+
+    def run(*argv):
+        args = build_parser().parse_args(["compile", "fast_softmax.cu", *argv])
+        return precompile.main(args), capsys.readouterr()
+
+    rc, out = run("--all", "--arch", "sm_80")
+    assert rc == 0, out.err
+    assert f"1 tuning-only instantiations do not compile for sm_80 (no launcher picks them " \
+        f"there; e.g. {cluster}:" in out.out and "0 failed" in out.out
+    rc, out = run("--all", "--arch", "sm_90")  # the rules' own arch: every one must compile
+    assert rc == 1 and f"error: {cluster}" in out.err
+    broken.add(picked)  # a launchable one failing on sm_80 is an error there too
+    rc, out = run("--all", "--arch", "sm_80")
+    assert rc == 1 and f"error: {picked}" in out.err and f"error: {cluster}" not in out.err
+
+
 def test_picks_cli_refuses_an_unknown_arch(capsys):
     args = build_parser().parse_args(["picks", "--arch", "sm_70"])
     assert picks.main(args) == 2
