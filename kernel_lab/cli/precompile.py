@@ -198,19 +198,22 @@ def main(args: argparse.Namespace) -> int:
           f"({args.arch}, NVRTC {'.'.join(map(str, jit.nvrtc_version()))}, "
           f"{args.jobs} processes)", flush=True)
     outcomes = compile_jobs(jobs, args.arch, args.jobs, progress=True)
+    launchable = None if not args.all or arch.name == TUNED_ARCH.name else {
+        (str(s.path), e) for s in sources for e in reachable.launchable(s, arch)}
+    errors, not_here = split_failures(outcomes, launchable)
+    skipped = {id(o) for o in not_here}
     at = 0
     for i, (src, exprs) in enumerate(zip(sources, picked), 1):
         mine, at = outcomes[at:at + len(exprs)], at + len(exprs)
         done = sum(o.compiled and not o.error for o in mine)
-        failed = sum(bool(o.error) for o in mine)
+        failed = sum(bool(o.error) and id(o) not in skipped for o in mine)
+        other = sum(id(o) in skipped for o in mine)
         secs = sum(o.seconds for o in mine)
         print(f"[{i}/{len(sources)}] {src.path.name}: {len(exprs)} of "
               f"{len(src.name_expressions)} kernels, {done} compiled ({secs:.1f} s of "
-              f"compiler time), {len(exprs) - done - failed} cached"
+              f"compiler time), {len(exprs) - done - failed - other} cached"
+              + (f", {other} not for {arch.name}" if other else "")
               + (f", {failed} FAILED" if failed else ""), flush=True)
-    launchable = None if not args.all or arch.name == TUNED_ARCH.name else {
-        (str(s.path), e) for s in sources for e in reachable.launchable(s, arch)}
-    errors, not_here = split_failures(outcomes, launchable)
     for o in errors:
         print(f"error: {o.job.expr}: {o.error.splitlines()[0]}", file=sys.stderr)
     if not_here:
