@@ -37,6 +37,26 @@ def normalize_dim(dim: int, ndim: int) -> int:
     return dim % span
 
 
+def row_op(math: Callable[..., torch.Tensor], inputs: int = 1) -> Callable[..., torch.Tensor]:
+    """``math(*tensors, dim=dim)`` as a row variant called ``(*tensors, dim=-1)`` with ``inputs``
+    tensors: ``dim`` checked as PyTorch checks it, and an empty input gives an empty output
+    without calling ``math`` (for the decomposed and compiled variants, whose math needs rows)."""
+
+    def over_rows(*args: torch.Tensor, dim: int = -1) -> torch.Tensor:
+        if len(args) == inputs + 1:  # dim given by position
+            *args, dim = args
+        elif len(args) != inputs:
+            raise TypeError(f"expected {inputs} tensor(s) and an optional dim, got {len(args)} "
+                            "positional arguments")
+        x = args[0]
+        normalize_dim(dim, x.dim())
+        if x.numel() == 0:
+            return torch.empty_like(x)
+        return math(*args, dim=dim)
+
+    return over_rows
+
+
 Restore = Callable[[torch.Tensor], torch.Tensor]
 
 

@@ -10,7 +10,7 @@ import torch
 
 from kernel_lab.core.compiling import CompiledPerSignature
 from kernel_lab.core.registry import registrar
-from kernel_lab.core.rows import normalize_dim
+from kernel_lab.core.rows import normalize_dim, row_op
 from kernel_lab.ops.log_softmax.op import ALL_DTYPES
 
 SOURCE = "kernel_lab/ops/log_softmax/torch_variants.py"
@@ -37,19 +37,11 @@ def log_softmax_math(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     return (shifted - torch.log(torch.exp(shifted).sum(dim=dim, keepdim=True))).to(x.dtype)
 
 
-_compiled = CompiledPerSignature(log_softmax_math)
-
-
-@variant(
+compile_log_softmax = variant(
     "compile_log_softmax",
     backend="compile",
     description="the decomposition under torch.compile (inductor fuses it into one kernel)",
-)
-def compile_log_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    normalize_dim(dim, x.dim())
-    if x.numel() == 0:
-        return torch.empty_like(x)
-    return _compiled(x, dim=dim)
+)(row_op(CompiledPerSignature(log_softmax_math)))
 
 
 # -- backward ---------------------------------------------------------------------------------
@@ -73,19 +65,9 @@ def log_softmax_backward_math(y: torch.Tensor, dy: torch.Tensor, dim: int = -1) 
     return (acc_dy - torch.exp(acc_y) * acc_dy.sum(dim=dim, keepdim=True)).to(y.dtype)
 
 
-_compiled_backward = CompiledPerSignature(log_softmax_backward_math)
-
-
-@variant(
+compile_log_softmax_backward = variant(
     "compile_log_softmax_backward",
     op="log_softmax_backward",
     backend="compile",
     description="dy - exp(y) * sum(dy) under torch.compile",
-)
-def compile_log_softmax_backward(
-    y: torch.Tensor, dy: torch.Tensor, dim: int = -1
-) -> torch.Tensor:
-    normalize_dim(dim, y.dim())
-    if y.numel() == 0:
-        return torch.empty_like(y)
-    return _compiled_backward(y, dy, dim=dim)
+)(row_op(CompiledPerSignature(log_softmax_backward_math), inputs=2))

@@ -9,7 +9,7 @@ import torch
 
 from kernel_lab.core.compiling import CompiledPerSignature
 from kernel_lab.core.registry import registrar
-from kernel_lab.core.rows import normalize_dim
+from kernel_lab.core.rows import normalize_dim, row_op
 from kernel_lab.ops.softmax.op import ALL_DTYPES
 
 variant = registrar(op="softmax", dtypes=ALL_DTYPES,
@@ -37,31 +37,19 @@ def naive_softmax_math(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     return (e / e.sum(dim=dim, keepdim=True)).to(x.dtype)
 
 
-@variant(
+torch_naive = variant(
     "torch_naive",
     backend="torch",
     description="decomposed max/exp/sum/divide, launched as separate eager ops",
-)
-def torch_naive(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    normalize_dim(dim, x.dim())
-    if x.numel() == 0:
-        return torch.empty_like(x)
-    return naive_softmax_math(x, dim)
+)(row_op(naive_softmax_math))
 
+_compiled_naive = CompiledPerSignature(naive_softmax_math)  # its signature count: tests
 
-_compiled_naive = CompiledPerSignature(naive_softmax_math)
-
-
-@variant(
+compile_naive = variant(
     "compile_naive",
     backend="compile",
     description="the decomposition under torch.compile (inductor fuses it into one kernel)",
-)
-def compile_naive(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    normalize_dim(dim, x.dim())
-    if x.numel() == 0:
-        return torch.empty_like(x)
-    return _compiled_naive(x, dim=dim)
+)(row_op(_compiled_naive))
 
 
 # -- backward ---------------------------------------------------------------------------------
@@ -85,22 +73,15 @@ def torch_eager_backward(y: torch.Tensor, dy: torch.Tensor, dim: int = -1) -> to
 
 
 def naive_softmax_backward_math(y: torch.Tensor, dy: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """y * (dy - sum(dy * y)), accumulated in fp32 (fp64 stays fp64)."""
     acc_y = y if y.dtype == torch.float64 else y.float()
     acc_dy = dy if dy.dtype == torch.float64 else dy.float()
     return (acc_y * (acc_dy - (acc_dy * acc_y).sum(dim=dim, keepdim=True))).to(y.dtype)
 
 
-_compiled_backward = CompiledPerSignature(naive_softmax_backward_math)
-
-
-@variant(
+compile_backward = variant(
     "compile_backward",
     op="softmax_backward",
     backend="compile",
     description="y * (dy - sum(dy * y)) under torch.compile",
-)
-def compile_backward(y: torch.Tensor, dy: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    normalize_dim(dim, y.dim())
-    if y.numel() == 0:
-        return torch.empty_like(y)
-    return _compiled_backward(y, dy, dim=dim)
+)(row_op(CompiledPerSignature(naive_softmax_backward_math), inputs=2))
