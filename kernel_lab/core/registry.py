@@ -202,6 +202,23 @@ class Op:
         return CheckResult(True, worst_abs, worst_rel, "ok", worst_ratio)
 
 
+def row_forward_op(name: str, backward: str, **fields: Any) -> Op:
+    """An :class:`Op` over rows along ``dim`` (default -1) whose gradient needs its output only
+    (softmax, log_softmax): the forward keeps y, the op ``backward`` maps (y, dy) to dx."""
+    return Op(name=name, kwargs={"dim": -1}, autograd=Autograd(
+        save=lambda inputs, y, kw: (y,), backward=backward,
+        backward_inputs=lambda saved, dy, kw: (saved[0], dy)), **fields)
+
+
+def row_backward_op(name: str, double_backward: Callable[..., tuple], **fields: Any) -> Op:
+    """The ``backward`` op of a :func:`row_forward_op`: inputs (y, dy), output dx, and
+    ``double_backward(saved, g, kw)`` its own gradient with respect to (y, dy)."""
+    return Op(name=name, kwargs={"dim": -1}, inputs=(Input("y"), Input("dy")),
+              outputs=(Output("dx"),),
+              autograd=Autograd(save=lambda inputs, dx, kw: inputs, formula=double_backward),
+              **fields)
+
+
 @dataclass(frozen=True)
 class Variant:
     """One way of computing an op. Call it via :func:`run` (checks first) or ``variant(...)``."""

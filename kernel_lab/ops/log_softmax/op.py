@@ -26,7 +26,7 @@ import torch
 from kernel_lab.base.inputs import ALL_DTYPES, FLOAT_DTYPES, randn
 from kernel_lab.core.reference import TOLERANCES as DEFAULT_TOLERANCES
 from kernel_lab.core.reference import Tolerance
-from kernel_lab.core.registry import Autograd, Input, Op, Output, register_op
+from kernel_lab.core.registry import register_op, row_backward_op, row_forward_op
 from kernel_lab.ops.log_softmax.auto import LOG_SOFTMAX_AUTO, LOG_SOFTMAX_BACKWARD_AUTO
 
 __all__ = ["ALL_DTYPES", "FLOAT_DTYPES", "LOG_SOFTMAX", "LOG_SOFTMAX_BACKWARD", "TOLERANCES"]
@@ -141,36 +141,18 @@ def log_softmax_double_backward(saved, g, kw):
     return -g * p * dy.sum(dim, keepdim=True), g - (g * p).sum(dim, keepdim=True)
 
 
-LOG_SOFTMAX = register_op(
-    Op(
-        name="log_softmax",
-        reference=log_softmax_reference,
-        make_inputs=row_inputs,
-        bytes_moved=log_softmax_bytes,
-        description="log_softmax(x, dim): (x - max) - log(sum(exp(x - max)))",
-        kwargs={"dim": -1},
-        edge_cases=log_softmax_edge_cases,
-        tolerances=TOLERANCES,
-        auto=LOG_SOFTMAX_AUTO,
-        autograd=Autograd(save=lambda inputs, y, kw: (y,), backward="log_softmax_backward",
-                          backward_inputs=lambda saved, dy, kw: (saved[0], dy)),
-    )
-)
+LOG_SOFTMAX = register_op(row_forward_op(
+    "log_softmax", backward="log_softmax_backward",
+    reference=log_softmax_reference, make_inputs=row_inputs, bytes_moved=log_softmax_bytes,
+    description="log_softmax(x, dim): (x - max) - log(sum(exp(x - max)))",
+    edge_cases=log_softmax_edge_cases, tolerances=TOLERANCES, auto=LOG_SOFTMAX_AUTO,
+))
 
-LOG_SOFTMAX_BACKWARD = register_op(
-    Op(
-        name="log_softmax_backward",
-        reference=log_softmax_backward_reference,
-        make_inputs=log_softmax_backward_inputs,
-        bytes_moved=log_softmax_backward_bytes,
-        description="dx = dy - exp(y) * sum(dy), the gradient of log_softmax",
-        kwargs={"dim": -1},
-        edge_cases=log_softmax_backward_edge_cases,
-        tolerances=TOLERANCES,
-        error_scale=log_softmax_backward_error_scale,
-        inputs=(Input("y"), Input("dy")),
-        outputs=(Output("dx"),),
-        auto=LOG_SOFTMAX_BACKWARD_AUTO,
-        autograd=Autograd(save=lambda inputs, dx, kw: inputs, formula=log_softmax_double_backward),
-    )
-)
+LOG_SOFTMAX_BACKWARD = register_op(row_backward_op(
+    "log_softmax_backward", double_backward=log_softmax_double_backward,
+    reference=log_softmax_backward_reference, make_inputs=log_softmax_backward_inputs,
+    bytes_moved=log_softmax_backward_bytes, error_scale=log_softmax_backward_error_scale,
+    description="dx = dy - exp(y) * sum(dy), the gradient of log_softmax",
+    edge_cases=log_softmax_backward_edge_cases, tolerances=TOLERANCES,
+    auto=LOG_SOFTMAX_BACKWARD_AUTO,
+))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from kernel_lab.base.inputs import ALL_DTYPES, FLOAT_DTYPES, randn
-from kernel_lab.core.registry import Autograd, Input, Op, Output, register_op
+from kernel_lab.core.registry import register_op, row_backward_op, row_forward_op
 from kernel_lab.ops.softmax.auto import SOFTMAX_AUTO, SOFTMAX_BACKWARD_AUTO
 
 __all__ = ["ALL_DTYPES", "FLOAT_DTYPES", "SOFTMAX", "SOFTMAX_BACKWARD"]
@@ -77,34 +77,17 @@ def softmax_double_backward(saved, g, kw):
     return g * (dy - (y * dy).sum(dim, keepdim=True)) - dy * yg, y * (g - yg)
 
 
-SOFTMAX = register_op(
-    Op(
-        name="softmax",
-        reference=softmax_reference,
-        make_inputs=softmax_inputs,
-        bytes_moved=softmax_bytes,
-        description="softmax(x, dim): exp(x - max) / sum(exp(x - max))",
-        kwargs={"dim": -1},
-        edge_cases=softmax_edge_cases,
-        auto=SOFTMAX_AUTO,
-        # the backward needs y and dy, never x: keep the output only
-        autograd=Autograd(save=lambda inputs, y, kw: (y,), backward="softmax_backward",
-                          backward_inputs=lambda saved, dy, kw: (saved[0], dy)),
-    )
-)
+SOFTMAX = register_op(row_forward_op(
+    "softmax", backward="softmax_backward",
+    reference=softmax_reference, make_inputs=softmax_inputs, bytes_moved=softmax_bytes,
+    description="softmax(x, dim): exp(x - max) / sum(exp(x - max))",
+    edge_cases=softmax_edge_cases, auto=SOFTMAX_AUTO,
+))
 
-SOFTMAX_BACKWARD = register_op(
-    Op(
-        name="softmax_backward",
-        reference=softmax_backward_reference,
-        make_inputs=softmax_backward_inputs,
-        bytes_moved=softmax_backward_bytes,
-        description="dx = y * (dy - sum(dy * y)), the gradient of softmax",
-        kwargs={"dim": -1},
-        error_scale=softmax_backward_error_scale,
-        inputs=(Input("y"), Input("dy")),
-        outputs=(Output("dx"),),
-        auto=SOFTMAX_BACKWARD_AUTO,
-        autograd=Autograd(save=lambda inputs, dx, kw: inputs, formula=softmax_double_backward),
-    )
-)
+SOFTMAX_BACKWARD = register_op(row_backward_op(
+    "softmax_backward", double_backward=softmax_double_backward,
+    reference=softmax_backward_reference, make_inputs=softmax_backward_inputs,
+    bytes_moved=softmax_backward_bytes, error_scale=softmax_backward_error_scale,
+    description="dx = y * (dy - sum(dy * y)), the gradient of softmax",
+    auto=SOFTMAX_BACKWARD_AUTO,
+))
