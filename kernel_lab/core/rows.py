@@ -37,24 +37,52 @@ def normalize_dim(dim: int, ndim: int) -> int:
     return dim % span
 
 
+def _split_dim(args: tuple, inputs: int, dim: int) -> tuple[tuple, int]:
+    """(tensors, dim) of a row variant's call: ``inputs`` tensors, then ``dim`` by position or
+    by keyword."""
+    if len(args) == inputs:
+        return args, dim
+    if len(args) == inputs + 1:
+        return args[:inputs], args[inputs]
+    raise TypeError(f"expected {inputs} tensor(s) and an optional dim, got {len(args)} "
+                    "positional arguments")
+
+
 def row_op(math: Callable[..., torch.Tensor], inputs: int = 1) -> Callable[..., torch.Tensor]:
     """``math(*tensors, dim=dim)`` as a row variant called ``(*tensors, dim=-1)`` with ``inputs``
     tensors: ``dim`` checked as PyTorch checks it, and an empty input gives an empty output
     without calling ``math`` (for the decomposed and compiled variants, whose math needs rows)."""
 
     def over_rows(*args: torch.Tensor, dim: int = -1) -> torch.Tensor:
-        if len(args) == inputs + 1:  # dim given by position
-            *args, dim = args
-        elif len(args) != inputs:
-            raise TypeError(f"expected {inputs} tensor(s) and an optional dim, got {len(args)} "
-                            "positional arguments")
-        x = args[0]
+        tensors, dim = _split_dim(args, inputs, dim)
+        x = tensors[0]
         normalize_dim(dim, x.dim())
         if x.numel() == 0:
             return torch.empty_like(x)
-        return math(*args, dim=dim)
+        return math(*tensors, dim=dim)
 
     return over_rows
+
+
+def per_row(launch: Callable[..., None] | None = None, *, inputs: int = 1):
+    """Decorator: ``launch(out2d, *inputs2d)``, a kernel launch over (M, N) rows, as a variant
+    called ``(*tensors, dim=-1)`` with ``inputs`` tensors (:func:`rowwise` makes the views and
+    the output). ``@per_row`` or ``@per_row(inputs=2)``."""
+
+    def wrap(launch: Callable[..., None]) -> Callable[..., torch.Tensor]:
+        if inputs == 1:
+            def variant(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+                return rowwise(launch, x, dim=dim)
+        else:
+            def variant(*args: torch.Tensor, dim: int = -1) -> torch.Tensor:
+                tensors, dim = _split_dim(args, inputs, dim)
+                return rowwise(launch, *tensors, dim=dim)
+        variant.__name__ = variant.__qualname__ = launch.__name__
+        variant.__doc__, variant.__module__ = launch.__doc__, launch.__module__
+        variant.launch = launch
+        return variant
+
+    return wrap if launch is None else wrap(launch)
 
 
 Restore = Callable[[torch.Tensor], torch.Tensor]

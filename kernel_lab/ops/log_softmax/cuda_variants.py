@@ -21,7 +21,7 @@ import functools
 import torch
 
 from kernel_lab.core.registry import alias, registrar
-from kernel_lab.core.rows import as_rows, rowwise
+from kernel_lab.core.rows import as_rows, per_row
 from kernel_lab.cuda.archs import Arch, device_arch
 from kernel_lab.cuda.interop import i32
 from kernel_lab.cuda.rowkernels.backward_config import (
@@ -112,12 +112,10 @@ def _shape_on_this_gpu(x: torch.Tensor, dim: int = -1) -> str | None:
     source="cuda_src/fast_log_softmax.cu",
     check=_shape_on_this_gpu,
 )
-def fast_log_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    def launch(out, x2d):
-        cfg, phase = fast_choice(out, x2d)
-        fast_launch(out, x2d, cfg, phase, FORWARD_KERNELS)
-
-    return rowwise(launch, x, dim=dim)
+@per_row
+def fast_log_softmax(out, x2d):
+    cfg, phase = fast_choice(out, x2d)
+    fast_launch(out, x2d, cfg, phase, FORWARD_KERNELS)
 
 
 fast_log_softmax.launch_shape = functools.partial(fast_shape, prefix="log_softmax")
@@ -130,21 +128,18 @@ fast_log_softmax.launch_shape = functools.partial(fast_shape, prefix="log_softma
     "fused_softmax_backward's persistent clusters: read once, dx written once",
     source="cuda_src/fused_log_softmax_backward.cu",
 )
-def fused_log_softmax_backward(y: torch.Tensor, dy: torch.Tensor,
-                               dim: int = -1) -> torch.Tensor:
-    def launch(dx, y2d, dy2d):
-        aligned = vec_aligned(dx, y2d, dy2d)
-        phase = aligned or bool(same_vector_phase(dx, y2d, dy2d))
-        cfg = log_backward_config(dx.shape[1], y2d.dtype, aligned, phase,
-                                  device_arch(device_index(dx)))
-        if cfg.kind_of.grid != "rows":  # the shared persistent / chunk launch
-            backward_launch(dx, y2d, dy2d, cfg, aligned, phase=phase, kernels=BACKWARD_KERNELS)
-        else:
-            launch_rows(BACKWARD, cfg.expr(ctype(y2d.dtype), BACKWARD_KERNELS.prefix), dx,
-                        (y2d, dy2d), grid=dx.shape[0], block=cfg.threads,
-                        extra=(i32(int(phase)),))
-
-    return rowwise(launch, y, dy, dim=dim)
+@per_row(inputs=2)
+def fused_log_softmax_backward(dx, y2d, dy2d):
+    aligned = vec_aligned(dx, y2d, dy2d)
+    phase = aligned or bool(same_vector_phase(dx, y2d, dy2d))
+    cfg = log_backward_config(dx.shape[1], y2d.dtype, aligned, phase,
+                              device_arch(device_index(dx)))
+    if cfg.kind_of.grid != "rows":  # the shared persistent / chunk launch
+        backward_launch(dx, y2d, dy2d, cfg, aligned, phase=phase, kernels=BACKWARD_KERNELS)
+    else:
+        launch_rows(BACKWARD, cfg.expr(ctype(y2d.dtype), BACKWARD_KERNELS.prefix), dx,
+                    (y2d, dy2d), grid=dx.shape[0], block=cfg.threads,
+                    extra=(i32(int(phase)),))
 
 
 def log_backward_shape(n: int, dtype: torch.dtype, arch: Arch = TUNED_ARCH) -> str:

@@ -12,7 +12,7 @@ import triton
 
 from kernel_lab.core import triton_rows
 from kernel_lab.core.registry import registrar
-from kernel_lab.core.rows import rowwise
+from kernel_lab.core.rows import per_row
 from kernel_lab.core.triton_rows import rows_per_program
 from kernel_lab.ops.log_softmax.op import ALL_DTYPES
 from kernel_lab.triton_src import log_softmax as kernels
@@ -29,24 +29,22 @@ BACKWARD_BLOCK = 16384
     "triton_log_softmax",
     description="whole rows in registers up to 16K columns, tiled online (max, sum) beyond",
 )
-def triton_log_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    def launch(out, x2d):
-        m, n = x2d.shape
-        common = dict(IS_FP64=x2d.dtype == torch.float64)
-        if n <= ROWS_MAX_N:
-            block = triton.next_power_of_2(n)
-            rows = max(1, min(16, 2048 // block))
-            kernels.log_softmax_rows_kernel[(triton.cdiv(m, rows),)](
-                out, x2d, m, n, x2d.stride(0), BLOCK_N=block, ROWS=rows,
-                num_warps=triton_rows.num_warps(block * rows), **common,
-            )
-        else:
-            kernels.log_softmax_online_kernel[(m,)](
-                out, x2d, m, n, x2d.stride(0), BLOCK_N=ONLINE_BLOCK,
-                num_warps=triton_rows.num_warps(ONLINE_BLOCK), **common,
-            )
-
-    return rowwise(launch, x, dim=dim)
+@per_row
+def triton_log_softmax(out, x2d):
+    m, n = x2d.shape
+    common = dict(IS_FP64=x2d.dtype == torch.float64)
+    if n <= ROWS_MAX_N:
+        block = triton.next_power_of_2(n)
+        rows = max(1, min(16, 2048 // block))
+        kernels.log_softmax_rows_kernel[(triton.cdiv(m, rows),)](
+            out, x2d, m, n, x2d.stride(0), BLOCK_N=block, ROWS=rows,
+            num_warps=triton_rows.num_warps(block * rows), **common,
+        )
+    else:
+        kernels.log_softmax_online_kernel[(m,)](
+            out, x2d, m, n, x2d.stride(0), BLOCK_N=ONLINE_BLOCK,
+            num_warps=triton_rows.num_warps(ONLINE_BLOCK), **common,
+        )
 
 
 @triton_variant(
@@ -55,16 +53,12 @@ def triton_log_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     description="whole rows per program (several narrow ones), one read of y and dy when the "
     "row fits a 16K tile",
 )
-def triton_log_softmax_backward(
-    y: torch.Tensor, dy: torch.Tensor, dim: int = -1
-) -> torch.Tensor:
-    def launch(dx, y2d, dy2d):
-        m, n = y2d.shape
-        block = min(triton.next_power_of_2(n), BACKWARD_BLOCK)
-        rows = rows_per_program(n, block)
-        kernels.log_softmax_backward_kernel[(triton.cdiv(m, rows),)](
-            dx, y2d, dy2d, m, n, y2d.stride(0), dy2d.stride(0), BLOCK_N=block, ROWS=rows,
-            IS_FP64=y2d.dtype == torch.float64, num_warps=triton_rows.num_warps(block * rows),
-        )
-
-    return rowwise(launch, y, dy, dim=dim)
+@per_row(inputs=2)
+def triton_log_softmax_backward(dx, y2d, dy2d):
+    m, n = y2d.shape
+    block = min(triton.next_power_of_2(n), BACKWARD_BLOCK)
+    rows = rows_per_program(n, block)
+    kernels.log_softmax_backward_kernel[(triton.cdiv(m, rows),)](
+        dx, y2d, dy2d, m, n, y2d.stride(0), dy2d.stride(0), BLOCK_N=block, ROWS=rows,
+        IS_FP64=y2d.dtype == torch.float64, num_warps=triton_rows.num_warps(block * rows),
+    )

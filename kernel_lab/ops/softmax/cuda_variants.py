@@ -19,7 +19,7 @@ import functools
 import torch
 
 from kernel_lab.core.registry import registrar
-from kernel_lab.core.rows import as_rows, normalize_dim, rowwise
+from kernel_lab.core.rows import as_rows, normalize_dim, per_row
 from kernel_lab.cuda.archs import device_arch
 from kernel_lab.cuda.interop import i32
 from kernel_lab.cuda.rowkernels.backward_config import (
@@ -92,13 +92,11 @@ def _n(x: torch.Tensor, dim: int) -> int:
     description="one thread per row, three uncoalesced passes over global memory (baseline)",
     source="cuda_src/naive_softmax.cu",
 )
-def naive_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    def launch(out, x2d):
-        m = out.shape[0]
-        launch_rows(NAIVE, f"naive_softmax<{ctype(x2d.dtype)}>", out, (x2d,),
-                    grid=cdiv(m, 128), block=128)
-
-    return rowwise(launch, x, dim=dim)
+@per_row
+def naive_softmax(out, x2d):
+    m = out.shape[0]
+    launch_rows(NAIVE, f"naive_softmax<{ctype(x2d.dtype)}>", out, (x2d,),
+                grid=cdiv(m, 128), block=128)
 
 
 # -- 2. block per row ---------------------------------------------------------------------------
@@ -107,13 +105,11 @@ def naive_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     description="one block per row, shared-memory reductions, three coalesced passes",
     source="cuda_src/block_softmax.cu",
 )
-def block_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    def launch(out, x2d):
-        m, n = out.shape
-        launch_rows(BLOCK, f"block_softmax<{ctype(x2d.dtype)}>", out, (x2d,),
-                    grid=m, block=_row_threads(n))
-
-    return rowwise(launch, x, dim=dim)
+@per_row
+def block_softmax(out, x2d):
+    m, n = out.shape
+    launch_rows(BLOCK, f"block_softmax<{ctype(x2d.dtype)}>", out, (x2d,),
+                grid=m, block=_row_threads(n))
 
 
 # -- 3. warp per row ----------------------------------------------------------------------------
@@ -135,14 +131,12 @@ def warp_softmax_config(n: int) -> int:
     source="cuda_src/warp_softmax.cu",
     check=_warp_limit,
 )
-def warp_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    def launch(out, x2d):
-        m, n = out.shape
-        ept = warp_softmax_config(n)
-        launch_rows(WARP, f"warp_softmax<{ctype(x2d.dtype)}, {ept}>", out, (x2d,),
-                    grid=cdiv(m, 4), block=128)
-
-    return rowwise(launch, x, dim=dim)
+@per_row
+def warp_softmax(out, x2d):
+    m, n = out.shape
+    ept = warp_softmax_config(n)
+    launch_rows(WARP, f"warp_softmax<{ctype(x2d.dtype)}, {ept}>", out, (x2d,),
+                grid=cdiv(m, 4), block=128)
 
 
 # -- 4. online (max, sum) -------------------------------------------------------------------------
@@ -151,13 +145,11 @@ def warp_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     description="single online (max, sum) pass + one write pass; any N, stride, alignment",
     source="cuda_src/online_softmax.cu",
 )
-def online_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    def launch(out, x2d):
-        m, n = out.shape
-        launch_rows(ONLINE, f"online_softmax<{ctype(x2d.dtype)}>", out, (x2d,),
-                    grid=m, block=_row_threads(n))
-
-    return rowwise(launch, x, dim=dim)
+@per_row
+def online_softmax(out, x2d):
+    m, n = out.shape
+    launch_rows(ONLINE, f"online_softmax<{ctype(x2d.dtype)}>", out, (x2d,),
+                grid=m, block=_row_threads(n))
 
 
 # -- 5. row on chip, 16-byte vectors (shape: fast_config.vec_config) -----------------------------
@@ -169,16 +161,14 @@ def online_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     "(scalar fallback when misaligned; streaming two-pass beyond 128 KB rows)",
     source="cuda_src/vec_softmax.cu",
 )
-def vec_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    def launch(out, x2d):
-        m, n = out.shape
-        threads, vpt = vec_config(n, x2d.dtype)
-        t = ctype(x2d.dtype)
-        expr = f"vec_softmax<{t}, {vpt}>" if vpt else f"vec_softmax_stream<{t}>"
-        ok = i32(int(vec_aligned(x2d, out)))
-        launch_rows(VEC, expr, out, (x2d,), grid=m, block=threads, extra=(ok,))
-
-    return rowwise(launch, x, dim=dim)
+@per_row
+def vec_softmax(out, x2d):
+    m, n = out.shape
+    threads, vpt = vec_config(n, x2d.dtype)
+    t = ctype(x2d.dtype)
+    expr = f"vec_softmax<{t}, {vpt}>" if vpt else f"vec_softmax_stream<{t}>"
+    ok = i32(int(vec_aligned(x2d, out)))
+    launch_rows(VEC, expr, out, (x2d,), grid=m, block=threads, extra=(ok,))
 
 
 # -- backward -----------------------------------------------------------------------------------
@@ -188,15 +178,13 @@ def vec_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     description="y and dy kept in registers (16-byte loads): read once, dx written once",
     source="cuda_src/fused_softmax_backward.cu",
 )
-def fused_softmax_backward(y: torch.Tensor, dy: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    def launch(dx, y2d, dy2d):
-        aligned = vec_aligned(y2d, dy2d, dx)
-        phase = aligned or bool(same_vector_phase(dx, y2d, dy2d))
-        cfg = backward_config(dx.shape[1], y2d.dtype, aligned, phase,
-                              device_arch(device_index(dx)))
-        backward_launch(dx, y2d, dy2d, cfg, aligned, phase=phase, kernels=BACKWARD_KERNELS)
-
-    return rowwise(launch, y, dy, dim=dim)
+@per_row(inputs=2)
+def fused_softmax_backward(dx, y2d, dy2d):
+    aligned = vec_aligned(y2d, dy2d, dx)
+    phase = aligned or bool(same_vector_phase(dx, y2d, dy2d))
+    cfg = backward_config(dx.shape[1], y2d.dtype, aligned, phase,
+                          device_arch(device_index(dx)))
+    backward_launch(dx, y2d, dy2d, cfg, aligned, phase=phase, kernels=BACKWARD_KERNELS)
 
 
 fused_softmax_backward.launch_shape = functools.partial(backward_shape,
@@ -222,12 +210,10 @@ def _shape_on_this_gpu(x: torch.Tensor, dim: int = -1) -> str | None:
     source="cuda_src/fast_softmax.cu",
     check=_shape_on_this_gpu,
 )
-def fast_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    def launch(out, x2d):
-        cfg, phase = fast_choice(out, x2d)
-        fast_launch(out, x2d, cfg, phase, FAST_KERNELS)
-
-    return rowwise(launch, x, dim=dim)
+@per_row
+def fast_softmax(out, x2d):
+    cfg, phase = fast_choice(out, x2d)
+    fast_launch(out, x2d, cfg, phase, FAST_KERNELS)
 
 
 fast_softmax.launch_shape = functools.partial(fast_shape, prefix="fast_softmax")

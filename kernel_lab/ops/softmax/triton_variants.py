@@ -11,7 +11,7 @@ import triton
 
 from kernel_lab.core import triton_rows
 from kernel_lab.core.registry import registrar
-from kernel_lab.core.rows import rowwise
+from kernel_lab.core.rows import per_row
 from kernel_lab.core.triton_rows import rows_per_program
 from kernel_lab.ops.softmax.op import ALL_DTYPES
 from kernel_lab.triton_src import softmax as kernels
@@ -33,34 +33,30 @@ def _fused_limit(x: torch.Tensor, dim: int = -1) -> str | None:
     description="whole row per program in registers, several narrow rows per program",
     check=_fused_limit,
 )
-def triton_fused(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    def launch(out, x2d):
-        m, n = x2d.shape
-        block = triton.next_power_of_2(n)
-        rows = max(1, min(16, 2048 // block))
-        grid = (triton.cdiv(m, rows),)
-        kernels.softmax_fused_kernel[grid](
-            out, x2d, m, n, x2d.stride(0), BLOCK_N=block, ROWS=rows,
-            IS_FP64=x2d.dtype == torch.float64, num_warps=triton_rows.num_warps(block * rows),
-        )
-
-    return rowwise(launch, x, dim=dim)
+@per_row
+def triton_fused(out, x2d):
+    m, n = x2d.shape
+    block = triton.next_power_of_2(n)
+    rows = max(1, min(16, 2048 // block))
+    grid = (triton.cdiv(m, rows),)
+    kernels.softmax_fused_kernel[grid](
+        out, x2d, m, n, x2d.stride(0), BLOCK_N=block, ROWS=rows,
+        IS_FP64=x2d.dtype == torch.float64, num_warps=triton_rows.num_warps(block * rows),
+    )
 
 
 @triton_variant(
     "triton_online",
     description="row tiled over columns with a running (max, sum): any row length",
 )
-def triton_online(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    def launch(out, x2d):
-        m, n = x2d.shape
-        block = min(triton.next_power_of_2(n), 4096)
-        kernels.softmax_online_kernel[(m,)](
-            out, x2d, m, n, x2d.stride(0), BLOCK_N=block,
-            IS_FP64=x2d.dtype == torch.float64, num_warps=triton_rows.num_warps(block),
-        )
-
-    return rowwise(launch, x, dim=dim)
+@per_row
+def triton_online(out, x2d):
+    m, n = x2d.shape
+    block = min(triton.next_power_of_2(n), 4096)
+    kernels.softmax_online_kernel[(m,)](
+        out, x2d, m, n, x2d.stride(0), BLOCK_N=block,
+        IS_FP64=x2d.dtype == torch.float64, num_warps=triton_rows.num_warps(block),
+    )
 
 
 @triton_variant(
@@ -69,14 +65,12 @@ def triton_online(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     description="whole rows per program (several narrow ones), one read of y and dy when the "
     "row fits a 16K tile",
 )
-def triton_backward(y: torch.Tensor, dy: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    def launch(dx, y2d, dy2d):
-        m, n = y2d.shape
-        block = min(triton.next_power_of_2(n), 16384)
-        rows = rows_per_program(n, block)
-        kernels.softmax_backward_kernel[(triton.cdiv(m, rows),)](
-            dx, y2d, dy2d, m, n, y2d.stride(0), dy2d.stride(0), BLOCK_N=block, ROWS=rows,
-            IS_FP64=y2d.dtype == torch.float64, num_warps=triton_rows.num_warps(block * rows),
-        )
-
-    return rowwise(launch, y, dy, dim=dim)
+@per_row(inputs=2)
+def triton_backward(dx, y2d, dy2d):
+    m, n = y2d.shape
+    block = min(triton.next_power_of_2(n), 16384)
+    rows = rows_per_program(n, block)
+    kernels.softmax_backward_kernel[(triton.cdiv(m, rows),)](
+        dx, y2d, dy2d, m, n, y2d.stride(0), dy2d.stride(0), BLOCK_N=block, ROWS=rows,
+        IS_FP64=y2d.dtype == torch.float64, num_warps=triton_rows.num_warps(block * rows),
+    )
