@@ -42,13 +42,9 @@ def _compiled_step(h, w, t):
     return torch.nn.functional.cross_entropy((h @ w.T).float(), t)
 
 
-def steps(fused: bool) -> dict:
+def steps() -> dict:
     out = {"torch": _lab("torch_linear_cross_entropy"),
            "chunked": _lab("torch_chunked_linear_cross_entropy")}
-    if fused:  # opt-in: its backward's fp32 atomics into dweight are unmeasured at these sizes
-        out["fused (Triton)"] = lambda h, w, t: kernel_lab.linear_cross_entropy(
-            h, w, t, variant="triton_fused_linear_cross_entropy",
-            backward_variant="triton_fused_linear_cross_entropy_backward")
     out["torch.compile"] = CompiledPerSignature(_compiled_step)  # one graph per cell
     if peer_variants.LIGER() is None:
         out["Liger FLCE"] = peer_variants.liger_loss
@@ -112,9 +108,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--tokens", default=",".join(map(str, TOKENS)))
     p.add_argument("--dv", default=",".join(f"{d}x{v}" for d, v in CELLS))
     p.add_argument("--reps", type=int, default=5)
-    p.add_argument("--fused", action="store_true", help="also the fused Triton variant")
     a = p.parse_args(argv)
-    fns = steps(a.fused)
+    fns = steps()
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, bf16, one step "
           f"(forward + backward for hidden and weight); ms, TFLOP/s (6 T d V), x cuBLAS, "
           f"GiB peak above inputs and gradients")

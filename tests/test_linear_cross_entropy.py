@@ -12,8 +12,7 @@ from kernel_lab.core.reference import check
 from kernel_lab.ops.linear_cross_entropy import torch_variants
 from kernel_lab.ops.linear_cross_entropy.op import backward_reference, make_inputs, reference
 
-FORWARDS = ("torch_linear_cross_entropy", "torch_chunked_linear_cross_entropy",
-            "triton_fused_linear_cross_entropy", None)
+FORWARDS = ("torch_linear_cross_entropy", "torch_chunked_linear_cross_entropy", None)
 KEYWORDS = [
     {},
     {"reduction": "sum", "label_smoothing": 0.1},
@@ -80,10 +79,10 @@ def test_loss_and_gradients_match_float64(variant, kw, small_chunks):
 def test_bf16_true_class_gradient_and_loss(small_chunks):
     """bf16: the loss within bf16's rounding of the float64 answer, and the target logits'
     gradient (p_t - 1: where in-place rounding once lost up to 100 %, Liger PR 1329) within
-    bf16 tolerance, for the chunked (gradients in the forward) and the fused variants."""
+    bf16 tolerance, for the chunked variant (gradients in the forward) that "auto" runs."""
     h, w, t, _ = _inputs(40, 301, torch.bfloat16, 2)
     h[::3] *= 4  # confident rows: p_t near 1, the true class's gradient small
-    for variant in (None, "triton_fused_linear_cross_entropy"):
+    for variant in (None, "torch_chunked_linear_cross_entropy"):
         hh = h.clone().requires_grad_(True)
         ww = w.clone().requires_grad_(True)
         loss = kernel_lab.linear_cross_entropy(hh, ww, t, variant=variant, backward_variant=(
@@ -177,8 +176,7 @@ def test_empty_tokens():
 
 # -- GPU ----------------------------------------------------------------------------------------
 @needs_cuda
-@pytest.mark.parametrize("variant", ["torch_chunked_linear_cross_entropy",
-                                     "triton_fused_linear_cross_entropy"])
+@pytest.mark.parametrize("variant", ["torch_chunked_linear_cross_entropy"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_gpu_vocabulary_scale(variant, dtype):
     """256 tokens x d 512 x V 50257 (odd V, ragged last tile) with bias and softcap: loss and
@@ -216,14 +214,11 @@ def test_gpu_chunked_holds_an_eighth_of_the_baselines_memory():
     assert peaks["torch_chunked_linear_cross_entropy"] * 8 <= peaks["torch_linear_cross_entropy"]
 
 
-
-
-
-@pytest.mark.parametrize("variant", [None, "triton_fused_linear_cross_entropy"])
+@pytest.mark.parametrize("variant", [None, "torch_chunked_linear_cross_entropy"])
 def test_example_model_tracks_pytorchs_loss_curve(variant):
     """The tiny attention model with linear_cross_entropy as its head + loss: PyTorch's loss
-    curve step by step (the chunked variant with its gradients formed in the forward; the
-    fused Triton one, interpreted on CPU)."""
+    curve step by step ("auto": gradients formed in the forward; the named chunked variant:
+    its backward recomputes each chunk's logits)."""
     from kernel_lab.examples import train_tiny_attention as example
 
     cfg = example.Config(steps=12, device=DEVICE, loss="linear_cross_entropy")
