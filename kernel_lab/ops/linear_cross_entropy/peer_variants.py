@@ -25,11 +25,7 @@ import torch
 
 from kernel_lab.core.registry import registrar
 from kernel_lab.ops.linear_cross_entropy.op import check_inputs
-from kernel_lab.ops.linear_cross_entropy.torch_variants import (
-    check_call,
-    chunked_forward,
-    torch_linear_cross_entropy,
-)
+from kernel_lab.ops.linear_cross_entropy.torch_variants import checked_forward, chunked_forward
 from kernel_lab.ops.softmax.peer_variants import package_missing
 
 SOURCE = "kernel_lab/ops/linear_cross_entropy/peer_variants.py"
@@ -47,8 +43,19 @@ def _lse(hidden, weight, target, bias, ignore_index, softcap):
     return chunked_forward(hidden, weight, target, bias, ignore_index, "none", 0.0, softcap)[1]
 
 
-def _empty(hidden, weight):
-    return hidden.numel() == 0 or weight.shape[0] == 0
+def peer_forward(loss):
+    """A peer's forward variant: its ``loss(hidden, weight, target, bias, ignore_index,
+    reduction, label_smoothing, softcap)`` without autograd, the lse by the lab's chunked
+    forward (the training-step race, ``bench/lm_head.py``, calls ``loss`` itself)."""
+
+    @checked_forward
+    def forward(hidden, weight, t, bias, ignore_index, reduction, label_smoothing, softcap):
+        with torch.no_grad():
+            out = loss(hidden.detach(), weight.detach(), t, bias, ignore_index, reduction,
+                       label_smoothing, softcap)
+        return out.to(hidden.dtype), _lse(hidden, weight, t, bias, ignore_index, softcap)
+
+    return forward
 
 
 # -- Liger-Kernel -------------------------------------------------------------------------------
@@ -68,26 +75,13 @@ def _liger_check(*inputs, **kw) -> str | None:
     return LIGER() or check_inputs(*inputs, **kw)
 
 
-@peer_variant(
+peer_liger_linear_cross_entropy = peer_variant(
     "peer_liger_linear_cross_entropy",
     check=_liger_check,
     description="Liger-Kernel's fused linear cross entropy (chunked matmul, gradients in "
           "the forward); lse by the lab's chunked forward",
-)
-def peer_liger_linear_cross_entropy(hidden, weight, target, bias=None, ignore_index=-100,
-                                    reduction="mean", label_smoothing=0.0, softcap=0.0):
-    t = check_call(hidden, weight, target, bias, ignore_index, reduction, label_smoothing, softcap)
-    if _empty(hidden, weight):
-        return torch_linear_cross_entropy(hidden, weight, t, bias, ignore_index, reduction,
-                                          label_smoothing, softcap)
-    with torch.no_grad():
-        loss = liger_loss(hidden.detach(), weight.detach(), t, bias, ignore_index, reduction,
-                          label_smoothing, softcap)
-    return loss.to(hidden.dtype), _lse(hidden, weight, t, bias, ignore_index, softcap)
-
-
+)(peer_forward(liger_loss))
 peer_liger_linear_cross_entropy.peer_missing = LIGER
-peer_liger_linear_cross_entropy.step_loss = liger_loss
 
 
 # -- Cut Cross-Entropy --------------------------------------------------------------------------
@@ -110,23 +104,10 @@ def _cce_check(*inputs, label_smoothing=0.0, **kw) -> str | None:
     return check_inputs(*inputs, **kw)
 
 
-@peer_variant(
+peer_cce_linear_cross_entropy = peer_variant(
     "peer_cce_linear_cross_entropy",
-    check=_cce_check,
+    check=_cce_check,  # no bias, no label smoothing: refused before the loss is called
     description="Apple's Cut Cross-Entropy (Triton, online lse over vocabulary tiles, "
           "gradient filtering); lse by the lab's chunked forward",
-)
-def peer_cce_linear_cross_entropy(hidden, weight, target, bias=None, ignore_index=-100,
-                                  reduction="mean", label_smoothing=0.0, softcap=0.0):
-    t = check_call(hidden, weight, target, bias, ignore_index, reduction, label_smoothing, softcap)
-    if _empty(hidden, weight):
-        return torch_linear_cross_entropy(hidden, weight, t, bias, ignore_index, reduction,
-                                          label_smoothing, softcap)
-    with torch.no_grad():
-        loss = cce_loss(hidden.detach(), weight.detach(), t, None, ignore_index, reduction,
-                        0.0, softcap)
-    return loss.to(hidden.dtype), _lse(hidden, weight, t, bias, ignore_index, softcap)
-
-
+)(peer_forward(cce_loss))
 peer_cce_linear_cross_entropy.peer_missing = CCE
-peer_cce_linear_cross_entropy.step_loss = cce_loss

@@ -48,6 +48,45 @@ def _ce_kw(kw_ignore: int, eps: float, reduction: str) -> dict:
     return {"ignore_index": kw_ignore, "reduction": reduction, "label_smoothing": eps}
 
 
+def checked_forward(body):
+    """A forward variant from ``body(hidden, weight, target, bias, ignore_index, reduction,
+    label_smoothing, softcap)``: the inputs checked first, the target as int64, and a problem
+    with no tokens or no classes answered by the baseline (nothing to launch or compile)."""
+
+    def forward(hidden, weight, target, bias=None, ignore_index=-100, reduction="mean",
+                label_smoothing=0.0, softcap=0.0):
+        t = check_call(hidden, weight, target, bias, ignore_index, reduction, label_smoothing,
+                       softcap)
+        if hidden.numel() == 0 or weight.shape[0] == 0:
+            return torch_linear_cross_entropy(hidden, weight, t, bias, ignore_index, reduction,
+                                              label_smoothing, softcap)
+        return body(hidden, weight, t, bias, ignore_index, reduction, label_smoothing, softcap)
+
+    forward.__name__ = forward.__qualname__ = body.__name__
+    forward.__doc__ = body.__doc__
+    return forward
+
+
+def checked_backward(body):
+    """A backward variant from ``body(hidden, weight, target, bias, lse, grad, ignore_index,
+    reduction, label_smoothing, softcap)``: the inputs checked first, the target as int64, and
+    zero gradients for a problem with no tokens or no classes."""
+
+    def backward(hidden, weight, target, bias, lse, grad, ignore_index=-100, reduction="mean",
+                 label_smoothing=0.0, softcap=0.0):
+        t = check_call(hidden, weight, target, bias, ignore_index, reduction, label_smoothing,
+                       softcap)
+        if hidden.numel() == 0 or weight.shape[0] == 0:
+            db = torch.zeros_like(bias) if bias is not None else hidden.new_empty((0,))
+            return torch.zeros_like(hidden), torch.zeros_like(weight), db
+        return body(hidden, weight, t, bias, lse, grad, ignore_index, reduction,
+                    label_smoothing, softcap)
+
+    backward.__name__ = backward.__qualname__ = body.__name__
+    backward.__doc__ = body.__doc__
+    return backward
+
+
 @variant(
     "torch_linear_cross_entropy",
     backend="torch",
@@ -81,13 +120,9 @@ _compiled = CompiledPerSignature(linear_cross_entropy_math)
     needs_cuda=True,
     description="the matmul and the cross-entropy decomposition under torch.compile",
 )
-def compile_linear_cross_entropy(hidden, weight, target, bias=None, ignore_index=-100,
-                                 reduction="mean", label_smoothing=0.0, softcap=0.0):
-    target = check_call(hidden, weight, target, bias, ignore_index, reduction, label_smoothing,
-                      softcap)
-    if hidden.numel() == 0 or weight.shape[0] == 0:  # nothing to compile
-        return torch_linear_cross_entropy(hidden, weight, target, bias, ignore_index,
-                                          reduction, label_smoothing, softcap)
+@checked_forward
+def compile_linear_cross_entropy(hidden, weight, target, bias, ignore_index, reduction,
+                                 label_smoothing, softcap):
     return _compiled(hidden, weight, target, bias, ignore_index=ignore_index,
                      reduction=reduction, label_smoothing=label_smoothing, softcap=softcap)
 
@@ -107,27 +142,12 @@ def backward_math(hidden, weight, target, bias, lse, grad, ignore_index: int, re
     return dz @ weight, dz.T @ hidden, db
 
 
-def _empty_backward(hidden, weight, bias):
-    db = torch.zeros_like(bias) if bias is not None else hidden.new_empty((0,))
-    return torch.zeros_like(hidden), torch.zeros_like(weight), db
-
-
-@variant(
+torch_linear_cross_entropy_backward = variant(
     "torch_linear_cross_entropy_backward",
     op="linear_cross_entropy_backward",
     backend="torch",
     description="logits recomputed whole, dz by the cross-entropy formula, two matmuls",
-)
-def torch_linear_cross_entropy_backward(hidden, weight, target, bias, lse, grad,
-                                        ignore_index=-100, reduction="mean",
-                                        label_smoothing=0.0, softcap=0.0):
-    target = check_call(hidden, weight, target, bias, ignore_index, reduction, label_smoothing,
-                      softcap)
-    if hidden.numel() == 0 or weight.shape[0] == 0:
-        return _empty_backward(hidden, weight, bias)
-    return backward_math(hidden, weight, target, bias, lse, grad, ignore_index, reduction,
-                         label_smoothing, softcap)
-
+)(checked_backward(backward_math))
 
 _compiled_backward = CompiledPerSignature(backward_math)
 
@@ -139,13 +159,9 @@ _compiled_backward = CompiledPerSignature(backward_math)
     needs_cuda=True,
     description="the backward formula under torch.compile",
 )
-def compile_linear_cross_entropy_backward(hidden, weight, target, bias, lse, grad,
-                                          ignore_index=-100, reduction="mean",
-                                          label_smoothing=0.0, softcap=0.0):
-    target = check_call(hidden, weight, target, bias, ignore_index, reduction, label_smoothing,
-                      softcap)
-    if hidden.numel() == 0 or weight.shape[0] == 0:
-        return _empty_backward(hidden, weight, bias)
+@checked_backward
+def compile_linear_cross_entropy_backward(hidden, weight, target, bias, lse, grad, ignore_index,
+                                          reduction, label_smoothing, softcap):
     return _compiled_backward(hidden, weight, target, bias, lse, grad,
                               ignore_index=ignore_index, reduction=reduction,
                               label_smoothing=label_smoothing, softcap=softcap)
@@ -245,12 +261,9 @@ def chunked_forward(hidden, weight, target, bias, ignore_index: int, reduction: 
     description="cuBLAS over chunks of tokens, each chunk's loss by the lab's "
           "cross_entropy (auto): logits O(chunk x V)",
 )
-def torch_chunked_linear_cross_entropy(hidden, weight, target, bias=None, ignore_index=-100,
-                                       reduction="mean", label_smoothing=0.0, softcap=0.0):
-    check_call(hidden, weight, target, bias, ignore_index, reduction, label_smoothing, softcap)
-    if hidden.numel() == 0 or weight.shape[0] == 0:
-        return torch_linear_cross_entropy(hidden, weight, target, bias, ignore_index,
-                                          reduction, label_smoothing, softcap)
+@checked_forward
+def torch_chunked_linear_cross_entropy(hidden, weight, target, bias, ignore_index, reduction,
+                                       label_smoothing, softcap):
     return chunked_forward(hidden, weight, target, bias, ignore_index, reduction,
                            label_smoothing, softcap)
 
@@ -262,13 +275,10 @@ def torch_chunked_linear_cross_entropy(hidden, weight, target, bias=None, ignore
     description="logits recomputed chunk by chunk, dz by the lab's cross_entropy_backward "
           "(auto), dhidden and dweight by cuBLAS",
 )
-def torch_chunked_linear_cross_entropy_backward(hidden, weight, target, bias, lse, grad,
-                                                ignore_index=-100, reduction="mean",
-                                                label_smoothing=0.0, softcap=0.0):
-    t_all = check_call(hidden, weight, target, bias, ignore_index, reduction, label_smoothing,
-                     softcap)
-    if hidden.numel() == 0 or weight.shape[0] == 0:
-        return _empty_backward(hidden, weight, bias)
+@checked_backward
+def torch_chunked_linear_cross_entropy_backward(hidden, weight, t_all, bias, lse, grad,
+                                                ignore_index, reduction, label_smoothing,
+                                                softcap):
     acc = torch.float64 if hidden.dtype == torch.float64 else torch.float32
     g = grad.to(acc)
     if reduction == "mean":
