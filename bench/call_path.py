@@ -26,14 +26,14 @@ ROOT = Path(kernel_lab.__file__).resolve().parent
 # None: the registry, the data every layer reads (its Variant objects call their launchers)
 LAYERS = (
     ("__init__.py", 0), ("ops/*/api.py", 0), ("nn.py", 0),
-    ("custom_ops.py", 1),
-    ("plans.py", 2), ("dispatch.py", 2),
-    ("registry.py", None), ("errors.py", None), ("ops/*/auto.py", 4), ("ops/*/op.py", 4),
-    ("ops/*/*_variants.py", 4), ("rows.py", 4), ("rowkernels/*", 4), ("cuda/sources.py", 4),
-    ("triton_rows.py", 4), ("flag_words.py", 4), ("occupancy.py", 4), ("inputs.py", 4),
-    ("compiling.py", 4), ("triton_src/*", 4),
-    ("interop.py", 5),
-    ("jit.py", 6),
+    ("core/dropin.py", 1), ("core/custom_ops.py", 1),
+    ("core/plans.py", 2), ("core/dispatch.py", 2),
+    ("core/registry.py", None), ("base/*", None), ("ops/*/auto.py", 4), ("ops/*/op.py", 4),
+    ("ops/*/*_variants.py", 4), ("core/*", 4), ("cuda/rowkernels/*", 4), ("cuda/sources.py", 4),
+    ("cuda/flag_words.py", 4), ("cuda/occupancy.py", 4), ("cuda/archs.py", 4),
+    ("cuda/deferred.py", 4), ("triton_src/*", 4),
+    ("cuda/interop.py", 5),
+    ("cuda/jit.py", 6), ("cuda/cubins.py", 6),
 )
 
 
