@@ -319,6 +319,7 @@ def test_host_cells_are_judged_by_the_host_threshold_and_only_once():
         compare.parse_host_fail("median:ten")
 
 
+@pytest.mark.slow  # 78 s on an H100 machine's busy cores (two pytest-benchmark runs): the full tier
 def test_host_fail_judges_the_host_group_in_a_real_compare(tmp_path):
     """A stored host figure far below today's: --benchmark-compare-fail=median:5% alone fails
     naming the host cell; with --host-fail at a difference no ratio reaches, the compare passes."""

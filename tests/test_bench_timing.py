@@ -281,6 +281,7 @@ def test_gate_slowdown_edit_compiles_and_keeps_the_kernel(tmp_path):
     assert out is not None
 
 
+@pytest.mark.slow  # 106 s on an H100 machine's busy cores: the full tier
 def test_gate_host_edit_runs_the_same_and_costs_more(monkeypatch):
     """The host work the gate inserts into kernel_lab.run is valid Python there: run() still
     returns the same, with each repeat costing a measurable slice more; the verdict counts a

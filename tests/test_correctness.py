@@ -23,9 +23,10 @@ TEST_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
 
 # torch.compile compiles each new (shape, dtype): on an H100 beside 12 other workers 14-23 s a
-# case, 12 of the suite's 25 slowest tests. Its shape cases other than the smoke one are `slow`
-# (384 tests): the full tier and the README's plain run take them; `.ci/gpu`'s default tier
-# keeps the smoke case and the edge cases (as `check`'s default set does).
+# shape case, and 24-46 s a variant's edge cases in one dtype (each case a new signature; the
+# linear cross-entropy's backward the longest). Its shape cases other than the smoke one and its
+# edge cases are `slow`: the full tier and the README's plain run take them; `.ci/gpu`'s
+# default tier keeps each compile variant's smoke case in every dtype.
 
 
 def _params():
@@ -46,9 +47,11 @@ def _edge_params():
         if kernel_lab.get_op(op_name).edge_cases is None:
             continue
         for v in kernel_lab.variants(op_name):
+            slow = [pytest.mark.slow] if v.backend in PER_SHAPE_BACKENDS else []
             for dtype in TEST_DTYPES:
                 if dtype in v.dtypes:
-                    yield pytest.param(v.name, dtype, id=f"{v.name}-{dtype_name(dtype)}")
+                    yield pytest.param(v.name, dtype, id=f"{v.name}-{dtype_name(dtype)}",
+                                       marks=slow)
 
 
 def _skip_if_unsupported(v, inputs, kw):
