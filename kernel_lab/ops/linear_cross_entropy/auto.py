@@ -1,7 +1,6 @@
 """``variant="auto"`` for linear_cross_entropy and its backward: the chunked variant (cuBLAS
 matmuls over chunks of tokens, the lab's cross-entropy kernel per chunk) wherever it runs, which
-is every device; the fused Triton kernel only when asked for by name until the H200 sweep says
-it is faster."""
+is every device; the baseline (logits in memory) after it."""
 
 from __future__ import annotations
 
