@@ -11,7 +11,7 @@ persistent clusters and, past them, its rows in chunks, both with the log rule (
 same launcher: ``backward_config`` and ``backward_launch``), and a streaming kernel for the
 rest. Everything else -
 declaring the sources so CI compiles them, launching on torch's stream, dim/stride handling -
-is the lab's shared plumbing (``cuda_common``, ``rows.rowwise``).
+is the lab's shared plumbing (``cuda.sources``, ``rows.per_row``).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 One forward variant covers every row length: rows up to ``ROWS_MAX_N`` are held whole in
 registers (several narrow rows per program), longer rows take the tiled online kernel. Row
-handling (any dim, strides, empty tensors) is softmax's :func:`rowwise`.
+handling (any dim, strides, empty tensors) is :func:`kernel_lab.core.rows.per_row`'s.
 """
 
 from __future__ import annotations
