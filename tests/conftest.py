@@ -160,3 +160,14 @@ def _no_index_flag_left():
 
 
 needs_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
+
+
+def stagger_only(monkeypatch, kinds) -> None:
+    """For one test: the forward kinds named in ``kinds`` start their first wave in phases
+    (``Kind.staggered``), no other kind does."""
+    import dataclasses
+
+    from kernel_lab.cuda.rowkernels.kinds import KINDS
+
+    for name, kind in list(KINDS.items()):
+        monkeypatch.setitem(KINDS, name, dataclasses.replace(kind, staggered=name in kinds))

@@ -10,6 +10,9 @@ test_forward_launches_cpu.py.
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -386,3 +389,14 @@ def test_wide_config_keeps_what_shared_memory_holds():
     assert fc.wide_config(nw_bf16).label() == "wide 8x1024 keep 14"
     assert fc.wide_config(nw_fp32).label() == "wide 16x1024 keep 14"
     assert fc.wide_config(100, cluster=8, threads=64).vpt == 1  # short rows: one window each
+
+
+def test_kind_names_are_compared_only_in_the_kind_table():
+    """What differs by kind (its rule, staggering, grid, shared memory ...) is an attribute of its
+    object in rowkernels/kinds.py: no other module of the package tests a config's kind name."""
+    root = Path(fc.__file__).resolve().parents[2]  # kernel_lab/
+    compares = re.compile(r'\.kind (==|!=|in |not in )|\bkind (==|!=) "')
+    hits = [f"{p.relative_to(root)}:{i}" for p in sorted(root.rglob("*.py")) if p.name != "kinds.py"
+            for i, line in enumerate(p.read_text().splitlines(), 1) if compares.search(line)]
+    assert not hits, hits
+

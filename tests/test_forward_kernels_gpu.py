@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import HAS_CUDA
+from conftest import HAS_CUDA, stagger_only
 
 from kernel_lab.core.reference import check
 from kernel_lab.cuda import occupancy as pc
@@ -192,8 +192,8 @@ def _stagger_cases():
 def test_first_wave_phases_change_no_result(monkeypatch, dtype, cfg):
     """block, cluster and block_slots with more rows than are resident at once: the first wave
     starts in phases, the later rows at once. softmax and log_softmax match the float64
-    references and are the same bits as every row launched at once (the kind outside
-    STAGGERED_KINDS); outputs poisoned with NaN first."""
+    references and are the same bits as every row launched at once (the kind not staggered);
+    outputs poisoned with NaN first."""
     n = cfg.capacity() * vec_width(dtype) - fc.LINE_BYTES // dtype.itemsize - 3  # any line head
     gen = torch.Generator(device="cuda").manual_seed(1357 + cfg.threads)
     for kernels, ref_fn, tol in BOTH_OPS:
@@ -203,7 +203,7 @@ def test_first_wave_phases_change_no_result(monkeypatch, dtype, cfg):
         xs = torch.randn(m, n, device="cuda", generator=gen).to(dtype)
         outs = []
         for kinds in ({cfg.kind}, set()):
-            monkeypatch.setattr(rk, "STAGGERED_KINDS", kinds)
+            stagger_only(monkeypatch, kinds)
             out = torch.full_like(xs, float("nan"))
             rk.fast_launch(out, xs, cfg, kernels=kernels)
             outs.append(out)

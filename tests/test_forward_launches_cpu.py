@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from conftest import stagger_only
 
 from kernel_lab.cuda import occupancy as pc
 from kernel_lab.cuda.rowkernels import backward_config as bc
@@ -51,8 +52,8 @@ def test_block_slots_launch_opts_in_to_its_shared_memory(monkeypatch, threads, s
 
 def test_block_slots_first_wave_in_phases(monkeypatch):
     """block_slots (one CTA or a cluster) gets (wave_rows, wave_ns): the rows resident at once
-    (at most M) and their load time at FIRST_WAVE_BYTES_PER_NS; kinds outside STAGGERED_KINDS
-    and rows under STAGGER_MIN_ROW_BYTES launch every row at once (0, 0). CPU: the occupancy
+    (at most M) and their load time at FIRST_WAVE_BYTES_PER_NS; kinds not staggered and rows
+    under STAGGER_MIN_ROW_BYTES launch every row at once (0, 0). CPU: the occupancy
     answer and the launch are stubs."""
     from kernel_lab.cuda import occupancy as persistent
     from kernel_lab.cuda import sources
@@ -90,10 +91,10 @@ def test_block_slots_first_wave_in_phases(monkeypatch):
     src.loaded = "v2"  # reloaded: asked again (its registers, so its residency, may differ)
     rk.fast_launch(torch.empty_like(x), x, cfg, 1, rk.RowKernels(src, "fast_softmax"))
     assert asked == [5, 5]
-    monkeypatch.setattr(rk, "STAGGERED_KINDS", set())
+    stagger_only(monkeypatch, ())
     rk.fast_launch(torch.empty_like(x), x, cfg, 1, rk.RowKernels(src, "fast_softmax"))
     assert launches[-1][-2:] == (0, 0)
-    monkeypatch.setattr(rk, "STAGGERED_KINDS", {"block"})  # block: rows of >= 8 KB only
+    stagger_only(monkeypatch, ("block",))  # block: rows of >= 8 KB only
     for n, wave in ((4096, (5, 8192)), (4095, (0, 0)), (1024, (0, 0))):
         x = torch.zeros(5, n, dtype=torch.float16 if n == 4095 else torch.bfloat16)
         x = x.float() if n == 1024 else x

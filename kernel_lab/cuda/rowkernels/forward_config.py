@@ -18,7 +18,14 @@ import torch
 
 from kernel_lab.base.errors import UnsupportedInputError
 from kernel_lab.cuda.archs import ARCHS, Arch
-from kernel_lab.cuda.rowkernels.kinds import KINDS, SLOTS_KINDS, Kind
+from kernel_lab.cuda.rowkernels.kinds import (  # noqa: F401  (the limits: also read from here)
+    CHUNK_REG_MAX_THREADS,
+    KINDS,
+    MAX_CTA_SHARED,
+    SLOTS_CL,
+    SLOTS_KINDS,
+    Kind,
+)
 from kernel_lab.cuda.sources import ALL_DTYPES, cdiv, ctype, next_pow2, vec_width
 
 TUNED_ARCH = ARCHS["sm_90"]  # where every rule below was measured (H100, H200)
@@ -78,7 +85,6 @@ def cluster_shape(
 FAST_WARP = ((4, 1), (4, 2), (8, 2), (16, 2), (32, 1), (32, 2), (32, 4))  # (group, vpt)
 FAST_BLOCK_VPT = (2, 4, 8)
 BLOCK_SLOTS_VPT = 8  # block_slots: vectors per thread in registers, the rest in slots
-SLOTS_CL = (2, 4)  # block_slots on a cluster: the row over 2 or 4 CTAs
 FAST_CL = (2, 4, 8, 16)
 # 16-byte vectors per thread of the persist instantiations, by itemsize. A thread keeps at most
 # 64 exps in fp32 registers (kKeptFor, cuda_src/row_epilogues.cuh): fp16/bf16 x 16 softmax keeps
@@ -133,10 +139,8 @@ WIDE_CL = (8, 16)
 CHUNK_VPT = (2, 4)
 # chunks_reg: lag 1 with the waiting chunk in registers, shared memory only for the ``ahead``
 # chunks in flight; CTAs of <= CHUNK_REG_MAX_THREADS threads (two chunks' values each).
-CHUNK_REG_VPT = (4, 8)
-CHUNK_REG_MAX_THREADS = 512
+CHUNK_REG_VPT = (4, 8)  # (CHUNK_REG_MAX_THREADS: the kind's limit, in kinds.py)
 WIDE_MIN_KEPT = 0.75
-MAX_CTA_SHARED = 227 * 1024  # H100/H200: the most dynamic shared memory one CTA may take
 WIDE_KEEP_BYTES = MAX_CTA_SHARED
 
 
@@ -230,21 +234,9 @@ class FastConfig:
             raise ValueError(f"stages must be 1 or 2, not {self.stages}")
         if self.stages > 1 and not kind.staged:
             raise ValueError(f"stages apply to the persistent kernels, not {self.kind!r}")
-        if self.kind == "chunks" and not (self.lag >= 1 and 0 <= self.ahead <= 7):
-            raise ValueError(f"chunks need lag >= 1 and 0 <= ahead <= 7, not {self.lag}, "
-                             f"{self.ahead}")
-        if self.kind == "chunks_reg" and not (self.lag == 1 and 1 <= self.ahead <= 8
-                                              and self.threads <= CHUNK_REG_MAX_THREADS):
-            raise ValueError(f"chunks_reg needs lag 1, 1 <= ahead <= 8 and <= "
-                             f"{CHUNK_REG_MAX_THREADS} threads, not {self.lag}, {self.ahead}, "
-                             f"{self.threads}")
-        if self.kind in SLOTS_KINDS and self.cluster not in (1, *SLOTS_CL):
-            raise ValueError(f"{self.kind} runs on 1 CTA a row or clusters of {SLOTS_CL}, not "
-                             f"{self.cluster}")
-        if self.kind in SLOTS_KINDS and not (
-                0 <= self.slots and self.shared_mem() <= MAX_CTA_SHARED):
-            raise ValueError(f"{self.label()}: {self.shared_mem()} B of slots, more than a CTA "
-                             f"may take ({MAX_CTA_SHARED} B)")
+        why = kind.rule(self)
+        if why is not None:
+            raise ValueError(why)
 
     @property
     def kind_of(self) -> Kind:
@@ -262,11 +254,6 @@ class FastConfig:
     def shared_mem(self) -> int:
         """Dynamic shared memory per CTA: slots, prefetched rows, kept windows or chunk sets."""
         return KINDS[self.kind].shared_mem(self)
-
-    def chunk_sets(self) -> int:
-        """chunks: slot sets in shared memory - the chunk being reduced, ``lag`` waiting for
-        their rows, ``ahead`` in flight; chunks_reg: only the ``ahead`` in flight."""
-        return self.ahead if self.kind == "chunks_reg" else self.lag + 1 + self.ahead
 
     def label(self) -> str:
         return KINDS[self.kind].label(self)

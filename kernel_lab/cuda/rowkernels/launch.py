@@ -156,7 +156,7 @@ def fast_shape(n: int, dtype: torch.dtype, prefix: str, arch: Arch = TUNED_ARCH)
     """What the forward of kernel-name ``prefix`` (fast_softmax, log_softmax) launches for
     contiguous rows of n on ``arch`` (``python -m kernel_lab picks``): input and output in one
     phase, rows on 128-byte lines when n * itemsize is a multiple of 128. "phased start": the
-    launch's first wave starts in phases (STAGGERED_KINDS). "none": no shape holds the row
+    launch's first wave starts in phases (Kind.staggered). "none": no shape holds the row
     there."""
     try:
         cfg = fast_softmax_config(n, dtype, _contiguous_rows(n, dtype), True, arch=arch)
@@ -249,19 +249,14 @@ def fast_choice(out: torch.Tensor, x2d: torch.Tensor) -> tuple[FastConfig, int]:
     return cfg, phase
 
 
-# The kinds whose launch starts its first wave in 8 phases of its load time (block, cluster,
-# block_slots take the arguments; row_common.cuh, stagger_first_wave), for rows of at least
-# STAGGER_MIN_ROW_BYTES. A/B in one process (H200, M*N = 2^28): block_slots +0.6-2.7 points
-# (2-byte 128256-151936 94-95 -> 96-97.3 %), block +0.4-0.9 at 32K-64K, +0.2 at 4K-8K, level
-# (-0.2) at 2-byte 1024: short rows launch at once. The others (cluster: no pick uses it) launch
-# every row at once (wave_rows 0); tests change the set.
-STAGGERED_KINDS = {"block_slots", "block"}
+# Rows of at least this many bytes start a staggered kind's first wave in 8 phases of its load
+# time (Kind.staggered; row_common.cuh, stagger_first_wave): short rows launch at once.
 STAGGER_MIN_ROW_BYTES = 8192
 
 
 def _phased(cfg: FastConfig, row_bytes: int) -> bool:
     """Whether a launch of ``cfg`` on rows of ``row_bytes`` starts its first wave in phases."""
-    return cfg.kind in STAGGERED_KINDS and row_bytes >= STAGGER_MIN_ROW_BYTES
+    return cfg.kind_of.staggered and row_bytes >= STAGGER_MIN_ROW_BYTES
 
 
 _NO_WAVE = (i64(0), i64(0))
@@ -274,7 +269,7 @@ _WAVES_MAX = 4096
 
 def _wave(cfg: FastConfig, x2d: torch.Tensor, src, expr: str, m: int, n: int) -> tuple:
     """(wave_rows, wave_ns) of a block / cluster / block_slots launch over ``m`` rows of ``n``: its
-    first wave in phases (persistent.first_wave) for STAGGERED_KINDS and rows of at least
+    first wave in phases (persistent.first_wave) for staggered kinds and rows of at least
     STAGGER_MIN_ROW_BYTES, else (0, 0): every row at once."""
     row_bytes = n * x2d.element_size()
     if not _phased(cfg, row_bytes):
