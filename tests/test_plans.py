@@ -177,3 +177,28 @@ def test_native_matches_the_plan_cpu():
 @needs_cuda
 def test_native_matches_the_plan_cuda():
     _check_native_matches_the_plan("cuda")
+
+
+def test_runs_decides_once_per_signature(monkeypatch):
+    """plans.runs: the variant's check runs once per call signature (its verdict, a plan or a
+    refusal, kept in the plan cache apart from run()'s plans), again after a registration."""
+    from kernel_lab.core import dispatch, registry
+
+    asked = []
+    real = dispatch.can_run
+    monkeypatch.setattr(dispatch, "can_run", lambda v, *t, **kw: asked.append(v.name)
+                        or real(v, *t, **kw))
+    plans.clear()
+    x, t = torch.randn(4, 10), torch.tensor([1, 2, 3, 4])
+    assert plans.runs("torch_cross_entropy", (x, t, None), {})
+    assert plans.runs("torch_cross_entropy", (x, t, None), {})
+    assert asked == ["torch_cross_entropy"]
+    xi = x.int()  # integer logits: refused
+    assert not plans.runs("torch_cross_entropy", (xi, t, None), {})
+    assert not plans.runs("torch_cross_entropy", (xi, t, None), {})
+    assert asked == ["torch_cross_entropy"] * 2
+    out = kernel_lab.run("torch_cross_entropy", x, t, None)  # run()'s own plan, unaffected
+    torch.testing.assert_close(out[0], torch.nn.functional.cross_entropy(x, t))
+    monkeypatch.setattr(registry, "generation", registry.generation + 1)  # a registration
+    assert plans.runs("torch_cross_entropy", (x, t, None), {})
+    assert asked == ["torch_cross_entropy"] * 3

@@ -186,6 +186,22 @@ def for_variant(name: str, tensors: tuple, kw: dict) -> Plan:
     return plan
 
 
+_REFUSED = object()  # a signature's plan slot when the variant does not take it (:func:`runs`)
+
+
+def runs(name: str, tensors: tuple, kw: dict) -> bool:
+    """Whether variant ``name`` takes ``name(*tensors, **kw)`` here (``dispatch.can_run``),
+    decided once per call signature and kept in the one cache: the variant's plan, or a refusal
+    (a path that launches the variant's kernels itself, cross-entropy's in-place mode, asks)."""
+    key = (runs, name, *kw.items(), *signature(tensors))  # apart from run()'s plans
+    plan = _cache.get(key)
+    if plan is None or _generation != registry.generation:
+        variant = registry.get(name)
+        plan = _store(key, Plan(variant, replay=True)
+                      if dispatch.can_run(variant, *tensors, **kw) else _REFUSED)
+    return plan is not _REFUSED
+
+
 def for_op(op: str, variant: str, backward_variant: str, tensors: tuple, kw: dict,
            replay: bool = True) -> Plan:
     """The plan of a drop-in call of ``op`` by ``variant`` (a name or ``"auto"``), whose

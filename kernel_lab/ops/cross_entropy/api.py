@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from kernel_lab.base.errors import UnsupportedInputError, not_a_tensor, wrong_type
-from kernel_lab.core import custom_ops, dispatch, registry
+from kernel_lab.core import custom_ops, plans, registry
 from kernel_lab.cuda import deferred
 from kernel_lab.ops.cross_entropy.op import check_kwargs, check_targets, deferred_targets
 
@@ -56,11 +56,7 @@ def _fused_applies(logits, target, weight, variant, backward_variant) -> bool:
             and variant in (None, "auto", "cuda_cross_entropy")
             and backward_variant in (None, "auto", "cuda_cross_entropy_backward")
             and custom_ops.eager_fast_path(logits, target, weight)
-            and dispatch.can_run(_cuda_variant(), logits, target, weight))
-
-
-def _cuda_variant():
-    return registry.get("cuda_cross_entropy")
+            and plans.runs("cuda_cross_entropy", (logits, target, weight), {}))
 
 
 def _as_rows(logits: torch.Tensor, target: torch.Tensor):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from kernel_lab.base.inputs import acc_dtype
-from kernel_lab.core import dispatch
+from kernel_lab.core import dispatch, plans
 from kernel_lab.core.compiling import CompiledPerSignature
 from kernel_lab.core.dispatch import AUTO
 from kernel_lab.core.registry import registrar, trusted_inputs
@@ -187,15 +187,12 @@ def _chunks(hidden: torch.Tensor, vocab: int):
     return [(i, min(i + c, hidden.shape[0])) for i in range(0, hidden.shape[0], c)]
 
 
-def _in_place_ce(z: torch.Tensor) -> bool:
-    """Whether the CUDA cross-entropy kernel can write the chunk's gradient over its logits."""
-    from kernel_lab.core import registry
-
+def _in_place_ce(z: torch.Tensor, t: torch.Tensor) -> bool:
+    """Whether the CUDA cross-entropy kernel can write the chunk's gradient over its logits
+    (decided once per chunk signature: :func:`kernel_lab.core.plans.runs`)."""
     if not z.is_cuda or z.dtype == torch.float64:
         return False
-    v = registry.get("cuda_cross_entropy")
-    t = torch.empty(z.shape[0], dtype=torch.long, device=z.device)
-    return dispatch.can_run(v, z, t, None)
+    return plans.runs("cuda_cross_entropy", (z, t, None), {})
 
 
 def reduce_rows(loss_rows: torch.Tensor, target, ignore_index: int, reduction: str,
@@ -230,7 +227,7 @@ def chunked_forward(hidden, weight, target, bias, ignore_index: int, reduction: 
         h, t = hidden[a:b], t_all[a:b]
         z = logits(h, weight, bias, softcap)
         with trusted_inputs():
-            if with_grads and not softcap and _in_place_ce(z):
+            if with_grads and not softcap and _in_place_ce(z, t):
                 from kernel_lab.ops.cross_entropy.cuda_variants import fused_forward
 
                 loss_c, lse_c, dz = fused_forward(z, t, None, ignore_index, "none",
