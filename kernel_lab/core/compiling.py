@@ -1,4 +1,8 @@
-"""``torch.compile`` for benchmarks that must never be secretly eager."""
+"""``torch.compile`` for benchmarks that must never be secretly eager.
+
+Not a plan (:mod:`kernel_lab.core.plans`): a plan says which variant a lab call runs; this is
+the compile variants' own inside, what a compiled graph is per signature, and a variant called
+directly (the benchmark, ``check``) must get it too."""
 
 from __future__ import annotations
 
