@@ -103,8 +103,8 @@ def test_picks_cli_prints_every_arch(capsys):
 
 def test_picks_auto_column_is_the_arch_s_own():
     """picks --arch: the auto column asks the fast variants' shape check for that arch (meta
-    tensors, planning_for): fp32 rows of 2^21 have a fast shape on sm_90 only with clusters, so
-    sm_80 and sm_86 take the next preference; the planned arch is forgotten afterwards."""
+    tensors, as_if_on): fp32 rows of 2^21 have a fast shape on sm_90 only with clusters, so
+    sm_80 and sm_86 take the next preference; the assumed arch is forgotten afterwards."""
     from kernel_lab.cuda import archs
 
     n, dt = 1 << 21, torch.float32
@@ -113,7 +113,7 @@ def test_picks_auto_column_is_the_arch_s_own():
     for arch in ("sm_80", "sm_86"):
         assert picks.auto_choice("softmax", n, dt, arch=ARCHS[arch]) not in ("fast_softmax", "-")
         assert picks.auto_choice("softmax", 4096, dt, arch=ARCHS[arch]) == "fast_softmax"
-    assert archs.planned_arch() is None
+    assert archs.assumed_arch() is None
     header, rows = picks.pick_rows("softmax", dt, [n], arch=ARCHS["sm_86"])
     assert rows[0][1] != "fast_softmax" and "none on sm_86" in rows[0][header.index(
         "fast_softmax")]

@@ -1,5 +1,5 @@
-"""A new user's first hour on a CPU: `bench --device cpu` plans every preset to end within its
-budget (the plan is computed here, nothing is timed), a --shape too big for the CPU is refused
+"""A new user's first hour on a CPU: `bench --device cpu` cuts every preset to end within its
+budget (the cut is computed here, nothing is timed), a --shape too big for the CPU is refused
 in one line naming the flag, `bench` that times nothing exits non-zero with one line, and the
 progress of a long command (bench, check) prints an honest ETA, in a pipe at most one line a
 minute (driven here with a fake clock)."""
@@ -27,13 +27,13 @@ def _cli(*argv: str) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-# -- the CPU plan ------------------------------------------------------------------------------
+# -- the CPU's share ---------------------------------------------------------------------------
 
 @pytest.fixture
 def cpu_only_machine(monkeypatch):
-    """Plans as a machine without a GPU makes them, where Triton's interpreter runs the Triton
+    """Cuts as a machine without a GPU makes them, where Triton's interpreter runs the Triton
     variants on CPU tensors (the costliest cells). On a GPU machine Triton compiles for the GPU
-    and refuses CPU tensors, so a plan there would leave them out and cost less."""
+    and refuses CPU tensors, so a share there would leave them out and cost less."""
     from kernel_lab.checking import checker
     from kernel_lab.core import registry
 
@@ -50,46 +50,46 @@ def cpu_only_machine(monkeypatch):
 
 @pytest.mark.usefixtures("cpu_only_machine")
 @pytest.mark.parametrize("preset", sorted(bm.PRESETS))
-def test_cpu_plan_of_every_preset_fits_the_budget(preset):
+def test_cpu_share_of_every_preset_fits_the_budget(preset):
     pairs = bm.select(preset)
-    plan = bm.cpu_plan(pairs)
-    est = bm.plan_cost_s(plan.pairs)
-    assert plan.pairs and est == pytest.approx(plan.estimate_s)
-    assert est <= presets.CPU_PLAN_S < bm.CPU_BUDGET_S
-    assert plan.rounds == timing.CPU_ROUNDS
+    share = bm.cpu_share(pairs)
+    est = bm.share_cost_s(share.pairs)
+    assert share.pairs and est == pytest.approx(share.estimate_s)
+    assert est <= presets.CPU_SHARE_S < bm.CPU_BUDGET_S
+    assert share.rounds == timing.CPU_ROUNDS
     # every op of the preset stays, each cell is small, the note is one line naming the way out
-    assert {c.op for c, _ in plan.pairs} == {c.op for c, _ in pairs}
-    for c, _ in plan.pairs:
+    assert {c.op for c, _ in share.pairs} == {c.op for c, _ in pairs}
+    for c, _ in share.pairs:
         m, n = c.shape
         assert m <= presets.CPU_MAX_ROWS and (m * n <= presets.CPU_ELEMENTS or m == 1)
-    cells = {c for c, _ in plan.pairs}
-    assert plan.note.startswith(f"CPU: {len(cells)} of {len({c for c, _ in pairs})} cells")
-    assert "\n" not in plan.note and "--full-cpu" in plan.note and "--device cuda" in plan.note
+    cells = {c for c, _ in share.pairs}
+    assert share.note.startswith(f"CPU: {len(cells)} of {len({c for c, _ in pairs})} cells")
+    assert "\n" not in share.note and "--full-cpu" in share.note and "--device cuda" in share.note
     # the preset as a GPU sizes it (rows capped only to fit memory) is far past the budget
     from kernel_lab.measure.memory_caps import fit_cpu
 
-    assert bm.plan_cost_s(fit_cpu(pairs, False)[0], full=True) > bm.CPU_BUDGET_S
+    assert bm.share_cost_s(fit_cpu(pairs, False)[0], full=True) > bm.CPU_BUDGET_S
 
 
 @pytest.mark.usefixtures("cpu_only_machine")
 @pytest.mark.parametrize("preset", sorted(bm.PRESETS))
-def test_cpu_plan_fits_with_every_dtype_and_each_op(preset):
-    """Filters change the plan's cells, never its budget: every dtype asked for, or one op."""
-    both = bm.cpu_plan(bm.select(preset, dtypes_filter=["float32,bfloat16"]), dtypes_given=True)
+def test_cpu_share_fits_with_every_dtype_and_each_op(preset):
+    """Filters change the share's cells, never its budget: every dtype asked for, or one op."""
+    both = bm.cpu_share(bm.select(preset, dtypes_filter=["float32,bfloat16"]), dtypes_given=True)
     assert {c.dtype for c, _ in both.pairs} == {torch.float32, torch.bfloat16}
-    assert bm.plan_cost_s(both.pairs) <= presets.CPU_PLAN_S
+    assert bm.share_cost_s(both.pairs) <= presets.CPU_SHARE_S
     for op in bm.PRESETS[preset].ops or ():
-        one = bm.cpu_plan(bm.select(preset, ops_filter=[op]))
+        one = bm.cpu_share(bm.select(preset, ops_filter=[op]))
         assert {c.op for c, _ in one.pairs} == {op}
-        assert bm.plan_cost_s(one.pairs) <= presets.CPU_PLAN_S
+        assert bm.share_cost_s(one.pairs) <= presets.CPU_SHARE_S
 
 
 @pytest.mark.usefixtures("cpu_only_machine")
-def test_cpu_plan_spreads_row_lengths_and_keeps_the_seed_m_axis():
-    plan = bm.cpu_plan(bm.select("sweep", ops_filter=["softmax"]))
-    ns = sorted({c.shape[1] for c, _ in plan.pairs})
+def test_cpu_share_spreads_row_lengths_and_keeps_the_seed_m_axis():
+    share = bm.cpu_share(bm.select("sweep", ops_filter=["softmax"]))
+    ns = sorted({c.shape[1] for c, _ in share.pairs})
     assert ns[0] == 128 and ns[-1] == max(bm.SWEEP_N) and 2 < len(ns) < len(bm.SWEEP_N)
-    seed = bm.cpu_plan(bm.select("seed"))
+    seed = bm.cpu_share(bm.select("seed"))
     ms = sorted({c.shape[0] for c, _ in seed.pairs})
     assert len(ms) > 5 and ms[-1] == presets.CPU_MAX_ROWS  # M still varies, as the seed's point
     assert {c.shape[1] for c, _ in seed.pairs} == {128}
@@ -104,11 +104,11 @@ def test_a_shape_too_big_for_the_cpu_is_refused_naming_the_flag(capsys):
     smaller = re.search(r"e\.g\. (\d+)x32000", err)
     assert smaller, err
     fits = bm.select("quick", ops_filter=["softmax"], shapes_filter=[f"{smaller[1]}x32000"])
-    assert bm.plan_cost_s(fits) <= bm.CPU_BUDGET_S
+    assert bm.share_cost_s(fits) <= bm.CPU_BUDGET_S
     # a small --shape is kept as given, timed in the CPU's short rounds
-    plan = bm.cpu_plan(bm.select("quick", ops_filter=["softmax"], shapes_filter=["4x100"]),
+    share = bm.cpu_share(bm.select("quick", ops_filter=["softmax"], shapes_filter=["4x100"]),
                        shapes_given=True)
-    assert {c.shape for c, _ in plan.pairs} == {(4, 100)} and plan.rounds == timing.CPU_ROUNDS
+    assert {c.shape for c, _ in share.pairs} == {(4, 100)} and share.rounds == timing.CPU_ROUNDS
 
 
 def test_short_schedule_has_the_rounds_asked_for():

@@ -52,8 +52,8 @@ def case_seconds(v: registry.Variant) -> float:
 
 
 def case_weights(jobs) -> list[float]:
-    """Each planned case's weight for :class:`kernel_lab.measure.progress.RunProgress`, in run order
-    (``jobs``: (variant, dtype, labels) as :func:`check_main` plans them)."""
+    """Each case's weight for :class:`kernel_lab.measure.progress.RunProgress`, in run order
+    (``jobs``: (variant, dtype, labels) as :func:`check_main` lists them)."""
     weights, compiled = [], False
     for v, _, todo in jobs:
         for _ in todo:
@@ -133,7 +133,7 @@ def check_main(args) -> int:
     chosen = _chosen(args)
     with warnings.catch_warnings(record=True) as caught:  # shown only with --warnings
         warnings.simplefilter("default")  # each distinct warning once, recorded
-        # First the plan: which (variant, dtype, case) run here, so the bar counts only what
+        # First the cases: which (variant, dtype, case) run here, so the bar counts only what
         # runs (supports() never launches) and its ETA is not fooled by instant skips.
         jobs, skip_reasons, trimmed = [], Counter(), False
         for v in chosen:
@@ -143,7 +143,7 @@ def check_main(args) -> int:
                     trimmed = True
                     if dt != mine[0]:
                         continue
-                todo, skips = _plan_one(v, dt, device, seed, selection)
+                todo, skips = _cases_of(v, dt, device, seed, selection)
                 jobs.append((v, dt, todo))
                 skip_reasons.update(skips)
         table = Table(title=f"check on {device} (seed {seed}, {selection} cases)",
@@ -213,7 +213,7 @@ def _case_done(progress, v: registry.Variant, dtype: torch.dtype, print_times: b
     return done
 
 
-def _plan_one(v: registry.Variant, dtype: torch.dtype, device: str, seed: int,
+def _cases_of(v: registry.Variant, dtype: torch.dtype, device: str, seed: int,
               selection: str) -> tuple[list[str], Counter]:
     """The labels of the cases ``v`` runs here, and the reasons (counted) it skips the others.
     In the default set a per-shape compiler runs the smoke shape case and the first edge case
@@ -241,7 +241,7 @@ def _plan_one(v: registry.Variant, dtype: torch.dtype, device: str, seed: int,
 def _check_one(v: registry.Variant, dtype: torch.dtype, device: str, seed: int,
                selection: str, labels: list[str],
                advance=lambda label, seconds: None) -> tuple[list[str], str]:
-    """One (variant, dtype) over the cases named ``labels`` (of :func:`_plan_one`, same seed and
+    """One (variant, dtype) over the cases named ``labels`` (of :func:`_cases_of`, same seed and
     selection: the same inputs): its table row, and 'pass' or 'fail'."""
     import time
 

@@ -22,7 +22,7 @@ from typing import Sequence
 import torch
 
 from kernel_lab.core import registry
-from kernel_lab.cuda.archs import ARCHS, Arch, get_arch, planning_for
+from kernel_lab.cuda.archs import ARCHS, Arch, as_if_on, get_arch
 from kernel_lab.measure.benchmarking import ELEMENTS, SWEEP_N, dtype_name, parse_dtype
 
 
@@ -34,7 +34,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--n", default=",".join(map(str, sorted(SWEEP_N))),
                    help="comma-separated row lengths (default: the sweep preset's)")
     p.add_argument("--arch", action="append", metavar="SM",
-                   help="GPU generation(s) to plan for, repeatable or comma-separated: "
+                   help="GPU generation(s) to pick for, repeatable or comma-separated: "
                    f"{', '.join(ARCHS)} (default sm_90, the rules' own)")
     p.add_argument("--numel", default=str(ELEMENTS), metavar="ELEMENTS",
                    help="tensor size the auto column assumes, in elements: max(1, ELEMENTS // N) "
@@ -48,13 +48,13 @@ def auto_choice(op: str, n: int, dtype: torch.dtype, numel: int = ELEMENTS,
     tensor of ``max(1, numel // n)`` rows (CuPy assumed present): ``dispatch.first_preference``
     with the variants' size limits (``check``) in place of ``supports``, which a meta tensor
     cannot pass; on ``arch`` (default: the rules' own, sm_90), whose limits those checks ask
-    (``archs.planning_for``). "-" for an op whose pick needs its other inputs
+    (``archs.as_if_on``). "-" for an op whose pick needs its other inputs
     (linear_cross_entropy: the weight and the targets)."""
     from kernel_lab.core import dispatch
 
     x = torch.empty(max(1, numel // n), n, dtype=dtype, device="meta")
     kw = {"dim": -1} if "dim" in registry.get_op(op).kwargs else {}
-    with planning_for(arch) if arch is not None else contextlib.nullcontext():
+    with as_if_on(arch) if arch is not None else contextlib.nullcontext():
         try:
             return dispatch.first_preference(op, (x,), kw, lambda v: dtype in v.dtypes and (
                 v.check is None or v.check(x, **kw) is None)).name

@@ -1,7 +1,8 @@
 """Per-architecture limits of the NVIDIA GPUs the lab names, as data (no device query).
 
 For picking a kernel kind, a launch shape and a shared-memory size that a device can run, and
-for planning (``plan --arch``) and compile checks for a GPU that is not here. Values:
+for the picks and compile checks of a GPU that is not here (``picks --arch``, ``compile --arch``).
+Values:
 
 - shared memory per SM, reserved per block, resident blocks and threads per SM, clusters:
   CCCL's ``cuda/__device/arch_traits.h`` (``cuda::arch::traits<id::sm_XX>``; opt-in maximum
@@ -83,7 +84,7 @@ def get_arch(name: str) -> Arch:
 
 
 def nearest_arch(name: str) -> Arch | None:
-    """The limits to plan with for ``name`` ("sm_87"): its own, else those of the closest known
+    """The limits to pick with for ``name`` ("sm_87"): its own, else those of the closest known
     arch of the same major version below it (sm_87 -> sm_86, sm_103 -> sm_100); None before
     sm_80 (the kernels' cp.async needs sm_80)."""
     cc = int(name.strip().lower().removeprefix("sm_").removesuffix("a"))
@@ -92,7 +93,7 @@ def nearest_arch(name: str) -> Arch | None:
 
 
 _DEVICE_ARCH: dict[int, Arch] = {}
-_PLANNING = threading.local()  # planning_for's arch, per thread
+_ASSUMED = threading.local()  # as_if_on's arch, per thread
 
 
 def device_arch(device_index: int) -> Arch:
@@ -112,21 +113,21 @@ def device_arch(device_index: int) -> Arch:
     return got
 
 
-def planned_arch() -> Arch | None:
-    """The arch :func:`planning_for` plans for on this thread, or None (plan for the devices)."""
-    return getattr(_PLANNING, "arch", None)
+def assumed_arch() -> Arch | None:
+    """The arch :func:`as_if_on` assumes on this thread, or None (the devices' own)."""
+    return getattr(_ASSUMED, "arch", None)
 
 
 @contextlib.contextmanager
-def planning_for(arch: Arch) -> Iterator[None]:
+def as_if_on(arch: Arch) -> Iterator[None]:
     """Plan for ``arch`` on this thread (``picks --arch``): the fast variants' shape checks ask it,
     also for meta tensors, where no device can be asked."""
-    before = planned_arch()
-    _PLANNING.arch = arch
+    before = assumed_arch()
+    _ASSUMED.arch = arch
     try:
         yield
     finally:
-        _PLANNING.arch = before
+        _ASSUMED.arch = before
 
 
 def assume_device_arch(device_index: int, arch: Arch) -> None:

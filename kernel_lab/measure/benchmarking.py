@@ -95,13 +95,13 @@ from kernel_lab.measure.presets import (  # noqa: E402,F401  (re-exported: the s
     SWEEP_N,
     VOCAB_N,
     Cell,
-    CpuPlan,
+    CpuShare,
     Preset,
-    cpu_plan,
+    cpu_share,
     parse_shape,
-    plan_cost_s,
     run_cost_s,
     select,
+    share_cost_s,
     split_tokens,
 )
 
@@ -275,7 +275,7 @@ def prepare(variant: Variant, work: Workload, clock: Clock | None = None,
     """How a benchmark cell is timed (:func:`kernel_lab.measure.timing.prepare`: device time per
     call, eager calls or a CUDA graph per cell) and the CUDA-event median of eager bursts beside it.
     ``clock``: the timer pytest-benchmark holds for this cell (configured here);
-    ``cpu_rounds``: off CUDA, time that many short rounds (``bench``'s CPU plan)."""
+    ``cpu_rounds``: off CUDA, time that many short rounds (``bench``'s CPU share)."""
     fn = work.caller(variant)
     with trusted_inputs():
         if not work.device.startswith("cuda"):

@@ -4,7 +4,7 @@ before anything is allocated, and ``bench --device cpu --full-cpu`` caps the pre
 The presets size their shapes for a GPU (M*N = 2^28 elements: 1 GiB of fp32 a tensor, and the
 float64 reference and its intermediates several times that). With ``--full-cpu`` each preset
 shape keeps its row length N and gets fewer rows, M*N <= ``CPU_PRESET_ELEMENTS``; without it,
-:func:`kernel_lab.measure.presets.cpu_plan` picks a share of the cells that fits two minutes.
+:func:`kernel_lab.measure.presets.cpu_share` picks a share of the cells that fits two minutes.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """What a benchmark runs: the presets (shapes, dtypes, ops, variants), the (op, dtype, shape)
 cells, the command-line selection over the registry (``kernel_lab.measure.benchmarking.select``)
 and,
-on a CPU, the plan that cuts a preset to what ends within ``CPU_BUDGET_S`` (:func:`cpu_plan`)."""
+on a CPU, the share of a preset that ends within ``CPU_BUDGET_S`` (:func:`cpu_share`)."""
 
 from __future__ import annotations
 
@@ -145,14 +145,14 @@ def select(
     return out
 
 
-# -- the CPU plan: what `bench --device cpu` runs (without --full-cpu) ------------------------
+# -- the CPU's share: what `bench --device cpu` runs (without --full-cpu) ----------------------
 # The presets are sized for a GPU. On a CPU, Triton runs in its interpreter (milliseconds a
 # row: one program per row), torch.compile compiles each (shape, dtype) for seconds and the
 # numbers say nothing about kernels, so a CPU run exercises the harness instead: few, small
-# cells, short rounds, planned from the cost model below to end within CPU_BUDGET_S on 2 cores.
-# tests/test_cpu_front_door.py plans every preset and checks it against the budget, untimed.
+# cells, short rounds, chosen by the cost model below to end within CPU_BUDGET_S on 2 cores.
+# tests/test_cpu_front_door.py cuts every preset and checks it against the budget, untimed.
 CPU_BUDGET_S = 120.0  # wall seconds a `bench --device cpu` run may take on 2 cores
-CPU_PLAN_S = 75.0  # the plan's estimate stays under this: the rest is margin (a busy machine)
+CPU_SHARE_S = 75.0  # the share's estimate stays under this: the rest is margin (a busy machine)
 CPU_MAX_ROWS = 16  # rows of a CPU cell (a Triton program each, interpreted) ...
 CPU_ELEMENTS = 2**16  # ... and its M*N (at least one row)
 
@@ -197,7 +197,7 @@ def run_cost_s(cell: Cell, variant: Variant, *, full: bool = False,
     return cost
 
 
-def plan_cost_s(pairs: Sequence[tuple[Cell, Variant]], *, full: bool = False,
+def share_cost_s(pairs: Sequence[tuple[Cell, Variant]], *, full: bool = False,
                 here: dict[str, bool] | None = None) -> float:
     """Estimated wall seconds of a ``bench --device cpu`` process timing ``pairs``
     (``here``: variant name -> runs here, filled as asked: a cache to share)."""
@@ -255,7 +255,7 @@ def _spread(k: int) -> list[int]:
 
 
 @dataclass
-class CpuPlan:
+class CpuShare:
     """What ``bench --device cpu`` runs: the pairs, the rounds (None: the GPU's schedule), the
     estimate, and the one line that says what was cut."""
 
@@ -269,9 +269,9 @@ def _cells(pairs: Sequence[tuple[Cell, Variant]]) -> list[Cell]:
     return list(dict.fromkeys(c for c, _ in pairs))
 
 
-def cpu_plan(pairs: Sequence[tuple[Cell, Variant]], *, shapes_given: bool = False,
-             dtypes_given: bool = False, budget_s: float = CPU_PLAN_S) -> CpuPlan:
-    """The CPU's share of a selection (:func:`select`'s pairs), planned without timing.
+def cpu_share(pairs: Sequence[tuple[Cell, Variant]], *, shapes_given: bool = False,
+             dtypes_given: bool = False, budget_s: float = CPU_SHARE_S) -> CpuShare:
+    """The CPU's share of a selection (:func:`select`'s pairs), chosen without timing.
 
     Preset shapes: the first dtype only (unless ``--dtype`` chose), rows cut
     (:func:`cpu_rows`), then as many row lengths as fit ``budget_s``, spread over the preset's
@@ -282,18 +282,18 @@ def cpu_plan(pairs: Sequence[tuple[Cell, Variant]], *, shapes_given: bool = Fals
     """
     cells = _cells(pairs)
     if not cells:
-        return CpuPlan([], CPU_ROUNDS, plan_cost_s([]), "")
+        return CpuShare([], CPU_ROUNDS, share_cost_s([]), "")
     if shapes_given:
-        est = plan_cost_s(pairs)
+        est = share_cost_s(pairs)
         if est > CPU_BUDGET_S:
             big = max(cells, key=lambda c: c.shape[0] * c.shape[1])
             raise ValueError(
                 f"--shape {big.shape_id}: ~{minutes_text(est)} on a 2-core CPU (a CPU run is "
-                f"planned for {minutes_text(CPU_BUDGET_S)}): pass --full-cpu to time it anyway, "
+                f"meant for {minutes_text(CPU_BUDGET_S)}): pass --full-cpu to time it anyway, "
                 f"or a smaller --shape, e.g. {_fitting(pairs, big)}")
-        return CpuPlan(list(pairs), CPU_ROUNDS, est,
+        return CpuShare(list(pairs), CPU_ROUNDS, est,
                        f"CPU: {len(cells)} cells as given, {CPU_ROUNDS} rounds a run, "
-                       f"~{minutes_text(est)} planned; --full-cpu: the GPU's rounds")
+                       f"~{minutes_text(est)} estimated; --full-cpu: the GPU's rounds")
     first_dtype: dict[str, torch.dtype] = {}
     for c in cells:
         first_dtype.setdefault(c.op, c.dtype)
@@ -304,10 +304,10 @@ def cpu_plan(pairs: Sequence[tuple[Cell, Variant]], *, shapes_given: bool = Fals
     shapes = sorted({c.shape for c, _ in kept}, key=lambda s: (s[1], s[0]))
     here: dict[str, bool] = {}
     chosen: set[tuple[int, int]] = set()
-    est = plan_cost_s([])
+    est = share_cost_s([])
     for i in _spread(len(shapes)):
         trial = chosen | {shapes[i]}
-        cost = plan_cost_s([(c, v) for c, v in kept if c.shape in trial], here=here)
+        cost = share_cost_s([(c, v) for c, v in kept if c.shape in trial], here=here)
         # a row length that alone would take a quarter of the budget leaves room for no other
         if not chosen or (cost <= budget_s and cost - est <= budget_s / 4):
             chosen, est = trial, cost
@@ -319,8 +319,8 @@ def cpu_plan(pairs: Sequence[tuple[Cell, Variant]], *, shapes_given: bool = Fals
     size = (f"N = {_list(ns)}" if len(ns) > 1 else f"{_list(ms)} rows of {ns[0]}")
     note = (f"CPU: {n_cells} of {len(cells)} cells ({dts}; {size}; rows cut: <= "
             f"{CPU_MAX_ROWS}, M*N <= {CPU_ELEMENTS:,} or one row), {CPU_ROUNDS} rounds a run, "
-            f"~{minutes_text(est)} planned; all cells: --full-cpu (slow) or --device cuda")
-    return CpuPlan(out, CPU_ROUNDS, est, note)
+            f"~{minutes_text(est)} estimated; all cells: --full-cpu (slow) or --device cuda")
+    return CpuShare(out, CPU_ROUNDS, est, note)
 
 
 def _fitting(pairs: Sequence[tuple[Cell, Variant]], big: Cell) -> str:
@@ -330,7 +330,7 @@ def _fitting(pairs: Sequence[tuple[Cell, Variant]], big: Cell) -> str:
     while m > 1:
         m //= 2
         trial = [(replace(c, shape=(min(c.shape[0], m), c.shape[1])), v) for c, v in pairs]
-        if plan_cost_s(trial, here=here) <= CPU_BUDGET_S:
+        if share_cost_s(trial, here=here) <= CPU_BUDGET_S:
             break
     return f"{m}x{n}"
 

@@ -19,12 +19,12 @@ Decisions:
   ``--variants`` says; ``all`` adds them even when missing, ``none`` keeps the selection as is.
   A peer's skipped cell shows its ``supports()`` reason (e.g. ``N=50257 not a multiple of 8``):
   why a yardstick is absent from a shape is part of the comparison.
-* **On a CPU** (``--device cpu``) a preset is cut to a plan that ends within
-  ``CPU_BUDGET_S`` (2 min) on 2 cores (:func:`kernel_lab.measure.presets.cpu_plan`: the first dtype,
-  rows cut, as many row lengths as a cost model fits, 3 short rounds a run), said in one line
-  first; ``--full-cpu`` times every cell with the GPU's rounds. A ``--shape`` the plan cannot
+* **On a CPU** (``--device cpu``) a preset is cut to a share that ends within
+  ``CPU_BUDGET_S`` (2 min) on 2 cores (:func:`kernel_lab.measure.presets.cpu_share`: the first
+  dtype, rows cut, as many row lengths as a cost model fits, 3 short rounds a run), said in one line
+  first; ``--full-cpu`` times every cell with the GPU's rounds. A ``--shape`` the share cannot
   fit is refused in one line naming ``--full-cpu``. Progress: :mod:`kernel_lab.measure.progress` (an
-  ETA weighted by the plan's costs; one line a minute in a pipe). A CPU run that times nothing
+  ETA weighted by the share's costs; one line a minute in a pipe). A CPU run that times nothing
   exits 1; ``bench`` without a GPU and without ``--device cpu`` exits 2, in one line. The GPU
   path is unchanged.
 * :func:`render_tables`, :func:`write_results` and :func:`plot_results` take plain
@@ -99,8 +99,8 @@ def run_sweep(pairs: Sequence[tuple[bm.Cell, bm.Variant]], device: str,
               copy_gbps: float, progress=None, cpu_rounds: int | None = None,
               finished=None) -> list[Record]:
     """Vet and time every (cell, variant) pair; ``progress(done, description)`` before each,
-    ``finished()`` after each; ``cpu_rounds``: off CUDA, that many short rounds a run (the CPU
-    plan)."""
+    ``finished()`` after each; ``cpu_rounds``: off CUDA, that many short rounds a run (the CPU's
+    share)."""
     cache = bm.WorkloadCache(device)
     records = []
     for i, (cell, variant) in enumerate(pairs):
@@ -324,8 +324,8 @@ def write_results(records: Sequence[Record], meta: dict, out_dir: Path, stem: st
 def main(args: argparse.Namespace) -> int:
     """Run the sweep. 0: all timed or skipped; 1: some variant wrong/crashed, or (``--device
     cpu``) nothing timed; 2: bad arguments, a --shape the CPU cannot take, or no GPU for
-    ``--device cuda``. On a CPU the preset is cut to a plan that ends within
-    ``CPU_BUDGET_S`` (:func:`kernel_lab.measure.presets.cpu_plan`) unless ``--full-cpu``."""
+    ``--device cuda``. On a CPU the preset is cut to a share that ends within
+    ``CPU_BUDGET_S`` (:func:`kernel_lab.measure.presets.cpu_share`) unless ``--full-cpu``."""
     import shutil
 
     from rich.console import Console
@@ -335,7 +335,7 @@ def main(args: argparse.Namespace) -> int:
     console = Console(width=max(160, shutil.get_terminal_size().columns))
     if args.device == "cuda" and not bm.has_cuda():
         print(f"kernel_lab bench: nothing timed: {bm.NO_GPU} on this machine; pass --device cpu "
-              "to time the CPU (a short plan of the preset, CPU-sized shapes)", file=sys.stderr)
+              "to time the CPU (a short share of the preset, CPU-sized shapes)", file=sys.stderr)
         return 2
     try:
         pairs = bm.select(args.preset, ops_filter=args.op, variants_filter=args.variants,
@@ -345,23 +345,23 @@ def main(args: argparse.Namespace) -> int:
         return 2
     cpu = args.device == "cpu"
     full_cpu = getattr(args, "full_cpu", False)
-    plan = None
-    if cpu:  # presets sized for a GPU: plan a short CPU run, refuse a --shape too big
+    share = None
+    if cpu:  # presets sized for a GPU: a short CPU run, a --shape too big refused
         from kernel_lab.measure.memory_caps import fit_cpu
 
         try:
             if full_cpu or args.shape:  # memory: cap preset rows, refuse a huge --shape
                 pairs, note = fit_cpu(pairs, bool(args.shape))
             if not full_cpu:
-                plan = bm.cpu_plan(pairs, shapes_given=bool(args.shape),
+                share = bm.cpu_share(pairs, shapes_given=bool(args.shape),
                                    dtypes_given=bool(args.dtype))
-                pairs, note = plan.pairs, plan.note
+                pairs, note = share.pairs, share.note
         except ValueError as e:
             print(f"kernel_lab bench: {e}", file=sys.stderr)
             return 2
         if full_cpu:
             note = ((note + "; ") if note else "") + (
-                f"--full-cpu: ~{minutes_text(bm.plan_cost_s(pairs, full=True))} "
+                f"--full-cpu: ~{minutes_text(bm.share_cost_s(pairs, full=True))} "
                 "planned on 2 cores")
         if note:
             console.print(note, markup=False, soft_wrap=True)
@@ -376,7 +376,7 @@ def main(args: argparse.Namespace) -> int:
     console.print(f"{bm.device_label(args.device)}: device copy {copy:,.0f} GB/s; "
                   f"{len(pairs)} runs ({chosen})", markup=False)
     if cpu:
-        records = _run_cpu(pairs, copy, console, plan.rounds if plan else None,
+        records = _run_cpu(pairs, copy, console, share.rounds if share else None,
                            full=full_cpu)
     else:
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -396,8 +396,8 @@ def main(args: argparse.Namespace) -> int:
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
     meta = {"preset": shape_set, "device": args.device, "copy_gbps": copy,
             "created_utc": stamp, "argv": sys.argv, **bm.machine_info(args.device)}
-    if cpu:  # what the CPU plan (or --full-cpu) cut, as its first line said
-        meta["cpu_plan"] = note or ""
+    if cpu:  # what the CPU's share (or --full-cpu) cut, as its first line said
+        meta["cpu_share"] = note or ""
     paths = write_results(records, meta, args.out or default_out_dir(),
                           f"bench-{shape_set}-{args.device}-{stamp}")
     for p in paths:
@@ -412,7 +412,7 @@ def _run_cpu(pairs: Sequence[tuple[bm.Cell, bm.Variant]], copy: float, console,
              rounds: int | None, full: bool = False) -> list[Record]:
     """:func:`run_sweep` on the CPU with :class:`kernel_lab.measure.progress.RunProgress`: a bar
     with
-    an ETA weighted by each run's planned cost in a terminal, a line a minute in a pipe."""
+    an ETA weighted by each run's estimated cost in a terminal, a line a minute in a pipe."""
     from kernel_lab.measure.progress import RunProgress
 
     here = {v.name: runs_on_cpu(v) for _, v in pairs}

@@ -281,7 +281,7 @@ def _replay_seconds(replay: Callable[[], Any], clock: Clock, n: int = 3) -> floa
 
 def prepare_cpu(fn: Callable[[], Any], rounds: int | None = None) -> Timing:
     """Off CUDA: the same rounds on ``perf_counter`` (exercises the harness; no kernel figure).
-    ``rounds``: exactly that many rounds of >= CPU_ROUND_S (``bench``'s CPU plan) instead."""
+    ``rounds``: exactly that many rounds of >= CPU_ROUND_S (``bench``'s CPU share) instead."""
     s = (schedule(fn, time.perf_counter) if rounds is None
          else short_schedule(fn, time.perf_counter, rounds))
     return Timing(fn, replace(s, method="cpu"), time.perf_counter)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from kernel_lab.cuda.archs import Arch, device_arch, planned_arch
+from kernel_lab.cuda.archs import Arch, assumed_arch, device_arch
 from kernel_lab.cuda.flag_words import flag_words
 from kernel_lab.cuda.interop import i32, i64
 from kernel_lab.cuda.occupancy import allow_non_portable_cluster, first_wave, persistent_grid
@@ -143,7 +143,7 @@ def backward_shape(n: int, dtype: torch.dtype, prefix: str, arch: Arch = TUNED_A
 
 
 def backward_shape_note(cfg: BackwardConfig, n: int, dtype: torch.dtype) -> str:
-    """For a ``chunks`` plan: how many chunks a contiguous row is cut into, and that the launch
+    """For a ``chunks`` config: how many chunks a contiguous row is cut into, and that the launch
     streams the rows on a GPU holding fewer resident CTAs + 1 (only the launcher knows; an H200
     holds 132 of 512 threads, 264 of 256)."""
     if cfg.kind_of.grid != "chunks":
@@ -172,7 +172,7 @@ def fast_shape_missing(x2d: torch.Tensor) -> str | None:
     ``x2d`` on its GPU's arch (before sm_90, long rows whose shapes need clusters), asked with
     the flags fast_choice will see (the output: a fresh, aligned (M, N)); or why the GPU is too
     old (before sm_80: no cp.async). An arch with every shape (sm_90, sm_100) is not asked."""
-    arch = planned_arch()  # picks --arch: that arch, for any tensor (meta included)
+    arch = assumed_arch()  # picks --arch: that arch, for any tensor (meta included)
     if arch is None:
         if x2d.device.type != "cuda":
             return None
