@@ -23,7 +23,7 @@ TEST_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
 
 # torch.compile compiles each new (shape, dtype): on an H100 beside 12 other workers 14-23 s a
-# shape case, and 24-46 s a variant's edge cases in one dtype (each case a new signature; the
+# shape case, and 71-138 s a variant's edge cases over its dtypes (each case a new signature; the
 # linear cross-entropy's backward the longest). Its shape cases other than the smoke one and its
 # edge cases are `slow`: the full tier and the README's plain run take them; `.ci/gpu`'s
 # default tier keeps each compile variant's smoke case in every dtype.
