@@ -144,3 +144,15 @@ def test_compile_never_silently_falls_back_to_eager():
     from torch import _dynamo
 
     assert _dynamo.config.error_on_recompile is False  # the user's global config is untouched
+
+
+def test_every_launcher_names_where_its_code_is():
+    """``kernel_lab list`` shows ``module.qualname`` of each variant's function: for the lab's
+    variants a module of kernel_lab/ops/ that defines it, never a wrapper's (rows.row_op,
+    per_row, the linear loss's checks): one hop from a variant's name to its code."""
+    import importlib
+
+    for v in kernel_lab.variants():
+        mod, qual = v.fn.__module__, v.fn.__qualname__
+        assert mod.startswith("kernel_lab.ops.") and "<locals>" not in qual, (v.name, mod, qual)
+        assert hasattr(importlib.import_module(mod), qual.split(".")[0]), (v.name, mod, qual)

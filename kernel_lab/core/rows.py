@@ -61,6 +61,9 @@ def row_op(math: Callable[..., torch.Tensor], inputs: int = 1) -> Callable[..., 
             return torch.empty_like(x)
         return math(*tensors, dim=dim)
 
+    named = getattr(math, "fn", math)  # a CompiledPerSignature: the function it compiles
+    over_rows.__module__, over_rows.__qualname__ = named.__module__, named.__qualname__
+    over_rows.__name__, over_rows.__doc__ = named.__name__, named.__doc__
     return over_rows
 
 

@@ -48,14 +48,15 @@ def peer_forward(loss):
     reduction, label_smoothing, softcap)`` without autograd, the lse by the lab's chunked
     forward (the training-step race, ``bench/lm_head.py``, calls ``loss`` itself)."""
 
-    @checked_forward
     def forward(hidden, weight, t, bias, ignore_index, reduction, label_smoothing, softcap):
         with torch.no_grad():
             out = loss(hidden.detach(), weight.detach(), t, bias, ignore_index, reduction,
                        label_smoothing, softcap)
         return out.to(hidden.dtype), _lse(hidden, weight, t, bias, ignore_index, softcap)
 
-    return forward
+    forward.__module__, forward.__qualname__, forward.__name__ = (
+        loss.__module__, loss.__qualname__, loss.__name__)  # where the peer's call is
+    return checked_forward(forward)
 
 
 # -- Liger-Kernel -------------------------------------------------------------------------------

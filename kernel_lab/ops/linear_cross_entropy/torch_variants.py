@@ -62,8 +62,7 @@ def checked_forward(body):
                                               label_smoothing, softcap)
         return body(hidden, weight, t, bias, ignore_index, reduction, label_smoothing, softcap)
 
-    forward.__name__ = forward.__qualname__ = body.__name__
-    forward.__doc__ = body.__doc__
+    _named_as(forward, body)
     return forward
 
 
@@ -82,9 +81,15 @@ def checked_backward(body):
         return body(hidden, weight, t, bias, lse, grad, ignore_index, reduction,
                     label_smoothing, softcap)
 
-    backward.__name__ = backward.__qualname__ = body.__name__
-    backward.__doc__ = body.__doc__
+    _named_as(backward, body)
     return backward
+
+
+def _named_as(wrapper, body) -> None:
+    """The wrapper answers to the body's name, module and doc (``kernel_lab list`` shows where a
+    variant's code is from them)."""
+    wrapper.__module__, wrapper.__qualname__ = body.__module__, body.__qualname__
+    wrapper.__name__, wrapper.__doc__ = body.__name__, body.__doc__
 
 
 @variant(
