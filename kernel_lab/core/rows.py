@@ -82,7 +82,6 @@ def per_row(launch: Callable[..., None] | None = None, *, inputs: int = 1):
                 return rowwise(launch, *tensors, dim=dim)
         variant.__name__ = variant.__qualname__ = launch.__name__
         variant.__doc__, variant.__module__ = launch.__doc__, launch.__module__
-        variant.launch = launch
         return variant
 
     return wrap if launch is None else wrap(launch)
