@@ -37,6 +37,14 @@ def normalize_dim(dim: int, ndim: int) -> int:
     return dim % span
 
 
+def named_as(wrapper: Callable, fn: Callable) -> Callable:
+    """``wrapper`` (a variant made from ``fn`` by a helper) answers to ``fn``'s name, module and
+    doc: ``kernel_lab list`` shows where a variant's code is from them. Returns ``wrapper``."""
+    wrapper.__module__, wrapper.__qualname__ = fn.__module__, fn.__qualname__
+    wrapper.__name__, wrapper.__doc__ = fn.__name__, fn.__doc__
+    return wrapper
+
+
 def _split_dim(args: tuple, inputs: int, dim: int) -> tuple[tuple, int]:
     """(tensors, dim) of a row variant's call: ``inputs`` tensors, then ``dim`` by position or
     by keyword."""
@@ -61,10 +69,8 @@ def row_op(math: Callable[..., torch.Tensor], inputs: int = 1) -> Callable[..., 
             return torch.empty_like(x)
         return math(*tensors, dim=dim)
 
-    named = getattr(math, "fn", math)  # a CompiledPerSignature: the function it compiles
-    over_rows.__module__, over_rows.__qualname__ = named.__module__, named.__qualname__
-    over_rows.__name__, over_rows.__doc__ = named.__name__, named.__doc__
-    return over_rows
+    # a CompiledPerSignature answers for the function it compiles
+    return named_as(over_rows, getattr(math, "fn", math))
 
 
 def per_row(launch: Callable[..., None] | None = None, *, inputs: int = 1):
@@ -80,9 +86,7 @@ def per_row(launch: Callable[..., None] | None = None, *, inputs: int = 1):
             def variant(*args: torch.Tensor, dim: int = -1) -> torch.Tensor:
                 tensors, dim = _split_dim(args, inputs, dim)
                 return rowwise(launch, *tensors, dim=dim)
-        variant.__name__ = variant.__qualname__ = launch.__name__
-        variant.__doc__, variant.__module__ = launch.__doc__, launch.__module__
-        return variant
+        return named_as(variant, launch)
 
     return wrap if launch is None else wrap(launch)
 

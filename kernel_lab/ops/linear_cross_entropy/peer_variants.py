@@ -24,6 +24,7 @@ import functools
 import torch
 
 from kernel_lab.core.registry import registrar
+from kernel_lab.core.rows import named_as
 from kernel_lab.ops.linear_cross_entropy.op import check_inputs
 from kernel_lab.ops.linear_cross_entropy.torch_variants import checked_forward, chunked_forward
 from kernel_lab.ops.softmax.peer_variants import package_missing
@@ -54,9 +55,7 @@ def peer_forward(loss):
                        label_smoothing, softcap)
         return out.to(hidden.dtype), _lse(hidden, weight, t, bias, ignore_index, softcap)
 
-    forward.__module__, forward.__qualname__, forward.__name__ = (
-        loss.__module__, loss.__qualname__, loss.__name__)  # where the peer's call is
-    return checked_forward(forward)
+    return checked_forward(named_as(forward, loss))  # where the peer's call is
 
 
 # -- Liger-Kernel -------------------------------------------------------------------------------

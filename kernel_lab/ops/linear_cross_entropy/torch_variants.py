@@ -11,6 +11,7 @@ from kernel_lab.core import dispatch, plans
 from kernel_lab.core.compiling import CompiledPerSignature
 from kernel_lab.core.dispatch import AUTO
 from kernel_lab.core.registry import registrar, trusted_inputs
+from kernel_lab.core.rows import named_as
 from kernel_lab.ops.cross_entropy.op import cross_entropy_backward_math
 from kernel_lab.ops.cross_entropy.torch_variants import cross_entropy_math, torch_cross_entropy
 from kernel_lab.ops.linear_cross_entropy.op import DTYPES, check_all, check_inputs
@@ -62,8 +63,7 @@ def checked_forward(body):
                                               label_smoothing, softcap)
         return body(hidden, weight, t, bias, ignore_index, reduction, label_smoothing, softcap)
 
-    _named_as(forward, body)
-    return forward
+    return named_as(forward, body)
 
 
 def checked_backward(body):
@@ -81,15 +81,7 @@ def checked_backward(body):
         return body(hidden, weight, t, bias, lse, grad, ignore_index, reduction,
                     label_smoothing, softcap)
 
-    _named_as(backward, body)
-    return backward
-
-
-def _named_as(wrapper, body) -> None:
-    """The wrapper answers to the body's name, module and doc (``kernel_lab list`` shows where a
-    variant's code is from them)."""
-    wrapper.__module__, wrapper.__qualname__ = body.__module__, body.__qualname__
-    wrapper.__name__, wrapper.__doc__ = body.__name__, body.__doc__
+    return named_as(backward, body)
 
 
 @variant(
