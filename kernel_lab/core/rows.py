@@ -76,16 +76,18 @@ def row_op(math: Callable[..., torch.Tensor], inputs: int = 1) -> Callable[..., 
 def per_row(launch: Callable[..., None] | None = None, *, inputs: int = 1):
     """Decorator: ``launch(out2d, *inputs2d)``, a kernel launch over (M, N) rows, as a variant
     called ``(*tensors, dim=-1)`` with ``inputs`` tensors (:func:`rowwise` makes the views and
-    the output). ``@per_row`` or ``@per_row(inputs=2)``."""
+    the output). ``@per_row`` or ``@per_row(inputs=2)`` (a backward's (y, dy)): plain
+    signatures, no argument parsing on the per-call path."""
+    if inputs not in (1, 2):
+        raise ValueError(f"per_row takes 1 or 2 input tensors, not {inputs}")
 
     def wrap(launch: Callable[..., None]) -> Callable[..., torch.Tensor]:
         if inputs == 1:
             def variant(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
                 return rowwise(launch, x, dim=dim)
         else:
-            def variant(*args: torch.Tensor, dim: int = -1) -> torch.Tensor:
-                tensors, dim = _split_dim(args, inputs, dim)
-                return rowwise(launch, *tensors, dim=dim)
+            def variant(y: torch.Tensor, dy: torch.Tensor, dim: int = -1) -> torch.Tensor:
+                return rowwise(launch, y, dy, dim=dim)
         return named_as(variant, launch)
 
     return wrap if launch is None else wrap(launch)
