@@ -58,6 +58,7 @@ def test_sm90_is_the_rules_own():
                 n, dtype, True, None, ARCHS["sm_90"])
 
 
+@pytest.mark.slow  # every source x three archs: 40 s on a busy GPU machine (CPU logic)
 def test_no_cluster_kernel_is_launchable_before_sm90():
     for arch in ("sm_80", "sm_86", "sm_89"):
         for src in cuda_common.SOURCES:

@@ -20,6 +20,10 @@ import torch
 import kernel_lab
 from kernel_lab.measure import benchmarking as bm
 
+# ~15 `pytest bench` processes at once: 40+ s on a busy GPU machine; CPU logic, so the GPU
+# tier leaves it to the full tier and the plain run (CI)
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[1]
 HAS_CUDA = torch.cuda.is_available()
 # The registry as the package builds it, taken at collection: later tests register toy kernels

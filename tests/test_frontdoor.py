@@ -274,6 +274,21 @@ def test_sanitize_runs_one_process_a_variant_and_fails_on_a_report(fake_sanitize
     assert (tmp_path / "logs" / "initcheck-fast_softmax.log").is_file()
 
 
+def test_sanitize_runs_a_process_a_dtype_when_cores_are_spare(fake_sanitizer, capsys,
+                                                               monkeypatch, tmp_path):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    rc = cli.main(["check", "--sanitize", "memcheck", "online_softmax", "--dtype", "fp32",
+                   "--dtype", "bf16", "--jobs", "4", "--logs", str(tmp_path / "logs")])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    calls = sorted(c.split("--dtype ")[1] for c in fake_sanitizer.read_text().splitlines())
+    assert calls == ["bf16", "fp32"]  # one child each, one dtype each
+    assert ("memcheck online_softmax: clean" in out and "4 variant x dtype checked over 40 "
+            "cases; a process a dtype" in out)  # (the fake child says 2 each)
+    assert {p.name for p in (tmp_path / "logs").iterdir()} == {
+        "memcheck-online_softmax-fp32.log", "memcheck-online_softmax-bf16.log"}
+
+
 def test_sanitize_all_clean_exits_0(fake_sanitizer, capsys, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert cli.main(["check", "--sanitize", "memcheck", "naive_softmax", "warp_softmax"]) == 0
@@ -340,6 +355,23 @@ def test_sanitize_verdicts():
              "========= RACECHECK SUMMARY: 2 hazards displayed (2 errors, 0 warnings)\n"
              "========= ERROR SUMMARY: 2 errors", 3.0)
     assert not race.ok and "2 reports" in race.line and "Race reported" in race.line
+
+
+def test_sanitize_merges_a_variants_children_one_a_dtype():
+    s = sanitize.summarize
+    log = ("1 variant x dtype checked over 31 cases: 1 passed, 0 failed{}\n"
+           "========= ERROR SUMMARY: 0 errors")
+    fp32 = s("v", "memcheck", 0, log.format("; cases skipped: 4 x row length 4097 > 1024"), 40.0)
+    bf16 = s("v", "memcheck", 0, log.format(""), 25.0)
+    both = sanitize.merge([fp32, bf16], "memcheck")
+    assert both.ok and both.line == ("memcheck v: clean (40 s, 2 variant x dtype checked over 31 "
+                                     "cases; cases it refuses: 4 x row length 4097 > 1024; a "
+                                     "process a dtype)")
+    reported = s("v", "memcheck", 86, "========= Invalid __global__ read of size 16 bytes\n"
+                 "========= ERROR SUMMARY: 3 errors", 30.0)
+    bad = sanitize.merge([fp32, reported], "memcheck")
+    assert not bad.ok and bad.line == reported.line  # only the child that failed speaks
+    assert sanitize.merge([bf16], "memcheck") is bf16
 
 
 def test_sanitize_command_line():

@@ -115,6 +115,29 @@ class Outcome:
     name: str
     ok: bool
     line: str
+    seconds: float = 0.0
+    checked: int = 0  # (variant, dtype) pairs a clean child checked
+    cases: str = ""  # how many cases they ran over ("" when the child did not say)
+    refused: str = ""  # the cases the variant refuses by its own limits
+
+
+def merge(parts: list[Outcome], tool: str) -> Outcome:
+    """One variant's line from its children (one a dtype when cores were spare): clean when all
+    are, with their checked pairs summed and the slowest child's seconds; else the bad lines."""
+    if len(parts) == 1:
+        return parts[0]
+    name = parts[0].name
+    bad = [p.line for p in parts if not p.ok]
+    if bad:
+        return Outcome(name, False, "\n".join(bad))
+    took = max(p.seconds for p in parts)
+    over = f" over {parts[0].cases} cases" if parts[0].cases else ""
+    refused = "; ".join(dict.fromkeys(p.refused for p in parts if p.refused))
+    refused = f"; cases it refuses: {refused[:120]}" if refused else ""
+    checked = sum(p.checked for p in parts)
+    return Outcome(name, True, f"{tool} {name}: clean ({took:.0f} s, {checked} variant x dtype "
+                   f"checked{over}{refused}; a process a dtype)", took, checked,
+                   parts[0].cases, refused)
 
 
 # the child's summary line (check_cli.check_main)
@@ -174,10 +197,12 @@ def summarize(name: str, tool: str, rc: int | None, log: str, seconds: float) ->
     over = f" over {cases} cases" if cases else ""
     refused = f"; cases it refuses: {skipped.strip()[:120]}" if skipped.strip() else ""
     return Outcome(name, True, f"{tool} {name}: clean ({took}, {checked} variant x dtype "
-                   f"checked{over}{refused})")
+                   f"checked{over}{refused})", seconds, int(checked), cases,
+                   skipped.strip()[:120])
 
 
-def _run_one(cmd: list[str], name: str, tool: str, log_dir: Path, timeout: float) -> Outcome:
+def _run_one(cmd: list[str], name: str, tool: str, log_dir: Path, timeout: float,
+             part: str = "") -> Outcome:
     env = dict(os.environ, PYTORCH_NO_CUDA_MEMORY_CACHING="1", PYTHONUNBUFFERED="1",
                COLUMNS="160")
     start = time.monotonic()
@@ -191,7 +216,7 @@ def _run_one(cmd: list[str], name: str, tool: str, log_dir: Path, timeout: float
         os.killpg(p.pid, signal.SIGKILL)
         log, _ = p.communicate()
         rc = None
-    (log_dir / f"{tool}-{name}.log").write_text(log)
+    (log_dir / f"{tool}-{name}{part}.log").write_text(log)
     return summarize(name, tool, rc, log, time.monotonic() - start)
 
 
@@ -227,12 +252,16 @@ def sanitize_main(tool: str, names: list[str], op: str | None = None,
     out.mkdir(parents=True, exist_ok=True)
     print(f"{tool}: {len(chosen)} variants over the {cases} cases, {jobs} at a time; logs in "
           f"{out}", flush=True)
+    # cores to spare: a child per (variant, dtype), so the slowest variant is not the wall time
+    split = dtypes is not None and len(dtypes) > 1 and jobs > len(chosen)
+    parts = [[d] for d in dtypes] if split else [dtypes]
     bad = 0
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futures = [pool.submit(_run_one, command(sanitizer, tool, n, dtypes, seed, cases), n,
-                               tool, out, timeout) for n in chosen]
-        for f in futures:  # in the order asked, each as soon as it and those before are done
-            o = f.result()
+        futures = {n: [pool.submit(_run_one, command(sanitizer, tool, n, ds, seed, cases), n,
+                                   tool, out, timeout, f"-{ds[0]}" if split else "")
+                       for ds in parts] for n in chosen}
+        for n in chosen:  # in the order asked, each as soon as it and those before are done
+            o = merge([f.result() for f in futures[n]], tool)
             bad += not o.ok
             print(o.line, flush=True)
     print(f"{tool}: {len(chosen) - bad} of {len(chosen)} variants clean", flush=True)
