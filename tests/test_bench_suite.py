@@ -274,6 +274,10 @@ def test_host_group_is_collected_for_the_selection_and_timed(runs):
     assert {"torch.softmax", "kernel_lab.softmax (auto)", 'run("online_softmax")',
             "kernel_lab.softmax (auto), autograd recording"} <= labels
     assert 'run("fast_softmax")' not in labels and "torch.log_softmax" not in labels
+    order = [line for line in out.splitlines()
+             if "::test_host[" in line or "::test_variant[" in line]
+    hosts = sum("::test_host[" in line for line in order)
+    assert all("::test_host[" in line for line in order[:hosts])  # the host group runs first
     rc, out = runs["host-none"]
     assert rc == 0 and "::test_variant[" in out and "::test_host[" not in out, out
 
