@@ -71,12 +71,13 @@ def user_name():
     del cuda_common.SOURCES[n_sources:]
 
 
-def _touch_later(path: Path) -> None:
+def _touch_later(path: Path, wait_s: float = 0.01) -> None:
     """Make sure a rewrite is seen even on filesystems with coarse mtimes, and wait out the
-    loader's re-check interval: the promise is "every call that starts over 1 ms after a save"."""
+    loader's re-check interval: the promise is "every call that starts over 1 ms (or 100 x the
+    re-stat's cost) after a save"."""
     st = path.stat()
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
-    time.sleep(2 * jit.RELOAD_CHECK_S)
+    time.sleep(wait_s)
 
 
 # -- CPU: compile everything -------------------------------------------------------------------
@@ -163,6 +164,27 @@ def test_function_rechecks_files_at_most_once_per_interval(tmp_path, monkeypatch
     with pytest.raises(KeyError, match="no name expression"):
         mod.function("toy<double>", 0)  # undeclared: nothing compiled
     assert len(fake_device) == 2
+
+
+def test_recheck_interval_grows_with_the_stat_cost(tmp_path, monkeypatch):
+    """A re-stat costs at most 1 / STAT_SHARE of the time between two; 0 ms: every call."""
+    now = [1000.0]
+
+    def slow_clock():  # each reading 20 us later: the re-stat between two readings "took" that
+        now[0] += 20e-6
+        return now[0]
+
+    monkeypatch.setattr(jit, "clock", slow_clock)
+    d = _toy_folder(tmp_path)
+    mod = jit.CudaModule(d / "toy.cu", ["toy<float>"], include_dirs=[CUDA_SRC])
+    mod.source_key()
+    assert mod.recheck_s == pytest.approx(jit.STAT_SHARE * 20e-6)  # 2 ms > RELOAD_CHECK_S
+    monkeypatch.setattr(jit, "RELOAD_CHECK_S", 0.5)
+    mod.source_key()
+    assert mod.recheck_s == 0.5  # the floor holds when the stat is cheap against it
+    monkeypatch.setattr(jit, "RELOAD_CHECK_S", 0.0)
+    mod.source_key()
+    assert mod.recheck_s == 0.0
 
 
 def test_unchanged_broken_file_raises_again_without_recompiling(tmp_path, monkeypatch,

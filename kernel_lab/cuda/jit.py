@@ -18,8 +18,10 @@ Decisions (measured or read in CuPy 14.2's source, see README "How the JIT works
 * ``#line 1 "cuda_src/<file>.cu"`` is prepended so NVRTC errors name the real file and line, and
   ``-I <dir of the file>`` (plus user include dirs) resolves quoted includes.
 * Hot reload: :meth:`CudaModule.function` re-stats the file and its headers (1-3 us each) when
-  its last check is more than ``RELOAD_CHECK_S`` (1 ms) old, so any call that starts more than
-  1 ms after a save runs the new code, and back-to-back calls do not pay a stat each. A change of
+  its last check is more than ``RELOAD_CHECK_S`` (1 ms) old, or ``STAT_SHARE`` times that
+  check's own cost if longer (fast_softmax.cu's 13 files: 36 us on an H100 machine, so 3.6 ms),
+  so any call that starts that long after a save runs the new code, and back-to-back calls pay
+  at most 1 % of their time for it. A change of
   contents makes every loaded instantiation of the file stale; each recompiles when it is next
   launched, the others not at all. A failed compile raises :class:`KernelCompileError` with the
   NVRTC log, and an unchanged broken source raises again without another NVRTC run. The last
@@ -48,6 +50,7 @@ _ERROR_RE = re.compile(r"^(.*?\(\d+\)): (?:catastrophic )?error.*$", re.MULTILIN
 BASE_OPTIONS = ("-std=c++17", "-ftz=true")  # fp32 tolerances allow for flushed denormals
 # Seconds between two re-stats of a module's files on the call path (env: milliseconds).
 RELOAD_CHECK_S = float(os.environ.get("KERNEL_LAB_RELOAD_CHECK_MS", "1")) / 1000
+STAT_SHARE = 100  # ... or this many times a re-check's cost, if longer (0 ms: every call checks)
 # The clock that interval is measured on (tests put a fake one here)
 clock = time.monotonic
 
@@ -272,6 +275,7 @@ class CudaModule:
         self._expr_locks: dict[str, threading.Lock] = {}
         self._stamp: tuple | None = None  # (mtime_ns, size) of every file at last check
         self._checked_at = float("-inf")  # time.monotonic() of the last check by function()
+        self._recheck_s = 0.0  # seconds to the next re-stat (see top), set by each re-stat
         self._files: list[Path] = []
         self._file_strs: list[str] = []
         self._key = ""
@@ -297,7 +301,9 @@ class CudaModule:
     def source_key(self) -> str:
         """Digest of the file, its headers and options; re-read only when a stat changed. Every
         instantiation of the file includes the same files, so they share it."""
+        t0 = clock()
         stamp = self._stat() if self._files else None
+        self._recheck_s = RELOAD_CHECK_S and max(RELOAD_CHECK_S, STAT_SHARE * (clock() - t0))
         if stamp is None or stamp != self._stamp:
             files = source_files(self.path, self.include_dirs)
             key = digest(files, self.options)
@@ -370,10 +376,10 @@ class CudaModule:
         recompiling it if the source changed since it was loaded.
 
         With ``fallback=True`` a failing edit returns the last good build instead of raising.
-        Files are re-checked when the last check is over ``RELOAD_CHECK_S`` old (see top).
+        Files are re-checked when the last check is over :attr:`recheck_s` old (see top).
         """
         now = clock()
-        if now - self._checked_at >= RELOAD_CHECK_S or not self._key:
+        if now - self._checked_at >= self._recheck_s or not self._key:
             self._checked_at = now  # before the stat: a save during it is caught next time
             key = self.source_key()
         else:
@@ -383,6 +389,11 @@ class CudaModule:
         if entry is None or entry[0] != key:
             entry = self._refresh(slot, key, fallback)
         return entry[1]
+
+    @property
+    def recheck_s(self) -> float:
+        """Seconds between two re-stats of the files on the call path (see top)."""
+        return self._recheck_s
 
     def _refresh(self, slot: tuple[int, str], key: str, fallback: bool) -> tuple[str, Any]:
         device_index, expr = slot
