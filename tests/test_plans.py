@@ -20,6 +20,10 @@ class _Source:
     def function(self, expr, dev):
         return self.fn
 
+    @property
+    def loader(self):
+        return self.function
+
 
 @pytest.fixture
 def launched(monkeypatch):

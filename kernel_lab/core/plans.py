@@ -36,17 +36,18 @@ MAX_PLANS = 4096  # signatures kept before the cache starts over (shape-polymorp
 class _Replay:
     """One recorded launch with its pointer arguments re-pointed at each call's tensors."""
 
-    __slots__ = ("launch", "owners", "source", "expr", "fn", "device_index")
+    __slots__ = ("launch", "owners", "load", "expr", "fn", "device_index")
 
     def __init__(self, launch: interop.Launch, slots: list[tuple[int, int]]) -> None:
         self.launch = interop.PreparedLaunch(launch, [i for i, _ in slots])
         self.owners = tuple(w for _, w in slots)  # per pointer slot: -1 output, else input k
-        self.source, self.expr = launch.source
+        source, self.expr = launch.source
+        self.load = source.loader  # (expr, device) -> the loaded function, reloaded if edited
         self.fn, self.device_index = launch.fn, launch.device_index
 
     def __call__(self, tensors: tuple) -> torch.Tensor | None:
         """The output, or None when the kernel was reloaded since the recording."""
-        if self.source.function(self.expr, self.device_index) is not self.fn:
+        if self.load(self.expr, self.device_index) is not self.fn:
             return None
         out = torch.empty_like(tensors[0], memory_format=torch.contiguous_format)
         self.launch([(out if w < 0 else tensors[w]).data_ptr() for w in self.owners])
