@@ -36,20 +36,26 @@ MAX_PLANS = 4096  # signatures kept before the cache starts over (shape-polymorp
 class _Replay:
     """One recorded launch with its pointer arguments re-pointed at each call's tensors."""
 
-    __slots__ = ("launch", "owners", "load", "expr", "fn", "device_index")
+    __slots__ = ("launch", "owners", "load", "expr", "fn", "device_index", "dense")
 
-    def __init__(self, launch: interop.Launch, slots: list[tuple[int, int]]) -> None:
+    def __init__(self, launch: interop.Launch, slots: list[tuple[int, int]],
+                 dense: bool = False) -> None:
         self.launch = interop.PreparedLaunch(launch, [i for i, _ in slots])
         self.owners = tuple(w for _, w in slots)  # per pointer slot: -1 output, else input k
         source, self.expr = launch.source
         self.load = source.loader  # (expr, device) -> the loaded function, reloaded if edited
         self.fn, self.device_index = launch.fn, launch.device_index
+        # the first input is contiguous in this signature: empty_like's default layout is the
+        # contiguous one, without the memory_format keyword's parsing (0.2 us a call)
+        self.dense = dense
 
     def __call__(self, tensors: tuple) -> torch.Tensor | None:
         """The output, or None when the kernel was reloaded since the recording."""
         if self.load(self.expr, self.device_index) is not self.fn:
             return None
-        out = torch.empty_like(tensors[0], memory_format=torch.contiguous_format)
+        x = tensors[0]
+        out = (torch.empty_like(x) if self.dense
+               else torch.empty_like(x, memory_format=torch.contiguous_format))
         self.launch([(out if w < 0 else tensors[w]).data_ptr() for w in self.owners])
         return out
 
@@ -89,7 +95,7 @@ def _replay_of(launches: list, tensors: tuple, out: Any) -> _Replay | None:
         slots.append((i, which))
     if -1 not in {w for _, w in slots}:
         return None
-    return _Replay(launch, slots)
+    return _Replay(launch, slots, dense=x.is_contiguous())
 
 
 class ReplayingCall:
