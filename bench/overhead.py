@@ -2,10 +2,12 @@
 
     python bench/overhead.py [--variant online_softmax] [--shape 32x1024]
 
-Prints microseconds per call, and the ratio to ``torch.softmax``, for torch, the drop-ins on
-"auto" (with and without autograd recording), every CUDA variant through ``kernel_lab.run``,
-torch.compile and the peers that import; then fp32 rows of 128 under ``do_bench``. Targets:
-the drop-ins on auto <= 1.15x, ``run`` of a CUDA variant <= 1.3x. The same rows are the
+Prints microseconds per call, and the ratio to the row's own torch call (:func:`reference`:
+``torch.softmax``, ``torch.log_softmax``, or ``torch.softmax`` recording for autograd where the
+row records), for torch, the drop-ins on "auto" (with and without autograd recording), every
+CUDA variant through ``kernel_lab.run``, torch.compile and the peers that import; then fp32 rows
+of 128 under ``do_bench``. Targets: the drop-ins on auto <= 1.15x, ``run`` of a CUDA variant and
+a drop-in by name <= 1.3x. The same rows are the
 ``host`` group of ``pytest bench`` (``test_host.py``), where ``--benchmark-compare`` gates them.
 """
 
@@ -204,9 +206,9 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{torch.cuda.get_device_name()}, {m}x{n} fp32, back-to-back calls, medians of "
           f"{args.repeats} interleaved rounds:")
     results = table(x, args.repeats)
-    base = results["torch.softmax"]
     for name, us in results.items():
-        print(f"  {name:<48} {us:7.2f} us/call  {us / base:5.2f}x torch.softmax")
+        ref = reference(name)
+        print(f"  {name:<48} {us:7.2f} us/call  {us / results[ref]:5.2f}x {ref}")
     launch_bound()
     if args.pieces:
         print("pieces of the launch path (us per call, back-to-back, no profiler):")
