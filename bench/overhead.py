@@ -45,34 +45,46 @@ def per_call_us(fn, calls: int = 2000, rounds: int = 7) -> float:
 
 
 def pieces(v, x) -> dict[str, float]:
-    """Each step of the CUDA launch path timed alone: where the microseconds go."""
-    import numpy as np
+    """Each step of a warm ``run(v.name, x)`` timed alone (``v``: a CUDA row variant), in the
+    order the call takes them: where its microseconds go beside torch's own call."""
     from cupy.cuda import driver, runtime
 
-    from kernel_lab.core import registry, rows
-    from kernel_lab.cuda import interop
-    from kernel_lab.ops.softmax import cuda_variants as cv
+    from kernel_lab.core import plans
+    from kernel_lab.cuda import deferred, interop
 
-    expr = "online_softmax<float>"
-    fn = cv.ONLINE.function(expr, 0)
+    kernel_lab.run(v.name, x)  # plan made, launch recorded
+    plan = plans.for_variant(v.name, (x,), {})
+    replay = getattr(plan.call, "replay", None)
+    if replay is None:
+        raise SystemExit(f"--pieces: {v.name} is not replayed on this tensor (several launches, "
+                         "or not a CUDA row variant): name one that is, e.g. online_softmax")
     out = torch.empty_like(x)
-    m, n = x.shape
-    args = (out.data_ptr(), x.data_ptr(), np.int64(m), np.int32(n), np.int64(n))
-    params = interop.pack_args(args)
-    stream = interop.current_stream_ptr(0)
+    pointers = [(out if w < 0 else x).data_ptr() for w in replay.owners]
+    rec = replay.launch.launch
+    stream = interop.current_stream_ptr(rec.device_index)
+    args = list(rec.args)  # the recorded arguments on live tensors (out, x): never a freed one
+    for i, p in zip(replay.launch.slots, pointers):
+        args[i] = p
+    args = tuple(args)
     steps = {
-        "registry.ensure_supported": lambda: registry.ensure_supported(v, x),
-        "rows.rowwise (no kernel)": lambda: rows.rowwise(lambda o, i: None, x),
-        "torch.empty_like": lambda: torch.empty_like(x),
-        "CudaSource.function (2 os.stat)": lambda: cv.ONLINE.function(expr, 0),
-        "argument tuple (2 data_ptr, 3 numpy ints)": lambda: (
-            out.data_ptr(), x.data_ptr(), np.int64(m), interop.i32(n), np.int64(x.stride(0))),
-        "interop.pack_args": lambda: interop.pack_args(args),
-        "current_stream_ptr": lambda: interop.current_stream_ptr(0),
-        "runtime.getDevice": runtime.getDevice,
-        "driver.launchKernel (raw)": lambda: driver.launchKernel(
-            fn.ptr, m, 1, 1, 128, 1, 1, 0, stream, params, 0),
-        "interop.launch": lambda: interop.launch(fn, (m,), (128,), args, device_index=0),
+        "torch.softmax (the reference call)": lambda: torch.softmax(x, -1),
+        f'run("{v.name}") (all of it)': lambda: kernel_lab.run(v.name, x),
+        "deferred.raise_pending": deferred.raise_pending,
+        "plans.for_variant (signature key, lookup)": lambda: plans.for_variant(v.name, (x,), {}),
+        "replay: the loaded function (re-stat check)": lambda: replay.load(replay.expr,
+                                                                          replay.device_index),
+        "replay: torch.empty_like": lambda: torch.empty_like(x),
+        "replay: pointer list": lambda: [(out if w < 0 else x).data_ptr()
+                                         for w in replay.owners],
+        "replay: PreparedLaunch (pointers + launch)": lambda: replay.launch(pointers),
+        "  runtime.getDevice": runtime.getDevice,
+        "  current_stream_ptr": lambda: interop.current_stream_ptr(rec.device_index),
+        "  driver.launchKernel (raw)": lambda: driver.launchKernel(
+            replay.launch.ptr, *replay.launch.shape, stream, replay.launch.params, 0),
+        "replay (all of it)": lambda: plan.call((x,), {}),  # (last: it re-points the buffer)
+        "interop.launch (an unrecorded launch)": lambda: interop.launch(
+            rec.fn, rec.grid, rec.block, args, device_index=rec.device_index,
+            shared_mem=rec.shared_mem, signature=rec.signature),
     }
     return {name: per_call_us(f, calls=5000, rounds=5) for name, f in steps.items()}
 
@@ -198,7 +210,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--repeats", type=int, default=7, help="interleaved rounds of the table")
     p.add_argument("--profile", action="store_true", help="cProfile the launcher: top 15 calls")
     p.add_argument("--pieces", action="store_true",
-                   help="time each step of the launch path on its own (online_softmax)")
+                   help="time each step of a warm run(VARIANT, x) on its own")
     args = p.parse_args(argv)
     m, n = (int(s) for s in args.shape.split("x"))
     x = torch.randn(m, n, device="cuda")
