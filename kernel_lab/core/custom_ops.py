@@ -240,9 +240,8 @@ def call(name: str, tensors: tuple, kw: dict, variant: str | None = None,
                 return native[1](x, **kw)  # "auto" runs PyTorch's own op (Auto.native)
         deferred.raise_pending()
         variant, backward_variant = variant or AUTO, backward_variant or AUTO
-        if (type(x) is not torch.Tensor or _is_compiling()
-                or _get_current_dispatch_mode() is not None or _functorch_active()
-                or len(tensors) > 1 and not _nothing_watches(tensors)):
+        if (type(x) is not torch.Tensor or _is_compiling() or _dispatch_modes()
+                or _functorch_active() or len(tensors) > 1 and not _nothing_watches(tensors)):
             if not _is_compiling():  # eager: fail before running
                 wrong = mistake(name, tensors, kw, variant, backward_variant)
                 if wrong is not None:
