@@ -4,6 +4,12 @@ variant and peer, bf16, next to cuBLAS's three matmuls alone, in one process.
     python bench/lm_head.py                       # 3 token counts x 3 (d, V): the issue's cells
     python bench/lm_head.py --tokens 8192 --dv 4096x128256
 
+Before the race every step is checked against float64 (:func:`check_step`): loss, dhidden per
+token and dweight, in bf16, on tokens whose true class is all but certain (p_t up to 0.9997, where
+a true-class gradient p_t - 1 rounded in bf16 is off by up to 100 %: Liger's in-place bug),
+plain and with a bias, a soft cap, label smoothing and ignored tokens. A wrong step is named and
+not timed; an option a peer does not offer is said as a refusal.
+
 Per cell and variant: median step time of ``--reps`` steps (CUDA events, after a warm-up step),
 its TFLOP/s (6 T d V), the ratio to the three matmuls (logits, dhidden, dweight), and the peak
 memory above the inputs and their gradients' buffers (``max_memory_allocated`` after
@@ -25,6 +31,7 @@ import torch  # noqa: E402
 
 import kernel_lab  # noqa: E402
 from kernel_lab.core.compiling import CompiledPerSignature  # noqa: E402
+from kernel_lab.ops.linear_cross_entropy import op as lce  # noqa: E402
 from kernel_lab.ops.linear_cross_entropy import peer_variants  # noqa: E402
 
 CELLS = ((4096, 128256), (2304, 256000), (3584, 151936))
@@ -32,14 +39,112 @@ TOKENS = (4096, 8192, 16384)
 
 
 def _lab(variant):
-    def step(h, w, t):
-        return kernel_lab.linear_cross_entropy(h, w, t, variant=variant)
+    def step(h, w, t, bias=None, ignore_index=-100, label_smoothing=0.0, softcap=0.0):
+        return kernel_lab.linear_cross_entropy(h, w, t, bias, ignore_index,
+                                               label_smoothing=label_smoothing,
+                                               softcap=softcap or None, variant=variant)
     return step
 
 
-def _compiled_step(h, w, t):
+def _compiled_step(h, w, t, bias=None, ignore_index=-100, label_smoothing=0.0, softcap=0.0):
     """The baseline for inductor: logits, fp32 cross-entropy (what a compiled model runs)."""
-    return torch.nn.functional.cross_entropy((h @ w.T).float(), t)
+    z = h @ w.T if bias is None else h @ w.T + bias
+    z = softcap * torch.tanh(z.float() / softcap) if softcap else z.float()
+    return torch.nn.functional.cross_entropy(z, t, ignore_index=ignore_index,
+                                             label_smoothing=label_smoothing)
+
+
+# -- the race's correctness check ----------------------------------------------------------------
+CHECK_SHAPE = (256, 128, 2048)  # tokens, hidden, vocabulary: float64 references in a blink
+CHECK_CASES = {  # what each step must get right: its keywords, "bias" / "ignored" as inputs
+    "plain": {}, "bias": {"bias": True}, "softcap": {"softcap": 30.0},
+    "label_smoothing": {"label_smoothing": 0.1}, "ignored tokens": {"ignored": True},
+}
+# relative errors allowed: a confident token's dhidden is (p_t - 1) w_t + ..., and logits held in
+# the input dtype move p_t - 1 by their rounding (bf16 at z ~ 16: ~6 % measured for the torch
+# variants on this check); a true-class gradient rounded in bf16 is off by ~100 %
+CHECK_TOL = {torch.bfloat16: 0.2, torch.float16: 0.05, torch.float32: 0.01}
+MARGINS = (3.0, 5.0, 6.5, 8.0)  # z_t - logsumexp(other logits) of the confident tokens
+
+
+def check_inputs(dtype: torch.dtype, device, shape=CHECK_SHAPE, seed: int = 0):
+    """(hidden, weight, target, bias): N(0, 1) logits, and every other token moved along its
+    target's weight row until z_t - logsumexp(the rest) is one of :data:`MARGINS` (p_t from
+    0.95 to 0.9997): a true-class gradient rounded in the low dtype is wrong by up to 100 %."""
+    T, d, V = shape
+    g = torch.Generator().manual_seed(seed)
+    h = torch.randn(T, d, generator=g, dtype=torch.float64)
+    w = torch.randn(V, d, generator=g, dtype=torch.float64) / d ** 0.5
+    b = torch.randn(V, generator=g, dtype=torch.float64) / 4
+    t = torch.randint(0, V, (T,), generator=g)
+    h, w, b = (x.to(dtype).double() for x in (h, w, b))  # what the dtype can hold
+    rows = torch.arange(0, T, 2)
+    z = h[rows] @ w.T
+    wt = w[t[rows]]
+    others = z.scatter(1, t[rows, None], float("-inf")).logsumexp(1)
+    margin = torch.tensor(MARGINS, dtype=torch.float64).repeat(len(rows))[: len(rows)]
+    step = (others + margin - z[torch.arange(len(rows)), t[rows]]) / (wt * wt).sum(1)
+    h[rows] += step[:, None] * wt
+    return (h.to(device=device, dtype=dtype), w.to(device=device, dtype=dtype),
+            t.to(device), b.to(device=device, dtype=dtype))
+
+
+def _rel(x: torch.Tensor, ref: torch.Tensor, dim=None) -> torch.Tensor:
+    err = (x.double() - ref).norm(dim=dim)
+    return err / ref.norm(dim=dim).clamp_min(1e-30)
+
+
+def check_step(step, dtype: torch.dtype = torch.bfloat16, device="cuda", cases=CHECK_CASES,
+               refuses=None, refused: list | None = None) -> str | None:
+    """None when ``step(h, w, t[, bias], ignore_index=, label_smoothing=, softcap=)`` - a loss,
+    mean over the tokens, differentiable in h, w (and the bias) - matches float64 in every case
+    (loss; dhidden token by token; dweight; dbias), else why, naming the case. ``refuses(h, w,
+    t, bias, **kw)``: why the step does not offer a case (a peer's ``supports``), which is then
+    skipped and, with its reason, appended to ``refused``."""
+    tol = CHECK_TOL[dtype]
+    h0, w0, t0, b0 = check_inputs(dtype, device)
+    for name, spec in cases.items():
+        kw = {k: v for k, v in spec.items() if k not in ("bias", "ignored")}
+        t = t0.clone()
+        if spec.get("ignored"):
+            t[1::3] = -100  # confident and plain tokens among them
+        h, w = h0.clone().requires_grad_(True), w0.clone().requires_grad_(True)
+        b = b0.clone().requires_grad_(True) if spec.get("bias") else None
+        why = refuses(h, w, t, b, **kw) if refuses is not None else None
+        if why is not None:
+            if refused is not None:
+                refused.append(f"{name} ({why})")
+            continue
+        try:
+            loss = step(h, w, t, b, **kw) if b is not None else step(h, w, t, **kw)
+            loss.backward()
+        except Exception as e:  # a crash is a wrong step too
+            return f"{name}: {type(e).__name__}: {str(e)[:80]}"
+        ref = lce.reference(h0, w0, t, b0 if b is not None else None, **kw)[0]
+        dh, dw, db = lce.backward_reference(h0, w0, t, b0 if b is not None else None, None,
+                                            torch.ones((), dtype=torch.float64), **kw)
+        keep = (t != -100).nonzero().flatten()
+        checks = [("loss", _rel(loss.detach(), ref)),
+                  ("dhidden (worst token)", _rel(h.grad[keep], dh[keep], dim=1).max()),
+                  ("dweight", _rel(w.grad, dw))]
+        if b is not None:
+            checks.append(("dbias", _rel(b.grad, db)))
+        for what, err in checks:
+            if not err <= tol:  # NaN fails too
+                return f"{name}: {what} off by {float(err):.2g} (allowed {tol:g})"
+    return None
+
+
+PEERS = {"Liger FLCE": "peer_liger_linear_cross_entropy", "CCE": "peer_cce_linear_cross_entropy"}
+
+
+def refusal(step_name: str):
+    """``refuses(h, w, t, bias, **kw)`` of a peer's step: its registered variant's
+    ``supports`` (None for the lab's steps: they take every option)."""
+    if step_name not in PEERS:
+        return None
+    v = kernel_lab.get(PEERS[step_name])
+    return lambda h, w, t, b=None, **kw: v.supports(h, w, t, b, **kw)
 
 
 def steps() -> dict:
@@ -110,6 +215,15 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--reps", type=int, default=5)
     a = p.parse_args(argv)
     fns = steps()
+    print(f"check against float64 ({' x '.join(map(str, CHECK_SHAPE))} tokens x hidden x "
+          f"vocabulary, bf16, cases: {', '.join(CHECK_CASES)}):")
+    for name in list(fns):
+        refused: list[str] = []
+        why = check_step(fns[name], refuses=refusal(name), refused=refused)
+        said = "ok" if why is None else "WRONG: " + why
+        print(f"  {name:18s} {said}" + (f"; refuses {', '.join(refused)}" if refused else ""))
+        if why is not None:
+            del fns[name]  # a wrong step is not raced
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, bf16, one step "
           f"(forward + backward for hidden and weight); ms, TFLOP/s (6 T d V), x cuBLAS, "
           f"GiB peak above inputs and gradients")

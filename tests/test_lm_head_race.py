@@ -1,0 +1,78 @@
+"""bench/lm_head.py's correctness check, run on a CPU: the lab's steps pass it in every case, and
+a step that forms the true-class gradient in bf16 (Liger's in-place rounding) is named."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+import torch
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+
+
+@pytest.fixture(scope="module")
+def lm_head():
+    spec = importlib.util.spec_from_file_location("lm_head", BENCH / "lm_head.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+class _RoundedTrueClass(torch.autograd.Function):
+    """The loss right, its gradient's softmax formed in the input dtype and p_t - 1 taken there:
+    for a token with p_t = 0.9997 that is 0 or -0.0039 in bf16 instead of -0.0003."""
+
+    @staticmethod
+    def forward(ctx, h, w, t):
+        z = (h @ w.T).float()
+        p = torch.softmax(z, 1).to(h.dtype)
+        p[torch.arange(len(t)), t] -= 1
+        ctx.save_for_backward(h, w, p / len(t))
+        return torch.nn.functional.cross_entropy(z, t)
+
+    @staticmethod
+    def backward(ctx, g):
+        h, w, dz = ctx.saved_tensors
+        return (dz @ w) * g, (dz.T @ h) * g, None
+
+
+def _rounded(h, w, t, bias=None, **kw):
+    return _RoundedTrueClass.apply(h, w, t)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
+def test_the_labs_steps_pass_every_case(lm_head, dtype):
+    for variant in ("torch_linear_cross_entropy", "torch_chunked_linear_cross_entropy"):
+        assert lm_head.check_step(lm_head._lab(variant), dtype, "cpu") is None, variant
+    assert lm_head.check_step(lm_head._compiled_step, dtype, "cpu") is None  # (uncompiled)
+
+
+def test_inputs_hold_confident_tokens(lm_head):
+    h, w, t, _ = lm_head.check_inputs(torch.float32, "cpu")
+    z = (h.double() @ w.double().T)
+    p_t = torch.softmax(z, 1)[torch.arange(len(t)), t]
+    assert p_t[::2].min() > 0.9 and p_t[::2].max() > 0.999  # the margins' tokens
+    assert p_t[1::2].max() < 0.5  # the plain ones
+
+
+def test_a_true_class_gradient_rounded_in_bf16_is_named(lm_head):
+    why = lm_head.check_step(_rounded, torch.bfloat16, "cpu")
+    assert why is not None and why.startswith("plain: dhidden (worst token) off by"), why
+    assert lm_head.check_step(_rounded, torch.float32, "cpu", cases={"plain": {}}) is None
+
+
+def test_a_refused_case_is_skipped_and_a_crash_is_wrong(lm_head):
+    def no_bias(h, w, t, bias=None, **kw):
+        if bias is not None:
+            raise AssertionError("the check called a refused case")
+        return lm_head._lab("torch_linear_cross_entropy")(h, w, t, **kw)
+
+    refuses = lambda h, w, t, b=None, **kw: "no bias" if b is not None else None  # noqa: E731
+    refused = []
+    assert lm_head.check_step(no_bias, torch.bfloat16, "cpu", refuses=refuses,
+                              refused=refused) is None
+    assert refused == ["bias (no bias)"]
+    why = lm_head.check_step(no_bias, torch.bfloat16, "cpu")
+    assert why.startswith("bias: AssertionError: the check called a refused case"), why
