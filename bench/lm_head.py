@@ -120,9 +120,10 @@ def check_step(step, dtype: torch.dtype = torch.bfloat16, device="cuda", cases=C
             loss.backward()
         except Exception as e:  # a crash is a wrong step too
             return f"{name}: {type(e).__name__}: {str(e)[:80]}"
-        ref = lce.reference(h0, w0, t, b0 if b is not None else None, **kw)[0]
-        dh, dw, db = lce.backward_reference(h0, w0, t, b0 if b is not None else None, None,
-                                            torch.ones((), dtype=torch.float64), **kw)
+        bias = b0 if b is not None else None
+        one = torch.ones((), dtype=torch.float64, device=h0.device)  # the mean's upstream grad
+        ref = lce.reference(h0, w0, t, bias, **kw)[0]
+        dh, dw, db = lce.backward_reference(h0, w0, t, bias, None, one, **kw)
         keep = (t != -100).nonzero().flatten()
         checks = [("loss", _rel(loss.detach(), ref)),
                   ("dhidden (worst token)", _rel(h.grad[keep], dh[keep], dim=1).max()),
