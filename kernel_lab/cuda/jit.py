@@ -19,7 +19,7 @@ Decisions (measured or read in CuPy 14.2's source, see README "How the JIT works
   ``-I <dir of the file>`` (plus user include dirs) resolves quoted includes.
 * Hot reload: :meth:`CudaModule.function` re-stats the file and its headers (1-3 us each) when
   its last check is more than ``RELOAD_CHECK_S`` (1 ms) old, or ``STAT_SHARE`` times that
-  check's own cost if longer (fast_softmax.cu's 13 files: 36 us on an H100 machine, so 3.6 ms),
+  check's own cost if longer (fast_softmax.cu's 13 files: 23-37 us on an H100 machine: 2-4 ms),
   so any call that starts that long after a save runs the new code, and back-to-back calls pay
   at most 1 % of their time for it. A change of
   contents makes every loaded instantiation of the file stale; each recompiles when it is next
