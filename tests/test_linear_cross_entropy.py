@@ -236,3 +236,23 @@ def test_custom_op_opcheck_without_bias():
             "auto", "auto")
     result = torch.library.opcheck(torch.ops.kernel_lab.linear_cross_entropy.default, args)
     assert set(result.values()) == {"SUCCESS"}
+
+
+def test_chunks_are_even_and_their_buffers_fit_the_budget():
+    """The chunked variant's tokens a chunk: the fewest chunks whose buffers (as many chunk-sized
+    ones as the path holds) fit MAX_CHUNK_BYTES, the tokens dealt out evenly over them in 64-row
+    multiples where those fit."""
+    cpu = torch.device("cpu")
+    budget = torch_variants.MAX_CHUNK_BYTES
+    for tokens, vocab, size in ((8192, 128256, 2), (8192, 256000, 2), (16384, 128256, 2),
+                                (8192, 151936, 4), (4096, 50257, 2), (23, 301, 4)):
+        for copies in (1, 2, 6):
+            rows = torch_variants.chunk_rows(tokens, vocab, size, cpu, copies)
+            chunks = -(-tokens // rows)
+            assert rows * vocab * size * copies <= budget or rows == 1, (tokens, vocab, copies)
+            most = max(1, budget // (copies * vocab * size))
+            assert chunks == -(-tokens // most), (tokens, vocab, copies, rows)  # the fewest
+            assert rows % 64 == 0 or rows in (most, tokens), (tokens, vocab, copies, rows)
+    # 8192 x 128256 bf16 with the gradient over the logits: 5 chunks of 1664 tokens
+    assert torch_variants.chunk_rows(8192, 128256, 2, cpu, 1) == 1664
+    assert torch_variants.chunk_rows(0, 5, 4, cpu) == 1

@@ -18,9 +18,11 @@ from kernel_lab.ops.linear_cross_entropy.op import DTYPES, check_all, check_inpu
 
 SOURCE = "kernel_lab/ops/linear_cross_entropy/torch_variants.py"
 variant = registrar(op="linear_cross_entropy", dtypes=DTYPES, check=check_inputs, source=SOURCE)
-# Largest chunk of logits the chunked variant holds (bytes). The step's own logits chunk plus
-# its gradient (written over it on CUDA) stay under this; tests lower it to force many chunks.
-MAX_CHUNK_BYTES = 256 << 20
+# What the chunked variant's chunk-sized buffers may hold at once (bytes): one chunk of logits
+# where the CUDA cross-entropy kernel writes the gradient over it (the step "auto" runs), else
+# the logits, their gradient and a soft cap's fp32 temporaries (:func:`chunk_copies`). Under
+# 0.5 GiB with room for the per-token vectors; tests lower it to force many chunks.
+MAX_CHUNK_BYTES = 448 << 20
 MIN_CHUNK_BYTES = 16 << 20
 # The compile variants are registered for CUDA tensors only: on CPU, inductor takes seconds per
 # signature and the registry suites would compile ~60 of them (CI's budget). The drop-in's
@@ -165,22 +167,36 @@ def compile_linear_cross_entropy_backward(hidden, weight, target, bias, lse, gra
 
 
 # -- chunked --------------------------------------------------------------------------------------
-def chunk_rows(tokens: int, vocab: int, element_size: int, device: torch.device) -> int:
-    """Tokens per chunk: the chunk's logits fit in a quarter of the free device memory, capped at
-    MAX_CHUNK_BYTES (at V = 128256 bf16: 1046 rows, 8 chunks of 8192 tokens, each matmul still
-    ~1K x d x V for cuBLAS); a multiple of 64 rows when over 64."""
+def chunk_rows(tokens: int, vocab: int, element_size: int, device: torch.device,
+               copies: int = 1) -> int:
+    """Tokens per chunk: ``copies`` chunk-sized logits buffers fit in MAX_CHUNK_BYTES (and in a
+    quarter of the free device memory), dealt out evenly over the chunks that takes, a multiple
+    of 64 rows when over 64. At 8192 x 128256 bf16, one copy: 5 chunks of 1664 tokens (406 MiB
+    each). Each chunk's dW update reads and writes all of dW (1 GiB at d = 4096), so fewer,
+    larger chunks are what brings the step near its three matmuls."""
     budget = MAX_CHUNK_BYTES
     if device.type == "cuda":
         free, _total = torch.cuda.mem_get_info(device)
         budget = max(min(budget, free // 4), min(MIN_CHUNK_BYTES, budget))
-    rows = max(1, budget // max(1, vocab * element_size))
-    if rows > 64:
-        rows -= rows % 64
-    return min(rows, max(tokens, 1))
+    most = max(1, budget // max(1, copies * vocab * element_size))
+    tokens = max(tokens, 1)
+    rows = -(-tokens // -(-tokens // most))  # even chunks: ceil(tokens / chunk count)
+    if rows > 64 and most >= 64:
+        rows = min(most, -(-rows // 64) * 64)
+    return min(rows, tokens)
 
 
-def _chunks(hidden: torch.Tensor, vocab: int):
-    c = chunk_rows(hidden.shape[0], vocab, hidden.element_size(), hidden.device)
+def chunk_copies(hidden: torch.Tensor, softcap: float, in_place: bool) -> int:
+    """Chunk-sized logits buffers a chunk's step holds at once: the logits alone where the
+    gradient is written over them; else also the gradient; a soft cap adds its fp32 temporaries
+    (two tensors of twice the size)."""
+    if softcap:
+        return 6
+    return 1 if in_place and hidden.is_cuda and hidden.dtype != torch.float64 else 2
+
+
+def _chunks(hidden: torch.Tensor, vocab: int, copies: int = 1):
+    c = chunk_rows(hidden.shape[0], vocab, hidden.element_size(), hidden.device, copies)
     return [(i, min(i + c, hidden.shape[0])) for i in range(0, hidden.shape[0], c)]
 
 
@@ -220,7 +236,9 @@ def chunked_forward(hidden, weight, target, bias, ignore_index: int, reduction: 
         dw = torch.zeros_like(weight, memory_format=torch.contiguous_format)
         db = torch.zeros(v, dtype=acc, device=hidden.device) if bias is not None else None
     none = _ce_kw(ignore_index, label_smoothing, "none")
-    for a, b in _chunks(hidden, v):
+    # the step with gradients writes them over the logits (fused_forward); without, the logits
+    # are the one buffer
+    for a, b in _chunks(hidden, v, chunk_copies(hidden, softcap, True)):
         h, t = hidden[a:b], t_all[a:b]
         z = logits(h, weight, bias, softcap)
         with trusted_inputs():
@@ -243,6 +261,8 @@ def chunked_forward(hidden, weight, target, bias, ignore_index: int, reduction: 
             dw.addmm_(dz.T, h)
             if db is not None:
                 db += dz.sum(0, dtype=acc)
+            del dz
+        del z  # before the next chunk's logits: one chunk's buffers alive at a time
     loss = reduce_rows(rows, t_all, ignore_index, reduction, hidden.dtype)
     if not with_grads:
         return loss, lse
@@ -281,7 +301,7 @@ def torch_chunked_linear_cross_entropy_backward(hidden, weight, t_all, bias, lse
     dh = torch.empty_like(hidden, memory_format=torch.contiguous_format)
     dw = torch.zeros_like(weight, memory_format=torch.contiguous_format)
     db = torch.zeros(weight.shape[0], dtype=acc, device=hidden.device)
-    for a, b in _chunks(hidden, weight.shape[0]):
+    for a, b in _chunks(hidden, weight.shape[0], chunk_copies(hidden, softcap, False)):
         h, t = hidden[a:b], t_all[a:b]
         z = logits(h, weight, bias, softcap)
         g_c = g[a:b] if reduction == "none" else g
@@ -294,4 +314,5 @@ def torch_chunked_linear_cross_entropy_backward(hidden, weight, t_all, bias, lse
         dw.addmm_(dz.T, h)
         if bias is not None:
             db += dz.sum(0, dtype=acc)
+        del z, dz  # before the next chunk's logits
     return dh, dw, db.to(hidden.dtype) if bias is not None else hidden.new_empty((0,))
