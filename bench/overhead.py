@@ -54,7 +54,7 @@ def pieces(v, x) -> dict[str, float]:
 
     kernel_lab.run(v.name, x)  # plan made, launch recorded
     plan = plans.for_variant(v.name, (x,), {})
-    replay = getattr(plan.call, "replay", None)
+    replay = getattr(plan.replaying, "replay", None)
     if replay is None:
         raise SystemExit(f"--pieces: {v.name} is not replayed on this tensor (several launches, "
                          "or not a CUDA row variant): name one that is, e.g. online_softmax")
@@ -74,9 +74,8 @@ def pieces(v, x) -> dict[str, float]:
         "replay: the loaded function (re-stat check)": lambda: replay.load(replay.expr,
                                                                           replay.device_index),
         "replay: torch.empty_like": lambda: torch.empty_like(x),
-        "replay: pointer list": lambda: [(out if w < 0 else x).data_ptr()
-                                         for w in replay.owners],
-        "replay: PreparedLaunch (pointers + launch)": lambda: replay.launch(pointers),
+        "replay: the data pointers": lambda: (out.data_ptr(), x.data_ptr()),
+        "PreparedLaunch(pointers) (the replay's full path)": lambda: replay.launch(pointers),
         "  runtime.getDevice": runtime.getDevice,
         "  current_stream_ptr": lambda: interop.current_stream_ptr(rec.device_index),
         "  driver.launchKernel (raw)": lambda: driver.launchKernel(

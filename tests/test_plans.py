@@ -206,3 +206,23 @@ def test_runs_decides_once_per_signature(monkeypatch):
     monkeypatch.setattr(registry, "generation", registry.generation + 1)  # a registration
     assert plans.runs("torch_cross_entropy", (x, t, None), {})
     assert asked == ["torch_cross_entropy"] * 3
+
+
+def test_a_warm_run_finds_its_plan_inline(monkeypatch):
+    """run()'s inline key is for_variant's: a warm call of one tensor never calls it; a new
+    signature or keyword is planned by it."""
+    x = torch.randn(5, 7)
+    first = kernel_lab.run("torch_eager", x)
+    called = []
+    real = plans.for_variant
+    monkeypatch.setattr(plans, "for_variant", lambda *a: called.append(a) or real(*a))
+    again = kernel_lab.run("torch_eager", x)  # (a new tensor may sit elsewhere in its line)
+    assert not called
+    torch.testing.assert_close(again, first)
+    kernel_lab.run("torch_eager", x.t())  # a new signature: planned by for_variant
+    assert len(called) == 1
+    out = kernel_lab.run("torch_eager", x, dim=0)
+    assert len(called) == 2
+    torch.testing.assert_close(out, torch.softmax(x, 0))
+    kernel_lab.run("torch_eager", x, dim=0)
+    assert len(called) == 2

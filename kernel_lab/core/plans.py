@@ -34,7 +34,9 @@ MAX_PLANS = 4096  # signatures kept before the cache starts over (shape-polymorp
 
 # -- recorded launches, replayed ----------------------------------------------------------------
 class _Replay:
-    """One recorded launch with its pointer arguments re-pointed at each call's tensors."""
+    """One recorded launch with its pointer arguments re-pointed at each call's tensors: what it
+    is (for tools such as ``bench/overhead.py --pieces``) and its one-frame call
+    (:meth:`interop.PreparedLaunch.replayer`)."""
 
     __slots__ = ("launch", "owners", "load", "expr", "fn", "device_index", "dense")
 
@@ -49,15 +51,10 @@ class _Replay:
         # contiguous one, without the memory_format keyword's parsing (0.2 us a call)
         self.dense = dense
 
-    def __call__(self, tensors: tuple) -> torch.Tensor | None:
-        """The output, or None when the kernel was reloaded since the recording."""
-        if self.load(self.expr, self.device_index) is not self.fn:
-            return None
-        x = tensors[0]
-        out = (torch.empty_like(x) if self.dense
-               else torch.empty_like(x, memory_format=torch.contiguous_format))
-        self.launch([(out if w < 0 else tensors[w]).data_ptr() for w in self.owners])
-        return out
+    def call(self, fallback: Callable[[tuple, dict], Any]) -> Callable[[tuple, dict], Any]:
+        """``call(tensors, kw)`` -> the output; ``fallback(tensors, kw)`` once reloaded."""
+        return self.launch.replayer(self.owners, self.dense, self.load, self.expr, self.fn,
+                                    fallback)
 
 
 def pointer_slots(signature: str) -> list[int]:
@@ -100,29 +97,43 @@ def _replay_of(launches: list, tensors: tuple, out: Any) -> _Replay | None:
 
 class ReplayingCall:
     """``fn(*tensors, **kw)`` for one call signature: recorded on its first call under
-    :func:`interop.record_launches`, replayed after when that call was one plain launch."""
+    :func:`interop.record_launches`, replayed after when that call was one plain launch.
+    ``install(call)`` hears of each replay made (a :class:`Plan` calls it directly from then
+    on) and of its end (``None``: the kernel was reloaded, calls come here to be recorded)."""
 
-    __slots__ = ("fn", "replay", "recorded")
+    __slots__ = ("fn", "replay", "recorded", "hot", "install")
 
-    def __init__(self, fn: Callable[..., Any]) -> None:
+    def __init__(self, fn: Callable[..., Any],
+                 install: Callable[[Callable | None], None] | None = None) -> None:
         self.fn = fn
         self.replay: _Replay | None = None
+        self.hot: Callable[[tuple, dict], Any] | None = None  # the replay's call
         self.recorded = False
+        self.install = install
 
     def __call__(self, tensors: tuple, kw: dict) -> Any:
-        replay = self.replay
-        if replay is not None:
-            out = replay(tensors)
-            if out is not None:
-                return out
-            self.replay, self.recorded = None, False  # reloaded: record the new kernel
+        hot = self.hot
+        if hot is not None:
+            return hot(tensors, kw)
         if self.recorded or interop.recording():  # a caller is recording already
             return self.fn(*tensors, **kw)
         with interop.record_launches() as launches:
             out = self.fn(*tensors, **kw)
         self.recorded = True
         self.replay = _replay_of(launches, tensors, out)
+        if self.replay is not None:
+            self.hot = self.replay.call(self._reloaded)
+            if self.install is not None:
+                self.install(self.hot)
         return out
+
+    def _reloaded(self, tensors: tuple, kw: dict) -> Any:
+        """The replay's kernel was hot-reloaded: record the new one on this call."""
+        self.replay = self.hot = None
+        self.recorded = False
+        if self.install is not None:
+            self.install(None)
+        return self(tensors, kw)
 
 
 # -- plans --------------------------------------------------------------------------------------
@@ -132,13 +143,18 @@ class Plan:
     ``native``: a drop-in whose pick is PyTorch's own differentiable op, and whose backward's
     pick would be PyTorch's too, so PyTorch's autograd records the call itself."""
 
-    __slots__ = ("variant", "call", "native", "fn")
+    __slots__ = ("variant", "call", "native", "fn", "replaying")
 
     def __init__(self, variant: registry.Variant, replay: bool, native: bool = False) -> None:
         self.variant, self.native, self.fn = variant, native, variant.fn
-        # call(tensors, kw): the launcher itself, or its one launch recorded and replayed
-        self.call = (ReplayingCall(variant.fn) if replay and variant.backend == "cuda"
-                     else self._direct)
+        # call(tensors, kw): the launcher itself, or its one launch recorded, then the replay's
+        # own call (one frame) once there is one
+        self.replaying = (ReplayingCall(variant.fn, self._install)
+                          if replay and variant.backend == "cuda" else None)
+        self.call = self.replaying or self._direct
+
+    def _install(self, hot: Callable[[tuple, dict], Any] | None) -> None:
+        self.call = hot if hot is not None else self.replaying
 
     def _direct(self, tensors: tuple, kw: dict) -> Any:
         return self.fn(*tensors, **kw)
@@ -179,12 +195,7 @@ def clear() -> None:
 
 def for_variant(name: str, tensors: tuple, kw: dict) -> Plan:
     """The plan of ``run(name, *tensors, **kw)``: the variant checked once for the signature."""
-    if len(tensors) == 1 and type(tensors[0]) is torch.Tensor:  # per-call hot path, inline
-        x = tensors[0]
-        key = (name, *kw.items(), x.shape, x.stride(), x.dtype, x.get_device(),
-               x.data_ptr() & 127, x.requires_grad)
-    else:
-        key = (name, *kw.items(), *signature(tensors))
+    key = (name, *kw.items(), *signature(tensors))  # run() builds it inline for one tensor
     plan = _cache.get(key)
     if plan is None or _generation != registry.generation:
         variant = registry.get(name)
@@ -256,6 +267,14 @@ def run(name: str, *inputs: Any, **kw: Any) -> Any:
     """
     deferred.raise_pending()
     if len(inputs) == 1 and type(inputs[0]) is torch.Tensor:  # per-call hot path
+        x = inputs[0]
+        try:  # for_variant's key and lookup, inline: one frame fewer a call
+            plan = _cache.get((name, *kw.items(), (x.shape, x.stride(), x.dtype, x.get_device(),
+                                                   x.data_ptr() & 127, x.requires_grad)))
+        except TypeError:  # an unhashable keyword: planned below, or run without a plan
+            plan = None
+        if plan is not None and _generation == registry.generation:
+            return plan.call(inputs, kw)
         tensors, back = inputs, None
     else:
         tensors, back = interop.to_torch(inputs)
