@@ -258,7 +258,7 @@ def call(name: str, tensors: tuple, kw: dict, variant: str | None = None,
                 x.requires_grad if len(tensors) == 1  # (no generator: 0.2 us a call)
                 else any(t is not None and t.requires_grad for t in tensors)):
             return _run(plan, name, tensors, kw, variant, backward_variant)
-        return plan(tensors, kw)
+        return plan.run(tensors, kw)
     except (TypeError, ValueError, IndexError):  # free until raised: was it how it was called?
         wrong = mistake(name, tensors, kw, variant, backward_variant)
         if wrong is None:

@@ -143,28 +143,34 @@ class Plan:
     ``native``: a drop-in whose pick is PyTorch's own differentiable op, and whose backward's
     pick would be PyTorch's too, so PyTorch's autograd records the call itself."""
 
-    __slots__ = ("variant", "call", "native", "fn", "replaying")
+    __slots__ = ("variant", "call", "native", "fn", "replaying", "run")
 
     def __init__(self, variant: registry.Variant, replay: bool, native: bool = False) -> None:
         self.variant, self.native, self.fn = variant, native, variant.fn
         # call(tensors, kw): the launcher itself, or its one launch recorded, then the replay's
-        # own call (one frame) once there is one
+        # own call (one frame) once there is one; run(tensors, kw): the same, outputs contiguous
         self.replaying = (ReplayingCall(variant.fn, self._install)
                           if replay and variant.backend == "cuda" else None)
         self.call = self.replaying or self._direct
+        self.run = self._contiguous
 
     def _install(self, hot: Callable[[tuple, dict], Any] | None) -> None:
+        # a replay's output is a fresh contiguous tensor: its call is run() as it is
         self.call = hot if hot is not None else self.replaying
+        self.run = hot if hot is not None else self._contiguous
 
     def _direct(self, tensors: tuple, kw: dict) -> Any:
         return self.fn(*tensors, **kw)
 
-    def __call__(self, tensors: tuple, kw: dict) -> Any:
-        """Run the variant; outputs come back contiguous (no copy when they already are)."""
+    def _contiguous(self, tensors: tuple, kw: dict) -> Any:
         out = self.call(tensors, kw)
         if type(out) is torch.Tensor:
             return out if out.is_contiguous() else out.contiguous()
         return tuple(o.contiguous() for o in out)
+
+    def __call__(self, tensors: tuple, kw: dict) -> Any:
+        """Run the variant; outputs come back contiguous (no copy when they already are)."""
+        return self.run(tensors, kw)
 
 
 def signature(tensors: tuple) -> tuple:
