@@ -256,7 +256,7 @@ def test_sanitize_runs_one_process_a_variant_and_fails_on_a_report(fake_sanitize
                                                                     monkeypatch, tmp_path):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     rc = cli.main(["check", "--sanitize", "initcheck", "online_softmax", "fast_softmax",
-                   "--dtype", "bf16", "--seed", "7", "--jobs", "1",
+                   "--dtype", "bf16", "--seed", "7", "--jobs", "2",
                    "--logs", str(tmp_path / "logs")])
     out = capsys.readouterr().out
     assert rc == 1, out
@@ -274,63 +274,19 @@ def test_sanitize_runs_one_process_a_variant_and_fails_on_a_report(fake_sanitize
     assert (tmp_path / "logs" / "initcheck-fast_softmax.log").is_file()
 
 
-def test_sanitize_splits_dtypes_and_case_shares_when_cores_are_spare(fake_sanitizer, capsys,
-                                                                      monkeypatch, tmp_path):
+def test_sanitize_runs_a_process_a_dtype_when_cores_are_spare(fake_sanitizer, capsys,
+                                                               monkeypatch, tmp_path):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     rc = cli.main(["check", "--sanitize", "memcheck", "online_softmax", "--dtype", "fp32",
-                   "--dtype", "bf16", "--jobs", "3", "--logs", str(tmp_path / "logs")])
+                   "--dtype", "bf16", "--jobs", "4", "--logs", str(tmp_path / "logs")])
     out = capsys.readouterr().out
     assert rc == 0, out
     calls = sorted(c.split("--dtype ")[1] for c in fake_sanitizer.read_text().splitlines())
-    # 3 cores, 2 (variant, dtype) children: 3 shares each, two children a core
-    assert calls == [f"{d} --shard {k}/3" for d in ("bf16", "fp32") for k in (1, 2, 3)]
-    # the cases of one dtype's shares add up; the pairs are not counted once a share
-    assert ("memcheck online_softmax: clean" in out and "4 variant x dtype checked over 120 "
-            "cases; 3 processes a dtype" in out), out
-    assert len(list((tmp_path / "logs").iterdir())) == 6
-    assert (tmp_path / "logs" / "memcheck-online_softmax-bf16-2of3.log").is_file()
-
-
-def test_shards_for_gives_two_children_a_core_up_to_four_shares():
-    assert sanitize.shards_for(16, 22) == 2  # the quick tier on 16 cores, 11 variants x 2
-    assert sanitize.shards_for(4, 11) == 1
-    assert sanitize.shards_for(2, 2) == 2 and sanitize.shards_for(1, 1) == 1
-    assert sanitize.shards_for(64, 2) == sanitize.MAX_SHARDS
-
-
-def test_check_shards_deal_cases_out_evenly_and_cover_them_once():
-    from kernel_lab.cli.check import CASE_FLOOR, shard_of
-
-    sizes = [4_300_002, 1_048_578, 1_048_578, 1_367_433, 0, 127, 100_514, 116_002, 3]
-    where = shard_of(sizes, 2)
-    assert where == shard_of(sizes, 2) and set(where) == {0, 1}
-    assert where[0] != where[1] and where[1] == where[2] == where[3]  # largest alone
-    loads = [sum(s + CASE_FLOOR for s, w in zip(sizes, where) if w == k) for k in (0, 1)]
-    assert max(loads) - min(loads) <= max(sizes) + CASE_FLOOR
-    assert shard_of(sizes, 1) == [0] * len(sizes)
-
-
-def test_check_shard_runs_its_share_and_the_shares_cover_the_cases(capsys):
-    seen = []
-    for k in (1, 2, 3):
-        assert cli.main(["check", "torch_eager", "--device", "cpu", "--dtype", "fp32",
-                         "--seed", "3", "--case-times", "--shard", f"{k}/3"]) == 0
-        out = capsys.readouterr().out
-        seen.append([ln.split(": ")[0] for ln in out.splitlines() if ln.startswith("case ")])
-    whole = cli.main(["check", "torch_eager", "--device", "cpu", "--dtype", "fp32",
-                      "--seed", "3", "--case-times"])
-    all_cases = [ln.split(": ")[0] for ln in capsys.readouterr().out.splitlines()
-                 if ln.startswith("case ")]
-    assert whole == 0
-    assert sorted(sum(seen, [])) == sorted(all_cases) and all(seen)
-    assert len(set(sum(seen, []))) == len(all_cases) > 3  # each case in exactly one share
-
-
-def test_check_shard_refuses_a_bad_share(capsys):
-    for bad in ("0/2", "3/2", "x"):
-        with pytest.raises(SystemExit):
-            cli.main(["check", "--shard", bad])
-        assert "--shard" in capsys.readouterr().err
+    assert calls == ["bf16", "fp32"]  # one child each, one dtype each
+    assert ("memcheck online_softmax: clean" in out and "4 variant x dtype checked over 40 "
+            "cases; a process a dtype" in out)  # (the fake child says 2 each)
+    assert {p.name for p in (tmp_path / "logs").iterdir()} == {
+        "memcheck-online_softmax-fp32.log", "memcheck-online_softmax-bf16.log"}
 
 
 def test_sanitize_all_clean_exits_0(fake_sanitizer, capsys, monkeypatch):
@@ -436,9 +392,9 @@ def test_sanitize_command_line():
 def test_sanitize_racecheck_runs_the_race_cases_unless_told(fake_sanitizer, capsys,
                                                             monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    assert cli.main(["check", "--sanitize", "racecheck", "block_softmax", "--jobs", "1"]) == 0
+    assert cli.main(["check", "--sanitize", "racecheck", "block_softmax"]) == 0
     assert cli.main(["check", "--sanitize", "racecheck", "block_softmax", "--cases",
-                     "sanitize", "--jobs", "1"]) == 0
+                     "sanitize"]) == 0
     out = capsys.readouterr().out
     assert "over the race cases" in out and "over the sanitize cases" in out
     first, second = fake_sanitizer.read_text().splitlines()

@@ -94,10 +94,9 @@ def default_variants(tool: str, op: str | None = None) -> list[str]:
 
 
 def command(sanitizer: str, tool: str, name: str, dtypes: list[str] | None = None,
-            seed: int | None = None, cases: str | None = None,
-            shard: tuple[int, int] | None = None) -> list[str]:
+            seed: int | None = None, cases: str | None = None) -> list[str]:
     """The child's command line: ``check NAME`` on the GPU over ``cases`` (default: the tool's
-    case set, :data:`TOOL_CASES`), or over ``shard`` (K, N; 0-based) of them."""
+    case set, :data:`TOOL_CASES`)."""
     cmd = [sanitizer, "--tool", tool, "--error-exitcode", str(REPORT_EXIT),
            "--print-limit", "20"]
     if tool == "racecheck":
@@ -108,22 +107,7 @@ def command(sanitizer: str, tool: str, name: str, dtypes: list[str] | None = Non
         cmd += ["--dtype", d]
     if seed is not None:
         cmd += ["--seed", str(seed)]
-    if shard is not None and shard[1] > 1:
-        cmd += ["--shard", f"{shard[0] + 1}/{shard[1]}"]
     return cmd
-
-
-MAX_SHARDS = 4  # a child's start (context, imports under the sanitizer) costs ~5-10 s
-
-
-def shards_for(jobs: int, children: int) -> int:
-    """How many case shares each (variant, dtype) child is cut into: enough for two children a
-    core, so that a slow variant (naive_softmax's one serial thread a row: ~80 s of memcheck
-    on an H100, 4x the others) finishes beside the rest instead of after them; at most
-    :data:`MAX_SHARDS`; one core: no shares (nothing runs beside them)."""
-    if jobs <= 1:
-        return 1
-    return max(1, min(MAX_SHARDS, -(-2 * jobs // max(1, children))))
 
 
 @dataclass
@@ -137,10 +121,9 @@ class Outcome:
     refused: str = ""  # the cases the variant refuses by its own limits
 
 
-def merge(parts: list[Outcome], tool: str, shards: int = 1) -> Outcome:
-    """One variant's line from its children (a dtype each when cores were spare, each cut into
-    ``shards`` case shares, dtype-major): clean when all are, with their checked pairs and
-    cases summed and the slowest child's seconds; else the bad lines."""
+def merge(parts: list[Outcome], tool: str) -> Outcome:
+    """One variant's line from its children (one a dtype when cores were spare): clean when all
+    are, with their checked pairs summed and the slowest child's seconds; else the bad lines."""
     if len(parts) == 1:
         return parts[0]
     name = parts[0].name
@@ -148,16 +131,13 @@ def merge(parts: list[Outcome], tool: str, shards: int = 1) -> Outcome:
     if bad:
         return Outcome(name, False, "\n".join(bad))
     took = max(p.seconds for p in parts)
-    cases = sum(int(p.cases) for p in parts[:shards] if p.cases) or ""
-    over = f" over {cases} cases" if cases else ""
+    over = f" over {parts[0].cases} cases" if parts[0].cases else ""
     refused = "; ".join(dict.fromkeys(p.refused for p in parts if p.refused))
     refused = f"; cases it refuses: {refused[:120]}" if refused else ""
-    checked = sum(p.checked for p in parts) // shards
-    split = ("; a process a dtype" if shards == 1 else
-             f"; {shards} processes a dtype" if len(parts) > shards else
-             f"; {shards} processes")
+    checked = sum(p.checked for p in parts)
     return Outcome(name, True, f"{tool} {name}: clean ({took:.0f} s, {checked} variant x dtype "
-                   f"checked{over}{refused}{split})", took, checked, str(cases), refused)
+                   f"checked{over}{refused}; a process a dtype)", took, checked,
+                   parts[0].cases, refused)
 
 
 # the child's summary line (check_cli.check_main)
@@ -272,23 +252,16 @@ def sanitize_main(tool: str, names: list[str], op: str | None = None,
     out.mkdir(parents=True, exist_ok=True)
     print(f"{tool}: {len(chosen)} variants over the {cases} cases, {jobs} at a time; logs in "
           f"{out}", flush=True)
-    # cores to spare: a child per (variant, dtype), so the slowest variant is not the wall time,
-    # and each cut into case shares (shards_for) so that no one child is the wall time either
+    # cores to spare: a child per (variant, dtype), so the slowest variant is not the wall time
     split = dtypes is not None and len(dtypes) > 1 and jobs > len(chosen)
     parts = [[d] for d in dtypes] if split else [dtypes]
-    shards = shards_for(jobs, len(chosen) * len(parts))
-    children = [(ds, (k, shards)) for ds in parts for k in range(shards)]
-
-    def log_part(ds, shard) -> str:
-        return (f"-{ds[0]}" if split else "") + (f"-{shard[0] + 1}of{shards}" if shards > 1
-                                                 else "")
     bad = 0
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futures = {n: [pool.submit(_run_one, command(sanitizer, tool, n, ds, seed, cases, sh),
-                                   n, tool, out, timeout, log_part(ds, sh))
-                       for ds, sh in children] for n in chosen}
+        futures = {n: [pool.submit(_run_one, command(sanitizer, tool, n, ds, seed, cases), n,
+                                   tool, out, timeout, f"-{ds[0]}" if split else "")
+                       for ds in parts] for n in chosen}
         for n in chosen:  # in the order asked, each as soon as it and those before are done
-            o = merge([f.result() for f in futures[n]], tool, shards)
+            o = merge([f.result() for f in futures[n]], tool)
             bad += not o.ok
             print(o.line, flush=True)
     print(f"{tool}: {len(chosen) - bad} of {len(chosen)} variants clean", flush=True)

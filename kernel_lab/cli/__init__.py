@@ -50,9 +50,6 @@ def build_parser() -> argparse.ArgumentParser:
     ck.add_argument("--case-times", action="store_true",
                     help="print each case's wall time as it ends (the sanitizer's children do: "
                     "a timed-out child's log shows how far it got and what was slow)")
-    ck.add_argument("--shard", type=_shard, default=None, metavar="K/N",
-                    help="only the K-th (1..N) of N even shares of each variant's cases, by "
-                    "size (the sanitizer's children split a slow variant this way)")
     ck.add_argument("--warnings", action="store_true",
                     help="show the warnings raised while checking (hidden, and counted, "
                     "otherwise)")
@@ -86,17 +83,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 TRACEBACK_ENV = "KERNEL_LAB_TRACEBACK"  # =1: a lab error shows its traceback (as --traceback)
-
-
-def _shard(text: str) -> tuple[int, int]:
-    """``K/N`` (1 <= K <= N) as the 0-based (K - 1, N) of ``check --shard``."""
-    try:
-        k, n = (int(p) for p in text.split("/"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: want K/N, e.g. 1/2") from None
-    if not 1 <= k <= n:
-        raise argparse.ArgumentTypeError(f"{text!r}: K must be 1..N")
-    return k - 1, n
 
 
 def _traceback_switch(p: argparse.ArgumentParser) -> None:

@@ -143,7 +143,7 @@ def check_main(args) -> int:
                     trimmed = True
                     if dt != mine[0]:
                         continue
-                todo, skips = _cases_of(v, dt, device, seed, selection, args.shard)
+                todo, skips = _cases_of(v, dt, device, seed, selection)
                 jobs.append((v, dt, todo))
                 skip_reasons.update(skips)
         table = Table(title=f"check on {device} (seed {seed}, {selection} cases)",
@@ -213,29 +213,12 @@ def _case_done(progress, v: registry.Variant, dtype: torch.dtype, print_times: b
     return done
 
 
-def shard_of(sizes: list[int], shards: int) -> list[int]:
-    """Each case's shard (0 .. shards - 1) when cases of these element counts are dealt out
-    so the shards' totals come out even: largest first, each to the lightest shard so far (a
-    fixed startup cost per case counts too). Deterministic: every child computes the same."""
-    load = [0] * shards
-    where = [0] * len(sizes)
-    for i in sorted(range(len(sizes)), key=lambda i: (-sizes[i], i)):
-        k = min(range(shards), key=lambda k: (load[k], k))
-        where[i] = k
-        load[k] += sizes[i] + CASE_FLOOR
-    return where
-
-
-CASE_FLOOR = 1 << 14  # a case's fixed cost in elements, for shard_of: launches, checks
-
-
 def _cases_of(v: registry.Variant, dtype: torch.dtype, device: str, seed: int,
-              selection: str, shard: tuple[int, int] | None = None) -> tuple[list[str], Counter]:
+              selection: str) -> tuple[list[str], Counter]:
     """The labels of the cases ``v`` runs here, and the reasons (counted) it skips the others.
     In the default set a per-shape compiler runs the smoke shape case and the first edge case
-    only (each new shape or keyword is a compile: seconds on a CPU). ``shard`` (K, N): only
-    the K-th of N even shares of the cases that run (:func:`shard_of`)."""
-    run, sizes, skips = [], [], Counter()
+    only (each new shape or keyword is a compile: seconds on a CPU)."""
+    run, skips = [], Counter()
     op = registry.get_op(v.op)
     smoke = {c.label for c in cases_for(device, op, selection) if "smoke" in c.tags}
     trim = selection == "core" and v.backend in PER_SHAPE_BACKENDS
@@ -249,13 +232,9 @@ def _cases_of(v: registry.Variant, dtype: torch.dtype, device: str, seed: int,
         reason = v.supports(*inputs, **kw)
         if reason is None:
             run.append(label)
-            sizes.append(sum(t.numel() for t in inputs if isinstance(t, torch.Tensor)))
             edge_taken = edge_taken or label not in shape_labels
         else:
             skips[reason] += 1
-    if shard is not None:
-        k, n = shard
-        run = [label for label, s in zip(run, shard_of(sizes, n)) if s == k]
     return run, skips
 
 
