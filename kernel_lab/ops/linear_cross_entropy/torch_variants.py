@@ -172,8 +172,8 @@ def chunk_rows(tokens: int, vocab: int, element_size: int, device: torch.device,
     """Tokens per chunk: ``copies`` chunk-sized logits buffers fit in MAX_CHUNK_BYTES (and in a
     quarter of the free device memory), dealt out evenly over the chunks that takes, a multiple
     of 64 rows when over 64. At 8192 x 128256 bf16, one copy: 5 chunks of 1664 tokens (406 MiB
-    each). Each chunk's dW update reads and writes all of dW (1 GiB at d = 4096), so fewer,
-    larger chunks are what brings the step near its three matmuls."""
+    each; on an H100 the step takes the same time as with 8 chunks of 1024: cuBLAS hides each
+    chunk's read of dW behind its math), and dW is rounded to bf16 once a chunk."""
     budget = MAX_CHUNK_BYTES
     if device.type == "cuda":
         free, _total = torch.cuda.mem_get_info(device)
