@@ -3,6 +3,7 @@ variant and peer, bf16, next to cuBLAS's three matmuls alone, in one process.
 
     python bench/lm_head.py                       # 3 token counts x 3 (d, V): the issue's cells
     python bench/lm_head.py --tokens 8192 --dv 4096x128256
+    python bench/lm_head.py --tokens 8192 --dv 4096x128256 --profile chunked  # + its kernels
 
 Before the race every step is checked against float64 (:func:`check_step`): loss, dhidden per
 token and dweight, in bf16, on tokens whose true class is all but certain (p_t up to 0.9997, where
@@ -171,7 +172,24 @@ def _time(fn, reps: int) -> list[float]:
     return times
 
 
-def run_cell(T: int, d: int, V: int, reps: int, fns: dict) -> dict:
+def profile_table(fn, rows: int = 14) -> str:
+    """One call of ``fn`` under torch.profiler: its CUDA kernels by total device time (where a
+    step's time goes beside its matmuls: the cross-entropy, casts, copies, the dW updates)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = torch.cuda.is_available()
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    sync()
+    with profile(activities=[ProfilerActivity.CPU]
+                 + ([ProfilerActivity.CUDA] if cuda else [])) as prof:
+        fn()
+        sync()
+    return prof.key_averages().table(sort_by="device_time_total" if cuda else "cpu_time_total",
+                                     row_limit=rows, max_name_column_width=60)
+
+
+def run_cell(T: int, d: int, V: int, reps: int, fns: dict,
+             profiled: tuple[str, ...] = ()) -> tuple[dict, dict]:
     g = torch.Generator(device="cuda").manual_seed(0)
     h = (torch.randn(T, d, device="cuda", generator=g)).bfloat16().requires_grad_(True)
     w = (torch.randn(V, d, device="cuda", generator=g) / (2 * d ** 0.5)).bfloat16()
@@ -188,6 +206,9 @@ def run_cell(T: int, d: int, V: int, reps: int, fns: dict) -> dict:
 
     matmuls()
     row["cuBLAS 3 matmuls"] = (statistics.median(_time(matmuls, reps)), 0)
+    tables = {}
+    if "cuBLAS 3 matmuls" in profiled or "all" in profiled:
+        tables["cuBLAS 3 matmuls"] = profile_table(matmuls)
     z = dh = dw = None  # free the logits-sized buffer before the variants run
     for name, fn in fns.items():
         def step(fn=fn):
@@ -201,11 +222,13 @@ def run_cell(T: int, d: int, V: int, reps: int, fns: dict) -> dict:
             torch.cuda.reset_peak_memory_stats()
             ms = statistics.median(_time(step, reps))
             row[name] = (ms, torch.cuda.max_memory_allocated() - base)
+            if name in profiled or "all" in profiled:
+                tables[name] = profile_table(step)
         except Exception as e:  # a refusal or failure shows in its cell
             row[name] = f"{type(e).__name__}: {str(e)[:60]}"
         h.grad = w.grad = None
         torch.cuda.empty_cache()
-    return row
+    return row, tables
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -214,8 +237,15 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--tokens", default=",".join(map(str, TOKENS)))
     p.add_argument("--dv", default=",".join(f"{d}x{v}" for d, v in CELLS))
     p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--profile", default="", metavar="NAMES",
+                   help='comma-separated rows (e.g. "chunked,cuBLAS 3 matmuls", or "all") whose '
+                   "step is also run once under torch.profiler: a table of its kernels a cell")
     a = p.parse_args(argv)
+    profiled = tuple(n.strip() for n in a.profile.split(",") if n.strip())
     fns = steps()
+    unknown = [n for n in profiled if n not in (*fns, "cuBLAS 3 matmuls", "all")]
+    if unknown:
+        p.error(f"--profile: unknown {unknown}; rows: {', '.join(['cuBLAS 3 matmuls', *fns])}")
     print(f"check against float64 ({' x '.join(map(str, CHECK_SHAPE))} tokens x hidden x "
           f"vocabulary, bf16, cases: {', '.join(CHECK_CASES)}):")
     for name in list(fns):
@@ -231,7 +261,7 @@ def main(argv: list[str] | None = None) -> None:
     for dv in a.dv.split(","):
         d, v = map(int, dv.split("x"))
         for T in map(int, a.tokens.split(",")):
-            row = run_cell(T, d, v, a.reps, fns)
+            row, tables = run_cell(T, d, v, a.reps, fns, profiled)
             base = row["cuBLAS 3 matmuls"][0]
             flops = 6 * T * d * v
             print(f"\n{T} x {d} x {v}")
@@ -242,6 +272,8 @@ def main(argv: list[str] | None = None) -> None:
                 ms, mem = r
                 print(f"  {name:18s} {ms:8.2f} ms {flops / ms / 1e9:7.0f} TFLOP/s "
                       f"{ms / base:5.2f}x {mem / 2**30:6.2f} GiB")
+            for name, table in tables.items():
+                print(f"\n{name}, one step at {T} x {d} x {v} under torch.profiler:\n{table}")
 
 
 if __name__ == "__main__":
