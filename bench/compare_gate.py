@@ -44,6 +44,8 @@ GATE: dict[str, list[str]] = {  # preset -> the selection its gate runs (all cel
               "--dtype", "bfloat16"],
     "seed": ["--variants", "torch_eager,triton_fused"],
     "small": ["--op", "softmax", "--variants", "online_softmax,fast_softmax,torch_eager"],
+    "lm_head": ["--op", "linear_cross_entropy", "--variants",
+                "torch_chunked_linear_cross_entropy", "--shape", "8192x4096x128256"],
 }
 SLOWDOWN_PRESET = "small"
 TARGET = "softmax-float32-64x4096-online_softmax"  # a launch-bound cell (graph-timed)

@@ -114,9 +114,34 @@ def test_shape_tokens_replace_the_preset_shapes():
     pairs = bm.select("quick", ops_filter=["softmax"], variants_filter=["torch_eager"],
                       dtypes_filter=["float32"], shapes_filter=["262144,16x1000", "128"])
     assert [c.shape for c, _ in pairs] == [(1024, 262144), (16, 1000), (2**21, 128)]
-    for bad in ("0", "12x", "abc", "1x2x3", "-4x8", "8x0"):
+    for bad in ("0", "12x", "abc", "1x2x3", "-4x8", "8x0", "1x2x3x4"):
         with pytest.raises(ValueError, match="bad shape"):
             bm.select("quick", shapes_filter=[bad])
+
+
+def test_lm_head_cells_are_tokens_hidden_vocabulary():
+    """The lm_head preset's cells: (T, d, V), their inputs from Op.bench_inputs, the float64
+    check on the first tokens only (Op.check_slice), the record naming the whole shape."""
+    pairs = bm.select("lm_head")
+    assert {c.shape for c, _ in pairs} == set(bm.PRESETS["lm_head"].shapes)
+    assert {c.op for c, _ in pairs} == {"linear_cross_entropy", "linear_cross_entropy_backward"}
+    (cell,) = {c for c, _ in bm.select("lm_head", ops_filter=["linear_cross_entropy_backward"],
+                                       shapes_filter=["1500x24x301"])}
+    work = bm.make_workload(cell, "cpu")
+    h, w, t, b, lse, g = work.inputs
+    assert h.shape == (1500, 24) and w.shape == (301, 24) and t.shape == (1500,) and b is None
+    assert lse.shape == (1500,) and lse.dtype == torch.float32 and g.dim() == 0
+    ref_lse = torch.logsumexp(h.double() @ w.double().T, 1).float()
+    torch.testing.assert_close(lse, ref_lse)  # chunked over tokens, the same numbers
+    ch, cw, ct, _, clse, cg = work.check_inputs
+    assert ch.shape == (1024, 24) and ct.shape == (1024,) and clse.shape == (1024,)
+    assert cw is w and cg is g
+    v = kernel_lab.get("torch_chunked_linear_cross_entropy_backward")
+    assert bm.vet(v, work) is None  # right on the checked tokens (and warmed on all)
+    rec = bm.Record.start(cell, v)
+    assert (rec.m, rec.n, rec.shape) == (1500, 301, "1500x24x301")
+    with pytest.raises(ValueError, match="lm-head ops"):
+        bm.select("quick", ops_filter=["softmax"], shapes_filter=["8x4x16"])
 
 
 def test_cli_cpu_sweep_of_one_shape(tmp_path, capsys):

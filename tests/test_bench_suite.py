@@ -145,8 +145,8 @@ def _expected(preset: bm.Preset) -> set[str]:
                   if preset.variants is None or name in preset.variants
                   or backend in preset.variants]
         for dt in preset.dtypes:
-            for m, n in preset.shapes:
-                case = f"{op}-{bm.dtype_name(dt)}-{m}x{n}"
+            for shape in preset.shapes:
+                case = f"{op}-{bm.dtype_name(dt)}-{'x'.join(map(str, shape))}"
                 ids |= {f"bench/test_variants.py::test_variant[{case}-{v}]" for v in chosen}
     return ids
 

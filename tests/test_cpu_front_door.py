@@ -60,7 +60,8 @@ def test_cpu_share_of_every_preset_fits_the_budget(preset):
     # every op of the preset stays, each cell is small, the note is one line naming the way out
     assert {c.op for c, _ in share.pairs} == {c.op for c, _ in pairs}
     for c, _ in share.pairs:
-        m, n = c.shape
+        m, n = c.shape[0], c.shape[-1]
+        assert all(p <= presets.CPU_MAX_PARAM for p in c.shape[1:-1])  # (the lm-head's d)
         assert m <= presets.CPU_MAX_ROWS and (m * n <= presets.CPU_ELEMENTS or m == 1)
     cells = {c for c, _ in share.pairs}
     assert share.note.startswith(f"CPU: {len(cells)} of {len({c for c, _ in pairs})} cells")

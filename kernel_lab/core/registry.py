@@ -174,6 +174,12 @@ class Op:
     outputs: tuple[Output, ...] = (Output("y"),)
     auto: Auto | None = None
     autograd: Autograd | None = None
+    # bench_inputs(shape, dtype, device, generator): a benchmark cell's inputs where its shape
+    # is not make_inputs' (the lm-head cells: tokens x hidden x vocabulary); None: make_inputs
+    bench_inputs: Callable[..., tuple] | None = None
+    # check_slice(inputs) -> inputs: what the benchmark's float64 check runs a variant on where
+    # the cell's own reference would not fit a GPU (the lm-head: its first tokens); None: all
+    check_slice: Callable[[tuple], tuple] | None = None
 
     def check(self, out: Any, *inputs: Any, ref: Any = None, **kw: Any):
         """Compare ``out`` with this op's float64 reference on ``inputs``: every output under

@@ -152,15 +152,20 @@ class Workload:
     copies: list[tuple]  # rotation sets; copies[0] is the one checked against the reference
     kwargs: dict
     bytes_moved: int
+    checked: tuple | None = None  # what the float64 check runs on (Op.check_slice); None: inputs
     _ref: torch.Tensor | None = field(default=None, repr=False)
 
     @property
     def inputs(self) -> tuple:
         return self.copies[0]
 
+    @property
+    def check_inputs(self) -> tuple:
+        return self.inputs if self.checked is None else self.checked
+
     def reference(self) -> torch.Tensor:
         if self._ref is None:
-            self._ref = self.op.reference(*self.inputs, **self.kwargs)
+            self._ref = self.op.reference(*self.check_inputs, **self.kwargs)
         return self._ref
 
     def caller(self, variant: Variant) -> Callable[[], Any]:
@@ -183,14 +188,15 @@ class Workload:
 def make_workload(cell: Cell, device: str) -> Workload:
     op = get_op(cell.op)
     gen = torch.Generator().manual_seed(SEED)
-    inputs = tuple(op.make_inputs(cell.shape, cell.dtype, device, gen))
+    inputs = tuple((op.bench_inputs or op.make_inputs)(cell.shape, cell.dtype, device, gen))
     nbytes = sum(t.numel() * t.element_size() for t in inputs if isinstance(t, torch.Tensor))
     n = min(MAX_COPIES, max(1, math.ceil(working_set_bytes(device) / max(1, nbytes))))
     copies = [inputs] + [
         tuple(t.clone() if isinstance(t, torch.Tensor) else t for t in inputs) for _ in range(n - 1)
     ]
     kw = dict(op.kwargs)
-    return Workload(cell, op, device, copies, kw, int(op.bytes_moved(*inputs, **kw)))
+    checked = op.check_slice(inputs) if op.check_slice is not None else None
+    return Workload(cell, op, device, copies, kw, int(op.bytes_moved(*inputs, **kw)), checked)
 
 
 class WorkloadCache:
@@ -211,9 +217,15 @@ class WorkloadCache:
 
 
 def check_variant(variant: Variant, work: Workload) -> CheckResult:
-    """Run ``variant`` once on the checked copy (also its warm-up / compile) and compare."""
-    out = variant.fn(*work.inputs, **work.kwargs)
-    return work.op.check(out, *work.inputs, ref=work.reference(), **work.kwargs)
+    """Run ``variant`` once on the checked copy (also its warm-up / compile) and compare; where
+    the check runs on a slice of the cell (``Op.check_slice``), one more call on the whole cell
+    warms it up (a per-shape compile stays out of the timing)."""
+    out = variant.fn(*work.check_inputs, **work.kwargs)
+    result = work.op.check(out, *work.check_inputs, ref=work.reference(), **work.kwargs)
+    if work.checked is not None:
+        del out
+        variant.fn(*work.inputs, **work.kwargs)
+    return result
 
 
 TIMED = ("ok", "inexact")  # statuses whose records carry timings
@@ -410,12 +422,12 @@ class Record:
     mem_fwd_bytes: int | None = None  # peak device memory above the inputs: one forward call
     mem_step_bytes: int | None = None  # ... one forward + backward (ops with a backward)
     mem_note: str = ""  # why a memory figure is missing ("n/a: not a CUDA device", ...)
+    shape: str = ""  # the cell's whole shape (the lm-head's T x d x V: m = T, n = V)
 
     @classmethod
     def start(cls, cell: Cell, variant: Variant, status: str = "ok", reason: str = "") -> "Record":
-        m, n = cell.shape
-        return cls(cell.op, dtype_name(cell.dtype), m, n, variant.name, variant.backend,
-                   status, reason)
+        return cls(cell.op, dtype_name(cell.dtype), cell.shape[0], cell.shape[-1], variant.name,
+                   variant.backend, status, reason, shape=cell.shape_id)
 
     @classmethod
     def crashed(cls, cell: Cell, variant: Variant, exc: BaseException) -> "Record":

@@ -9,6 +9,7 @@ shape keeps its row length N and gets fewer rows, M*N <= ``CPU_PRESET_ELEMENTS``
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence
 from dataclasses import replace
@@ -30,10 +31,16 @@ def available_memory() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
-def cap_rows(shape: tuple[int, int], elements: int = CPU_PRESET_ELEMENTS) -> tuple[int, int]:
-    """(M, N) with M reduced so that M*N <= ``elements`` (at least one row)."""
-    m, n = shape
-    return (max(1, min(m, elements // max(n, 1))), n)
+def cap_rows(shape: tuple[int, ...], elements: int = CPU_PRESET_ELEMENTS) -> tuple[int, ...]:
+    """(M, ..., N) with M reduced so that M*N <= ``elements`` (at least one row)."""
+    m, n = shape[0], shape[-1]
+    return (max(1, min(m, elements // max(n, 1))), *shape[1:])
+
+
+def cell_elements(shape: tuple[int, ...]) -> int:
+    """Elements a cell holds: M*N, plus the parameters' (the lm-head's weight, hidden x N)."""
+    m, n, params = shape[0], shape[-1], math.prod(shape[1:-1])
+    return m * n + (params * n if len(shape) > 2 else 0)
 
 
 def fit_cpu(pairs: Sequence, shapes_given: bool) -> tuple[list, str | None]:
@@ -43,13 +50,13 @@ def fit_cpu(pairs: Sequence, shapes_given: bool) -> tuple[list, str | None]:
     if not pairs:
         return list(pairs), None
     if shapes_given:
-        m, n = max((c.shape for c, _ in pairs), key=lambda s: s[0] * s[1])
-        need, have = m * n * BYTES_PER_ELEMENT, available_memory()
+        big = max((c.shape for c, _ in pairs), key=cell_elements)
+        need, have = cell_elements(big) * BYTES_PER_ELEMENT, available_memory()
         if need > have // 2:
             raise ValueError(
-                f"--shape {m}x{n} needs ~{need / 2**30:.1f} GiB here, over half of the "
-                f"{have / 2**30:.1f} GiB available: give a smaller --shape, e.g. "
-                f"{cap_rows((m, n))[0]}x{n}")
+                f"--shape {'x'.join(map(str, big))} needs ~{need / 2**30:.1f} GiB here, over "
+                f"half of the {have / 2**30:.1f} GiB available: give a smaller --shape, e.g. "
+                f"{'x'.join(map(str, cap_rows(big)))}")
         return list(pairs), None
     out = [(replace(c, shape=cap_rows(c.shape)), v) for c, v in pairs]
     capped = sum(a[0].shape != b[0].shape for a, b in zip(pairs, out))

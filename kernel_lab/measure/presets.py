@@ -5,6 +5,7 @@ on a CPU, the share of a preset that ends within ``CPU_BUDGET_S`` (:func:`cpu_sh
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import Iterable, Sequence
 
@@ -23,8 +24,9 @@ def _fixed_elements(ns: Iterable[int]) -> tuple[tuple[int, int], ...]:
 
 @dataclass(frozen=True)
 class Preset:
-    """Shapes ((rows M, columns N): the op over the N of each row), dtypes and, optionally, ops
-    and variants.
+    """Shapes ((rows M, columns N): the op over the N of each row; an op with its own
+    ``Op.bench_inputs`` may put its parameters between, as the lm-head's (tokens, hidden,
+    vocabulary)), dtypes and, optionally, ops and variants.
 
     ``variants`` holds variant names or backend names (``"triton"`` = every Triton variant);
     None selects everything registered. Command-line filters replace these, never intersect.
@@ -32,7 +34,7 @@ class Preset:
 
     name: str
     description: str
-    shapes: tuple[tuple[int, int], ...]
+    shapes: tuple[tuple[int, ...], ...]
     dtypes: tuple[torch.dtype, ...]
     ops: tuple[str, ...] | None = None
     variants: tuple[str, ...] | None = None
@@ -42,6 +44,10 @@ SWEEP_N = (*(2**k for k in range(7, 21)), 32000, 50257, 128256, 151936)
 ROW_OPS = ("softmax", "softmax_backward", "log_softmax", "log_softmax_backward")
 VOCAB_N = (32000, 50257, 65536, 128256, 151936, 262144)
 LOSS_OPS = ("cross_entropy", "cross_entropy_backward")
+LM_HEAD_OPS = ("linear_cross_entropy", "linear_cross_entropy_backward")
+# (tokens, hidden, vocabulary): Llama 3 8B, Gemma 2 2B, Qwen 2 7B heads; Llama's at 2x the tokens
+LM_HEAD_SHAPES = ((8192, 4096, 128256), (8192, 2304, 256000), (8192, 3584, 151936),
+                  (16384, 4096, 128256))
 PRESETS: dict[str, Preset] = {
     p.name: p
     for p in (
@@ -64,6 +70,11 @@ PRESETS: dict[str, Preset] = {
                "(CUDA graphs; host time: the host group)",
                ((1, 128), (16, 1024), (64, 4096), (8, 32000), (1, 151936)),
                (torch.float32, torch.bfloat16), ops=ROW_OPS),
+        # GB/s of an lm-head cell counts its inputs once: the time and memory columns are the
+        # figures (bench/lm_head.py races whole steps beside cuBLAS's matmuls)
+        Preset("lm_head", "the LM-head loss, forward and backward, at tokens x hidden x "
+               "vocabulary of Llama 3 8B, Gemma 2 2B and Qwen 2 7B, bf16 (--dtype fp32 too)",
+               LM_HEAD_SHAPES, (torch.bfloat16,), ops=LM_HEAD_OPS),
     )
 }
 DEFAULT_PRESET = "quick"
@@ -77,7 +88,7 @@ class Cell:
 
     op: str
     dtype: torch.dtype
-    shape: tuple[int, int]
+    shape: tuple[int, ...]  # (rows M, [the op's parameters, e.g. hidden size,] row length N)
 
     @property
     def shape_id(self) -> str:
@@ -97,17 +108,18 @@ def split_tokens(tokens: Sequence[str] | None) -> list[str]:
     return [t.strip() for tok in tokens or () for t in tok.split(",") if t.strip()]
 
 
-def parse_shape(token: str) -> tuple[int, int]:
-    """``"N"`` (rows M = 2^28 // N, the sweep's working set) or ``"MxN"`` -> (M, N)."""
+def parse_shape(token: str) -> tuple[int, ...]:
+    """``"N"`` (rows M = 2^28 // N, the sweep's working set), ``"MxN"`` -> (M, N), or
+    ``"MxDxN"`` (the lm-head's tokens x hidden x vocabulary) -> (M, D, N)."""
     parts = token.lower().split("x")
     try:
         dims = [int(d) for d in parts]
     except ValueError:
         dims = []
-    if len(dims) not in (1, 2) or min(dims) < 1:
-        raise ValueError(f"bad shape {token!r}: use N or MxN with positive integers, e.g. "
-                         "262144 or 1024x262144")
-    return (max(1, ELEMENTS // dims[0]), dims[0]) if len(dims) == 1 else (dims[0], dims[1])
+    if len(dims) not in (1, 2, 3) or min(dims) < 1:
+        raise ValueError(f"bad shape {token!r}: use N, MxN or (lm-head) TxDxV with positive "
+                         "integers, e.g. 262144, 1024x262144 or 8192x4096x128256")
+    return (max(1, ELEMENTS // dims[0]), dims[0]) if len(dims) == 1 else tuple(dims)
 
 
 def select(
@@ -135,6 +147,12 @@ def select(
             get(t)
     dtypes = [parse_dtype(d) for d in split_tokens(dtypes_filter)] or list(p.dtypes)
     shapes = [parse_shape(t) for t in split_tokens(shapes_filter)] or list(p.shapes)
+    deep = next((s for s in shapes if len(s) > 2), None)
+    flat = [n for n in names if get_op(n).bench_inputs is None]
+    if deep is not None and flat:
+        raise ValueError(f"bad shape {'x'.join(map(str, deep))!r} for {', '.join(flat)}: "
+                         "TxDxV (tokens x hidden x vocabulary) is the lm-head ops' "
+                         f"({', '.join(LM_HEAD_OPS)}); the others take N or MxN")
     out = []
     for op_name in names:
         chosen = [v for v in variants(op_name)
@@ -154,7 +172,8 @@ def select(
 CPU_BUDGET_S = 120.0  # wall seconds a `bench --device cpu` run may take on 2 cores
 CPU_SHARE_S = 75.0  # the share's estimate stays under this: the rest is margin (a busy machine)
 CPU_MAX_ROWS = 16  # rows of a CPU cell (a Triton program each, interpreted) ...
-CPU_ELEMENTS = 2**16  # ... and its M*N (at least one row)
+CPU_ELEMENTS = 2**16  # ... and its M*N (at least one row) ...
+CPU_MAX_PARAM = 64  # ... and the op's parameters between (the lm-head's hidden size)
 
 # Seconds a run costs on a 2-core CPU with CPU_ROUNDS rounds, measured (2026, torch 2.13,
 # Triton 3.x interpreter): vet + calibration + warm-up + rounds, with a margin.
@@ -184,8 +203,9 @@ def run_cost_s(cell: Cell, variant: Variant, *, full: bool = False,
     here costs nothing (its ``supports()`` skips it)."""
     if not (runs_on_cpu(variant) if runs_here is None else runs_here):
         return 0.0
-    m, n = cell.shape
-    elements = m * n
+    m, n = cell.shape[0], cell.shape[-1]
+    # M*N, and an lm-head cell's matmul (T x d x V multiply-adds, ~1 % of an element's checks)
+    elements = m * n + (math.prod(cell.shape) // 100 if len(cell.shape) > 2 else 0)
     backend = variant.backend if variant.backend in CPU_RUN_S else "torch"
     per_element = CPU_ELEMENT_S[backend] * (ROW_ELEMENT_FACTOR if cell.op in ROW_OPS else 1.0)
     cost = CPU_RUN_S[backend] + per_element * elements
@@ -212,21 +232,20 @@ def share_cost_s(pairs: Sequence[tuple[Cell, Variant]], *, full: bool = False,
     return total + (CPU_COMPILE_WARMUP_S if compiles else 0.0)
 
 
-def cpu_rows(shapes: Sequence[tuple[int, int]]) -> dict[tuple[int, int], tuple[int, int]]:
+def cpu_rows(shapes: Sequence[tuple[int, ...]]) -> dict[tuple[int, ...], tuple[int, ...]]:
     """Each preset shape's CPU shape: rows cut to <= CPU_MAX_ROWS and M*N <= CPU_ELEMENTS (at
-    least one row), the row length kept. Where several shapes share a row length (the seed
-    preset: M = 256 ... 2432 at N = 128) their rows are scaled by one factor instead, so the
-    M axis survives."""
+    least one row), the row length kept, the op's parameters between cut to CPU_MAX_PARAM.
+    Where several shapes share a row length (the seed preset: M = 256 ... 2432 at N = 128)
+    their rows are scaled by one factor instead, so the M axis survives."""
     by_n: dict[int, list[int]] = {}
-    for m, n in shapes:
-        by_n.setdefault(n, []).append(m)
+    for shape in shapes:
+        by_n.setdefault(shape[-1], []).append(shape[0])
     out = {}
-    for n, ms in by_n.items():
+    for shape in shapes:
+        m, n, ms = shape[0], shape[-1], by_n[shape[-1]]
         cap = max(1, min(CPU_MAX_ROWS, CPU_ELEMENTS // n))
-        top = max(ms)
-        for m in ms:
-            rows = min(m, cap) if len(set(ms)) == 1 else max(1, min(m, -(-m * cap // top)))
-            out[(m, n)] = (rows, n)
+        rows = min(m, cap) if len(set(ms)) == 1 else max(1, min(m, -(-m * cap // max(ms))))
+        out[shape] = (rows, *(min(p, CPU_MAX_PARAM) for p in shape[1:-1]), n)
     return out
 
 
@@ -286,7 +305,7 @@ def cpu_share(pairs: Sequence[tuple[Cell, Variant]], *, shapes_given: bool = Fal
     if shapes_given:
         est = share_cost_s(pairs)
         if est > CPU_BUDGET_S:
-            big = max(cells, key=lambda c: c.shape[0] * c.shape[1])
+            big = max(cells, key=lambda c: math.prod(c.shape))
             raise ValueError(
                 f"--shape {big.shape_id}: ~{minutes_text(est)} on a 2-core CPU (a CPU run is "
                 f"meant for {minutes_text(CPU_BUDGET_S)}): pass --full-cpu to time it anyway, "
@@ -301,9 +320,9 @@ def cpu_share(pairs: Sequence[tuple[Cell, Variant]], *, shapes_given: bool = Fal
     kept = [(replace(c, shape=rows[c.shape]), v) for c, v in pairs
             if dtypes_given or c.dtype == first_dtype[c.op]]
     kept = list({(c, v.name): (c, v) for c, v in kept}.values())  # shapes met by the cut: once
-    shapes = sorted({c.shape for c, _ in kept}, key=lambda s: (s[1], s[0]))
+    shapes = sorted({c.shape for c, _ in kept}, key=lambda s: (s[-1], s))
     here: dict[str, bool] = {}
-    chosen: set[tuple[int, int]] = set()
+    chosen: set[tuple[int, ...]] = set()
     est = share_cost_s([])
     for i in _spread(len(shapes)):
         trial = chosen | {shapes[i]}
@@ -314,25 +333,27 @@ def cpu_share(pairs: Sequence[tuple[Cell, Variant]], *, shapes_given: bool = Fal
     out = [(c, v) for c, v in kept if c.shape in chosen]
     n_cells = len(_cells(out))
     dts = ", ".join(sorted({dtype_name(c.dtype) for c, _ in out}))
-    ns = sorted({n for _, n in chosen})
-    ms = sorted({m for m, _ in chosen})
+    ns = sorted({s[-1] for s in chosen})
+    ms = sorted({s[0] for s in chosen})
     size = (f"N = {_list(ns)}" if len(ns) > 1 else f"{_list(ms)} rows of {ns[0]}")
+    params = f", hidden <= {CPU_MAX_PARAM}" if any(len(s) > 2 for s in chosen) else ""
     note = (f"CPU: {n_cells} of {len(cells)} cells ({dts}; {size}; rows cut: <= "
-            f"{CPU_MAX_ROWS}, M*N <= {CPU_ELEMENTS:,} or one row), {CPU_ROUNDS} rounds a run, "
+            f"{CPU_MAX_ROWS}, M*N <= {CPU_ELEMENTS:,} or one row{params}), {CPU_ROUNDS} rounds "
+            "a run, "
             f"~{minutes_text(est)} estimated; all cells: --full-cpu (slow) or --device cuda")
     return CpuShare(out, CPU_ROUNDS, est, note)
 
 
 def _fitting(pairs: Sequence[tuple[Cell, Variant]], big: Cell) -> str:
     """The biggest's shape with rows halved until the selection would fit the budget."""
-    m, n = big.shape
+    m = big.shape[0]
     here: dict[str, bool] = {}
     while m > 1:
         m //= 2
-        trial = [(replace(c, shape=(min(c.shape[0], m), c.shape[1])), v) for c, v in pairs]
+        trial = [(replace(c, shape=(min(c.shape[0], m), *c.shape[1:])), v) for c, v in pairs]
         if share_cost_s(trial, here=here) <= CPU_BUDGET_S:
             break
-    return f"{m}x{n}"
+    return "x".join(map(str, (m, *big.shape[1:])))
 
 
 def minutes_text(seconds: float) -> str:

@@ -174,7 +174,9 @@ def render_tables(records: Sequence[Record], copy_gbps: float) -> list:
             ", peak memory above inputs (forward / step)" if measured else
             f"; memory {notes[0]}" if notes else "")
         t = Table(title=title, title_justify="left")
-        t.add_column("M x N", style="bold", justify="right")
+        label = {(r.n, r.m): r.shape or f"{r.m}x{r.n}" for r in recs}  # (lm-head: T x d x V)
+        deep = any(lbl.count("x") > 1 for lbl in label.values())
+        t.add_column("T x d x V" if deep else "M x N", style="bold", justify="right")
         for name in names:
             t.add_column(name, justify="right", overflow="fold")
         cells = {(r.variant, r.n, r.m): r for r in recs}
@@ -196,7 +198,7 @@ def render_tables(records: Sequence[Record], copy_gbps: float) -> list:
                                + _mem_line(r))
                 else:
                     row.append(f"{_num(r.gbps)} ({r.pct_of_copy:.0f}%)" + _mem_line(r))
-            t.add_row(f"{m}x{n}", *row)
+            t.add_row(label[(n, m)], *row)
         tables.append(t)
     return tables
 

@@ -119,6 +119,36 @@ def make_inputs(shape, dtype, device="cpu", generator=None, d: int = TEST_D):
     return hidden, weight, make_targets(t, v, device, generator)
 
 
+def bench_inputs(shape, dtype, device="cpu", generator=None):
+    """A benchmark cell's (hidden, weight, target): ``shape`` (tokens, hidden size,
+    vocabulary), as the lm_head preset's; two dims read as :func:`make_inputs` does."""
+    if len(shape) == 3:
+        t, d, v = shape
+        return make_inputs((t, v), dtype, device, generator, d=d)
+    return make_inputs(shape, dtype, device, generator)
+
+
+CHECK_TOKENS = 1024  # the benchmark's float64 check of a bigger cell: its first tokens
+
+
+def check_slice(inputs: tuple) -> tuple:
+    """The first CHECK_TOKENS tokens of a forward's or a backward's inputs (hidden, target and
+    lse sliced; weight, bias and a reduced upstream gradient whole): the float64 logits of a
+    whole lm-head cell (8192 x 128256: 8 GiB, with the check's intermediates several times
+    that) would not fit beside it. Each token's loss depends on its own row only; dweight and
+    dbias are checked as sums over the tokens checked."""
+    h, t = inputs[0], inputs[2]
+    k = CHECK_TOKENS
+    if h.shape[0] <= k:
+        return inputs
+    out = [h[:k], inputs[1], t[:k], *inputs[3:]]
+    if len(out) >= 6:  # the backward's (..., lse, grad): per-token lse; "none"'s grad per token
+        out[4] = out[4][:k]
+        if out[5].dim() == 1:
+            out[5] = out[5][:k]
+    return tuple(out)
+
+
 def bytes_moved(hidden, weight, target, bias=None, **kw) -> int:
     """Read hidden and weight once (target, bias and the outputs are O(T + V))."""
     return (hidden.numel() + weight.numel()) * hidden.element_size()
@@ -205,10 +235,22 @@ def _lse_dtype(dtype: torch.dtype) -> torch.dtype:
 def backward_inputs(shape, dtype, device="cpu", generator=None):
     """(hidden, weight, target, None, lse, grad) for "mean": lse from the reference, in the
     accumulator's dtype (fp32; fp64 for fp64)."""
-    h, w, t = make_inputs(shape, dtype, device, generator)
-    lse = torch.logsumexp(logits_reference(h, w), 1).to(_lse_dtype(dtype))
-    grad = (torch.rand((), generator=generator) + 0.5).to(device)
-    return h, w, t, None, lse, grad
+    return _with_lse(make_inputs(shape, dtype, device, generator), generator)
+
+
+def bench_backward_inputs(shape, dtype, device="cpu", generator=None):
+    """:func:`backward_inputs` of a benchmark cell (:func:`bench_inputs`' shapes)."""
+    return _with_lse(bench_inputs(shape, dtype, device, generator), generator)
+
+
+def _with_lse(hwt: tuple, generator) -> tuple:
+    """(hidden, weight, target, None, lse, grad): lse from the float64 logits, a chunk of tokens
+    at a time (a whole lm-head cell's would not fit)."""
+    h, w, t = hwt
+    lse = torch.cat([torch.logsumexp(logits_reference(h[i:i + CHECK_TOKENS], w), 1)
+                     for i in range(0, max(h.shape[0], 1), CHECK_TOKENS)])[:h.shape[0]]
+    grad = (torch.rand((), generator=generator) + 0.5).to(h.device)
+    return h, w, t, None, lse.to(_lse_dtype(h.dtype)), grad
 
 
 def backward_edge_cases(dtype, device="cpu", generator=None) -> list:
@@ -274,6 +316,8 @@ FORWARD = register_op(
         auto=FORWARD_AUTO,
         autograd=Autograd(save=_save, backward="linear_cross_entropy_backward",
                           backward_inputs=_backward_inputs, grad_of=(0, 1, 3)),
+        bench_inputs=bench_inputs,
+        check_slice=check_slice,
     )
 )
 
@@ -298,5 +342,7 @@ BACKWARD = register_op(
                         empty=lambda h, w, t, b, *a, **kw: h.new_empty(
                             w.shape[:1] if b is not None else (0,)))),
         auto=BACKWARD_AUTO,
+        bench_inputs=bench_backward_inputs,
+        check_slice=check_slice,
     )
 )
