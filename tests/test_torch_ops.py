@@ -429,3 +429,19 @@ def test_small_tensor_rules():
         assert first("softmax", (big // n // 2, n), dt) == "fast_softmax", (n, dt)
 
 
+
+
+def test_the_native_test_inlines_its_rule_and_agrees_with_it():
+    """The drop-ins' hot test (custom_ops.native_path) reads a NativeBelow rule's limits once
+    and tests inline: it answers as the rule does, on every dtype, layout and dim type."""
+    from kernel_lab.core import custom_ops, registry
+
+    for op in ("softmax", "log_softmax"):
+        rule = kernel_lab.get_op(op).auto.native
+        assert isinstance(rule, registry.NativeBelow)
+        test = custom_ops.native_path(op)
+        for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
+            x = torch.randn(6, 10).to(dtype)
+            for t, dim in ((x, -1), (x.t(), -1), (x, 1.0), (x[:, ::2], 0)):
+                assert test(t, dim) == rule(t, dim), (op, dtype, t.stride(), dim)
+        assert not test([1.0, 2.0], -1)  # not a tensor: the lab's call says so

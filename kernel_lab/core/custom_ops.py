@@ -312,16 +312,29 @@ def native_path(name: str) -> Callable[..., bool]:
     """``test(x, dim)``: whether a drop-in call of row op ``name`` on ``"auto"`` runs PyTorch's
     own op at once, with no plan (the hot path of small tensors): its :attr:`Auto.native` takes
     ``x``, no kernel has flagged an error (raised here, as every call does), and nothing traces,
-    watches or profiles the call (those see the lab's op). Its drop-in then calls PyTorch's op."""
-    native = None
+    watches or profiles the call (those see the lab's op). Its drop-in then calls PyTorch's op.
+    A :class:`~kernel_lab.core.registry.NativeBelow` rule is tested inline from its limits (two
+    Python frames fewer a call than asking it)."""
+    limits = rule = None
 
     def test(x: Any, dim: Any = -1) -> bool:
-        nonlocal native
-        if native is None:  # the op's Auto: registered by the first call
-            native = registry.get_op(name).auto.native
-        if type(x) is not torch.Tensor or not native(x, dim):
+        nonlocal limits, rule
+        if rule is None:  # the op's Auto: registered by the first call
+            rule = registry.get_op(name).auto.native
+            limits = rule.limits() if isinstance(rule, registry.NativeBelow) else None
+        if type(x) is not torch.Tensor:
             return False
-        deferred.raise_pending()
+        if limits is not None:
+            if type(dim) is not int or not x.is_contiguous():
+                return False
+            numel, cpu_ok, cuda_ok = limits
+            if not (x.dtype in cuda_ok and x.numel() <= numel if x.is_cuda
+                    else x.dtype in cpu_ok):
+                return False
+        elif not rule(x, dim):
+            return False
+        if deferred.FLAGS:  # a kernel has made flag words: one may have flagged an error
+            deferred.raise_pending()
         return not (_is_compiling() or _dispatch_modes() or _functorch_active()
                     or torch.autograd.profiler._is_profiler_enabled)
 

@@ -102,26 +102,41 @@ class Auto:
     native: Callable[..., bool] | None = None
 
 
-def native_below(numel: int, forward: str, backward: str) -> Callable[..., bool]:
+class NativeBelow:
     """An :attr:`Auto.native` test for an op whose portable variants ``forward`` and
     ``backward`` are PyTorch's own ops: true off CUDA, and on CUDA for tensors of at most
     ``numel`` elements whose dtype both variants compute within the lab's tolerance; contiguous
-    inputs only (the output then is contiguous too)."""
-    dtypes: dict[bool, frozenset] = {}
+    inputs only (the output then is contiguous too). The drop-ins' hot path reads
+    :meth:`limits` once and tests inline (:func:`kernel_lab.core.custom_ops.native_path`)."""
 
-    def native(x: torch.Tensor, dim: Any = -1) -> bool:
-        on_cuda = x.is_cuda
-        ok = dtypes.get(on_cuda)
-        if ok is None:  # the first call: the variants are registered by now
-            fwd, bwd = get(forward), get(backward)
+    def __init__(self, numel: int, forward: str, backward: str) -> None:
+        self.numel, self.forward, self.backward = numel, forward, backward
+        self._dtypes: dict[bool, frozenset] = {}
+
+    def dtypes(self, on_cuda: bool) -> frozenset:
+        """The dtypes PyTorch's ops run here for the lab (the variants registered by now)."""
+        ok = self._dtypes.get(on_cuda)
+        if ok is None:
+            fwd, bwd = get(self.forward), get(self.backward)
             ok = set(fwd.dtypes) & set(bwd.dtypes)
             if on_cuda:
                 ok -= set(fwd.known_inexact) | set(bwd.known_inexact)
-            ok = dtypes[on_cuda] = frozenset(ok)
-        return (type(dim) is int and x.dtype in ok and x.is_contiguous()
-                and (not on_cuda or x.numel() <= numel))
+            ok = self._dtypes[on_cuda] = frozenset(ok)
+        return ok
 
-    return native
+    def limits(self) -> tuple[int, frozenset, frozenset]:
+        """(numel, CPU dtypes, CUDA dtypes): the whole test as data."""
+        return self.numel, self.dtypes(False), self.dtypes(True)
+
+    def __call__(self, x: torch.Tensor, dim: Any = -1) -> bool:
+        on_cuda = x.is_cuda
+        return (type(dim) is int and x.dtype in self.dtypes(on_cuda) and x.is_contiguous()
+                and (not on_cuda or x.numel() <= self.numel))
+
+
+def native_below(numel: int, forward: str, backward: str) -> NativeBelow:
+    """:class:`NativeBelow` (the ops' ``auto.py`` declare it so)."""
+    return NativeBelow(numel, forward, backward)
 
 
 @dataclass(frozen=True)

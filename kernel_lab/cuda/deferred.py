@@ -66,6 +66,7 @@ def _device_pointer(host_ptr: int, device: torch.device) -> int:
 
 
 _flags: dict[torch.device, Flags] = {}
+FLAGS = _flags  # (read-only outside): empty until a kernel made flag words; the hot paths test it
 _lock = threading.Lock()
 
 
