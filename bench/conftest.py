@@ -16,6 +16,9 @@ Decisions:
   ``--host only`` runs nothing else. Without a GPU it is deselected (nothing to time).
 * No GPU (and ``--device cuda``, the default): every test is still collected, skipped with the
   reason "no CUDA GPU", and the run ends with ONE summary line and exit code 0.
+* ``--device cpu`` takes the CLI's CPU share of the preset (few, CPU-sized cells; its line in the
+  header), or with ``--full-cpu`` every cell, rows capped to fit memory; a ``--shape`` too big
+  for this machine is a usage error.
 * ``--benchmark-compare-fail`` judges the host group by ``--host-fail`` instead (default
   median:10 %: a host ratio holds less tightly than device time; kernel_lab.measure.compare).
 * ``machine_info`` gets the GPU (name, capability, driver) and library versions;
@@ -41,12 +44,16 @@ HOST_CELLS = pytest.StashKey[list]()
 RECORDS = pytest.StashKey[list]()
 SKIPPED_NO_GPU = pytest.StashKey[int]()
 HOST_FAIL = pytest.StashKey[object]()
+CPU_NOTE = pytest.StashKey[str]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     g = parser.getgroup("kernel_lab", "kernel_lab benchmarks (README, \"Benchmarks\")")
     for flag, kw in sweep.SELECTION_OPTIONS:  # the same options as `python -m kernel_lab bench`
         g.addoption(flag, **kw)
+    g.addoption("--full-cpu", action="store_true",
+                help="--device cpu: every cell of the preset (rows capped to fit memory) "
+                     "instead of the CPU share that ends within minutes")
     g.addoption("--allow-device-mismatch", action="store_true",
                 help="let --benchmark-compare compare runs taken on different devices")
     g.addoption("--host", default="auto", choices=("auto", "none", "only"),
@@ -67,11 +74,12 @@ def _no_gpu(config: pytest.Config) -> bool:
 
 def pytest_configure(config: pytest.Config) -> None:
     try:
-        config.stash[PAIRS] = bm.select(
+        pairs = bm.select(
             config.getoption("preset"), ops_filter=config.getoption("op"),
             variants_filter=config.getoption("variants"), dtypes_filter=config.getoption("dtype"),
             shapes_filter=config.getoption("shape"),
         )
+        config.stash[PAIRS], config.stash[CPU_NOTE] = _cpu_cut(config, pairs)
     except (ValueError, KeyError) as e:
         raise pytest.UsageError(f"kernel_lab bench: {e}") from None
     config.stash[HOST_CELLS] = _host_cells(config)
@@ -81,6 +89,30 @@ def pytest_configure(config: pytest.Config) -> None:
         config.stash[HOST_FAIL] = compare.parse_host_fail(config.getoption("host_fail"))
     except ValueError as e:
         raise pytest.UsageError(f"kernel_lab bench: {e}") from None
+
+
+def _cpu_cut(config: pytest.Config, pairs: list) -> tuple[list, str]:
+    """The pairs a ``--device cpu`` run times, as ``python -m kernel_lab bench --device cpu``
+    cuts them (the presets are sized for a GPU: an lm-head cell alone is 16384 x 128256 logits),
+    and the line that says what was cut ("" off the CPU)."""
+    if _device(config) != "cpu":
+        return pairs, ""
+    from kernel_lab.measure.memory_caps import fit_cpu
+
+    shapes_given, full = bool(config.getoption("shape")), config.getoption("full_cpu")
+    note = None
+    if full or shapes_given:  # memory: preset rows capped, a huge --shape refused
+        pairs, note = fit_cpu(pairs, shapes_given)
+    if not full:
+        share = bm.cpu_share(pairs, shapes_given=shapes_given,
+                             dtypes_given=bool(config.getoption("dtype")))
+        pairs, note = share.pairs, share.note
+    return pairs, note or ""
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    note = config.stash.get(CPU_NOTE, "")
+    return [f"kernel_lab bench: {note}"] if note else []
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

@@ -124,6 +124,10 @@ def runs(tmp_path_factory) -> dict[str, tuple[int, str]]:
                                    "--op", "softmax", "--variants", "online_softmax,torch_eager")
     procs["host-none"] = _start("--collect-only", "-q", "--device", "cpu", "--preset", "small",
                                 "--host", "none")
+    procs["cpu-share"] = _start("--collect-only", "--device", "cpu", "--preset", "lm_head",
+                                "--host", "none")
+    procs["cpu-full"] = _start("--collect-only", "-q", "--device", "cpu", "--preset", "lm_head",
+                               "--host", "none", "--full-cpu")
     procs["host-cpu"] = _start("-q", "--device", "cpu", "--host", "only", "--op", "softmax",
                                "-k", "torch.softmax and not autograd",
                                "--benchmark-json", str(tmp / "host.json"))
@@ -245,6 +249,22 @@ def test_cpu_run_checks_times_and_skips_with_supports_reasons(runs, monkeypatch)
     known = benches["softmax-float32-1x128-fake_inexact"]["extra_info"]["inexact"]
     assert known.startswith("a known 1% miss; here:")
     assert "inexact │" in out and "fake_inexact: inexact (1 cell): a known 1% miss; here:" in out
+
+
+def test_cpu_runs_take_the_clis_share_of_a_gpu_sized_preset(runs):
+    """`pytest bench --device cpu` cuts a preset as `kernel_lab bench --device cpu` does (the
+    header line says how), and --full-cpu keeps every cell with rows capped to fit memory: an
+    lm-head cell is never 16384 x 128256 logits on a CPU."""
+    rc, out = runs["cpu-share"]
+    assert rc == 0, out
+    share = bm.cpu_share(bm.select("lm_head"))
+    assert f"kernel_lab bench: {share.note}" in out
+    ids = {line.strip() for line in out.splitlines() if "test_variant[" in line}
+    assert ids and all("x64x" in i for i in ids)  # hidden cut to 64, one token a row
+    rc, out = runs["cpu-full"]
+    assert rc == 0, out
+    shapes = {i.split("-")[2] for i in _ids(out)}
+    assert shapes == {"2x4096x128256", "1x2304x256000", "1x3584x151936"}  # M*N <= 2^18
 
 
 def test_compare_refuses_another_device(runs):
