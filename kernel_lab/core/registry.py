@@ -134,11 +134,6 @@ class NativeBelow:
                 and (not on_cuda or x.numel() <= self.numel))
 
 
-def native_below(numel: int, forward: str, backward: str) -> NativeBelow:
-    """:class:`NativeBelow` (the ops' ``auto.py`` declare it so)."""
-    return NativeBelow(numel, forward, backward)
-
-
 @dataclass(frozen=True)
 class Autograd:
     """How an op differentiates, for the custom op and the eager path.

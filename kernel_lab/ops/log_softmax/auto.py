@@ -51,7 +51,7 @@ def log_softmax_backward_preferences(y: torch.Tensor, dy: torch.Tensor | None = 
 
 LOG_SOFTMAX_AUTO = registry.Auto(
     log_softmax_preferences, PORTABLE["log_softmax"], portable_autograd=True,
-    native=registry.native_below(SMALL_NUMEL["log_softmax_backward"], PORTABLE["log_softmax"],
+    native=registry.NativeBelow(SMALL_NUMEL["log_softmax_backward"], PORTABLE["log_softmax"],
                                  PORTABLE["log_softmax_backward"]))
 LOG_SOFTMAX_BACKWARD_AUTO = registry.Auto(log_softmax_backward_preferences,
                                           PORTABLE["log_softmax_backward"])

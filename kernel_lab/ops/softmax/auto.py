@@ -69,6 +69,6 @@ def softmax_backward_preferences(y: torch.Tensor, dy: torch.Tensor | None = None
 
 SOFTMAX_AUTO = registry.Auto(
     softmax_preferences, PORTABLE["softmax"], portable_autograd=True,
-    native=registry.native_below(SMALL_NUMEL["softmax_backward"], PORTABLE["softmax"],
+    native=registry.NativeBelow(SMALL_NUMEL["softmax_backward"], PORTABLE["softmax"],
                                  PORTABLE["softmax_backward"]))
 SOFTMAX_BACKWARD_AUTO = registry.Auto(softmax_backward_preferences, PORTABLE["softmax_backward"])
