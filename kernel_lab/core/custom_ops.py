@@ -204,9 +204,9 @@ class _EagerOp(torch.autograd.Function):
 
 
 def _run_backward(name: str, variant: str, inputs: tuple, kw: dict) -> Any:
-    """The backward op ``name`` by ``variant`` through its plan (picked once per signature of
-    its inputs: the upstream gradient's layout may differ between calls)."""
-    return plans.for_op(name, variant, AUTO, inputs, kw, replay=False)(inputs, kw)
+    """The backward op ``name`` by ``variant`` through its plan (picked and recorded once per
+    signature of its inputs: the upstream gradient's layout may differ between calls)."""
+    return plans.for_op(name, variant, AUTO, inputs, kw)(inputs, kw)
 
 
 _is_compiling = torch.compiler.is_compiling

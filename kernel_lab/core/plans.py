@@ -5,9 +5,9 @@ or an op through a drop-in with its variant choice), the call's keywords, and ev
 shape, strides, dtype, device, data-pointer offset in a 128-byte line and ``requires_grad``
 (:func:`signature`). Making it picks the variant (``"auto"`` resolved on the real tensors),
 runs every check that holds for the whole signature (``supports()``: dtypes, the op's input
-contract, the variant's limits) and, for a CUDA launcher, records its launch so later calls
-replay it (:class:`ReplayingCall`). A later call with that signature is one dictionary lookup
-and the launch.
+contract, the variant's limits) and, for a CUDA launcher, records its launches so later calls
+replay them (:class:`ReplayingCall`). A later call with that signature is one dictionary lookup
+and the launches.
 
 One cache (:data:`_cache`) holds the plans of ``kernel_lab.run()``, the drop-ins and their
 backwards. A registration (``registry.generation``) clears it: a new variant may change what
@@ -66,10 +66,101 @@ def pointer_slots(signature: str) -> list[int]:
     return [k for k, c in enumerate(codes) if c == "Q"]
 
 
-def _replay_of(launches: list, tensors: tuple, out: Any) -> _Replay | None:
-    """A replay of this call's recorded launches, or None if they cannot be replayed: not
-    exactly one launch, or a pointer that is neither an input nor the fresh output (the chunk
-    kernels' flag words carry a per-launch epoch), or inputs the launcher copied first."""
+class _FreshReplay:
+    """Every launch of one recorded call whose launcher declared the tensors it allocated
+    (:func:`interop.fresh`: outputs and scratch): a call allocates them anew, points each
+    launch's pointer slots at them and at the inputs, and launches in the recorded order. The
+    launcher's guards (:func:`interop.guard`) must hold, else it runs itself."""
+
+    __slots__ = ("steps", "specs", "outputs", "single", "guards", "fn", "loads")
+
+    def __init__(self, steps: list, specs: list, outputs: list[int], single: bool,
+                 guards: list, fn: Callable[..., Any]) -> None:
+        # steps: (PreparedLaunch, owners) - per pointer slot k >= 0 for input k, ~j for fresh j
+        self.steps = [(interop.PreparedLaunch(launch, slots), owners)
+                      for launch, slots, owners in steps]
+        self.specs, self.outputs, self.single = specs, outputs, single
+        self.guards, self.fn = tuple(guards), fn
+        loads = {(launch.source[1], launch.device_index, id(launch.fn)):
+                 (launch.source[0].loader, launch.source[1], launch.device_index, launch.fn)
+                 for launch, _, _ in steps}  # one reload check a kernel
+        self.loads = tuple(loads.values())
+
+    def call(self, fallback: Callable[[tuple, dict], Any]) -> Callable[[tuple, dict], Any]:
+        """``call(tensors, kw)`` -> the outputs; ``fallback(tensors, kw)`` once reloaded."""
+        steps, specs, outputs, single = self.steps, self.specs, self.outputs, self.single
+        loads, guards, fn, empty = self.loads, self.guards, self.fn, torch.empty
+
+        def call(tensors: tuple, kw: dict) -> Any:
+            for load, expr, dev, f in loads:
+                if load(expr, dev) is not f:
+                    return fallback(tensors, kw)
+            for obj, attribute, value in guards:
+                if getattr(obj, attribute) != value:  # another mode: the launcher's own path
+                    return _contiguous(fn(*tensors, **kw))
+            made = [empty(shape, dtype=dtype, device=device) for shape, dtype, device in specs]
+            for launch, owners in steps:
+                launch([(tensors[w] if w >= 0 else made[~w]).data_ptr() for w in owners])
+            return made[outputs[0]] if single else tuple(made[j] for j in outputs)
+
+        return call
+
+
+def _contiguous(out: Any) -> Any:
+    if type(out) is torch.Tensor:
+        return out if out.is_contiguous() else out.contiguous()
+    return tuple(o.contiguous() for o in out)
+
+
+def _fresh_replay_of(rec: interop.Recording, tensors: tuple, out: Any,
+                     fn: Callable[..., Any]) -> _FreshReplay | None:
+    """A replay of a call whose launcher declared its fresh tensors, or None where a pointer is
+    neither an input, a fresh tensor, null nor a device's flag words (fixed for the process),
+    an output is not a fresh tensor, or two inputs alias."""
+    single = isinstance(out, torch.Tensor)
+    outs = (out,) if single else out
+    if not rec or not isinstance(outs, tuple):
+        return None
+    fixed = {0}
+    for f in deferred.FLAGS.values():
+        fixed.update((f.first_ptr, f.raised_ptr))
+    where: dict[int, int] = {}
+    for k, t in enumerate(tensors):
+        if t is None:
+            continue
+        if type(t) is not torch.Tensor or t.data_ptr() in where or t.data_ptr() in fixed:
+            return None
+        where[t.data_ptr()] = k
+    specs = []
+    for j, t in enumerate(rec.fresh):
+        if t.data_ptr() in where or t.data_ptr() in fixed or not t.is_contiguous():
+            return None
+        where[t.data_ptr()] = ~j
+        specs.append((t.shape, t.dtype, t.device))
+    outputs = [next((j for j, t in enumerate(rec.fresh) if t is o), None) for o in outs]
+    if None in outputs:
+        return None
+    steps = []
+    for launch in rec:
+        if launch.source is None or launch.signature is None:
+            return None
+        slots = [i for i in pointer_slots(launch.signature) if launch.args[i] not in fixed]
+        if any(launch.args[i] not in where for i in slots):
+            return None
+        steps.append((launch, slots, tuple(where[launch.args[i]] for i in slots)))
+    return _FreshReplay(steps, specs, outputs, single, rec.guards, fn)
+
+
+def _replay_of(launches: interop.Recording, tensors: tuple, out: Any,
+               fn: Callable[..., Any]) -> _Replay | _FreshReplay | None:
+    """A replay of this call's recorded launches, or None if they cannot be replayed: a
+    launcher that refused it; one that declared fresh tensors or guards (:func:`_fresh_replay_of`);
+    else not exactly one launch, or a pointer that is neither an input nor the fresh output (the
+    chunk kernels' flag words carry a per-launch epoch), or inputs the launcher copied first."""
+    if launches.refused:
+        return None
+    if launches.fresh or launches.guards:
+        return _fresh_replay_of(launches, tensors, out, fn)
     if len(launches) != 1 or not isinstance(out, torch.Tensor):
         return None
     launch = launches[0]
@@ -97,7 +188,8 @@ def _replay_of(launches: list, tensors: tuple, out: Any) -> _Replay | None:
 
 class ReplayingCall:
     """``fn(*tensors, **kw)`` for one call signature: recorded on its first call under
-    :func:`interop.record_launches`, replayed after when that call was one plain launch.
+    :func:`interop.record_launches`, replayed after when that call was one plain launch into a
+    fresh output, or launches on tensors its launcher declared fresh (:class:`_FreshReplay`).
     ``install(call)`` hears of each replay made (a :class:`Plan` calls it directly from then
     on) and of its end (``None``: the kernel was reloaded, calls come here to be recorded)."""
 
@@ -106,7 +198,7 @@ class ReplayingCall:
     def __init__(self, fn: Callable[..., Any],
                  install: Callable[[Callable | None], None] | None = None) -> None:
         self.fn = fn
-        self.replay: _Replay | None = None
+        self.replay: _Replay | _FreshReplay | None = None
         self.hot: Callable[[tuple, dict], Any] | None = None  # the replay's call
         self.recorded = False
         self.install = install
@@ -120,7 +212,7 @@ class ReplayingCall:
         with interop.record_launches() as launches:
             out = self.fn(*tensors, **kw)
         self.recorded = True
-        self.replay = _replay_of(launches, tensors, out)
+        self.replay = _replay_of(launches, tensors, out, self.fn)
         if self.replay is not None:
             self.hot = self.replay.call(self._reloaded)
             if self.install is not None:
@@ -145,17 +237,17 @@ class Plan:
 
     __slots__ = ("variant", "call", "native", "fn", "replaying", "run")
 
-    def __init__(self, variant: registry.Variant, replay: bool, native: bool = False) -> None:
+    def __init__(self, variant: registry.Variant, native: bool = False) -> None:
         self.variant, self.native, self.fn = variant, native, variant.fn
-        # call(tensors, kw): the launcher itself, or its one launch recorded, then the replay's
-        # own call (one frame) once there is one; run(tensors, kw): the same, outputs contiguous
+        # call(tensors, kw): the launcher itself, or its launches recorded, then the replay's
+        # own call once there is one; run(tensors, kw): the same, outputs contiguous
         self.replaying = (ReplayingCall(variant.fn, self._install)
-                          if replay and variant.backend == "cuda" else None)
+                          if variant.backend == "cuda" else None)
         self.call = self.replaying or self._direct
         self.run = self._contiguous
 
     def _install(self, hot: Callable[[tuple, dict], Any] | None) -> None:
-        # a replay's output is a fresh contiguous tensor: its call is run() as it is
+        # a replay's outputs are fresh contiguous tensors: its call is run() as it is
         self.call = hot if hot is not None else self.replaying
         self.run = hot if hot is not None else self._contiguous
 
@@ -163,10 +255,7 @@ class Plan:
         return self.fn(*tensors, **kw)
 
     def _contiguous(self, tensors: tuple, kw: dict) -> Any:
-        out = self.call(tensors, kw)
-        if type(out) is torch.Tensor:
-            return out if out.is_contiguous() else out.contiguous()
-        return tuple(o.contiguous() for o in out)
+        return _contiguous(self.call(tensors, kw))
 
     def __call__(self, tensors: tuple, kw: dict) -> Any:
         """Run the variant; outputs come back contiguous (no copy when they already are)."""
@@ -206,7 +295,7 @@ def for_variant(name: str, tensors: tuple, kw: dict) -> Plan:
     if plan is None or _generation != registry.generation:
         variant = registry.get(name)
         registry.ensure_supported(variant, *tensors, **kw)
-        plan = _store(key, Plan(variant, replay=True))
+        plan = _store(key, Plan(variant))
     return plan
 
 
@@ -221,16 +310,14 @@ def runs(name: str, tensors: tuple, kw: dict) -> bool:
     plan = _cache.get(key)
     if plan is None or _generation != registry.generation:
         variant = registry.get(name)
-        plan = _store(key, Plan(variant, replay=True)
+        plan = _store(key, Plan(variant)
                       if dispatch.can_run(variant, *tensors, **kw) else _REFUSED)
     return plan is not _REFUSED
 
 
-def for_op(op: str, variant: str, backward_variant: str, tensors: tuple, kw: dict,
-           replay: bool = True) -> Plan:
+def for_op(op: str, variant: str, backward_variant: str, tensors: tuple, kw: dict) -> Plan:
     """The plan of a drop-in call of ``op`` by ``variant`` (a name or ``"auto"``), whose
-    backward (if any) runs ``backward_variant``. ``replay=False``: the launcher runs every call
-    (the backwards, whose upstream gradients' layouts vary)."""
+    backward (if any) runs ``backward_variant``."""
     if len(tensors) == 1:  # the common case, inline (per-call hot path)
         x = tensors[0]
         key = (op, variant, backward_variant, *kw.values(), x.shape, x.stride(), x.dtype,
@@ -242,8 +329,7 @@ def for_op(op: str, variant: str, backward_variant: str, tensors: tuple, kw: dic
         return plan
     dispatch.check_names(op, variant, backward_variant)
     v = dispatch.pick(op, variant, tensors, kw)
-    return _store(key, Plan(v, replay, native=_native(op, v, variant, backward_variant,
-                                                      tensors, kw)))
+    return _store(key, Plan(v, native=_native(op, v, variant, backward_variant, tensors, kw)))
 
 
 def _native(op_name: str, v: registry.Variant, variant: str, backward_variant: str,

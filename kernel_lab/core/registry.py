@@ -339,6 +339,9 @@ def inputs_trusted() -> bool:
     return _trust.on
 
 
+TRUST = _trust  # the switch trusted_inputs() turns on (a replay's guard reads it: core.plans)
+
+
 _ops: dict[str, Op] = {}
 _variants: dict[str, Variant] = {}
 _aliases: dict[str, str] = {}  # a former variant name -> its name now

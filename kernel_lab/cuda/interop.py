@@ -83,7 +83,21 @@ def current_stream_ptr(device_index: int) -> int:
     return torch.cuda.current_stream(device_index).cuda_stream
 
 
-_recorder: list | None = None  # set by record_launches(): kernels launched meanwhile
+class Recording(list):
+    """The :class:`Launch` es of one :func:`record_launches` block, and what its launchers
+    declared for a replay of the call (:mod:`kernel_lab.core.plans`): ``fresh``, the tensors
+    they allocated uninitialized for it (:func:`fresh`); ``guards``, (object, attribute, value)
+    states their choices read (:func:`guard`); ``refused``, a launcher did what a replay would
+    skip (:func:`refuse_replay`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fresh: list[torch.Tensor] = []
+        self.guards: list[tuple[Any, str, Any]] = []
+        self.refused = False
+
+
+_recorder: Recording | None = None  # set by record_launches(): kernels launched meanwhile
 
 
 class Launch(NamedTuple):
@@ -108,13 +122,38 @@ def recording() -> bool:
 @contextlib.contextmanager
 def record_launches():
     """Collect every launch made inside the block as a :class:`Launch` (for the register /
-    spill and launch-shape reports of benchmarks)."""
+    spill and launch-shape reports of benchmarks, and the plans' replays): a
+    :class:`Recording`."""
     global _recorder
-    _recorder = []
+    _recorder = Recording()
     try:
         yield _recorder
     finally:
         _recorder = None
+
+
+def fresh(t: torch.Tensor) -> torch.Tensor:
+    """``t``, declared a tensor this launcher allocated uninitialized (``torch.empty``) for this
+    call - an output or a scratch buffer - that nothing but its launches touch: a replay of the
+    call allocates it anew (contiguous, same shape, dtype and device) and points the launches
+    at it. Returns ``t``; a no-op outside a recording."""
+    if _recorder is not None:
+        _recorder.fresh.append(t)
+    return t
+
+
+def guard(obj: Any, attribute: str) -> None:
+    """Declare that this launcher's choices read ``obj.attribute`` (a mode such as a
+    thread's switch): a replay of the call runs only while it holds the recorded value."""
+    if _recorder is not None:
+        _recorder.guards.append((obj, attribute, getattr(obj, attribute)))
+
+
+def refuse_replay() -> None:
+    """Declare that this call did what a replay would skip (a check of the inputs' values): the
+    call signature keeps running its launcher."""
+    if _recorder is not None:
+        _recorder.refused = True
 
 
 # Kernel arguments -> the ``void**`` that cuLaunchKernel takes. Every argument gets an 8-byte

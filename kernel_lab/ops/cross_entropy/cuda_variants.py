@@ -18,7 +18,7 @@ import torch
 from kernel_lab.base.inputs import acc_dtype
 from kernel_lab.core.registry import register
 from kernel_lab.cuda import deferred
-from kernel_lab.cuda.interop import launch
+from kernel_lab.cuda.interop import fresh, launch, refuse_replay
 from kernel_lab.cuda.sources import ALL_DTYPES, cdiv, ctype, cuda_source, device_index, next_pow2
 from kernel_lab.ops.cross_entropy.op import check_call, check_kwargs, lse_dtype
 
@@ -79,7 +79,7 @@ def coefficients(target, weight, grad, n: int, ignore_index: int, reduction: str
     0-d (one value for every row) or one a row, read in the logits' dtype (autograd's own:
     no copy)."""
     m, dev = target.shape[0], device_index(target)
-    coefs = torch.empty((m, 3), dtype=acc_dtype(dtype), device=target.device)
+    coefs = fresh(torch.empty((m, 3), dtype=acc_dtype(dtype), device=target.device))
     g = grad.to(dtype).contiguous()
     _launch(BACKWARD, f"cross_entropy_coefs<{ctype(dtype)}>", (1,), 1024,
             (coefs.data_ptr(), target.data_ptr(), m, n, ignore_index, _ptr(weight), eps,
@@ -93,7 +93,7 @@ def forward(logits, target, weight, ignore_index: int, reduction: str, eps: floa
     ``coefs``, also the gradient into dx."""
     m, n = logits.shape
     acc = acc_dtype(logits.dtype)
-    lse = torch.empty(m, dtype=lse_dtype(logits.dtype), device=logits.device)
+    lse = fresh(torch.empty(m, dtype=lse_dtype(logits.dtype), device=logits.device))
     if m == 0 or n == 0:  # every row is ignored (the target check): loss 0
         zeros = logits.new_zeros(m)
         lse.fill_(float("-inf"))
@@ -101,12 +101,15 @@ def forward(logits, target, weight, ignore_index: int, reduction: str, eps: floa
             dx.zero_()
         return {"none": zeros, "sum": zeros.sum(), "mean": zeros.sum() / 0.0}[reduction], lse
     dev = device_index(logits)
-    wt = torch.empty(m, dtype=acc, device=logits.device)
+    # fresh: a plan's replay of this call allocates them anew (kernel_lab.core.plans)
+    wt = fresh(torch.empty(m, dtype=acc, device=logits.device))
     none = reduction == "none"
-    loss_none = logits.new_empty(m) if none else None
-    loss_rows = None if none else torch.empty(m, dtype=acc, device=logits.device)
+    loss_none = fresh(logits.new_empty(m)) if none else None
+    loss_rows = None if none else fresh(torch.empty(m, dtype=acc, device=logits.device))
     expr = f"cross_entropy_fwd<{ctype(logits.dtype)}, {'false' if dx is None else 'true'}>"
     flags = deferred.flags_or_none(logits.device)
+    if flags is None:  # a capture before any eager call: a replay would never flag
+        refuse_replay()
     _launch(FORWARD, expr, (m,), forward_threads(n, logits.dtype),
             (_ptr(loss_none), _ptr(loss_rows), lse.data_ptr(), wt.data_ptr(), _ptr(dx),
              _ptr(coefs), logits.data_ptr(), m, n, logits.stride(0), 1, target.data_ptr(),
@@ -114,7 +117,7 @@ def forward(logits, target, weight, ignore_index: int, reduction: str, eps: floa
              flags.raised_ptr if flags else 0), FWD_SIG, dev)
     if none:
         return loss_none, lse
-    loss = logits.new_empty(())
+    loss = fresh(logits.new_empty(()))
     _launch(FORWARD, f"cross_entropy_reduce<{ctype(logits.dtype)}>", (1,), 1024,
             (loss.data_ptr(), loss_rows.data_ptr(), wt.data_ptr(), m,
              int(reduction == "mean")), REDUCE_SIG, dev)
@@ -134,7 +137,8 @@ def cuda_cross_entropy(logits, target, weight=None, ignore_index=-100, reduction
 def backward(logits, target, weight, lse, coefs, out=None) -> torch.Tensor:
     """dlogits from the per-row coefficients (into ``out`` if given, contiguous)."""
     m, n = logits.shape
-    dx = torch.empty((m, n), dtype=logits.dtype, device=logits.device) if out is None else out
+    dx = fresh(torch.empty((m, n), dtype=logits.dtype, device=logits.device)) if out is None \
+        else out
     if m == 0 or n == 0:
         return dx.zero_()
     spans = cdiv(_windows(n, logits.dtype), BWD_THREADS * BWD_WINDOWS_PER_THREAD)

@@ -37,6 +37,7 @@ from kernel_lab.base.errors import UnsupportedInputError
 from kernel_lab.base.inputs import ALL_DTYPES, FLOAT_DTYPES, randn
 from kernel_lab.core.reference import Tolerance
 from kernel_lab.core.registry import (
+    TRUST,
     Autograd,
     Input,
     Op,
@@ -45,7 +46,7 @@ from kernel_lab.core.registry import (
     inputs_trusted,
     register_op,
 )
-from kernel_lab.cuda import deferred
+from kernel_lab.cuda import deferred, interop
 from kernel_lab.ops.cross_entropy.auto import CROSS_ENTROPY_AUTO, CROSS_ENTROPY_BACKWARD_AUTO
 
 __all__ = ["ALL_DTYPES", "FLOAT_DTYPES", "KWARGS", "REDUCTIONS", "check_targets",
@@ -124,11 +125,19 @@ def check_targets(logits: torch.Tensor, target: torch.Tensor, ignore_index: int,
     inside ``registry.trusted_inputs()`` (the drop-in checked them; the benchmark made them),
     for a ``deferrable`` caller (a kernel that flags bad rows) inside :func:`deferred_targets`,
     and for targets the input contract refuses (not one integer per row, another device)."""
-    if (not isinstance(target, torch.Tensor) or target.numel() == 0 or inputs_trusted()
-            or (deferrable and _deferring.on)
+    if (not isinstance(target, torch.Tensor) or target.numel() == 0
             or target.dim() != 1 or target.device != logits.device
-            or target.dtype.is_floating_point or target.dtype == torch.bool
-            or (target.is_cuda and torch.cuda.is_current_stream_capturing())):
+            or target.dtype.is_floating_point or target.dtype == torch.bool):
+        return
+    # a plan's replay of this call (kernel_lab.core.plans) runs none of what follows: it may
+    # replay only in the modes that skip the check, and never a call that checked
+    interop.guard(TRUST, "on")
+    if deferrable:
+        interop.guard(_deferring, "on")
+    if inputs_trusted() or (deferrable and _deferring.on):
+        return
+    interop.refuse_replay()
+    if target.is_cuda and torch.cuda.is_current_stream_capturing():
         return
     c = logits.shape[1]
     bad = ((target < 0) | (target >= c)) & (target != ignore_index)

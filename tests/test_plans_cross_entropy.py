@@ -1,0 +1,181 @@
+"""A cross-entropy step's plans replayed (kernel_lab.core.plans, fresh tensors): its forward
+(row kernel + reduction) and backward (coefficients + dlogits) launch twice each, on outputs and
+scratch the launchers declare fresh. On CPU with stand-in launches: the replay launches what the
+launcher would, re-pointed; on a GPU: replayed steps against float64."""
+
+import types
+
+import pytest
+import torch
+from conftest import needs_cuda
+
+import kernel_lab
+from kernel_lab.core import plans, registry
+from kernel_lab.cuda import interop
+from kernel_lab.ops.cross_entropy import cuda_variants as cv
+from kernel_lab.ops.cross_entropy.op import deferred_targets
+
+NAMES = {"variant": "cuda_cross_entropy", "backward_variant": "cuda_cross_entropy_backward"}
+
+
+class _Module:
+    """A loaded module's stand-in: one function object per name expression."""
+
+    def __init__(self):
+        self.fns = {}
+
+    def function(self, expr, dev):
+        return self.fns.setdefault(expr, types.SimpleNamespace(ptr=len(self.fns) + 1, expr=expr))
+
+
+@pytest.fixture
+def stand_in(monkeypatch):
+    """The CUDA cross-entropy launchers on CPU tensors: their launches recorded (into the
+    yielded list, and for the plans), not run. Counts the launchers' own runs."""
+    seen, runs = [], {"forward": 0, "backward": 0}
+
+    def fake_launch(fn, grid, block, args, *, device_index, shared_mem=0, signature=None,
+                    source=None):
+        seen.append(interop.Launch(fn, grid, block, shared_mem, args, signature, source,
+                                   device_index))
+        if interop.recording():
+            interop._recorder.append(seen[-1])
+
+    def counted(name):
+        real = getattr(cv, name)
+
+        def fn(*a, **k):
+            runs[name] += 1
+            return real(*a, **k)
+
+        return fn
+
+    monkeypatch.setattr(interop, "launch", fake_launch)
+    monkeypatch.setattr(cv, "launch", fake_launch)
+    monkeypatch.setattr(interop._thread, "ready", False, raising=False)
+    monkeypatch.setattr(cv, "device_index", lambda t: 0)
+    for src in (cv.FORWARD, cv.BACKWARD):
+        monkeypatch.setattr(src, "_module", _Module())
+    for name in ("forward", "backward"):
+        monkeypatch.setattr(cv, name, counted(name))
+    real_supports = registry.Variant.supports
+
+    def supports(v, *a, **k):  # CPU tensors: the two variants' device check let through
+        return None if v.name in NAMES.values() else real_supports(v, *a, **k)
+
+    monkeypatch.setattr(registry.Variant, "supports", supports)
+    # the CPU allocator aligns to 64 bytes, the CUDA one to 512: a fresh lse's offset in a
+    # 128-byte line (in the plan key) is taken as the GPU's, 0
+    real_signature = plans.signature
+    monkeypatch.setattr(plans, "signature", lambda tensors: tuple(
+        (*s[:4], 0, s[5]) if type(s) is tuple else s for s in real_signature(tensors)))
+    plans.clear()
+    yield types.SimpleNamespace(launches=seen, runs=runs)
+    plans.clear()
+
+
+def _step(x, t, w, reduction, eps=0.0, ignore_index=-100):
+    x.grad = None
+    loss = kernel_lab.cross_entropy(x, t, w, ignore_index, reduction, eps, **NAMES)
+    loss.backward(torch.ones_like(loss))
+    return loss, x.grad
+
+
+def _args_by_role(launch, roles):
+    """The launch's arguments with every pointer named by its role (or kept if unnamed)."""
+    return tuple(roles.get(a, a) if isinstance(a, int) and not isinstance(a, bool) else a
+                 for a in launch.args)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("weighted", [False, True], ids=["plain", "weighted"])
+def test_a_step_is_recorded_once_then_replayed_launch_for_launch(stand_in, reduction, weighted):
+    m, c = 6, 40
+    t = torch.randint(0, c, (m,))
+    w = torch.rand(c) if weighted else None
+    steps = []
+    for _ in range(4):
+        x = torch.randn(m, c).requires_grad_()
+        before = len(stand_in.launches)
+        loss, dx = _step(x, t, w, reduction)
+        steps.append((x, loss, dx, stand_in.launches[before:]))
+    # the launchers ran for the first step only: the others were replays
+    assert stand_in.runs == {"forward": 1, "backward": 1}
+    names = [[la.source[1] for la in s[3]] for s in steps]
+    assert all(n == names[0] for n in names) and len(names[0]) == (3 if reduction == "none"
+                                                                 else 4)
+    first = None
+    for x, loss, dx, launches in steps:
+        # every pointer an input or a tensor of this step; scratch handed on between launches
+        roles = {x.data_ptr(): "x", t.data_ptr(): "t", loss.data_ptr(): "loss",
+                 dx.data_ptr(): "dx", 0: "null"}
+        if w is not None:
+            roles[w.data_ptr()] = "w"
+        for la in launches:
+            for i in plans.pointer_slots(la.signature):
+                p = la.args[i]
+                if p not in roles:  # scratch (lse, w_t, row losses, coefficients): fresh
+                    roles[p] = f"scratch{len(roles)}"
+        got = [(la.source[1], la.grid, la.block, _args_by_role(la, roles)) for la in launches]
+        first = first or got
+        assert got == first  # same kernels, shapes and arguments, each pointer in its role
+
+
+def test_a_replay_holds_only_in_the_mode_it_was_recorded_in(stand_in):
+    """Recorded under deferred targets (the drop-in's default), a plan replays only there: a
+    call that trusts its inputs runs the launcher (its guard), and a call that checks the
+    targets' values (kernel_lab.run outside both modes) never replays."""
+    x, t = torch.randn(4, 16), torch.tensor([1, 2, 3, 4])
+    for _ in range(3):
+        with deferred_targets():
+            kernel_lab.run("cuda_cross_entropy", x, t)
+    assert stand_in.runs["forward"] == 1
+    from kernel_lab.core.registry import trusted_inputs
+
+    with trusted_inputs(), deferred_targets():
+        kernel_lab.run("cuda_cross_entropy", x, t)
+    assert stand_in.runs["forward"] == 2
+    plans.clear()
+    for _ in range(3):
+        kernel_lab.run("cuda_cross_entropy", x, t)  # checks the targets every call
+    assert stand_in.runs["forward"] == 5
+    bad = torch.tensor([1, 2, 3, 99])
+    with pytest.raises(kernel_lab.UnsupportedInputError, match="target"):
+        kernel_lab.run("cuda_cross_entropy", x, bad)
+
+
+def test_a_replay_declines_what_it_cannot_repoint(stand_in):
+    """An upstream gradient the backward copies first (expanded: stride 0) is not an input the
+    replay can point at: that backward keeps running its launcher, and stays right."""
+    t = torch.randint(0, 16, (4,))
+    for _ in range(3):
+        x = torch.randn(4, 16).requires_grad_()
+        kernel_lab.cross_entropy(x, t, reduction="none", **NAMES).sum().backward()
+    assert stand_in.runs == {"forward": 1, "backward": 3}
+
+
+@needs_cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("case", ["mean", "sum", "none", "weighted", "smoothed", "ignored"])
+def test_replayed_steps_are_correct(dtype, case):
+    """Three steps each (record, replay, replay) on fresh logits, outputs into poisoned memory,
+    against float64."""
+    m, c = 37, 1031
+    reduction = case if case in ("mean", "sum", "none") else "mean"
+    eps = 0.1 if case == "smoothed" else 0.0
+    w = torch.rand(c, device="cuda") if case == "weighted" else None
+    for _ in range(3):
+        t = torch.randint(0, c, (m,), device="cuda")
+        if case == "ignored":
+            t[::3] = -100
+        x = torch.randn(m, c, device="cuda", dtype=dtype).requires_grad_()
+        torch.full((4 * m * c,), float("nan"), device="cuda")  # poison the freed blocks
+        loss, dx = _step(x, t, w, reduction, eps)
+        xd = x.detach().double().requires_grad_()
+        ref = torch.nn.functional.cross_entropy(xd, t, w.double() if w is not None else None,
+                                                reduction=reduction, label_smoothing=eps)
+        ref.backward(torch.ones_like(ref))
+        tol = {"atol": 1e-5, "rtol": 1e-5} if dtype == torch.float32 else \
+            {"atol": 2e-2, "rtol": 2e-2}
+        torch.testing.assert_close(loss.double(), ref.detach(), **tol)
+        torch.testing.assert_close(dx.double(), xd.grad, **tol)
