@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shlex
 import shutil
@@ -328,8 +329,11 @@ def write_summary(path: Path, **verdict) -> None:
 
     from kernel_lab.measure.compare import DEFAULT_HOST_FAIL
 
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, text=True,
-                            capture_output=True).stdout.strip() or None
+    # KLAB_COMMIT: the tree's commit where the checkout's own git does not know it (a lent GPU
+    # machine gets a copy of the working tree over an older clone)
+    commit = os.environ.get("KLAB_COMMIT") or subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, text=True,
+        capture_output=True).stdout.strip() or None
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else None
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({
