@@ -106,7 +106,7 @@ def test_record_launches_collects_name_and_shape(monkeypatch):
 
     fn = FakeFunction()
     # this thread's "context is current" flag is restored afterwards (real launches need it)
-    monkeypatch.setattr(interop._thread, "ready", False, raising=False)
+    monkeypatch.setattr(interop.THREAD, "ready", False, raising=False)
     monkeypatch.setattr(interop, "_cuda_api", lambda: (FakeDriver, FakeRuntime))
     monkeypatch.setattr(interop, "current_stream_ptr", lambda dev: 0)
     monkeypatch.setitem(jit._names, id(fn), "my_kernel<float, 4>")

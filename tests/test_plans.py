@@ -34,12 +34,12 @@ def launched(monkeypatch):
                     source=None):
         seen.append(args)
         if interop.recording():
-            interop._recorder.append(interop.Launch(fn, grid, block, shared_mem, args,
+            interop.current_recording().append(interop.Launch(fn, grid, block, shared_mem, args,
                                                     signature, source, device_index))
 
     monkeypatch.setattr(interop, "launch", fake_launch)
     # a thread that launched for real (a GPU run) would take the replay's driver path
-    monkeypatch.setattr(interop._thread, "ready", False, raising=False)
+    monkeypatch.setattr(interop.THREAD, "ready", False, raising=False)
     return seen
 
 
@@ -135,7 +135,7 @@ def test_a_replay_is_one_driver_launch_with_new_pointers(monkeypatch):
     monkeypatch.setattr(interop, "_runtime", types.SimpleNamespace(
         getDevice=lambda: 0, setDevice=lambda d: None))
     monkeypatch.setattr(interop, "_get_raw_stream", lambda dev: 77)
-    monkeypatch.setattr(interop._thread, "ready", False, raising=False)  # restored after
+    monkeypatch.setattr(interop.THREAD, "ready", False, raising=False)  # restored after
     call = plans.ReplayingCall(_launcher(src, calls))
     call((torch.randn(4, 8),), {})  # recorded through interop.launch (which sets up the thread)
     monkeypatch.setattr(interop, "launch", None)  # the replay must not need it

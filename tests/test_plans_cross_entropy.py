@@ -39,7 +39,7 @@ def stand_in(monkeypatch):
         seen.append(interop.Launch(fn, grid, block, shared_mem, args, signature, source,
                                    device_index))
         if interop.recording():
-            interop._recorder.append(seen[-1])
+            interop.current_recording().append(seen[-1])
 
     def counted(name):
         real = getattr(cv, name)
@@ -52,7 +52,7 @@ def stand_in(monkeypatch):
 
     monkeypatch.setattr(interop, "launch", fake_launch)
     monkeypatch.setattr(cv, "launch", fake_launch)
-    monkeypatch.setattr(interop._thread, "ready", False, raising=False)
+    monkeypatch.setattr(interop.THREAD, "ready", False, raising=False)
     monkeypatch.setattr(cv, "device_index", lambda t: 0)
     for src in (cv.FORWARD, cv.BACKWARD):
         monkeypatch.setattr(src, "_module", _Module())

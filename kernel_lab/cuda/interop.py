@@ -114,6 +114,12 @@ class Launch(NamedTuple):
     device_index: int = 0
 
 
+def current_recording() -> Recording | None:
+    """The :class:`Recording` collecting launches now, or None (a stand-in launch of the tests
+    appends its :class:`Launch` to it)."""
+    return _recorder
+
+
 def recording() -> bool:
     """Whether a :func:`record_launches` block is collecting launches now."""
     return _recorder is not None
@@ -203,6 +209,7 @@ class _ArgPacker:
 # Per thread: ``packers`` (signature -> _ArgPacker) and ``ready`` (the driver has a current
 # context here, see launch).
 _thread = threading.local()
+THREAD = _thread  # (a stand-in launch of the tests clears its ``ready``: replays then call launch)
 
 
 def pack_args(args: tuple, signature: str | None = None) -> int:
