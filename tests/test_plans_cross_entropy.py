@@ -106,19 +106,48 @@ def test_a_step_is_recorded_once_then_replayed_launch_for_launch(stand_in, reduc
                                                                  else 4)
     first = None
     for x, loss, dx, launches in steps:
-        # every pointer an input or a tensor of this step; scratch handed on between launches
-        roles = {x.data_ptr(): "x", t.data_ptr(): "t", loss.data_ptr(): "loss",
-                 dx.data_ptr(): "dx", 0: "null"}
+        # every pointer an input, an output, or scratch named in order of first use; forward
+        # and backward named apart (the allocator may hand a freed forward block to the
+        # backward), the forward's lse handed on to the backward by name
+        fwd, bwd = launches[:len(launches) - 2], launches[-2:]
+        inputs = {x.data_ptr(): "x", t.data_ptr(): "t", 0: "null"}
         if w is not None:
-            roles[w.data_ptr()] = "w"
-        for la in launches:
-            for i in plans.pointer_slots(la.signature):
-                p = la.args[i]
-                if p not in roles:  # scratch (lse, w_t, row losses, coefficients): fresh
-                    roles[p] = f"scratch{len(roles)}"
-        got = [(la.source[1], la.grid, la.block, _args_by_role(la, roles)) for la in launches]
+            inputs[w.data_ptr()] = "w"
+        got = _by_role(fwd, {**inputs, loss.data_ptr(): "loss"})
+        got += _by_role(bwd, {**inputs, dx.data_ptr(): "dx", fwd[0].args[2]: "lse"})
         first = first or got
         assert got == first  # same kernels, shapes and arguments, each pointer in its role
+
+
+def _by_role(launches, roles):
+    """(kernel, grid, block, arguments) of each launch, every pointer named by its role; one
+    not in ``roles`` is named scratch, in order of first use."""
+    for la in launches:
+        for i in plans.pointer_slots(la.signature):
+            roles.setdefault(la.args[i], f"scratch{len(roles)}")
+    return [(la.source[1], la.grid, la.block, _args_by_role(la, roles)) for la in launches]
+
+
+def test_a_pointer_a_later_fresh_tensor_took_was_a_temporary():
+    """A launch's pointer at an address a fresh tensor made after it holds was a temporary's (a
+    copy of an input, freed: the caching allocator hands the block on): not replayed, where
+    the same fresh tensor made before the launch is."""
+    x, made = torch.randn(8), torch.empty(8)
+    fn = types.SimpleNamespace(ptr=1)
+    source = (types.SimpleNamespace(loader=lambda expr, dev: fn), "k")
+
+    def recorded(fresh_first):
+        with interop.record_launches() as rec:
+            if fresh_first:
+                interop.fresh(made)
+            rec.append(interop.Launch(fn, (1, 1, 1), (32, 1, 1), 0,
+                                      (made.data_ptr(), x.data_ptr()), "QQ", source, 0))
+            if not fresh_first:
+                interop.fresh(made)
+        return plans._fresh_replay_of(rec, (x,), made, lambda *a: None)
+
+    assert recorded(fresh_first=True) is not None
+    assert recorded(fresh_first=False) is None
 
 
 def test_a_replay_holds_only_in_the_mode_it_was_recorded_in(stand_in):
@@ -163,7 +192,7 @@ def test_replayed_steps_are_correct(dtype, case):
     m, c = 37, 1031
     reduction = case if case in ("mean", "sum", "none") else "mean"
     eps = 0.1 if case == "smoothed" else 0.0
-    w = torch.rand(c, device="cuda") if case == "weighted" else None
+    w = torch.rand(c, device="cuda", dtype=dtype) if case == "weighted" else None
     for _ in range(3):
         t = torch.randint(0, c, (m,), device="cuda")
         if case == "ignored":

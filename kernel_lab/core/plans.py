@@ -115,8 +115,8 @@ def _contiguous(out: Any) -> Any:
 def _fresh_replay_of(rec: interop.Recording, tensors: tuple, out: Any,
                      fn: Callable[..., Any]) -> _FreshReplay | None:
     """A replay of a call whose launcher declared its fresh tensors, or None where a pointer is
-    neither an input, a fresh tensor, null nor a device's flag words (fixed for the process),
-    an output is not a fresh tensor, or two inputs alias."""
+    neither an input, a fresh tensor made before its launch, null nor a device's flag words
+    (fixed for the process), an output is not a fresh tensor, or two inputs alias."""
     single = isinstance(out, torch.Tensor)
     outs = (out,) if single else out
     if not rec or not isinstance(outs, tuple):
@@ -141,13 +141,16 @@ def _fresh_replay_of(rec: interop.Recording, tensors: tuple, out: Any,
     if None in outputs:
         return None
     steps = []
-    for launch in rec:
+    for k, launch in enumerate(rec):
         if launch.source is None or launch.signature is None:
             return None
         slots = [i for i in pointer_slots(launch.signature) if launch.args[i] not in fixed]
-        if any(launch.args[i] not in where for i in slots):
+        owners = tuple(where.get(launch.args[i], None) for i in slots)
+        # a fresh tensor made after this launch holds no pointer of it: that address was a
+        # temporary's (a copy of an input), freed and handed on by the caching allocator
+        if any(w is None or (w < 0 and rec.born[~w] > k) for w in owners):
             return None
-        steps.append((launch, slots, tuple(where[launch.args[i]] for i in slots)))
+        steps.append((launch, slots, owners))
     return _FreshReplay(steps, specs, outputs, single, rec.guards, fn)
 
 

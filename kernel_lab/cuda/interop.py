@@ -86,13 +86,15 @@ def current_stream_ptr(device_index: int) -> int:
 class Recording(list):
     """The :class:`Launch` es of one :func:`record_launches` block, and what its launchers
     declared for a replay of the call (:mod:`kernel_lab.core.plans`): ``fresh``, the tensors
-    they allocated uninitialized for it (:func:`fresh`); ``guards``, (object, attribute, value)
+    they allocated uninitialized for it (:func:`fresh`), and ``born``, how many launches came
+    before each; ``guards``, (object, attribute, value)
     states their choices read (:func:`guard`); ``refused``, a launcher did what a replay would
     skip (:func:`refuse_replay`)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.fresh: list[torch.Tensor] = []
+        self.born: list[int] = []  # per fresh tensor: the launches recorded before it was made
         self.guards: list[tuple[Any, str, Any]] = []
         self.refused = False
 
@@ -145,6 +147,7 @@ def fresh(t: torch.Tensor) -> torch.Tensor:
     at it. Returns ``t``; a no-op outside a recording."""
     if _recorder is not None:
         _recorder.fresh.append(t)
+        _recorder.born.append(len(_recorder))
     return t
 
 
