@@ -138,7 +138,7 @@ def gate_preset(preset: str, runs: int, out_dir: Path, log: Path) -> dict:
                                  str(base_json), log=log)
     print(f"  {preset}: autosave rc={rc} ({secs:.0f} s)", flush=True)
     row = {"preset": preset, "autosave_rc": rc, "passed": 0, "runs": runs, "worst": 0.0,
-           "worst_cell": "", "alarms": []}
+           "worst_cell": "", "alarms": [], "alarm_details": []}
     if rc != 0 or not base_json.exists():
         row["alarms"].append(f"autosave failed (rc={rc})")
         return row
@@ -151,8 +151,13 @@ def gate_preset(preset: str, runs: int, out_dir: Path, log: Path) -> dict:
                                      str(js), log=log)
         change, cell = worst_change(base, medians(js)) if js.exists() else (0.0, "")
         named = regressed(out)
+        details = [{"run": i + 1, "cell": c, "base": cell_info(base_json, c),
+                    "now": cell_info(js, c)} for c in named]  # how each alarm was timed
+        row["alarm_details"] += details
         print(f"  {preset}: compare {i + 1}/{runs} rc={rc} worst {change:+.1%} {cell} "
               f"({secs:.0f} s)" + (f" ALARM: {named}" if named else ""), flush=True)
+        for d in details:
+            print(f"    {d['cell']}: {timed(d['base'])} -> {timed(d['now'])}", flush=True)
         row["passed"] += rc == 0
         row["alarms"] += named
         if abs(change) > abs(row["worst"]):
@@ -194,14 +199,28 @@ def slowdown(out_dir: Path, log: Path) -> dict:
     return result
 
 
-def host_us(path: Path, name: str) -> float | None:
-    """A host cell's microseconds per call (its ``extra_info``) in a pytest-benchmark JSON."""
+DETAILS = ("method", "k", "method_from", "device_s", "event_median_s", "host_s", "host_us",
+           "reference_us", "timing_note")
+
+
+def timed(info: dict) -> str:
+    """'7.85 us (graph, K=103)': a cell's figure and how it was timed."""
+    if "median" not in info:
+        return "?"
+    return f"{info['median'] * 1e6:.2f} us ({info.get('method', '?')}, K={info.get('k', '?')})"
+
+
+def cell_info(path: Path, name: str) -> dict:
+    """A cell's median and how it was timed (its ``extra_info``) in a pytest-benchmark JSON:
+    what an alarm's verdict shows beside the cell, or {} where the file or cell is missing."""
     if not path.exists():
-        return None
+        return {}
     for b in json.loads(path.read_text())["benchmarks"]:
         if b["name"] == name:
-            return b["extra_info"].get("host_us")
-    return None
+            info = b.get("extra_info") or {}
+            return {"median": b["stats"]["median"],
+                    **{k: info[k] for k in DETAILS if k in info}}
+    return {}
 
 
 def host_slowdown(out_dir: Path, log: Path) -> dict:
@@ -209,7 +228,7 @@ def host_slowdown(out_dir: Path, log: Path) -> dict:
     run), then the preset's compare must fail naming host cells only."""
     preset = SLOWDOWN_PRESET
     base_json = out_dir / f"{preset}-base.json"
-    before, base = host_us(base_json, HOST_TARGET), medians(base_json)[HOST_TARGET]
+    base = medians(base_json)[HOST_TARGET]
     original = HOST_FILE.read_text()
     assert HOST_ANCHOR in original, f"{HOST_FILE.name}: the lines to insert into are gone"
     head, tail = HOST_ANCHOR.split("\n", 1)
@@ -222,9 +241,12 @@ def host_slowdown(out_dir: Path, log: Path) -> dict:
             js = out_dir / f"host-{repeats}.json"
             pytest_bench(preset, "-k", "test_host and online_softmax", "--host", "only",
                          "--benchmark-json", str(js), log=log)
-            now = host_us(js, HOST_TARGET)
-            added = now - before if now is not None and before is not None else None
-            change = medians(js).get(HOST_TARGET, 0.0) / base - 1 if js.exists() else 0.0
+            now = cell_info(js, HOST_TARGET)
+            change = now["median"] / base - 1 if now else 0.0
+            # the ratio's rise in the reference's microseconds of this run: what the work adds
+            # a call (two runs' absolute host times differ by more than that on a shared machine)
+            added = (now["median"] - base) * now["reference_us"] if "reference_us" in now \
+                else None
             print(f"  host slowdown: {repeats} dict copies a call: {HOST_TARGET} {change:+.1%} "
                   f"({'?' if added is None else f'{added:+.2f} us'})", flush=True)
             result.update(repeats=repeats, added_us=added, change=change)

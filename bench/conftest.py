@@ -19,6 +19,9 @@ Decisions:
 * ``--device cpu`` takes the CLI's CPU share of the preset (few, CPU-sized cells; its line in the
   header), or with ``--full-cpu`` every cell, rows capped to fit memory; a ``--shape`` too big
   for this machine is a usage error.
+* ``--benchmark-compare`` times each device cell as its compared run did (the method and K in
+  that run's ``extra_info``; kernel_lab.measure.timing): the two methods' figures differ on a
+  GPU, so a cell near the rule's edge would otherwise compare one measurement with another.
 * ``--benchmark-compare-fail`` judges the host group by ``--host-fail`` instead (default
   median:10 %: a host ratio holds less tightly than device time; kernel_lab.measure.compare).
 * ``machine_info`` gets the GPU (name, capability, driver) and library versions;
@@ -45,6 +48,7 @@ RECORDS = pytest.StashKey[list]()
 SKIPPED_NO_GPU = pytest.StashKey[int]()
 HOST_FAIL = pytest.StashKey[object]()
 CPU_NOTE = pytest.StashKey[str]()
+COMPARED = pytest.StashKey[dict]()  # test id -> (method, K) of the run being compared with
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -116,10 +120,20 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    """The host group's own compare threshold (kernel_lab.measure.compare)."""
+    """The host group's own compare threshold (kernel_lab.measure.compare); the compared run's
+    timing methods."""
     bs = getattr(session.config, "_benchmarksession", None)
-    if bs is not None and bs.compare_fail:
+    session.config.stash[COMPARED] = {}
+    if bs is None:
+        return
+    if bs.compare_fail:
         bs.compare_fail = compare.by_group(bs.compare_fail, session.config.stash[HOST_FAIL])
+    if not bs.compare:
+        return
+    # the file pytest-benchmark will compare with (its own choice: the newest, or the match)
+    runs = list(bs.storage.load())[-1:] if bs.compare is True else list(bs.storage.load(bs.compare))
+    if runs:
+        session.config.stash[COMPARED] = compare.timing_methods(runs[-1][1])
 
 
 def _host_cells(config: pytest.Config) -> list[str]:
@@ -198,6 +212,12 @@ def bench_clock(request: pytest.FixtureRequest):
     """The cell's pytest-benchmark timer when it is a :class:`~kernel_lab.measure.timing.Clock` (GPU
     cells, host cells), else None (``--device cpu``: ``perf_counter``)."""
     return _clock_of(request.node)
+
+
+@pytest.fixture
+def compared_timing(request: pytest.FixtureRequest) -> tuple[str, int] | None:
+    """(method, K) the compared run timed this cell with, or None (no compare, a new cell)."""
+    return request.config.stash.get(COMPARED, {}).get(request.node.nodeid)
 
 
 @pytest.fixture(scope="session")

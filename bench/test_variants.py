@@ -4,7 +4,8 @@ Each test: skip with the variant's own ``supports()`` reason if it cannot run th
 once and compare with the float64 reference (fail if wrong, unless the variant declares that
 miss in ``known_inexact``: then it is timed and marked ``inexact``); then time it with
 ``benchmark.pedantic``: device time per call on a GPU, as eager calls or a CUDA graph of K calls
-chosen per cell (``kernel_lab.measure.timing``), read by the cell's clock. ``extra_info`` records
+chosen per cell (``kernel_lab.measure.timing``; under ``--benchmark-compare``, the compared
+run's), read by the cell's clock. ``extra_info`` records
 the method and K, the device and host time per call, bytes, GB/s, % of copy bandwidth, the
 CUDA-event median, kernel registers / spills and the memory column.
 """
@@ -17,8 +18,8 @@ import kernel_lab
 from kernel_lab.measure import benchmarking as bm
 
 
-def test_variant(benchmark, bench_clock, workloads, copy_gbps, bench_records, op, dtype, shape,
-                 variant):
+def test_variant(benchmark, bench_clock, compared_timing, workloads, copy_gbps, bench_records,
+                 op, dtype, shape, variant):
     cell = bm.Cell.parse(op, dtype, shape)
     v = kernel_lab.get(variant)
     work = workloads.get(cell)
@@ -35,7 +36,7 @@ def test_variant(benchmark, bench_clock, workloads, copy_gbps, bench_records, op
     inexact = ("inexact", rec.reason) if rec is not None else ()  # a known miss: timed, marked
 
     peak = bm.memory(v, work)  # before any graph holds memory
-    timing, event = bm.prepare(v, work, clock=bench_clock)
+    timing, event = bm.prepare(v, work, clock=bench_clock, pin=compared_timing)
     s = timing.schedule
     with bm.trusted_inputs():  # Op.make_inputs' values: no checks timed
         benchmark.pedantic(timing.target, rounds=s.rounds, iterations=s.iterations,
@@ -48,6 +49,8 @@ def test_variant(benchmark, bench_clock, workloads, copy_gbps, bench_records, op
         peak, timing.host_s)
     benchmark.extra_info.update(bm.extra_info(rec))
     benchmark.extra_info["source"] = v.source
+    if compared_timing is not None:
+        benchmark.extra_info["method_from"] = "the compared run"
     if timing.note:
         benchmark.extra_info["timing_note"] = timing.note
     if inexact:

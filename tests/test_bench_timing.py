@@ -107,6 +107,38 @@ def test_borderline_cells_agree_whichever_method_is_chosen():
     assert _figure(ta) == pytest.approx(21e-6, rel=0.02)
 
 
+def test_a_compare_times_each_cell_as_its_compared_run_did():
+    """pin=(method, K): a borderline cell keeps the compared run's method and K, where its own
+    rule may choose the other (on a GPU the two figures differ); a peer still never captures."""
+    dev = FakeDevice(host_s=10e-6, device_s=19e-6)
+    assert timing.prepare(dev.call, backend="cuda", stopwatch=dev).schedule.method == "graph"
+    t = timing.prepare(dev.call, backend="cuda", stopwatch=dev, pin=("events", 1))
+    assert t.schedule.method == "events" and t.clock.calls == 1
+    dev = FakeDevice(host_s=10e-6, device_s=21e-6)
+    dev.captured.clear()
+    t = timing.prepare(dev.call, backend="cuda", stopwatch=dev, pin=("graph", 77))
+    assert (t.schedule.method, t.schedule.k, dev.captured) == ("graph", 77, [77])
+    assert t.clock.calls == 77 and _figure(t) == pytest.approx(21e-6, rel=0.02)
+    peer = FakeDevice(host_s=15e-6, device_s=2e-6)
+    t = timing.prepare(peer.call, backend="peer", stopwatch=peer, pin=("graph", 64))
+    assert t.schedule.method == "events" and not peer.captured
+
+
+def test_compared_methods_are_read_from_the_saved_run():
+    from kernel_lab.measure import compare
+
+    saved = {"benchmarks": [
+        {"fullname": "bench/test_variants.py::test_variant[a]",
+         "extra_info": {"method": "graph", "k": 103}},
+        {"fullname": "bench/test_variants.py::test_variant[b]", "extra_info": {"method": "events",
+                                                                              "k": 1}},
+        {"fullname": "bench/test_host.py::test_host[c]", "extra_info": {"method": "host"}},
+        {"fullname": "bench/test_variants.py::test_variant[d]", "extra_info": {}}]}
+    assert compare.timing_methods(saved) == {
+        "bench/test_variants.py::test_variant[a]": ("graph", 103),
+        "bench/test_variants.py::test_variant[b]": ("events", 1)}
+
+
 def test_peers_and_failed_captures_fall_back_to_the_event_loop():
     dev = FakeDevice(host_s=15e-6, device_s=2e-6)
     t = timing.prepare(dev.call, backend="peer", stopwatch=dev)
@@ -328,6 +360,21 @@ def test_gate_host_edit_runs_the_same_and_costs_more(monkeypatch):
     assert gate.host_caught({"rc": 1, "target": target, "named": [target, device]}) == (
         False, [device])
     assert not gate.host_caught({"rc": 0, "target": target, "named": []})[0]
+
+
+def test_gate_shows_how_an_alarmed_cell_was_timed(tmp_path):
+    import json
+
+    gate = _compare_gate()
+    js = tmp_path / "run.json"
+    js.write_text(json.dumps({"benchmarks": [
+        {"name": "test_variant[a]", "stats": {"median": 7.8e-6},
+         "extra_info": {"method": "graph", "k": 103, "rounds": 13}}]}))
+    info = gate.cell_info(js, "test_variant[a]")
+    assert info == {"median": 7.8e-6, "method": "graph", "k": 103}
+    assert gate.timed(info) == "7.80 us (graph, K=103)"
+    assert gate.cell_info(js, "test_variant[b]") == {} == gate.cell_info(tmp_path / "no", "x")
+    assert gate.timed({}) == "?"
 
 
 def test_gate_writes_its_verdict_with_what_it_ran_on(tmp_path):

@@ -141,15 +141,16 @@ def define(name: str) -> Any:
 
 def _input_grads(op: registry.Op, saved: tuple, g: Any, kw: dict, backward_variant: str,
                  backward_op: Any, eager: Callable[..., Any] | None = None,
-                 absent: tuple[int, ...] = ()) -> tuple:
-    """One gradient (or None) per tensor input of ``op``: its formula, or its backward op run
-    by ``backward_variant`` - directly by ``eager(op, variant, inputs, kw)`` when given (no
-    graph to record), else through the backward custom op. ``absent``: the positions of
-    optional inputs the forward got as None (they get no gradient)."""
+                 absent: tuple[int, ...] = (), bop: registry.Op | None = None) -> tuple:
+    """One gradient (or None) per tensor input of ``op``: its formula, or its backward op
+    (``bop``, else the registry's) run by ``backward_variant`` - directly by ``eager(op,
+    variant, inputs, kw)`` when given (no graph to record), else through the backward custom
+    op. ``absent``: the positions of optional inputs the forward got as None (they get no
+    gradient)."""
     grad = op.autograd
     if grad.formula is not None:
         return tuple(grad.formula(saved, g, kw))
-    bop = registry.get_op(grad.backward)
+    bop = bop or registry.get_op(grad.backward)
     inputs = grad.backward_inputs(saved, g, kw)
     bkw = {k: kw.get(k, default) for k, default in bop.kwargs.items()}
     if eager is not None:
@@ -184,22 +185,22 @@ class _EagerOp(torch.autograd.Function):
     @staticmethod
     def forward(ctx, plan, name, kw, variant, backward_variant, *tensors):
         out = plan(tensors, kw)
-        op = registry.get_op(name)
+        op = plan.op
         ctx.save_for_backward(*op.autograd.save(tensors, out, kw))
-        ctx.name, ctx.kw, ctx.backward_variant = name, kw, backward_variant
+        ctx.op, ctx.bop, ctx.kw, ctx.backward_variant = op, plan.backward_op, kw, backward_variant
         ctx.absent = _absent(tensors)
         _mark_outputs(op, ctx, out)
         return out
 
     @staticmethod
     def backward(ctx, *gs):
-        op = registry.get_op(ctx.name)
+        op = ctx.op
         backward = op.autograd.backward
         grads = _input_grads(op, ctx.saved_tensors, _output_grad(op, gs), ctx.kw,
                              ctx.backward_variant,
                              define(backward) if backward else None,
                              eager=None if torch.is_grad_enabled() else _run_backward,
-                             absent=ctx.absent)
+                             absent=ctx.absent, bop=ctx.bop)
         return (None, None, None, None, None, *grads)
 
 
@@ -238,7 +239,10 @@ def call(name: str, tensors: tuple, kw: dict, variant: str | None = None,
                 native = _natives[name] = _native_of(name)
             if native is not None and native[0](x, **kw):
                 return native[1](x, **kw)  # "auto" runs PyTorch's own op (Auto.native)
-        deferred.raise_pending()
+        if not _is_compiling():  # a bad class index a kernel flagged: reported first
+            for raised in deferred.RAISED:  # (deferred.raise_pending, read inline)
+                if raised[0]:
+                    deferred.raise_pending()
         variant, backward_variant = variant or AUTO, backward_variant or AUTO
         if (type(x) is not torch.Tensor or _is_compiling() or _dispatch_modes()
                 or _functorch_active() or len(tensors) > 1 and not _nothing_watches(tensors)):
@@ -344,7 +348,7 @@ def native_path(name: str) -> Callable[..., bool]:
 def _run(plan: plans.Plan, name: str, tensors: tuple, kw: dict, variant: str,
          backward_variant: str) -> Any:
     """The plan, under the lab's autograd node where autograd records the call."""
-    if (not plan.native and registry.get_op(name).autograd is not None
+    if (not plan.native and plan.op.autograd is not None
             and torch.is_grad_enabled() and any(t is not None and t.requires_grad
                                                 for t in tensors)):
         return _EagerOp.apply(plan, name, kw, variant, backward_variant, *tensors)

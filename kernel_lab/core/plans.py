@@ -236,12 +236,18 @@ class Plan:
     """What one call signature runs: the variant (picked and checked once) and how it is called.
 
     ``native``: a drop-in whose pick is PyTorch's own differentiable op, and whose backward's
-    pick would be PyTorch's too, so PyTorch's autograd records the call itself."""
+    pick would be PyTorch's too, so PyTorch's autograd records the call itself. ``op`` and
+    ``backward_op``: a drop-in's :class:`~kernel_lab.core.registry.Op` and its backward's (the
+    autograd node reads them from the plan, not the registry, each call)."""
 
-    __slots__ = ("variant", "call", "native", "fn", "replaying", "run")
+    __slots__ = ("variant", "call", "native", "fn", "replaying", "run", "op", "backward_op")
 
-    def __init__(self, variant: registry.Variant, native: bool = False) -> None:
+    def __init__(self, variant: registry.Variant, native: bool = False,
+                 op: registry.Op | None = None) -> None:
         self.variant, self.native, self.fn = variant, native, variant.fn
+        self.op = op
+        grad = op.autograd if op is not None else None
+        self.backward_op = registry.get_op(grad.backward) if grad and grad.backward else None
         # call(tensors, kw): the launcher itself, or its launches recorded, then the replay's
         # own call once there is one; run(tensors, kw): the same, outputs contiguous
         self.replaying = (ReplayingCall(variant.fn, self._install)
@@ -332,7 +338,8 @@ def for_op(op: str, variant: str, backward_variant: str, tensors: tuple, kw: dic
         return plan
     dispatch.check_names(op, variant, backward_variant)
     v = dispatch.pick(op, variant, tensors, kw)
-    return _store(key, Plan(v, native=_native(op, v, variant, backward_variant, tensors, kw)))
+    return _store(key, Plan(v, native=_native(op, v, variant, backward_variant, tensors, kw),
+                            op=registry.get_op(op)))
 
 
 def _native(op_name: str, v: registry.Variant, variant: str, backward_variant: str,

@@ -67,6 +67,11 @@ def _device_pointer(host_ptr: int, device: torch.device) -> int:
 
 _flags: dict[torch.device, Flags] = {}
 FLAGS = _flags  # (read-only outside): empty until a kernel made flag words; the hot paths test it
+# each device's raised word as a host view, for hot paths that read it inline (no call):
+#     for raised in deferred.RAISED:
+#         if raised[0]:
+#             deferred.raise_pending()
+RAISED: list = []
 _lock = threading.Lock()
 
 
@@ -81,6 +86,7 @@ def flags(device: torch.device) -> Flags:
             got = _flags.get(device)
             if got is None:
                 got = _flags[device] = Flags(device)
+                RAISED.append(got._view)
     return got
 
 

@@ -283,17 +283,19 @@ def calibrate(variant: Variant, work: Workload) -> tuple[Callable[[], Any], Sche
 
 def prepare(variant: Variant, work: Workload, clock: Clock | None = None,
             stopwatch: timing.Stopwatch | None = None,
-            cpu_rounds: int | None = None) -> tuple[Timing, float | None]:
+            cpu_rounds: int | None = None,
+            pin: tuple[str, int] | None = None) -> tuple[Timing, float | None]:
     """How a benchmark cell is timed (:func:`kernel_lab.measure.timing.prepare`: device time per
     call, eager calls or a CUDA graph per cell) and the CUDA-event median of eager bursts beside it.
     ``clock``: the timer pytest-benchmark holds for this cell (configured here);
-    ``cpu_rounds``: off CUDA, time that many short rounds (``bench``'s CPU share)."""
+    ``cpu_rounds``: off CUDA, time that many short rounds (``bench``'s CPU share); ``pin``: the
+    (method, K) of the run this one is compared with."""
     fn = work.caller(variant)
     with trusted_inputs():
         if not work.device.startswith("cuda"):
             return timing.prepare_cpu(fn, cpu_rounds), None
         t = timing.prepare(fn, copies=len(work.copies), backend=variant.backend,
-                           stopwatch=stopwatch, clock=clock)
+                           stopwatch=stopwatch, clock=clock, pin=pin)
         event = cuda_event_median(fn, t.schedule.estimate_s) if stopwatch is None else None
     return t, event
 

@@ -1,4 +1,5 @@
-"""``--benchmark-compare-fail`` by group: the ``host`` group's cells get their own threshold.
+"""Comparing runs: ``--benchmark-compare-fail`` by group (the ``host`` group's cells get their own
+threshold), and the compared run's timing methods.
 
 A device cell's figure (device time per call, CUDA events) holds to a few percent between runs;
 a host cell's (``bench/test_host.py``: host time per call as a multiple of its op's torch call,
@@ -64,3 +65,14 @@ def by_group(checks: Sequence[Any], host: Any) -> list[Any]:
     if host is None or not checks:
         return list(checks)
     return [ByGroup(c, host if i == 0 else None) for i, c in enumerate(checks)]
+
+
+def timing_methods(saved: dict) -> dict[str, tuple[str, int]]:
+    """A saved pytest-benchmark run's device cells: test id -> (method, K) from ``extra_info``
+    (``events`` or ``graph``; host and CPU cells have no method to repeat)."""
+    out = {}
+    for bench in saved.get("benchmarks", []):
+        info = bench.get("extra_info") or {}
+        if info.get("method") in ("events", "graph"):
+            out[bench["fullname"]] = (info["method"], int(info.get("k") or 1))
+    return out

@@ -16,6 +16,10 @@ mean) is the time per call that :func:`prepare` chooses to measure, read through
     :data:`GRAPH_REPLAY_S`), replays are timed with the same event clock, and the clock counts
     in units of one call (1 / K). Host jitter no longer reaches the figure.
 
+  A compare (``pytest bench --benchmark-compare``) times each cell with the method and K its
+  compared run stored: the two methods' figures differ on a real GPU (eager launches cost the
+  device time that a graph's do not), and a cell near the rule's edge may choose either.
+
   A launch-bound variant that cannot be captured (a peer, whose library may launch off the
   current stream or sync the host; or any capture that raises) falls back to ``events``: then
   the figure is the launch rate, and the record says so (``method`` = ``events``, host time
@@ -235,11 +239,15 @@ def graph_calls(device_s: float, copies: int) -> int:
 
 
 def prepare(fn: Callable[[], Any], *, copies: int = 1, backend: str = "",
-            stopwatch: Stopwatch | None = None, clock: Clock | None = None) -> Timing:
+            stopwatch: Stopwatch | None = None, clock: Clock | None = None,
+            pin: tuple[str, int] | None = None) -> Timing:
     """Choose and set up how ``fn`` (one rotating call of a variant) is timed on a GPU.
 
     ``clock``: the timer pytest-benchmark was given (configured here); ``stopwatch``: the
-    device (default :class:`CudaStopwatch`). Run it inside ``registry.trusted_inputs()``.
+    device (default :class:`CudaStopwatch`); ``pin``: (method, K) to time it with instead of
+    choosing - a compared run's, so both figures are the same measurement (a borderline cell's
+    two methods differ on a GPU: eager launches cost the device time a graph's do not). Run it
+    inside ``registry.trusted_inputs()``.
     """
     sw = stopwatch or CudaStopwatch()
     clock = clock if clock is not None else Clock()
@@ -247,17 +255,20 @@ def prepare(fn: Callable[[], Any], *, copies: int = 1, backend: str = "",
     host_s = sw.host_latency(fn)
     eager = schedule(fn, clock, host_s)
     refusal = capture_refusal(backend)
-    if choose_method(eager.estimate_s, host_s, refusal) == "events":
+    method = pin[0] if pin is not None and pin[0] in ("events", "graph") else \
+        choose_method(eager.estimate_s, host_s, refusal)
+    if method == "events" or refusal is not None:
         note = f"launch-bound, not captured: {refusal}" if refusal else ""
         return Timing(fn, eager, clock, host_s, note)
     try:
-        k = graph_calls(eager.estimate_s, copies)
+        k = max(1, int(pin[1])) if pin is not None else graph_calls(eager.estimate_s, copies)
         replay = sw.capture(fn, k)
-        device_s = _replay_seconds(replay, clock) / k
-        if k * device_s < GRAPH_REPLAY_S / 2 and k < MAX_GRAPH_CALLS:  # calls were quicker
-            k2 = graph_calls(device_s, copies)
-            if k2 > k:
-                k, replay = k2, sw.capture(fn, k2)
+        if pin is None:
+            device_s = _replay_seconds(replay, clock) / k
+            if k * device_s < GRAPH_REPLAY_S / 2 and k < MAX_GRAPH_CALLS:  # calls were quicker
+                k2 = graph_calls(device_s, copies)
+                if k2 > k:
+                    k, replay = k2, sw.capture(fn, k2)
     except Exception as e:  # noqa: BLE001 - a host sync or a foreign stream: time it eagerly
         first = (str(e).strip().splitlines() or [""])[0]
         return Timing(fn, eager, clock, host_s,

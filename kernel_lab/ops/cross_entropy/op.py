@@ -50,7 +50,7 @@ from kernel_lab.cuda import deferred, interop
 from kernel_lab.ops.cross_entropy.auto import CROSS_ENTROPY_AUTO, CROSS_ENTROPY_BACKWARD_AUTO
 
 __all__ = ["ALL_DTYPES", "FLOAT_DTYPES", "KWARGS", "REDUCTIONS", "check_targets",
-           "deferred_targets"]
+           "deferred_targets", "DEFERRING"]
 
 REDUCTIONS = ("mean", "sum", "none")
 KWARGS = {"ignore_index": -100, "reduction": "mean", "label_smoothing": 0.0}
@@ -109,6 +109,7 @@ def check_kwargs(ignore_index: int, reduction: str, label_smoothing: float) -> N
 
 
 _deferring = ThreadSwitch()
+DEFERRING = _deferring  # the switch deferred_targets() turns on (the drop-in sets it inline)
 
 
 def deferred_targets():
