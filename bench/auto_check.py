@@ -8,7 +8,7 @@ Per (op, dtype, shape): the time per call of what a model runs with variant "aut
 each candidate the op's auto policy names (its preferences for the input and its portable
 variant, those registered that take the input). ``--path eager`` (default):
 ``kernel_lab.softmax(x, variant=...)`` / ``kernel_lab.log_softmax`` for the forward ops, and
-for the backward ops what their eager autograd runs (``dispatch.run``); ``--path custom``: the
+for the backward ops what their eager autograd runs (``plans.run_op``); ``--path custom``: the
 custom ops (``torch.ops.kernel_lab.<op>``), what ``torch.compile``d graphs and dispatch modes
 call. Each is timed on the benchmark's rotating inputs and timer
 (``kernel_lab.measure.benchmarking``: the median of rounds of back-to-back calls, the GPU
@@ -32,7 +32,7 @@ from rich.table import Table
 
 import kernel_lab
 from kernel_lab.base.errors import UnknownVariantError
-from kernel_lab.core import custom_ops, dispatch, registry
+from kernel_lab.core import custom_ops, dispatch, plans, registry
 from kernel_lab.measure import benchmarking as bm
 
 OPS = ("softmax", "softmax_backward", "log_softmax", "log_softmax_backward")
@@ -53,7 +53,7 @@ def op_call(op: str, variant: str, path: str = "eager"):
     if path == "eager":
         if op in PUBLIC:
             return lambda x, dim=-1: PUBLIC[op](x, dim, variant)
-        return lambda *t, dim=-1: dispatch.run(op, variant, t, {"dim": dim})
+        return lambda *t, dim=-1: plans.run_op(op, variant, t, {"dim": dim})
     custom = custom_ops.define(op)
     grad = registry.get_op(op).autograd
     more = (dispatch.AUTO,) if grad is not None and grad.backward else ()  # backward_variant

@@ -110,7 +110,7 @@ def define(name: str) -> Any:
 
     def impl(*args):
         tensors, kw, variant, _ = _split(op, args)
-        return dispatch.run(name, variant, tensors, kw)
+        return plans.run_op(name, variant, tuple(tensors), kw)
 
     custom = torch.library.custom_op(f"kernel_lab::{name}", impl, mutates_args=(),
                                      schema=_schema(op))

@@ -106,11 +106,3 @@ def pick(op: str, variant: str, tensors: Sequence[torch.Tensor], kw: dict) -> re
         v = registry.get(policy(op).portable)
     registry.ensure_supported(v, *tensors, **kw)
     return v
-
-
-def run(op: str, variant: str, tensors: Sequence[torch.Tensor], kw: dict) -> Any:
-    """Run ``op`` by ``variant`` (a name or ``"auto"``); outputs come back contiguous."""
-    out = pick(op, variant, tensors, kw).fn(*tensors, **kw)
-    if isinstance(out, torch.Tensor):
-        return out.contiguous()  # no copy when it already is
-    return tuple(o.contiguous() for o in out)

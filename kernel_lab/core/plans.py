@@ -342,6 +342,12 @@ def for_op(op: str, variant: str, backward_variant: str, tensors: tuple, kw: dic
                             op=registry.get_op(op)))
 
 
+def run_op(op: str, variant: str, tensors: tuple, kw: dict) -> Any:
+    """Run ``op`` by ``variant`` (a name or ``"auto"``) through its plan, outputs contiguous:
+    what a custom op's implementation and a variant made of other ops call (no autograd)."""
+    return for_op(op, variant, AUTO, tensors, kw).run(tensors, kw)
+
+
 def _native(op_name: str, v: registry.Variant, variant: str, backward_variant: str,
             tensors: tuple, kw: dict) -> bool:
     """Whether PyTorch's autograd may record the call itself (:class:`Plan`)."""

@@ -10,8 +10,7 @@ import torch.nn.functional as F
 from kernel_lab.base.errors import UnsupportedInputError, not_a_tensor, wrong_type
 from kernel_lab.core import custom_ops, plans, registry
 from kernel_lab.cuda import deferred
-from kernel_lab.ops.cross_entropy.op import (DEFERRING, check_kwargs, check_targets,
-                                             deferred_targets)
+from kernel_lab.ops.cross_entropy.op import DEFERRING, check_kwargs, check_targets, deferred_targets
 
 cross_entropy_op = custom_ops.define("cross_entropy")
 

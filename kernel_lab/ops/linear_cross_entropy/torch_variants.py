@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from kernel_lab.base.inputs import acc_dtype
-from kernel_lab.core import dispatch, plans
+from kernel_lab.core import plans
 from kernel_lab.core.compiling import CompiledPerSignature
 from kernel_lab.core.dispatch import AUTO
 from kernel_lab.core.registry import registrar, trusted_inputs
@@ -248,10 +248,10 @@ def chunked_forward(hidden, weight, target, bias, ignore_index: int, reduction: 
                 loss_c, lse_c, dz = fused_forward(z, t, None, ignore_index, "none",
                                                   label_smoothing)
             else:
-                loss_c, lse_c = dispatch.run("cross_entropy", AUTO, (z, t, None), none)
+                loss_c, lse_c = plans.run_op("cross_entropy", AUTO, (z, t, None), none)
                 if with_grads:
                     ones = torch.ones(b - a, dtype=acc, device=z.device)
-                    dz = dispatch.run("cross_entropy_backward", AUTO,
+                    dz = plans.run_op("cross_entropy_backward", AUTO,
                                       (z, t, None, lse_c, ones), none)
                     if softcap:
                         dz = cap_chain(dz, z, softcap)
@@ -306,7 +306,7 @@ def torch_chunked_linear_cross_entropy_backward(hidden, weight, t_all, bias, lse
         z = logits(h, weight, bias, softcap)
         g_c = g[a:b] if reduction == "none" else g
         with trusted_inputs():
-            dz = dispatch.run("cross_entropy_backward", AUTO,
+            dz = plans.run_op("cross_entropy_backward", AUTO,
                               (z, t, None, lse[a:b], g_c), summed)
         if softcap:
             dz = cap_chain(dz, z, softcap)
