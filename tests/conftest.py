@@ -167,6 +167,28 @@ def _no_index_flag_left():
 needs_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
 
 
+def stand_in_launches(monkeypatch, *modules) -> list:
+    """``interop.launch`` (and the name in each of ``modules`` that imported it) replaced for
+    one test: each launch is recorded as the :class:`interop.Launch` a real one would be, into
+    the returned list and into the recording in progress, and nothing runs (no GPU needed)."""
+    from kernel_lab.cuda import interop
+
+    seen: list = []
+
+    def fake_launch(fn, grid, block, args, *, device_index, shared_mem=0, signature=None,
+                    source=None):
+        seen.append(interop.Launch(fn, grid, block, shared_mem, args, signature, source,
+                                   device_index))
+        if interop.recording():
+            interop.current_recording().append(seen[-1])
+
+    for module in (interop, *modules):
+        monkeypatch.setattr(module, "launch", fake_launch)
+    # a thread that launched for real (a GPU run) would take the replay's driver path
+    monkeypatch.setattr(interop.THREAD, "ready", False, raising=False)
+    return seen
+
+
 def stagger_only(monkeypatch, kinds) -> None:
     """For one test: the forward kinds named in ``kinds`` start their first wave in phases
     (``Kind.staggered``), no other kind does."""

@@ -6,7 +6,7 @@ import types
 import numpy as np
 import pytest
 import torch
-from conftest import needs_cuda
+from conftest import needs_cuda, stand_in_launches
 
 import kernel_lab
 from kernel_lab.core import plans
@@ -28,19 +28,7 @@ class _Source:
 @pytest.fixture
 def launched(monkeypatch):
     """interop.launch replaced: records what a real launch would (no GPU needed)."""
-    seen = []
-
-    def fake_launch(fn, grid, block, args, *, device_index, shared_mem=0, signature=None,
-                    source=None):
-        seen.append(args)
-        if interop.recording():
-            interop.current_recording().append(interop.Launch(fn, grid, block, shared_mem, args,
-                                                    signature, source, device_index))
-
-    monkeypatch.setattr(interop, "launch", fake_launch)
-    # a thread that launched for real (a GPU run) would take the replay's driver path
-    monkeypatch.setattr(interop.THREAD, "ready", False, raising=False)
-    return seen
+    return stand_in_launches(monkeypatch)
 
 
 def _launcher(src, calls, extra_pointer=None):
@@ -68,8 +56,8 @@ def test_one_plain_launch_is_recorded_once_then_replayed(launched):
     out1 = call((x1,), {})
     out2 = call((x2,), {})
     assert len(calls) == 1  # the launcher ran once; the second call was a replay
-    assert launched[1][:2] == (out2.data_ptr(), x2.data_ptr())
-    assert launched[1][2:] == launched[0][2:] and out2.shape == out1.shape
+    assert launched[1].args[:2] == (out2.data_ptr(), x2.data_ptr())
+    assert launched[1].args[2:] == launched[0].args[2:] and out2.shape == out1.shape
     src.fn = types.SimpleNamespace(ptr=1)  # a hot reload: a new function, recorded anew
     call((x1,), {})
     assert len(calls) == 2

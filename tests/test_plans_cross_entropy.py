@@ -7,7 +7,7 @@ import types
 
 import pytest
 import torch
-from conftest import needs_cuda
+from conftest import needs_cuda, stand_in_launches
 
 import kernel_lab
 from kernel_lab.core import plans, registry
@@ -32,14 +32,7 @@ class _Module:
 def stand_in(monkeypatch):
     """The CUDA cross-entropy launchers on CPU tensors: their launches recorded (into the
     yielded list, and for the plans), not run. Counts the launchers' own runs."""
-    seen, runs = [], {"forward": 0, "backward": 0}
-
-    def fake_launch(fn, grid, block, args, *, device_index, shared_mem=0, signature=None,
-                    source=None):
-        seen.append(interop.Launch(fn, grid, block, shared_mem, args, signature, source,
-                                   device_index))
-        if interop.recording():
-            interop.current_recording().append(seen[-1])
+    seen, runs = stand_in_launches(monkeypatch, cv), {"forward": 0, "backward": 0}
 
     def counted(name):
         real = getattr(cv, name)
@@ -50,9 +43,6 @@ def stand_in(monkeypatch):
 
         return fn
 
-    monkeypatch.setattr(interop, "launch", fake_launch)
-    monkeypatch.setattr(cv, "launch", fake_launch)
-    monkeypatch.setattr(interop.THREAD, "ready", False, raising=False)
     monkeypatch.setattr(cv, "device_index", lambda t: 0)
     for src in (cv.FORWARD, cv.BACKWARD):
         monkeypatch.setattr(src, "_module", _Module())
