@@ -102,7 +102,6 @@ def simulated_launches() -> Iterator[list[str]]:
     tests and tools, never beside real launches on another thread."""
     from kernel_lab.cuda import deferred, flag_words, interop, occupancy
     from kernel_lab.cuda import sources as cuda_common
-    from kernel_lab.cuda.rowkernels import launch as rl
 
     launched: list[str] = []
 
@@ -134,7 +133,6 @@ def simulated_launches() -> Iterator[list[str]]:
     by_id = {id(f): g for f, g in stand_ins.items()}
     swapped: list[tuple[Any, str, Any]] = []
     function = cuda_common.CudaSource.function
-    waves = dict(rl._WAVES)
     try:
         for name, mod in list(sys.modules.items()):
             if mod is None or not (name == "kernel_lab" or name.startswith("kernel_lab.")):
@@ -150,8 +148,6 @@ def simulated_launches() -> Iterator[list[str]]:
         cuda_common.CudaSource.function = function
         for mod, attr, value in swapped:
             setattr(mod, attr, value)
-        rl._WAVES.clear()
-        rl._WAVES.update(waves)
 
 
 def _supports_on_gpu(v: registry.Variant, inputs: tuple, kw: dict) -> str | None:

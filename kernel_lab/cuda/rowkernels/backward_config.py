@@ -8,7 +8,6 @@ launch.py.
 
 from __future__ import annotations
 
-import functools
 from typing import NamedTuple
 
 import torch
@@ -141,7 +140,6 @@ def backward_smem(threads: int, vpt: int = BACKWARD_PERSIST_VPT) -> int:
     return 2 * threads * vpt * 16
 
 
-@functools.lru_cache(maxsize=None)  # runs on every launch: a pure function of its arguments
 def backward_config(n: int, dtype: torch.dtype, aligned: bool = True,
                     phase: bool | None = None, arch: Arch = TUNED_ARCH) -> BackwardConfig:
     """The BackwardConfig (kind, threads, vectors per thread, cluster size, stages) of

@@ -215,11 +215,6 @@ class RowKernels:
     prefix: str
 
 
-# Every (device, N, dtype, rows aligned, same vector phase, rows on 128-byte lines) launched so
-# far and the config it got.
-FAST_CHOICES: dict[tuple[int, int, torch.dtype, bool, bool, bool], FastConfig] = {}
-
-
 def _rows_start_on(x2d: torch.Tensor, boundary: int) -> bool:
     """Every row of x starts on a multiple of ``boundary`` bytes."""
     return x2d.data_ptr() % boundary == 0 and (
@@ -238,14 +233,14 @@ def _rows_on_lines(x2d: torch.Tensor) -> bool:
 
 
 def fast_choice(out: torch.Tensor, x2d: torch.Tensor) -> tuple[FastConfig, int]:
-    """(config, vector phase) for this launch on x2d's device, memoized in FAST_CHOICES."""
+    """(config, vector phase) for this launch on x2d's device: a pure function of (N, dtype,
+    rows aligned, same vector phase, rows on 128-byte lines, arch), 2-4 us; asked when a call
+    signature's plan records its launch, not on the calls it replays."""
     phase = same_vector_phase(out, x2d)
     aligned = phase == 1 and _rows_aligned(x2d)
-    dev = device_index(x2d)
-    key = (dev, out.shape[1], x2d.dtype, aligned, phase == 1, aligned and _rows_on_lines(x2d))
-    cfg = FAST_CHOICES.get(key)
-    if cfg is None:
-        cfg = FAST_CHOICES[key] = fast_softmax_config(*key[1:], arch=device_arch(dev))
+    cfg = fast_softmax_config(out.shape[1], x2d.dtype, aligned, phase == 1,
+                              aligned and _rows_on_lines(x2d),
+                              arch=device_arch(device_index(x2d)))
     return cfg, phase
 
 
@@ -260,30 +255,19 @@ def _phased(cfg: FastConfig, row_bytes: int) -> bool:
 
 
 _NO_WAVE = (i64(0), i64(0))
-# (loaded function, device, CTA shape, M, row bytes) -> _wave's kernel arguments: the per-call
-# path pays one lookup, not the occupancy query and the arithmetic (a hot reload loads a new
-# function, so a new key); cleared past _WAVES_MAX entries.
-_WAVES: dict[tuple, tuple] = {}
-_WAVES_MAX = 4096
 
 
 def _wave(cfg: FastConfig, x2d: torch.Tensor, src, expr: str, m: int, n: int) -> tuple:
     """(wave_rows, wave_ns) of a block / cluster / block_slots launch over ``m`` rows of ``n``: its
-    first wave in phases (persistent.first_wave) for staggered kinds and rows of at least
-    STAGGER_MIN_ROW_BYTES, else (0, 0): every row at once."""
+    first wave in phases (occupancy.first_wave; the driver's residency answer is kept there, per
+    loaded function) for staggered kinds and rows of at least STAGGER_MIN_ROW_BYTES, else (0, 0):
+    every row at once."""
     row_bytes = n * x2d.element_size()
     if not _phased(cfg, row_bytes):
         return _NO_WAVE
-    dev = device_index(x2d)
-    key = (src.function(expr, dev), dev, cfg.threads, cfg.cluster, m, row_bytes)
-    got = _WAVES.get(key)
-    if got is None:
-        if len(_WAVES) >= _WAVES_MAX:
-            _WAVES.clear()
-        rows, ns = first_wave(src, expr, cfg.threads, cfg.cluster, cfg.shared_mem(), m,
-                              row_bytes, dev)
-        got = _WAVES[key] = (i64(rows), i64(ns))
-    return got
+    rows, ns = first_wave(src, expr, cfg.threads, cfg.cluster, cfg.shared_mem(), m, row_bytes,
+                          device_index(x2d))
+    return i64(rows), i64(ns)
 
 
 def fast_launch(

@@ -89,7 +89,7 @@ def _backward_with_fallback(pick: Callable, n: int, dtype: torch.dtype, arch: Ar
 
 
 def backward_configs(n: int, dtype: torch.dtype, arch: Arch = fc.TUNED_ARCH) -> set:
-    return _backward_with_fallback(bc.backward_config.__wrapped__, n, dtype, arch)
+    return _backward_with_fallback(bc.backward_config, n, dtype, arch)
 
 
 _FOUND: dict[str, Any] = {}
@@ -111,7 +111,7 @@ def _ops_attr(name: str):
 
 def log_backward_configs(n: int, dtype: torch.dtype, arch: Arch = fc.TUNED_ARCH) -> set:
     pick = _ops_attr("log_backward_config")
-    return _backward_with_fallback(getattr(pick, "__wrapped__", pick), n, dtype, arch)
+    return _backward_with_fallback(pick, n, dtype, arch)
 
 
 def vec_configs(n: int, dtype: torch.dtype, arch: Arch = fc.TUNED_ARCH) -> set:
@@ -187,8 +187,6 @@ def family_configs(family: Family, dtype: torch.dtype, arch: Arch = fc.TUNED_ARC
     out: set = set()
     for n in row_lengths(dtype):
         out |= family.configs(n, dtype, arch)
-    if family in (BACKWARD, LOG_BACKWARD):
-        bc.backward_config.cache_clear()  # filled by the enumeration, not by launches
     return frozenset(out)
 
 

@@ -3,14 +3,13 @@
 
 The forward runs fast_softmax's kernel family (``cuda_src/row_softmax_kernels.cuh``) with the
 log epilogue, so it is launched exactly like fast_softmax: the same ``fast_softmax_config``
-(and ``FAST_CHOICES`` memo) picks the kernel and shape, the same ``fast_launch`` launches it,
-only the kernel-name prefix (``log_softmax_*``) and source differ. The backward
-(:func:`log_backward_config`) holds a rows-on-chip kernel (templated on vectors per thread,
-sized by softmax's ``vec_config`` for the row's 16-byte windows), the softmax backward's
-persistent clusters and, past them, its rows in chunks, both with the log rule (same shapes,
-same launcher: ``backward_config`` and ``backward_launch``), and a streaming kernel for the
-rest. Everything else -
-declaring the sources so CI compiles them, launching on torch's stream, dim/stride handling -
+picks the kernel and shape, the same ``fast_launch`` launches it, only the kernel-name prefix
+(``log_softmax_*``) and source differ. The backward (:func:`log_backward_config`) holds a
+rows-on-chip kernel (templated on vectors per thread, sized by softmax's ``vec_config`` for the
+row's 16-byte windows), the softmax backward's persistent clusters and, past them, its rows in
+chunks, both with the log rule (same shapes, same launcher: ``backward_config`` and
+``backward_launch``), and a streaming kernel for the rest. Everything else - declaring the
+sources so CI compiles them, launching on torch's stream, dim/stride handling -
 is the lab's shared plumbing (``cuda.sources``, ``rows.per_row``).
 """
 
@@ -81,7 +80,6 @@ def row_config(n: int, dtype: torch.dtype, max_threads: int,
     return vec_config(n if aligned else n + vec_width(dtype) - 1, dtype, max_threads)
 
 
-@functools.lru_cache(maxsize=None)  # runs on every launch: a pure function of its arguments
 def log_backward_config(n: int, dtype: torch.dtype, aligned: bool,
                         phase: bool, arch: Arch = TUNED_ARCH) -> BackwardConfig:
     """The launch of log_softmax_backward for rows of ``n``: ``persist`` or ``chunks`` wherever
