@@ -211,6 +211,7 @@ def _run_backward(name: str, variant: str, inputs: tuple, kw: dict) -> Any:
 
 
 _is_compiling = torch.compiler.is_compiling
+_profiler = torch.autograd.profiler  # its _is_profiler_enabled flag, read each call
 _functorch_active = getattr(torch._C, "_are_functorch_transforms_active", lambda: False)
 _dispatch_modes = torch._C._len_torch_dispatch_stack  # what _get_current_dispatch_mode reads
 
@@ -239,21 +240,22 @@ def call(name: str, tensors: tuple, kw: dict, variant: str | None = None,
                 native = _natives[name] = _native_of(name)
             if native is not None and native[0](x, **kw):
                 return native[1](x, **kw)  # "auto" runs PyTorch's own op (Auto.native)
-        if not _is_compiling():  # a bad class index a kernel flagged: reported first
+        compiling = _is_compiling()
+        if not compiling:  # a bad class index a kernel flagged: reported first
             for raised in deferred.RAISED:  # (deferred.raise_pending, read inline)
                 if raised[0]:
                     deferred.raise_pending()
         variant, backward_variant = variant or AUTO, backward_variant or AUTO
-        if (type(x) is not torch.Tensor or _is_compiling() or _dispatch_modes()
+        if (compiling or type(x) is not torch.Tensor or _dispatch_modes()
                 or _functorch_active() or len(tensors) > 1 and not _nothing_watches(tensors)):
-            if not _is_compiling():  # eager: fail before running
+            if not compiling:  # eager: fail before running
                 wrong = mistake(name, tensors, kw, variant, backward_variant)
                 if wrong is not None:
                     raise wrong
                 dispatch.check_names(name, variant, backward_variant)
             return _custom_call(name, tensors, kw, variant, backward_variant)
         plan = plans.for_op(name, variant, backward_variant, tensors, kw)
-        if torch.autograd.profiler._is_profiler_enabled:  # traces still name the op
+        if _profiler._is_profiler_enabled:  # traces still name the op
             with torch.profiler.record_function(f"kernel_lab::{name}"):
                 return _run(plan, name, tensors, kw, variant, backward_variant)
         # under the lab's autograd node when autograd records the call (and PyTorch's own op
@@ -337,10 +339,13 @@ def native_path(name: str) -> Callable[..., bool]:
                 return False
         elif not rule(x, dim):
             return False
-        if deferred.FLAGS:  # a kernel has made flag words: one may have flagged an error
-            deferred.raise_pending()
-        return not (_is_compiling() or _dispatch_modes() or _functorch_active()
-                    or torch.autograd.profiler._is_profiler_enabled)
+        if _is_compiling() or _dispatch_modes() or _functorch_active() \
+                or _profiler._is_profiler_enabled:
+            return False
+        for raised in deferred.RAISED:  # a kernel flagged a bad index (raise_pending, inline)
+            if raised[0]:
+                deferred.raise_pending()
+        return True
 
     return test
 
