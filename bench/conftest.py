@@ -128,12 +128,10 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         return
     if bs.compare_fail:
         bs.compare_fail = compare.by_group(bs.compare_fail, session.config.stash[HOST_FAIL])
-    if not bs.compare:
-        return
-    # the file pytest-benchmark will compare with (its own choice: the newest, or the match)
-    runs = list(bs.storage.load())[-1:] if bs.compare is True else list(bs.storage.load(bs.compare))
-    if runs:
-        session.config.stash[COMPARED] = compare.timing_methods(runs[-1][1])
+    # the run pytest-benchmark compares with (loaded when it was configured; the last one)
+    compared = list((getattr(bs, "compared_mapping", None) or {}).values())
+    if compared:
+        session.config.stash[COMPARED] = compare.timing_methods(compared[-1].values())
 
 
 def _host_cells(config: pytest.Config) -> list[str]:

@@ -80,6 +80,7 @@ def pieces(v, x) -> dict[str, float]:
         "  current_stream_ptr": lambda: interop.current_stream_ptr(rec.device_index),
         "  driver.launchKernel (raw)": lambda: driver.launchKernel(
             replay.launch.ptr, *replay.launch.shape, stream, replay.launch.params, 0),
+        "  torch.neg(x, out=) (torch's own launch, no allocation)": lambda: torch.neg(x, out=out),
         "replay (all of it)": lambda: plan.call((x,), {}),  # (last: it re-points the buffer)
         "interop.launch (an unrecorded launch)": lambda: interop.launch(
             rec.fn, rec.grid, rec.block, args, device_index=rec.device_index,

@@ -127,13 +127,13 @@ def test_a_compare_times_each_cell_as_its_compared_run_did():
 def test_compared_methods_are_read_from_the_saved_run():
     from kernel_lab.measure import compare
 
-    saved = {"benchmarks": [
+    saved = [
         {"fullname": "bench/test_variants.py::test_variant[a]",
          "extra_info": {"method": "graph", "k": 103}},
         {"fullname": "bench/test_variants.py::test_variant[b]", "extra_info": {"method": "events",
                                                                               "k": 1}},
         {"fullname": "bench/test_host.py::test_host[c]", "extra_info": {"method": "host"}},
-        {"fullname": "bench/test_variants.py::test_variant[d]", "extra_info": {}}]}
+        {"fullname": "bench/test_variants.py::test_variant[d]", "extra_info": {}}]
     assert compare.timing_methods(saved) == {
         "bench/test_variants.py::test_variant[a]": ("graph", 103),
         "bench/test_variants.py::test_variant[b]": ("events", 1)}

@@ -13,7 +13,7 @@ project's bench plugin (``bench/conftest.py``) wraps pytest-benchmark's checks w
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 HOST_GROUP = "host"
@@ -67,11 +67,12 @@ def by_group(checks: Sequence[Any], host: Any) -> list[Any]:
     return [ByGroup(c, host if i == 0 else None) for i, c in enumerate(checks)]
 
 
-def timing_methods(saved: dict) -> dict[str, tuple[str, int]]:
-    """A saved pytest-benchmark run's device cells: test id -> (method, K) from ``extra_info``
-    (``events`` or ``graph``; host and CPU cells have no method to repeat)."""
+def timing_methods(saved: Iterable[dict]) -> dict[str, tuple[str, int]]:
+    """The device cells of a saved pytest-benchmark run (its ``benchmarks`` entries): test id ->
+    (method, K) from ``extra_info`` (``events`` or ``graph``; host and CPU cells have no method
+    to repeat)."""
     out = {}
-    for bench in saved.get("benchmarks", []):
+    for bench in saved:
         info = bench.get("extra_info") or {}
         if info.get("method") in ("events", "graph"):
             out[bench["fullname"]] = (info["method"], int(info.get("k") or 1))
