@@ -178,6 +178,26 @@ def test_eager_calls_skip_the_custom_op_only_when_nothing_watches(op):
     assert f"kernel_lab::{op}" in {e.name for e in prof.events()}
 
 
+def test_the_custom_op_runs_its_plan_picked_once_per_signature(monkeypatch):
+    """``torch.ops.kernel_lab.<op>`` (what compiled graphs and dispatch modes call) runs the
+    plan of its call signature: the variant is picked on the first call, not on every one."""
+    from kernel_lab.core import dispatch, plans
+
+    picks = []
+    real = dispatch.pick
+    monkeypatch.setattr(dispatch, "pick", lambda *a, **k: picks.append(a[1]) or real(*a, **k))
+    plans.clear()
+    x = torch.randn(4, 6, device=DEVICE)
+    for _ in range(3):
+        for variant in ("torch_naive", "auto"):
+            torch.testing.assert_close(OPS["softmax"](x, -1, variant, "auto"),
+                                       torch.softmax(x, -1))
+    assert picks == ["torch_naive", "auto"]
+    y = torch.randn(5, 6, device=DEVICE)  # another signature: picked again
+    torch.testing.assert_close(OPS["softmax"](y, -1, "auto", "auto"), torch.softmax(y, -1))
+    assert picks == ["torch_naive", "auto", "auto"]
+
+
 @pytest.mark.parametrize("op", ["softmax", "log_softmax"])
 def test_eager_path_and_custom_op_agree_to_second_order(op):
     """The eager path's gradients - first order, and second order through the backward op
