@@ -145,7 +145,7 @@ def _fresh_replay_of(rec: interop.Recording, tensors: tuple, out: Any,
         if launch.source is None or launch.signature is None:
             return None
         slots = [i for i in pointer_slots(launch.signature) if launch.args[i] not in fixed]
-        owners = tuple(where.get(launch.args[i], None) for i in slots)
+        owners = tuple(where.get(launch.args[i]) for i in slots)
         # a fresh tensor made after this launch holds no pointer of it: that address was a
         # temporary's (a copy of an input), freed and handed on by the caching allocator
         if any(w is None or (w < 0 and rec.born[~w] > k) for w in owners):

@@ -87,9 +87,9 @@ class Recording(list):
     """The :class:`Launch` es of one :func:`record_launches` block, and what its launchers
     declared for a replay of the call (:mod:`kernel_lab.core.plans`): ``fresh``, the tensors
     they allocated uninitialized for it (:func:`fresh`), and ``born``, how many launches came
-    before each; ``guards``, (object, attribute, value)
-    states their choices read (:func:`guard`); ``refused``, a launcher did what a replay would
-    skip (:func:`refuse_replay`)."""
+    before each; ``guards``, (object, attribute, value) states their choices read
+    (:func:`guard`); ``refused``, a launcher did what a replay would skip
+    (:func:`refuse_replay`)."""
 
     def __init__(self) -> None:
         super().__init__()
