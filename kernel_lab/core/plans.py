@@ -376,9 +376,10 @@ def run(name: str, *inputs: Any, **kw: Any) -> Any:
     deferred.raise_pending()
     if len(inputs) == 1 and type(inputs[0]) is torch.Tensor:  # per-call hot path
         x = inputs[0]
-        try:  # for_variant's key and lookup, inline: one frame fewer a call
-            plan = _cache.get((name, *kw.items(), (x.shape, x.stride(), x.dtype, x.get_device(),
-                                                   x.data_ptr() & 127, x.requires_grad)))
+        sig = (x.shape, x.stride(), x.dtype, x.get_device(), x.data_ptr() & 127, x.requires_grad)
+        try:  # for_variant's key and lookup, inline: one frame fewer a call (no keywords: no
+            # unpacking of them either, 0.15 us)
+            plan = _cache.get((name, *kw.items(), sig) if kw else (name, sig))
         except TypeError:  # an unhashable keyword: planned below, or run without a plan
             plan = None
         if plan is not None and _generation == registry.generation:
