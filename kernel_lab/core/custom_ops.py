@@ -254,7 +254,14 @@ def call(name: str, tensors: tuple, kw: dict, variant: str | None = None,
                     raise wrong
                 dispatch.check_names(name, variant, backward_variant)
             return _custom_call(name, tensors, kw, variant, backward_variant)
-        plan = plans.for_op(name, variant, backward_variant, tensors, kw)
+        if len(tensors) == 1:  # plans.for_op's key and lookup, inline (per-call hot path)
+            plan = plans.PLANS.get((name, variant, backward_variant, *kw.values(), x.shape,
+                                    x.stride(), x.dtype, x.get_device(), x.data_ptr() & 127,
+                                    x.requires_grad))
+            if plan is None:
+                plan = plans.for_op(name, variant, backward_variant, tensors, kw)
+        else:
+            plan = plans.for_op(name, variant, backward_variant, tensors, kw)
         if _profiler._is_profiler_enabled:  # traces still name the op
             with torch.profiler.record_function(f"kernel_lab::{name}"):
                 return _run(plan, name, tensors, kw, variant, backward_variant)

@@ -9,8 +9,8 @@ contract, the variant's limits) and, for a CUDA launcher, records its launches s
 replay them (:class:`ReplayingCall`). A later call with that signature is one dictionary lookup
 and the launches.
 
-One cache (:data:`_cache`) holds the plans of ``kernel_lab.run()``, the drop-ins and their
-backwards. A registration (``registry.generation``) clears it: a new variant may change what
+One cache (:data:`PLANS`) holds the plans of ``kernel_lab.run()``, the drop-ins and their
+backwards. A registration clears it (``registry.on_change``): a new variant may change what
 "auto" picks. A hot-reloaded kernel is noticed by the replay (it asks the source for the
 function, a cached stat) and recorded anew.
 
@@ -279,29 +279,28 @@ def signature(tensors: tuple) -> tuple:
                   t.requires_grad) if type(t) is torch.Tensor else t for t in tensors)
 
 
-_cache: dict[tuple, Plan] = {}
-_generation = -1
+# call signature key -> its plan; the hot paths (run() here, custom_ops.call) read it inline
+PLANS: dict[tuple, Plan] = {}
 
 
 def _store(key: tuple, plan: Plan) -> Plan:
-    global _generation
-    if _generation != registry.generation or len(_cache) >= MAX_PLANS:
-        _cache.clear()
-        _generation = registry.generation
-    _cache[key] = plan
+    if len(PLANS) >= MAX_PLANS:
+        PLANS.clear()
+    PLANS[key] = plan
     return plan
 
 
+@registry.on_change
 def clear() -> None:
     """Forget every plan (the next call of each signature plans anew)."""
-    _cache.clear()
+    PLANS.clear()
 
 
 def for_variant(name: str, tensors: tuple, kw: dict) -> Plan:
     """The plan of ``run(name, *tensors, **kw)``: the variant checked once for the signature."""
     key = (name, *kw.items(), *signature(tensors))  # run() builds it inline for one tensor
-    plan = _cache.get(key)
-    if plan is None or _generation != registry.generation:
+    plan = PLANS.get(key)
+    if plan is None:
         variant = registry.get(name)
         registry.ensure_supported(variant, *tensors, **kw)
         plan = _store(key, Plan(variant))
@@ -316,8 +315,8 @@ def runs(name: str, tensors: tuple, kw: dict) -> bool:
     decided once per call signature and kept in the one cache: the variant's plan, or a refusal
     (a path that launches the variant's kernels itself, cross-entropy's in-place mode, asks)."""
     key = (runs, name, *kw.items(), *signature(tensors))  # apart from run()'s plans
-    plan = _cache.get(key)
-    if plan is None or _generation != registry.generation:
+    plan = PLANS.get(key)
+    if plan is None:
         variant = registry.get(name)
         plan = _store(key, Plan(variant)
                       if dispatch.can_run(variant, *tensors, **kw) else _REFUSED)
@@ -333,8 +332,8 @@ def for_op(op: str, variant: str, backward_variant: str, tensors: tuple, kw: dic
                x.get_device(), x.data_ptr() & 127, x.requires_grad)
     else:
         key = (op, variant, backward_variant, *kw.values(), *signature(tensors))
-    plan = _cache.get(key)
-    if plan is not None and _generation == registry.generation:
+    plan = PLANS.get(key)
+    if plan is not None:
         return plan
     dispatch.check_names(op, variant, backward_variant)
     v = dispatch.pick(op, variant, tensors, kw)
@@ -373,16 +372,18 @@ def run(name: str, *inputs: Any, **kw: Any) -> Any:
     signature (:func:`for_variant`). A bad class index an earlier kernel flagged raises first
     (:mod:`kernel_lab.cuda.deferred`).
     """
-    deferred.raise_pending()
+    for raised in deferred.RAISED:  # (deferred.raise_pending, read inline)
+        if raised[0]:
+            deferred.raise_pending()
     if len(inputs) == 1 and type(inputs[0]) is torch.Tensor:  # per-call hot path
         x = inputs[0]
         sig = (x.shape, x.stride(), x.dtype, x.get_device(), x.data_ptr() & 127, x.requires_grad)
         try:  # for_variant's key and lookup, inline: one frame fewer a call (no keywords: no
             # unpacking of them either, 0.15 us)
-            plan = _cache.get((name, *kw.items(), sig) if kw else (name, sig))
+            plan = PLANS.get((name, *kw.items(), sig) if kw else (name, sig))
         except TypeError:  # an unhashable keyword: planned below, or run without a plan
             plan = None
-        if plan is not None and _generation == registry.generation:
+        if plan is not None:
             return plan.call(inputs, kw)
         tensors, back = inputs, None
     else:

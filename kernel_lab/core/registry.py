@@ -345,7 +345,7 @@ TRUST = _trust  # the switch trusted_inputs() turns on (a replay's guard reads i
 _ops: dict[str, Op] = {}
 _variants: dict[str, Variant] = {}
 _aliases: dict[str, str] = {}  # a former variant name -> its name now
-generation = 0  # bumped by every registration: caches of choices compare it
+_on_change: list[Callable[[], None]] = []  # called by every registration (:func:`on_change`)
 _lock = threading.RLock()
 _loaded = False
 
@@ -372,9 +372,21 @@ def add_variant(variant: Variant) -> Variant:
         if variant.op not in _ops:
             raise UnknownVariantError(f"variant {variant.name!r} names unknown op {variant.op!r}")
         _variants[variant.name] = variant
-        global generation
-        generation += 1
+        changed()
     return variant
+
+
+def on_change(fn: Callable[[], None]) -> Callable[[], None]:
+    """Call ``fn()`` after every registration from now on: a cache of choices (the plans of
+    :mod:`kernel_lab.core.plans`) forgets them, since a new variant may change what "auto" picks."""
+    _on_change.append(fn)
+    return fn
+
+
+def changed() -> None:
+    """Tell every :func:`on_change` listener that the variants changed (a registration does)."""
+    for fn in _on_change:
+        fn()
 
 
 def register(
