@@ -196,6 +196,43 @@ def test_runs_decides_once_per_signature(monkeypatch):
     assert asked == ["torch_cross_entropy"] * 3
 
 
+def test_a_warm_named_drop_in_finds_its_plan_inline(monkeypatch):
+    """A drop-in call by name looks its plan up inline (custom_ops.row_call) with for_op's key;
+    autograd, a profiler and a wrong dim still take the full call, as before."""
+    from kernel_lab.base.errors import InputTypeError
+    from kernel_lab.core import custom_ops
+
+    x = torch.randn(5, 7)
+    first = kernel_lab.softmax(x, -1, "torch_naive")
+    called = []
+    for name in ("for_op", "call"):
+        module = plans if name == "for_op" else custom_ops
+        real = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda *a, real=real, name=name:
+                            called.append(name) or real(*a))
+    torch.testing.assert_close(kernel_lab.softmax(x, -1, "torch_naive"), first)
+    assert not called
+    xg = x.clone().requires_grad_()
+    out = kernel_lab.softmax(xg, -1, "torch_naive")  # a new signature, and a node to make
+    assert called == ["call", "for_op"]
+    assert type(out.grad_fn).__name__ == "_EagerOpBackward"
+    out = kernel_lab.softmax(xg, -1, "torch_naive")  # warm, and still a node to make
+    assert type(out.grad_fn).__name__ == "_EagerOpBackward"
+    out[:, 0].sum().backward()
+    ref = x.clone().requires_grad_()
+    torch.softmax(ref, -1)[:, 0].sum().backward()
+    torch.testing.assert_close(xg.grad, ref.grad)
+    with torch.no_grad():  # warm, no node: inline
+        called.clear()
+        assert kernel_lab.softmax(xg, -1, "torch_naive").grad_fn is None
+        assert not called
+    with torch.profiler.profile() as prof:  # warm, but profiled: the op is named
+        kernel_lab.softmax(x, -1, "torch_naive")
+    assert "kernel_lab::softmax" in {e.name for e in prof.events()}
+    with pytest.raises(InputTypeError, match="dim"):  # True hashes as 1: refused all the same
+        kernel_lab.softmax(x, True, "torch_naive")
+
+
 def test_a_warm_run_finds_its_plan_inline(monkeypatch):
     """run()'s inline key is for_variant's: a warm call of one tensor never calls it; a new
     signature or keyword is planned by it."""
