@@ -57,7 +57,7 @@ PASS_PCTS = (25, 50, 100, 200, 400)  # extra pass length, % of the row (> 100: p
 # figure (host time / torch's) rises >= HOST_MIN_CHANGE, 1.5x --host-fail's default 10 % (about
 # +1 us a call on an H100); the compare must then name host cells (run() rows), no device cell
 HOST_FILE = REPO / "kernel_lab" / "core" / "plans.py"
-HOST_ANCHOR = ("    deferred.raise_pending()\n"
+HOST_ANCHOR = ("            deferred.raise_pending()\n"
                "    if len(inputs) == 1 and type(inputs[0]) is torch.Tensor:")
 HOST_TARGET = 'test_host[run("online_softmax")]'
 HOST_REPEATS = (1, 2, 4, 8, 16, 32)

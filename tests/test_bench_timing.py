@@ -313,6 +313,19 @@ def test_gate_slowdown_edit_compiles_and_keeps_the_kernel(tmp_path):
     assert out is not None
 
 
+def test_gate_host_edit_finds_its_lines_and_is_valid_python():
+    """The lines the gate's host slowdown goes between are still in kernel_lab.run, and the
+    edited module compiles (the slow test below runs it)."""
+    gate = _compare_gate()
+    src = gate.HOST_FILE.read_text()
+    assert src.count(gate.HOST_ANCHOR) == 1
+    head, tail = gate.HOST_ANCHOR.split("\n", 1)
+    edited = src.replace(gate.HOST_ANCHOR, f"{head}\n{gate.host_work(2)}{tail}")
+    compile(edited, str(gate.HOST_FILE), "exec")
+    run_body = edited[edited.index("\ndef run("):]
+    assert run_body.index("compare_gate.py: host work") < run_body.index("PLANS.get(")
+
+
 @pytest.mark.slow  # 106 s on an H100 machine's busy cores: the full tier
 def test_gate_host_edit_runs_the_same_and_costs_more(monkeypatch):
     """The host work the gate inserts into kernel_lab.run is valid Python there: run() still
