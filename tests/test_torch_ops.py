@@ -451,17 +451,26 @@ def test_small_tensor_rules():
 
 
 
-def test_the_native_test_inlines_its_rule_and_agrees_with_it():
-    """The drop-ins' hot test (custom_ops.native_path) reads a NativeBelow rule's limits once
-    and tests inline: it answers as the rule does, on every dtype, layout and dim type."""
+def test_the_drop_ins_native_test_inlines_its_rule_and_agrees_with_it():
+    """A drop-in on "auto" (custom_ops.row_call) reads a NativeBelow rule's limits once and
+    tests inline: it runs PyTorch's op exactly where the rule says, on every dtype, layout and
+    dim type, and the lab's call elsewhere."""
     from kernel_lab.core import custom_ops, registry
 
     for op in ("softmax", "log_softmax"):
         rule = kernel_lab.get_op(op).auto.native
         assert isinstance(rule, registry.NativeBelow)
-        test = custom_ops.native_path(op)
+        ran = []
+        dropin = custom_ops.row_call(
+            op, lambda t, d, ran=ran, op=op: ran.append(1) or TORCH[op](t, d))
         for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
             x = torch.randn(6, 10).to(dtype)
             for t, dim in ((x, -1), (x.t(), -1), (x, 1.0), (x[:, ::2], 0)):
-                assert test(t, dim) == rule(t, dim), (op, dtype, t.stride(), dim)
-        assert not test([1.0, 2.0], -1)  # not a tensor: the lab's call says so
+                ran.clear()
+                try:
+                    dropin(t, dim)
+                except kernel_lab.UnsupportedInputError:  # a float dim: refused, not native
+                    pass
+                assert bool(ran) == rule(t, dim), (op, dtype, t.stride(), dim)
+        with pytest.raises(kernel_lab.UnsupportedInputError):
+            dropin([1.0, 2.0], -1)  # not a tensor: the lab's call says so

@@ -234,17 +234,18 @@ def call(name: str, tensors: tuple, kw: dict, variant: str | None = None,
     raises first (:mod:`kernel_lab.cuda.deferred`)."""
     x = tensors[0]
     try:
-        if variant in _AUTOS and backward_variant in _AUTOS and len(tensors) == 1:
-            native = _natives.get(name, _UNSEEN)
-            if native is _UNSEEN:
-                native = _natives[name] = _native_of(name)
-            if native is not None and native[0](x, **kw):
-                return native[1](x, **kw)  # "auto" runs PyTorch's own op (Auto.native)
         compiling = _is_compiling()
         if not compiling:  # a bad class index a kernel flagged: reported first
             for raised in deferred.RAISED:  # (deferred.raise_pending, read inline)
                 if raised[0]:
                     deferred.raise_pending()
+        if variant in _AUTOS and backward_variant in _AUTOS and len(tensors) == 1:
+            auto = registry.get_op(name).auto
+            if (auto is not None and auto.native is not None and not compiling
+                    and type(x) is torch.Tensor and not _profiler._is_profiler_enabled
+                    and _nothing_watches(tensors)
+                    and auto.native(x, **kw)):  # "auto" runs PyTorch's own op (Auto.native)
+                return registry.get(auto.portable).fn(x, **kw)
         variant, backward_variant = variant or AUTO, backward_variant or AUTO
         if (compiling or type(x) is not torch.Tensor or _dispatch_modes()
                 or _functorch_active() or len(tensors) > 1 and not _nothing_watches(tensors)):
@@ -270,37 +271,6 @@ def call(name: str, tensors: tuple, kw: dict, variant: str | None = None,
         if wrong is None:
             raise
         raise wrong from None
-
-
-def row_call(name: str) -> Callable[[Any, Any, Any, Any], Any]:
-    """``call1(x, dim, variant, backward_variant)``: :func:`call` of row op ``name`` on one
-    tensor (a drop-in's), with a warm plan's path inline: an int ``dim``, variant names (or
-    None), a plain tensor, nothing tracing, watching or profiling the call, and no autograd node
-    of the lab's to make. What it reads each call is bound here once (no module or attribute
-    lookups: ~0.4 us a call fewer than :func:`call` on a 2-core CPU). Anything else takes
-    :func:`call`."""
-    raised_words, cache, tensor, auto = deferred.RAISED, plans.PLANS, torch.Tensor, AUTO
-    compiling, modes, functorch, profiler = (_is_compiling, _dispatch_modes, _functorch_active,
-                                             _profiler)
-    grad_enabled = torch.is_grad_enabled
-
-    def call1(x: Any, dim: Any, variant: Any, backward_variant: Any) -> Any:
-        if (type(x) is tensor and type(dim) is int and not profiler._is_profiler_enabled
-                and not (compiling() or modes() or functorch())):
-            for raised in raised_words:  # a bad class index a kernel flagged: reported first
-                if raised[0]:
-                    deferred.raise_pending()
-            v = auto if variant is None else variant
-            b = auto if backward_variant is None else backward_variant
-            if type(v) is str and type(b) is str:  # plans.for_op's key, inline
-                plan = cache.get((name, v, b, dim, x.shape, x.stride(), x.dtype,
-                                  x.get_device(), x.data_ptr() & 127, x.requires_grad))
-                if plan is not None and (plan.native or not (x.requires_grad
-                                                             and grad_enabled())):
-                    return plan.run((x,), {"dim": dim})
-        return call(name, (x,), {"dim": dim}, variant, backward_variant)
-
-    return call1
 
 
 def mistake(name: str, tensors: Sequence[Any], kw: dict, variant: Any = None,
@@ -334,51 +304,66 @@ def mistake(name: str, tensors: Sequence[Any], kw: dict, variant: Any = None,
 
 
 _AUTOS = (None, AUTO)
-_UNSEEN = object()
-_natives: dict[str, tuple | None] = {}  # op -> (native_path, the portable variant's launcher)
 
 
-def _native_of(name: str) -> tuple | None:
-    auto = registry.get_op(name).auto
-    if auto is None or auto.native is None:
-        return None
-    return native_path(name), registry.get(auto.portable).fn
+def row_call(name: str, torch_op: Callable[[torch.Tensor, int], torch.Tensor]
+             ) -> Callable[..., Any]:
+    """``dropin(x, dim=-1, variant=None, *, backward_variant=None)``: the body of row op
+    ``name``'s drop-in (:func:`kernel_lab.core.dropin.row_dropin` names and documents it), whose
+    PyTorch twin is ``torch_op(x, dim)``. When nothing traces, watches or profiles the call
+    (those see the lab's op), ``x`` is a plain tensor and ``dim`` an int:
 
+    - on "auto", where the op's :attr:`Auto.native` takes ``x``, PyTorch's op at once, no plan
+      (the hot path of small tensors; a :class:`~kernel_lab.core.registry.NativeBelow` rule is
+      tested inline from its limits);
+    - else a warm plan found inline (:func:`plans.for_op`'s key) that needs no autograd node of
+      the lab's runs at once.
 
-def native_path(name: str) -> Callable[..., bool]:
-    """``test(x, dim)``: whether a drop-in call of row op ``name`` on ``"auto"`` runs PyTorch's
-    own op at once, with no plan (the hot path of small tensors): its :attr:`Auto.native` takes
-    ``x``, no kernel has flagged an error (raised here, as every call does), and nothing traces,
-    watches or profiles the call (those see the lab's op). Its drop-in then calls PyTorch's op.
-    A :class:`~kernel_lab.core.registry.NativeBelow` rule is tested inline from its limits (two
-    Python frames fewer a call than asking it)."""
+    A kernel's flagged bad index raises first. Anything else takes :func:`call`. What it reads
+    each call is bound here once: no module or attribute lookups, one Python frame."""
+    raised_words, cache, tensor, auto = deferred.RAISED, plans.PLANS, torch.Tensor, AUTO
+    compiling, modes, functorch, profiler = (_is_compiling, _dispatch_modes, _functorch_active,
+                                             _profiler)
+    grad_enabled = torch.is_grad_enabled
     limits = rule = None
 
-    def test(x: Any, dim: Any = -1) -> bool:
+    def dropin(x: Any, dim: Any = -1, variant: Any = None, *,
+               backward_variant: Any = None) -> Any:
         nonlocal limits, rule
-        if rule is None:  # the op's Auto: registered by the first call
-            rule = registry.get_op(name).auto.native
-            limits = rule.limits() if isinstance(rule, registry.NativeBelow) else None
-        if type(x) is not torch.Tensor:
-            return False
-        if limits is not None:
-            if type(dim) is not int or not x.is_contiguous():
-                return False
-            numel, cpu_ok, cuda_ok = limits
-            if not (x.dtype in cuda_ok and x.numel() <= numel if x.is_cuda
-                    else x.dtype in cpu_ok):
-                return False
-        elif not rule(x, dim):
-            return False
-        if _is_compiling() or _dispatch_modes() or _functorch_active() \
-                or _profiler._is_profiler_enabled:
-            return False
-        for raised in deferred.RAISED:  # a kernel flagged a bad index (raise_pending, inline)
-            if raised[0]:
-                deferred.raise_pending()
-        return True
+        if (type(x) is tensor and type(dim) is int and not profiler._is_profiler_enabled
+                and not (compiling() or modes() or functorch())):
+            for raised in raised_words:  # (deferred.raise_pending, read inline)
+                if raised[0]:
+                    deferred.raise_pending()
+            if variant is None and backward_variant is None:
+                if rule is None:  # the op's Auto: registered by the first call
+                    rule = registry.get_op(name).auto.native
+                    limits = rule.limits() if isinstance(rule, registry.NativeBelow) else None
+                if limits is not None:
+                    numel, cpu_ok, cuda_ok = limits
+                    native = x.is_contiguous() and (
+                        x.dtype in cuda_ok and x.numel() <= numel if x.is_cuda
+                        else x.dtype in cpu_ok)
+                else:
+                    native = rule(x, dim)
+                if native:
+                    try:
+                        return torch_op(x, dim)
+                    except IndexError:
+                        pass  # dim out of range: call() says so in the lab's words
+                v = b = auto
+            else:
+                v = auto if variant is None else variant
+                b = auto if backward_variant is None else backward_variant
+            if type(v) is str and type(b) is str:  # plans.for_op's key, inline
+                plan = cache.get((name, v, b, dim, x.shape, x.stride(), x.dtype,
+                                  x.get_device(), x.data_ptr() & 127, x.requires_grad))
+                if plan is not None and (plan.native or not (x.requires_grad
+                                                             and grad_enabled())):
+                    return plan.run((x,), {"dim": dim})
+        return call(name, (x,), {"dim": dim}, variant, backward_variant)
 
-    return test
+    return dropin
 
 
 def _run(plan: plans.Plan, name: str, tensors: tuple, kw: dict, variant: str,

@@ -16,20 +16,9 @@ from kernel_lab.core.dispatch import AUTO
 def row_dropin(op: str, torch_op: Callable[[torch.Tensor, int], torch.Tensor],
                doc: str) -> Callable[..., torch.Tensor]:
     """``kernel_lab.<op>(x, dim=-1, variant=None, *, backward_variant=None)`` for row op ``op``
-    whose PyTorch twin is ``torch_op(x, dim)``: PyTorch's op at once where "auto" would run it
-    (:func:`custom_ops.native_path`: no plan), else the lab's call (:func:`custom_ops.row_call`)."""
-    native = custom_ops.native_path(op)
-    call = custom_ops.row_call(op)
-
-    def dropin(x: torch.Tensor, dim: int = -1, variant: str | None = None, *,
-               backward_variant: str | None = None) -> torch.Tensor:
-        if variant is None and backward_variant is None and native(x, dim):
-            try:
-                return torch_op(x, dim)
-            except IndexError:
-                pass  # dim out of range: the lab's call below says so in its words
-        return call(x, dim, variant, backward_variant)
-
+    whose PyTorch twin is ``torch_op(x, dim)``: PyTorch's op at once where "auto" would run it,
+    a warm plan at once, else the lab's call (:func:`custom_ops.row_call`)."""
+    dropin = custom_ops.row_call(op, torch_op)
     dropin.__name__ = dropin.__qualname__ = op
     dropin.__doc__ = doc.strip()
     return dropin

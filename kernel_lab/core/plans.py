@@ -279,8 +279,8 @@ def signature(tensors: tuple) -> tuple:
                   t.requires_grad) if type(t) is torch.Tensor else t for t in tensors)
 
 
-# call signature key -> its plan; the hot paths (run() here, custom_ops.row_call) read it inline
-# and custom_ops.row_call holds it: cleared in place, never rebound
+# call signature key -> its plan; the hot paths (run() here, the drop-ins' custom_ops.row_call)
+# read it inline, and row_call holds it: cleared in place, never rebound
 PLANS: dict[tuple, Plan] = {}
 
 

@@ -107,7 +107,7 @@ class NativeBelow:
     ``backward`` are PyTorch's own ops: true off CUDA, and on CUDA for tensors of at most
     ``numel`` elements whose dtype both variants compute within the lab's tolerance; contiguous
     inputs only (the output then is contiguous too). The drop-ins' hot path reads
-    :meth:`limits` once and tests inline (:func:`kernel_lab.core.custom_ops.native_path`)."""
+    :meth:`limits` once and tests inline (:func:`kernel_lab.core.custom_ops.row_call`)."""
 
     def __init__(self, numel: int, forward: str, backward: str) -> None:
         self.numel, self.forward, self.backward = numel, forward, backward
