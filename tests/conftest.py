@@ -171,6 +171,7 @@ def stand_in_launches(monkeypatch, *modules) -> list:
     """``interop.launch`` (and the name in each of ``modules`` that imported it) replaced for
     one test: each launch is recorded as the :class:`interop.Launch` a real one would be, into
     the returned list and into the recording in progress, and nothing runs (no GPU needed)."""
+    from kernel_lab.core import plans
     from kernel_lab.cuda import interop
 
     seen: list = []
@@ -184,8 +185,10 @@ def stand_in_launches(monkeypatch, *modules) -> list:
 
     for module in (interop, *modules):
         monkeypatch.setattr(module, "launch", fake_launch)
-    # a thread that launched for real (a GPU run) would take the replay's driver path
+    # a thread that launched for real (a GPU run) would take the replay's driver path: its
+    # replays made from now on call launch, and none made before is found
     monkeypatch.setattr(interop.THREAD, "ready", False, raising=False)
+    plans.clear()
     return seen
 
 

@@ -300,7 +300,8 @@ class PreparedLaunch:
     On another thread, under :func:`record_launches`, on a thread without a current context or
     for a tensor on another GPU it takes :func:`launch`'s path with the full arguments."""
 
-    __slots__ = ("launch", "slots", "ptr", "shape", "packer", "params", "words", "owner")
+    __slots__ = ("launch", "slots", "ptr", "shape", "packer", "params", "words", "owner",
+                 "several")
 
     def __init__(self, launch: Launch, slots: list[int]) -> None:
         self.launch, self.slots = launch, slots
@@ -310,7 +311,11 @@ class PreparedLaunch:
         self.packer = packer = _ArgPacker(launch.signature or slot_format(map(type, launch.args)))
         self.params = packer.pack(launch.args)
         self.words = (ctypes.c_uint64 * (len(packer.values) // 8)).from_buffer(packer.values)
-        self.owner = threading.get_ident()
+        # the driver path is this thread's, once its launch made the driver's context current
+        # (a test's stand-in launch does not: then never), and only where torch has CUDA streams
+        self.owner = (threading.get_ident() if getattr(_thread, "ready", False)
+                      and _get_raw_stream is not None else None)
+        self.several = torch.cuda.device_count() > 1  # else the current device is the one
 
     def replayer(self, owners: tuple[int, ...], dense: bool, load: Callable[[str, int], Any],
                  expr: str, fn: Any, fallback: Callable[[tuple, dict], Any]):
@@ -322,20 +327,20 @@ class PreparedLaunch:
         to ``cuLaunchKernel``: a warm ``kernel_lab.run``'s host time is mostly this."""
         dev = self.launch.device_index
         words, params, ptr, shape, owner = self.words, self.params, self.ptr, self.shape, self.owner
+        several = self.several
         slots = tuple(self.slots)
         pairs = tuple(zip(slots, owners))
         two = len(slots) == 2 and tuple(owners) == (-1, 0)  # (out, x): the row kernels' case
         s_out, s_in = slots if two else (0, 0)
-        empty_like, fmt, ident, state = torch.empty_like, torch.contiguous_format, \
-            threading.get_ident, _thread
+        empty_like, fmt, ident = torch.empty_like, torch.contiguous_format, threading.get_ident
 
         def call(tensors: tuple, kw: dict) -> Any:
             if load(expr, dev) is not fn:
                 return fallback(tensors, kw)
             x = tensors[0]
             out = empty_like(x) if dense else empty_like(x, memory_format=fmt)
-            if (_recorder is None and ident() == owner and getattr(state, "ready", False)
-                    and _get_raw_stream is not None and _runtime.getDevice() == dev):
+            if (_recorder is None and ident() == owner
+                    and not (several and _runtime.getDevice() != dev)):
                 if two:
                     words[s_out] = out.data_ptr()
                     words[s_in] = x.data_ptr()
@@ -353,8 +358,7 @@ class PreparedLaunch:
         rec = self.launch
         dev = rec.device_index
         if (_recorder is None and threading.get_ident() == self.owner
-                and getattr(_thread, "ready", False) and _get_raw_stream is not None
-                and _runtime.getDevice() == dev):
+                and not (self.several and _runtime.getDevice() != dev)):
             words = self.words
             for i, p in zip(self.slots, pointers):
                 words[i] = p
