@@ -220,6 +220,16 @@ def reduce_rows(loss_rows: torch.Tensor, target, ignore_index: int, reduction: s
     return total.to(dtype)
 
 
+def add_weight_grad(dw: torch.Tensor, dz: torch.Tensor, h: torch.Tensor, first: bool) -> None:
+    """dweight += dlogits.T @ hidden for one chunk of tokens; the first chunk writes it (beta 0:
+    dweight is neither zeroed nor read first, one pass over V x d fewer each, 2 GiB of traffic at
+    d = 4096, V = 128256 bf16)."""
+    if first:
+        torch.matmul(dz.T, h, out=dw)
+    else:
+        dw.addmm_(dz.T, h)
+
+
 def chunked_forward(hidden, weight, target, bias, ignore_index: int, reduction: str,
                     label_smoothing: float, softcap: float, with_grads: bool = False):
     """(loss, lse) chunk by chunk; ``with_grads``: also (dhidden, dweight, dbias) of the
@@ -233,7 +243,7 @@ def chunked_forward(hidden, weight, target, bias, ignore_index: int, reduction: 
     lse = torch.empty(hidden.shape[0], dtype=acc, device=hidden.device)
     if with_grads:
         dh = torch.empty_like(hidden, memory_format=torch.contiguous_format)
-        dw = torch.zeros_like(weight, memory_format=torch.contiguous_format)
+        dw = torch.empty_like(weight, memory_format=torch.contiguous_format)  # (add_weight_grad)
         db = torch.zeros(v, dtype=acc, device=hidden.device) if bias is not None else None
     none = _ce_kw(ignore_index, label_smoothing, "none")
     # the step with gradients writes them over the logits (fused_forward); without, the logits
@@ -258,7 +268,7 @@ def chunked_forward(hidden, weight, target, bias, ignore_index: int, reduction: 
         rows[a:b], lse[a:b] = loss_c, lse_c
         if with_grads:
             torch.matmul(dz, weight, out=dh[a:b])
-            dw.addmm_(dz.T, h)
+            add_weight_grad(dw, dz, h, first=a == 0)
             if db is not None:
                 db += dz.sum(0, dtype=acc)
             del dz
@@ -299,7 +309,7 @@ def torch_chunked_linear_cross_entropy_backward(hidden, weight, t_all, bias, lse
         g = g / (t_all != ignore_index).sum()
     summed = _ce_kw(ignore_index, label_smoothing, "sum" if reduction != "none" else "none")
     dh = torch.empty_like(hidden, memory_format=torch.contiguous_format)
-    dw = torch.zeros_like(weight, memory_format=torch.contiguous_format)
+    dw = torch.empty_like(weight, memory_format=torch.contiguous_format)  # (add_weight_grad)
     db = torch.zeros(weight.shape[0], dtype=acc, device=hidden.device)
     for a, b in _chunks(hidden, weight.shape[0], chunk_copies(hidden, softcap, False)):
         h, t = hidden[a:b], t_all[a:b]
@@ -311,7 +321,7 @@ def torch_chunked_linear_cross_entropy_backward(hidden, weight, t_all, bias, lse
         if softcap:
             dz = cap_chain(dz, z, softcap)
         torch.matmul(dz, weight, out=dh[a:b])
-        dw.addmm_(dz.T, h)
+        add_weight_grad(dw, dz, h, first=a == 0)
         if bias is not None:
             db += dz.sum(0, dtype=acc)
         del z, dz  # before the next chunk's logits
