@@ -256,3 +256,35 @@ def test_chunks_are_even_and_their_buffers_fit_the_budget():
     # 8192 x 128256 bf16 with the gradient over the logits: 5 chunks of 1664 tokens
     assert torch_variants.chunk_rows(8192, 128256, 2, cpu, 1) == 1664
     assert torch_variants.chunk_rows(0, 5, 4, cpu) == 1
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float64], ids=str)
+def test_the_gradient_scale_is_mul_bit_for_bit_without_a_sync(dtype):
+    """scale_ (the chunked step's backward: dweight and dhidden times the upstream gradient)
+    gives mul_'s bits on an odd length; on a GPU by its Triton kernel with syncs forbidden, on a
+    CPU the same kernel runs interpreted (bf16 there: within one rounding of them)."""
+    n = 3 * torch_variants.SCALE_BLOCK + 5
+    x = torch.randn(n, device=DEVICE).to(dtype)
+    s = torch.tensor(0.37, device=DEVICE,
+                     dtype=torch.float64 if dtype == torch.float64 else torch.float32)
+    want = x.clone().mul_(s)
+    if DEVICE == "cuda":
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            out = torch_variants.scale_(x, s)
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+        assert out is x
+    else:
+        triton = pytest.importorskip("triton")
+        from kernel_lab.core import triton_mode
+        from kernel_lab.triton_src.scale import scale_kernel
+
+        if not triton_mode.interpreting():
+            pytest.skip("triton loaded before kernel_lab, without TRITON_INTERPRET")
+        scale_kernel[(triton.cdiv(n, torch_variants.SCALE_BLOCK),)](
+            x, s, n, BLOCK=torch_variants.SCALE_BLOCK)
+        if dtype == torch.bfloat16:  # the interpreter rounds its bf16 casts toward zero
+            torch.testing.assert_close(x, want, rtol=2**-7, atol=0)
+            return
+    assert torch.equal(x, want)

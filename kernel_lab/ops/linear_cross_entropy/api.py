@@ -11,7 +11,7 @@ from kernel_lab.core import custom_ops, registry
 from kernel_lab.core.dispatch import AUTO
 from kernel_lab.ops.cross_entropy.api import check_kw_types
 from kernel_lab.ops.linear_cross_entropy.op import check_all, check_inputs
-from kernel_lab.ops.linear_cross_entropy.torch_variants import chunked_forward
+from kernel_lab.ops.linear_cross_entropy.torch_variants import chunked_forward, scale_
 
 linear_cross_entropy_op = custom_ops.define("linear_cross_entropy")
 CHUNKED = "torch_chunked_linear_cross_entropy"
@@ -44,7 +44,7 @@ class _GradsInForward(torch.autograd.Function):
         s = g.float() if g.dtype != torch.float64 else g
         if ctx.den is not None:
             s = s / ctx.den
-        out = [t.mul_(s) if t is not None and need else None
+        out = [scale_(t, s) if t is not None and need else None
                for t, need in zip(grads, ctx.needs_input_grad[:3])]
         return (*out, None, None, None, None, None)
 

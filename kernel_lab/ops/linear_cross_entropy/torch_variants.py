@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from kernel_lab.base.inputs import acc_dtype
-from kernel_lab.core import plans
+from kernel_lab.core import plans, triton_mode
 from kernel_lab.core.compiling import CompiledPerSignature
 from kernel_lab.core.dispatch import AUTO
 from kernel_lab.core.registry import registrar, trusted_inputs
@@ -218,6 +218,26 @@ def reduce_rows(loss_rows: torch.Tensor, target, ignore_index: int, reduction: s
     if reduction == "mean":
         total = total / (target != ignore_index).sum()
     return total.to(dtype)
+
+
+SCALE_BLOCK = 4096  # elements a program of triton_src/scale.py: 16 a thread at 8 warps
+
+
+def scale_(t: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    """``t *= s`` in place, ``s`` a one-element tensor on t's device (an upstream gradient): on
+    CUDA by ``triton_src/scale.py`` (no host sync, at copy speed: PyTorch's ``mul_`` by a 0-d CUDA
+    tensor takes its unvectorized path, 2.0 against 0.70 ms for 128256 x 4096 bf16 on an H100),
+    elsewhere by ``mul_``."""
+    if (t.is_cuda and t.is_contiguous() and t.numel() and s.numel() == 1
+            and s.device == t.device and not triton_mode.interpreting()):
+        import triton
+
+        from kernel_lab.triton_src.scale import scale_kernel
+
+        scale_kernel[(triton.cdiv(t.numel(), SCALE_BLOCK),)](t, s, t.numel(),
+                                                              BLOCK=SCALE_BLOCK, num_warps=8)
+        return t
+    return t.mul_(s)
 
 
 def add_weight_grad(dw: torch.Tensor, dz: torch.Tensor, h: torch.Tensor, first: bool) -> None:
