@@ -259,15 +259,17 @@ def test_chunks_are_even_and_their_buffers_fit_the_budget():
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float64], ids=str)
-def test_the_gradient_scale_is_mul_bit_for_bit_without_a_sync(dtype):
+def test_the_gradient_scale_rounds_once_without_a_sync(dtype):
     """scale_ (the chunked step's backward: dweight and dhidden times the upstream gradient)
-    gives mul_'s bits on an odd length; on a GPU by its Triton kernel with syncs forbidden, on a
-    CPU the same kernel runs interpreted (bf16 there: within one rounding of them)."""
+    gives the product in fp32 (fp64 for fp64) rounded once, on an odd length: mul_'s bits for
+    fp32 / fp64 (bf16's mul_ would round the scale to bf16 first). On a GPU by its Triton kernel
+    with syncs forbidden; on a CPU the same kernel runs interpreted (bf16 there: within one
+    rounding)."""
     n = 3 * torch_variants.SCALE_BLOCK + 5
     x = torch.randn(n, device=DEVICE).to(dtype)
     s = torch.tensor(0.37, device=DEVICE,
                      dtype=torch.float64 if dtype == torch.float64 else torch.float32)
-    want = x.clone().mul_(s)
+    want = (x.to(s.dtype) * s).to(dtype)
     if DEVICE == "cuda":
         torch.cuda.set_sync_debug_mode("error")
         try:

@@ -5,7 +5,8 @@ gradient (a 0-d CUDA tensor) needs no host sync. PyTorch's own ``x.mul_(s)`` wit
 
 scale_kernel: program p owns elements [p * BLOCK, (p + 1) * BLOCK) of the flat contiguous x (64-bit
 offsets: x may pass 2^31 elements); the product is taken in the promoted type of x and s (fp32 for
-bf16 / fp16 x, as PyTorch's opmath) and rounded once. One read and one write of x: a copy's cost.
+bf16 / fp16 x) and rounded once (bf16's mul_ rounds s to bf16 first). One read and one write of
+x: a copy's cost.
 """
 
 import triton
