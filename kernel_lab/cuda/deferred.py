@@ -66,7 +66,7 @@ def _device_pointer(host_ptr: int, device: torch.device) -> int:
 
 
 _flags: dict[torch.device, Flags] = {}
-FLAGS = _flags  # (read-only outside): empty until a kernel made flag words; the hot paths test it
+FLAGS = _flags  # (read-only outside): empty until a kernel made flag words (plans: fixed pointers)
 # each device's raised word as a host view, for hot paths that read it inline (no call):
 #     for raised in deferred.RAISED:
 #         if raised[0]:
