@@ -50,7 +50,7 @@ def pieces(v, x) -> dict[str, float]:
     from cupy.cuda import driver, runtime
 
     from kernel_lab.core import plans
-    from kernel_lab.cuda import deferred, interop
+    from kernel_lab.cuda import deferred, interop, jit
 
     kernel_lab.run(v.name, x)  # plan made, launch recorded
     plan = plans.for_variant(v.name, (x,), {})
@@ -58,6 +58,7 @@ def pieces(v, x) -> dict[str, float]:
     if replay is None:
         raise SystemExit(f"--pieces: {v.name} is not replayed on this tensor (several launches, "
                          "or not a CUDA row variant): name one that is, e.g. online_softmax")
+    key = replay.module.key
     out = torch.empty_like(x)
     pointers = [(out if w < 0 else x).data_ptr() for w in replay.owners]
     rec = replay.launch.launch
@@ -71,8 +72,10 @@ def pieces(v, x) -> dict[str, float]:
         f'run("{v.name}") (all of it)': lambda: kernel_lab.run(v.name, x),
         "deferred.raise_pending": deferred.raise_pending,
         "plans.for_variant (signature key, lookup)": lambda: plans.for_variant(v.name, (x,), {}),
-        "replay: the loaded function (re-stat check)": lambda: replay.load(replay.expr,
-                                                                          replay.device_index),
+        "replay: the reload check (inline, not due)": lambda: (
+            jit.clock() >= replay.module.due_at or replay.module.key != key),
+        "replay: the loaded function (once due)": lambda: replay.load(replay.expr,
+                                                                     replay.device_index),
         "replay: torch.empty_like": lambda: torch.empty_like(x),
         "replay: the data pointers": lambda: (out.data_ptr(), x.data_ptr()),
         "PreparedLaunch(pointers) (the replay's full path)": lambda: replay.launch(pointers),

@@ -14,15 +14,20 @@ from kernel_lab.cuda import interop
 
 
 class _Source:
+    """A CudaSource and its CudaModule in one: ``fn`` is the loaded function; ``due_at`` and
+    ``key`` the module's re-stat time and sources' key (always due unless a test says)."""
+
     def __init__(self):
         self.fn = types.SimpleNamespace(ptr=0)  # a loaded function (its CUfunction handle)
+        self.due_at, self.key, self.asked = float("-inf"), "k0", 0
 
     def function(self, expr, dev):
+        self.asked += 1
         return self.fn
 
     @property
-    def loader(self):
-        return self.function
+    def module(self):
+        return self
 
 
 @pytest.fixture
@@ -61,6 +66,30 @@ def test_one_plain_launch_is_recorded_once_then_replayed(launched):
     src.fn = types.SimpleNamespace(ptr=1)  # a hot reload: a new function, recorded anew
     call((x1,), {})
     assert len(calls) == 2
+
+
+def test_a_replay_asks_its_module_only_when_due_or_edited(launched, monkeypatch):
+    """Between two re-stats (the module's ``due_at``) a replay trusts its function without a
+    call; once due, or once the sources' key moved (another caller re-stat'd the edit), it asks
+    the module, and a new function sends the call back to the launcher to be recorded."""
+    from kernel_lab.cuda import jit
+
+    now = [100.0]
+    monkeypatch.setattr(jit, "clock", lambda: now[0])
+    src, calls = _Source(), []
+    call = plans.ReplayingCall(_launcher(src, calls))
+    call((torch.randn(4, 8),), {})  # recorded
+    src.due_at, src.asked = 101.0, 0
+    for _ in range(3):
+        call((torch.randn(4, 8),), {})
+    assert src.asked == 0 and len(calls) == 1 and len(launched) == 4  # replayed, not asked
+    now[0] = 101.0  # due: asked, same function, still replayed
+    call((torch.randn(4, 8),), {})
+    assert src.asked == 1 and len(calls) == 1
+    src.key, src.fn = "k1", types.SimpleNamespace(ptr=1)  # an edit another call re-stat'd
+    call((torch.randn(4, 8),), {})
+    assert src.asked == 2 and len(calls) == 2  # the launcher ran: the new kernel is recorded
+    assert launched[-1].fn is src.fn
 
 
 def test_other_pointers_are_never_replayed(launched):

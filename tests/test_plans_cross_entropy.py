@@ -23,6 +23,7 @@ class _Module:
 
     def __init__(self):
         self.fns = {}
+        self.due_at, self.key = float("-inf"), "k0"  # always due a re-stat: every call asks
 
     def function(self, expr, dev):
         return self.fns.setdefault(expr, types.SimpleNamespace(ptr=len(self.fns) + 1, expr=expr))
@@ -124,7 +125,8 @@ def test_a_pointer_a_later_fresh_tensor_took_was_a_temporary():
     the same fresh tensor made before the launch is."""
     x, made = torch.randn(8), torch.empty(8)
     fn = types.SimpleNamespace(ptr=1)
-    source = (types.SimpleNamespace(loader=lambda expr, dev: fn), "k")
+    module = types.SimpleNamespace(function=lambda expr, dev: fn, due_at=float("-inf"), key="")
+    source = (types.SimpleNamespace(module=module), "k")
 
     def recorded(fresh_first):
         with interop.record_launches() as rec:

@@ -356,10 +356,10 @@ def row_call(name: str, torch_op: Callable[[torch.Tensor, int], torch.Tensor]
                 v = auto if variant is None else variant
                 b = auto if backward_variant is None else backward_variant
             if type(v) is str and type(b) is str:  # plans.for_op's key, inline
+                grad = x.requires_grad
                 plan = cache.get((name, v, b, dim, x.shape, x.stride(), x.dtype,
-                                  x.get_device(), x.data_ptr() & 127, x.requires_grad))
-                if plan is not None and (plan.native or not (x.requires_grad
-                                                             and grad_enabled())):
+                                  x.get_device(), x.data_ptr() & 127, grad))
+                if plan is not None and (plan.native or not (grad and grad_enabled())):
                     return plan.run((x,), {"dim": dim})
         return call(name, (x,), {"dim": dim}, variant, backward_variant)
 

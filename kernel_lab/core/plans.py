@@ -27,7 +27,7 @@ import torch
 
 from kernel_lab.core import dispatch, registry
 from kernel_lab.core.dispatch import AUTO
-from kernel_lab.cuda import deferred, interop
+from kernel_lab.cuda import deferred, interop, jit
 
 MAX_PLANS = 4096  # signatures kept before the cache starts over (shape-polymorphic callers)
 
@@ -38,14 +38,15 @@ class _Replay:
     is (for tools such as ``bench/overhead.py --pieces``) and its one-frame call
     (:meth:`interop.PreparedLaunch.replayer`)."""
 
-    __slots__ = ("launch", "owners", "load", "expr", "fn", "device_index", "dense")
+    __slots__ = ("launch", "owners", "module", "load", "expr", "fn", "device_index", "dense")
 
     def __init__(self, launch: interop.Launch, slots: list[tuple[int, int]],
                  dense: bool = False) -> None:
         self.launch = interop.PreparedLaunch(launch, [i for i, _ in slots])
         self.owners = tuple(w for _, w in slots)  # per pointer slot: -1 output, else input k
         source, self.expr = launch.source
-        self.load = source.loader  # (expr, device) -> the loaded function, reloaded if edited
+        self.module = source.module  # the CudaModule: its re-stat time and sources' key
+        self.load = self.module.function  # (expr, device) -> the function, reloaded if edited
         self.fn, self.device_index = launch.fn, launch.device_index
         # the first input is contiguous in this signature: empty_like's default layout is the
         # contiguous one, without the memory_format keyword's parsing (0.2 us a call)
@@ -53,7 +54,7 @@ class _Replay:
 
     def call(self, fallback: Callable[[tuple, dict], Any]) -> Callable[[tuple, dict], Any]:
         """``call(tensors, kw)`` -> the output; ``fallback(tensors, kw)`` once reloaded."""
-        return self.launch.replayer(self.owners, self.dense, self.load, self.expr, self.fn,
+        return self.launch.replayer(self.owners, self.dense, self.module, self.expr, self.fn,
                                     fallback)
 
 
@@ -81,9 +82,11 @@ class _FreshReplay:
                       for launch, slots, owners in steps]
         self.specs, self.outputs, self.single = specs, outputs, single
         self.guards, self.fn = tuple(guards), fn
-        loads = {(launch.source[1], launch.device_index, id(launch.fn)):
-                 (launch.source[0].loader, launch.source[1], launch.device_index, launch.fn)
-                 for launch, _, _ in steps}  # one reload check a kernel
+        loads = {}  # one reload check a kernel: (module, its key, expr, device, function)
+        for launch, _, _ in steps:
+            source, expr = launch.source
+            loads[expr, launch.device_index, id(launch.fn)] = (
+                source.module, source.module.key, expr, launch.device_index, launch.fn)
         self.loads = tuple(loads.values())
 
     def call(self, fallback: Callable[[tuple, dict], Any]) -> Callable[[tuple, dict], Any]:
@@ -92,8 +95,9 @@ class _FreshReplay:
         loads, guards, fn, empty = self.loads, self.guards, self.fn, torch.empty
 
         def call(tensors: tuple, kw: dict) -> Any:
-            for load, expr, dev, f in loads:
-                if load(expr, dev) is not f:
+            for module, key, expr, dev, f in loads:  # (PreparedLaunch.replayer's reload check)
+                if ((jit.clock() >= module.due_at or module.key != key)
+                        and module.function(expr, dev) is not f):
                     return fallback(tensors, kw)
             for obj, attribute, value in guards:
                 if getattr(obj, attribute) != value:  # another mode: the launcher's own path

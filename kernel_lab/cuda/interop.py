@@ -21,6 +21,8 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
+from kernel_lab.cuda import jit as _jit
+
 
 def _identity(out: Any) -> Any:
     return out
@@ -317,14 +319,16 @@ class PreparedLaunch:
                       and _get_raw_stream is not None else None)
         self.several = torch.cuda.device_count() > 1  # else the current device is the one
 
-    def replayer(self, owners: tuple[int, ...], dense: bool, load: Callable[[str, int], Any],
-                 expr: str, fn: Any, fallback: Callable[[tuple, dict], Any]):
+    def replayer(self, owners: tuple[int, ...], dense: bool, module: Any, expr: str, fn: Any,
+                 fallback: Callable[[tuple, dict], Any]):
         """``call(tensors, kw)``: this launch again on ``tensors``, into a fresh output shaped like
         the first tensor (contiguous; ``dense``: the first tensor is, so ``empty_like`` needs no
         layout keyword), which it returns. ``owners``: per pointer slot, -1 for the output or k
-        for ``tensors[k]``. When ``load(expr, device)`` no longer gives ``fn`` (the kernel was
-        hot-reloaded) it returns ``fallback(tensors, kw)`` instead. One Python frame from the plan
-        to ``cuLaunchKernel``: a warm ``kernel_lab.run``'s host time is mostly this."""
+        for ``tensors[k]``. When ``module`` (the :class:`~kernel_lab.cuda.jit.CudaModule` of
+        ``fn``) is due a re-stat or its sources changed, and its ``function(expr, device)`` no
+        longer gives ``fn`` (the kernel was hot-reloaded), it returns ``fallback(tensors, kw)``
+        instead. One Python frame from the plan to ``cuLaunchKernel``: a warm
+        ``kernel_lab.run``'s host time is mostly this."""
         dev = self.launch.device_index
         words, params, ptr, shape, owner = self.words, self.params, self.ptr, self.shape, self.owner
         several = self.several
@@ -333,9 +337,11 @@ class PreparedLaunch:
         two = len(slots) == 2 and tuple(owners) == (-1, 0)  # (out, x): the row kernels' case
         s_out, s_in = slots if two else (0, 0)
         empty_like, fmt, ident = torch.empty_like, torch.contiguous_format, threading.get_ident
+        load, key = module.function, module.key
 
         def call(tensors: tuple, kw: dict) -> Any:
-            if load(expr, dev) is not fn:
+            if ((_jit.clock() >= module.due_at or module.key != key)
+                    and load(expr, dev) is not fn):  # (the reload check, inline while not due)
                 return fallback(tensors, kw)
             x = tensors[0]
             out = empty_like(x) if dense else empty_like(x, memory_format=fmt)

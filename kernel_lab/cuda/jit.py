@@ -274,11 +274,12 @@ class CudaModule:
         self._lock = threading.Lock()
         self._expr_locks: dict[str, threading.Lock] = {}
         self._stamp: tuple | None = None  # (mtime_ns, size) of every file at last check
-        self._checked_at = float("-inf")  # time.monotonic() of the last check by function()
+        # clock() time the files are next re-stat'd (function(); a replayed launch reads it too)
+        self.due_at = float("-inf")
         self._recheck_s = 0.0  # seconds to the next re-stat (see top), set by each re-stat
         self._files: list[Path] = []
         self._file_strs: list[str] = []
-        self._key = ""
+        self.key = ""  # the sources' digest at the last re-stat ("" before the first)
         # (device, expr) -> (source key, Function) of the loaded build, and of the last good one
         self._loaded: dict[tuple[int, str], tuple[str, Any]] = {}
         self._last_good: dict[tuple[int, str], tuple[str, Any]] = {}
@@ -307,10 +308,10 @@ class CudaModule:
         if stamp is None or stamp != self._stamp:
             files = source_files(self.path, self.include_dirs)
             key = digest(files, self.options)
-            self._files, self._key = files, key
+            self._files, self.key = files, key
             self._file_strs = [str(f) for f in files]
             self._stamp = self._stat()
-        return self._key
+        return self.key
 
     @property
     def files(self) -> list[Path]:
@@ -378,12 +379,12 @@ class CudaModule:
         With ``fallback=True`` a failing edit returns the last good build instead of raising.
         Files are re-checked when the last check is over :attr:`recheck_s` old (see top).
         """
-        now = clock()
-        if now - self._checked_at >= self._recheck_s or not self._key:
-            self._checked_at = now  # before the stat: a save during it is caught next time
+        now = clock()  # (before the stat: a save during it is caught next time)
+        if now >= self.due_at or not self.key:
             key = self.source_key()
+            self.due_at = now + self._recheck_s
         else:
-            key = self._key
+            key = self.key
         slot = (device_index, expr)
         entry = self._loaded.get(slot)
         if entry is None or entry[0] != key:

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import torch
 
@@ -111,7 +111,7 @@ class CudaSource:
 
     @property
     def module(self) -> jit.CudaModule:
-        if self._module is None:  # the process-wide module; it re-stats files on every call
+        if self._module is None:  # the process-wide module (it re-stats its files, rate-limited)
             self._module = jit.module(
                 self.path, self.name_expressions, include_dirs=self.include_dirs
             )
@@ -120,12 +120,6 @@ class CudaSource:
     def function(self, expr: str, device_index: int):
         """The loaded kernel ``expr`` on ``device_index`` (compiled or reloaded as needed)."""
         return self.module.function(expr, device_index)
-
-    @property
-    def loader(self) -> Callable[[str, int], Any]:
-        """:meth:`function` as the module's own method: a replayed launch asks it every call,
-        one Python frame (and file) fewer."""
-        return self.module.function
 
 
 SOURCES: list[CudaSource] = []
