@@ -2,6 +2,7 @@
 compare``).
 
     python bench/compare_gate.py [PRESET ...] [--runs 5] [--no-slowdown] [--out DIR]
+    python bench/compare_gate.py --merge VERDICT ... --summary FILE   # calls' verdicts, joined
 
 Per preset (default: all of :data:`GATE`, each with a restricted variant set so the whole
 proof fits one device call): one ``--benchmark-autosave``, then ``--runs`` unchanged compares
@@ -30,7 +31,7 @@ import sys
 import time
 from pathlib import Path
 
-if __name__ == "__main__":  # no GPU: one line and exit 2
+if __name__ == "__main__" and "--merge" not in sys.argv:  # no GPU: one line and exit 2
     from gpu_check import require_gpu  # bench/ is sys.path[0] when a script runs
 
     require_gpu("it proves the pytest-benchmark compare gate on this GPU's timings")
@@ -267,6 +268,87 @@ def host_caught(result: dict) -> tuple[bool, list[str]]:
     return (result["rc"] not in (0, None) and result["target"] in named and not others), others
 
 
+def row_clean(row: dict) -> bool:
+    """A preset's row: its autosave ran and every unchanged compare passed, naming nothing."""
+    return row["autosave_rc"] == 0 and row["passed"] == row["runs"] and not row["alarms"]
+
+
+def slow_caught(result: dict) -> tuple[bool, list[str]]:
+    """Whether the kernel slowdown was caught: the compare failed naming the target cell and
+    no cell of another variant (the other cells it names)."""
+    others = [c for c in result["named"] if "online_softmax]" not in c]
+    return (result["rc"] not in (0, None) and result["target"] in result["named"]
+            and not others), others
+
+
+def print_table(rows: list[dict], slow: dict | None, host: dict | None, runs: int) -> bool:
+    """The gate's table: per preset runs passed and the worst change; each injected slowdown
+    and what it named. True if every row is clean and every slowdown given was caught."""
+    ok = True
+    print(f"\n== compare gate: --benchmark-compare-fail={FAIL}, {runs} unchanged runs")
+    print(f"{'preset':8} {'cells':>5} {'passed':>7}  worst median change (cell)")
+    for r in rows:
+        good = row_clean(r)
+        ok &= good
+        print(f"{r['preset']:8} {r.get('cells', 0):5d} {r['passed']:>3}/{r['runs']:<3}  "
+              f"{r['worst']:+.1%} {r['worst_cell']}  {'ok' if good else 'FALSE ALARM'}"
+              + (f": {sorted(set(r['alarms']))}" if r["alarms"] else ""))
+    if slow is not None:
+        caught, others = slow_caught(slow)
+        ok &= caught
+        change = f"{slow['change']:+.1%}" if slow["change"] is not None else "?"
+        print(f"slowdown: online_softmax + an extra pass over {slow['pct']}% of each row: "
+              f"{slow['target']} {change}; compare rc={slow['rc']}, named "
+              f"{len(slow['named'])} cell(s): {', '.join(slow['named']) or 'none'}; "
+              f"{'CAUGHT' if caught else 'NOT CAUGHT as it must be'}"
+              + (f" (other variants named: {others})" if others else ""))
+    if host is not None:
+        caught, others = host_caught(host)
+        ok &= caught
+        added = f"{host['added_us']:+.2f} us" if host["added_us"] is not None else "? us"
+        print(f"host slowdown: {host['repeats']} dict copies a run() call: {host['target']} "
+              f"{host['change']:+.1%} ({added}); compare rc={host['rc']}, named "
+              f"{len(host['named'])} cell(s): "
+              f"{', '.join(host['named']) or 'none'}; "
+              f"{'CAUGHT' if caught else 'NOT CAUGHT as it must be'}"
+              + (f" (other cells named: {others})" if others else ""))
+    return ok
+
+
+def merge(parts: list[Path]) -> dict:
+    """One verdict of the verdicts of several calls (the presets split over device calls, as
+    ``.ci/gpu-bench compare`` says): all from one GPU and thresholds; each preset row and
+    slowdown stamped with its call's commit and date, a later part's row replacing an earlier
+    one. ``ok`` only where every preset and both slowdowns were run, each row clean and each
+    slowdown caught (judged again here, as the table is)."""
+    verdicts = [json.loads(Path(p).read_text()) for p in parts]
+    for field in ("gpu", "compare_fail", "host_fail", "runs"):
+        seen = {v.get(field) for v in verdicts}
+        if len(seen) != 1:
+            raise SystemExit(f"--merge: the parts differ in {field} ({sorted(map(str, seen))}): "
+                             "a gate's verdict holds for one GPU and one setting")
+    rows: dict[str, dict] = {}
+    slow = host = None
+    for v in verdicts:  # (a joined verdict's rows carry their stamps already)
+        stamp = {"commit": v["commit"], "date": v["date"]} if "commit" in v else {}
+        for r in v["presets"]:
+            rows[r["preset"]] = {**stamp, **r}
+        if v.get("slowdown"):
+            slow = {**stamp, **v["slowdown"]}
+        if v.get("host_slowdown"):
+            host = {**stamp, **v["host_slowdown"]}
+    late = [p for p in GATE if p not in rows] + ([] if slow and host else ["slowdown"])
+    stamped = [*rows.values(), *(x for x in (slow, host) if x)]
+    first = verdicts[0]
+    return {"gpu": first["gpu"], "dates": sorted({x["date"] for x in stamped}),
+            "commits": list(dict.fromkeys(x["commit"] for x in stamped)),
+            "compare_fail": first["compare_fail"], "host_fail": first["host_fail"],
+            "ok": (not late and all(map(row_clean, rows.values())) and slow_caught(slow)[0]
+                   and host_caught(host)[0]), "runs": first["runs"],
+            "presets": [rows[p] for p in GATE if p in rows], "slowdown": slow,
+            "host_slowdown": host, "not_run": late}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -281,7 +363,25 @@ def main(argv: list[str] | None = None) -> int:
                    "OUT/compare_gate.json)")
     p.add_argument("--pytest-args", default="",
                    help='more options for every pytest run, e.g. "-k 1x128" (shell-split)')
+    p.add_argument("--merge", nargs="+", type=Path, metavar="VERDICT",
+                   help="no runs: join the verdicts (--summary files) of calls that each ran "
+                   "some presets on one GPU into --summary, and print their table (any machine)")
     args = p.parse_args(argv)
+    if args.merge:
+        if args.summary is None:
+            p.error("--merge needs --summary: where the joined verdict goes")
+        verdict = merge(args.merge)
+        clean = print_table(verdict["presets"], verdict["slowdown"], verdict["host_slowdown"],
+                            verdict["runs"])
+        ok = clean and verdict["ok"]
+        if verdict["not_run"]:
+            print(f"not run in any part: {', '.join(verdict['not_run'])}")
+        args.summary.parent.mkdir(parents=True, exist_ok=True)
+        args.summary.write_text(json.dumps(verdict, indent=1) + "\n")
+        word = "OK" if ok else "INCOMPLETE" if clean and verdict["not_run"] else "FAILED"
+        print(f"GATE {word} on {verdict['gpu']} "
+              f"(commits {', '.join(map(str, verdict['commits']))}; verdict: {args.summary})")
+        return 0 if ok else 1
     DEADLINE[0] = time.time() + args.budget_s
     EXTRA_ARGS[:] = shlex.split(args.pytest_args)
     unknown = [x for x in args.presets if x not in GATE]
@@ -303,35 +403,7 @@ def main(argv: list[str] | None = None) -> int:
         except OutOfTime:
             late.append("slowdown")
 
-    ok = True
-    print(f"\n== compare gate: --benchmark-compare-fail={FAIL}, {args.runs} unchanged runs")
-    print(f"{'preset':8} {'cells':>5} {'passed':>7}  worst median change (cell)")
-    for r in rows:
-        good = r["autosave_rc"] == 0 and r["passed"] == r["runs"] and not r["alarms"]
-        ok &= good
-        print(f"{r['preset']:8} {r.get('cells', 0):5d} {r['passed']:>3}/{r['runs']:<3}  "
-              f"{r['worst']:+.1%} {r['worst_cell']}  {'ok' if good else 'FALSE ALARM'}"
-              + (f": {sorted(set(r['alarms']))}" if r["alarms"] else ""))
-    if slow is not None:
-        others = [c for c in slow["named"] if "online_softmax]" not in c]
-        caught = slow["rc"] not in (0, None) and slow["target"] in slow["named"] and not others
-        ok &= caught
-        change = f"{slow['change']:+.1%}" if slow["change"] is not None else "?"
-        print(f"slowdown: online_softmax + an extra pass over {slow['pct']}% of each row: "
-              f"{slow['target']} {change}; compare rc={slow['rc']}, named "
-              f"{len(slow['named'])} cell(s): {', '.join(slow['named']) or 'none'}; "
-              f"{'CAUGHT' if caught else 'NOT CAUGHT as it must be'}"
-              + (f" (other variants named: {others})" if others else ""))
-    if host is not None:
-        caught, others = host_caught(host)
-        ok &= caught
-        added = f"{host['added_us']:+.2f} us" if host["added_us"] is not None else "? us"
-        print(f"host slowdown: {host['repeats']} dict copies a run() call: {host['target']} "
-              f"{host['change']:+.1%} ({added}); compare rc={host['rc']}, named "
-              f"{len(host['named'])} cell(s): "
-              f"{', '.join(host['named']) or 'none'}; "
-              f"{'CAUGHT' if caught else 'NOT CAUGHT as it must be'}"
-              + (f" (other cells named: {others})" if others else ""))
+    ok = print_table(rows, slow, host, args.runs)
     if late:
         ok = False
         print(f"not run (--budget-s {args.budget_s:.0f} s reached): {', '.join(late)}; "

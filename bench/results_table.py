@@ -53,16 +53,19 @@ HEADER = """# Benchmark results
 
 One result set: the latest sweeps of softmax forward and backward and of cross-entropy (GPU,
 date and commit in each section), M*N = 2^28 elements per shape (1 GiB of fp32: far past L2),
-and a training step's loss (`bench/loss_step.py`). GB/s counts the fewest
+a training step's loss (`bench/loss_step.py`) and the compare gate's verdict
+(`bench/compare_gate.py`). GB/s counts the fewest
 bytes a call must read plus write; % of copy is that over a device-to-device copy's GB/s on the
 same GPU; "inexact": outside the lab's tolerance for that dtype (timed all the same); "skipped":
 the variant does not take that row. Generated (do not edit):
 
     python bench/results_table.py bench/results/forward_h200.json \\
         bench/results/backward_h200.json bench/results/loss_h200.json \\
-        bench/results/loss_step_h200.json > bench/results/README.md
+        bench/results/loss_step_h200.json bench/results/compare_gate_h100.json \\
+        > bench/results/README.md
 
-A new sweep (`bash .ci/gpu-bench forward backward loss`) replaces the JSON / PNG here.
+A new sweep (`bash .ci/gpu-bench forward backward loss`) or gate verdict (`bash .ci/gpu-bench
+compare`, joined by `bench/compare_gate.py --merge`) replaces the files here.
 """
 
 
@@ -165,10 +168,44 @@ def step_section(path: Path, rows: list[dict], commit: str | None) -> str:
     return "\n".join(lines + [""])
 
 
+def gate_section(path: Path, v: dict) -> str:
+    """A ``bench/compare_gate.py`` verdict: per preset the unchanged compares that passed and
+    the worst median change; each injected slowdown, its size and what the compare named."""
+    state = "OK" if v["ok"] else "INCOMPLETE" if v.get("not_run") else "FAILED"
+    commits = v.get("commits") or [v.get("commit")]
+    lines = [f"## compare gate: `{path.name}`", "",
+             f"{v['gpu']}, {', '.join(v.get('dates') or [v.get('date')])}, commit "
+             f"{', '.join(map(str, commits))}; `--benchmark-compare-fail={v['compare_fail']}`, "
+             f"host cells `{v['host_fail']}`; {v['runs']} unchanged compares a preset after "
+             f"one autosave. **{state}**"
+             + (f": not run yet: {', '.join(v['not_run'])}." if v.get("not_run") else "."), "",
+             "| preset | cells | clean compares | worst median change (cell) |",
+             "|---|---:|---:|---|"]
+    for r in v["presets"]:
+        lines.append(f"| {r['preset']} | {r.get('cells', 0)} | {r['passed']}/{r['runs']} | "
+                     f"{r['worst']:+.1%} `{r['worst_cell']}` |")
+    lines += ["", "| injected slowdown | its size | compare | cells it named |",
+              "|---|---|---|---|"]
+    for what, s in (("an extra pass over {pct}% of each row in `online_softmax`",
+                     v.get("slowdown")),
+                    ("{repeats} dict copies in every `kernel_lab.run` call",
+                     v.get("host_slowdown"))):
+        if not s:
+            continue
+        size = f"{s['change']:+.1%} at `{s['target']}`" + (
+            f" ({s['added_us']:+.2f} us)" if s.get("added_us") is not None else "")
+        verdict = "failed" if s["rc"] not in (0, None) else "passed"
+        lines.append(f"| {what.format(**s)} | {size} | {verdict} | {len(s['named'])}: "
+                     + ", ".join(f"`{c}`" for c in s["named"]) + " |")
+    return "\n".join(lines + [""])
+
+
 def section(path: Path, commit: str | None = None) -> str:
     data = json.loads(path.read_text())
     if isinstance(data, list):
         return step_section(path, data, commit)
+    if "compare_fail" in data:
+        return gate_section(path, data)
     meta, records = data["meta"], data["records"]
     gpu = (meta.get("gpu") or {}).get("name") or meta.get("bench_device") or meta.get("device")
     commit = commit or meta.get("commit") or added_in(path) or "unknown"

@@ -404,6 +404,60 @@ def test_gate_writes_its_verdict_with_what_it_ran_on(tmp_path):
     assert {"gpu", "date", "commit"} <= set(got)
 
 
+def test_gate_joins_the_verdicts_of_calls_on_one_gpu(tmp_path, capsys):
+    """Presets split over device calls: --merge joins their verdicts (each row stamped with its
+    call's commit), refuses parts from two GPUs, and is OK only with every preset and both
+    slowdowns run and clean."""
+    import json
+
+    gate = _compare_gate()
+
+    def row(preset, passed=5):
+        return {"preset": preset, "autosave_rc": 0, "passed": passed, "runs": 5, "worst": 0.01,
+                "worst_cell": "test_host[x]", "alarms": [], "cells": 3}
+
+    slow = {"target": gate_target(gate), "pct": 25, "change": 0.14, "rc": 1,
+            "named": [gate_target(gate)]}
+    host = {"target": gate.HOST_TARGET, "repeats": 16, "added_us": 2.9, "change": 0.22, "rc": 1,
+            "named": [gate.HOST_TARGET]}
+
+    def part(name, presets, gpu="NVIDIA H100 80GB HBM3", **more):
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps({"gpu": gpu, "date": "2026-12-06", "commit": name,
+                                    "compare_fail": gate.FAIL, "host_fail": "median:10%",
+                                    "ok": True, "runs": 5, "presets": presets,
+                                    "slowdown": None, "host_slowdown": None, "not_run": [],
+                                    **more}))
+        return path
+
+    a = part("aaa", [row("small"), row("seed")], slowdown=slow, host_slowdown=host)
+    b = part("bbb", [row("sweep")])
+    out = tmp_path / "joined.json"
+    assert gate.main(["--merge", str(a), str(b), "--summary", str(out)]) == 1  # 3 presets left
+    got = json.loads(out.read_text())
+    assert [r["preset"] for r in got["presets"]] == ["sweep", "seed", "small"]  # GATE's order
+    assert got["not_run"] == ["quick", "vocab", "lm_head"] and got["ok"] is False
+    assert set(got["commits"]) == {"aaa", "bbb"} and got["slowdown"]["commit"] == "aaa"
+    assert {r["preset"]: r["commit"] for r in got["presets"]}["sweep"] == "bbb"
+    assert "GATE INCOMPLETE" in capsys.readouterr().out
+    c = part("ccc", [row("quick"), row("vocab"), row("lm_head")])
+    joined = tmp_path / "joined-before.json"  # a joined verdict joins again, stamps kept
+    joined.write_text(out.read_text())
+    assert gate.main(["--merge", str(joined), str(c), "--summary", str(out)]) == 0
+    assert set(json.loads(out.read_text())["commits"]) == {"aaa", "bbb", "ccc"}
+    assert json.loads(out.read_text())["ok"] is True
+    assert "GATE OK" in capsys.readouterr().out
+    d = part("ddd", [row("quick", passed=4)])  # a later part's row replaces the earlier one
+    assert gate.main(["--merge", str(a), str(b), str(c), str(d), "--summary", str(out)]) == 1
+    h200 = part("eee", [row("quick")], gpu="NVIDIA H200")
+    with pytest.raises(SystemExit, match="differ in gpu"):
+        gate.main(["--merge", str(a), str(h200), "--summary", str(out)])
+
+
+def gate_target(gate) -> str:
+    return f"test_variant[{gate.TARGET}]"
+
+
 class _DriftingClock:
     """A fake host clock: each call costs ``cost[name]`` seconds times the machine's current
     slowness, which changes from round to round (a shared machine)."""
