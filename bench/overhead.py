@@ -4,10 +4,10 @@
 
 Prints microseconds per call, and the ratio to the row's own torch call (:func:`reference`:
 ``torch.softmax``, ``torch.log_softmax``, or ``torch.softmax`` recording for autograd where the
-row records), for torch, the drop-ins on "auto" (with and without autograd recording), every
-CUDA variant through ``kernel_lab.run``, torch.compile and the peers that import; then fp32 rows
-of 128 under ``do_bench``. Targets: the drop-ins on auto <= 1.15x, ``run`` of a CUDA variant and
-a drop-in by name <= 1.3x. The same rows are the
+row records; taken in each round, median over rounds), for torch, the drop-ins on "auto" (with
+and without autograd recording), every CUDA variant through ``kernel_lab.run``, torch.compile
+and the peers that import; then fp32 rows of 128 under ``do_bench``. Targets: the drop-ins on
+auto <= 1.15x, ``run`` of a CUDA variant and a drop-in by name <= 1.3x. The same rows are the
 ``host`` group of ``pytest bench`` (``test_host.py``), where ``--benchmark-compare`` gates them.
 """
 
@@ -180,14 +180,18 @@ def _all_candidates(x: torch.Tensor, labels: Sequence[str] | None) -> dict:
     return rows
 
 
-def table(x: torch.Tensor, repeats: int) -> dict[str, float]:
-    """Median us per call of each candidate over ``repeats`` interleaved rounds."""
+def table(x: torch.Tensor, repeats: int) -> dict[str, tuple[float, float]]:
+    """Per candidate: (median us per call, median of its time over its reference's) over
+    ``repeats`` rounds, each timing every candidate once (order reversed every other round).
+    The ratio is taken round by round: a busy host slows a round's calls alike, so the ratio
+    holds where absolute times drift by 20 % between rounds."""
     rows = candidates(x)
     samples: dict[str, list[float]] = {k: [] for k in rows}
-    for _ in range(repeats):
-        for name, fn in rows.items():
-            samples[name].append(per_call_us(fn, calls=1000, rounds=1))
-    return {k: statistics.median(v) for k, v in samples.items()}
+    for i in range(repeats):
+        for name, fn in (reversed(rows.items()) if i % 2 else rows.items()):
+            samples[name].append(per_call_us(fn, calls=500, rounds=1))
+    return {k: (statistics.median(v), statistics.median(
+        a / b for a, b in zip(v, samples[reference(k)]))) for k, v in samples.items()}
 
 
 def launch_bound(ns_rows=(256, 512, 1024, 1536, 2048, 2432), n: int = 128) -> None:
@@ -210,7 +214,7 @@ def main(argv: list[str] | None = None) -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--variant", default="online_softmax")
     p.add_argument("--shape", default="32x1024")
-    p.add_argument("--repeats", type=int, default=7, help="interleaved rounds of the table")
+    p.add_argument("--repeats", type=int, default=15, help="interleaved rounds of the table")
     p.add_argument("--profile", action="store_true", help="cProfile the launcher: top 15 calls")
     p.add_argument("--pieces", action="store_true",
                    help="time each step of a warm run(VARIANT, x) on its own")
@@ -219,11 +223,9 @@ def main(argv: list[str] | None = None) -> None:
     x = torch.randn(m, n, device="cuda")
     v = kernel_lab.get(args.variant)
     print(f"{torch.cuda.get_device_name()}, {m}x{n} fp32, back-to-back calls, medians of "
-          f"{args.repeats} interleaved rounds:")
-    results = table(x, args.repeats)
-    for name, us in results.items():
-        ref = reference(name)
-        print(f"  {name:<48} {us:7.2f} us/call  {us / results[ref]:5.2f}x {ref}")
+          f"{args.repeats} interleaved rounds (the ratio: of each round's own ratios):")
+    for name, (us, ratio) in table(x, args.repeats).items():
+        print(f"  {name:<48} {us:7.2f} us/call  {ratio:5.2f}x {reference(name)}")
     launch_bound()
     if args.pieces:
         print("pieces of the launch path (us per call, back-to-back, no profiler):")

@@ -513,6 +513,29 @@ def test_every_host_cell_has_a_torch_reference(monkeypatch):
     assert overhead.reference('run("fast_log_softmax")') == "torch.log_softmax"
 
 
+def test_the_overhead_table_takes_each_ratio_within_a_round(monkeypatch):
+    """A host whose speed changes from round to round by up to 2x: each row's ratio to its
+    reference is exact, as it is taken round by round; the absolute time is the median."""
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "bench"))
+    import overhead
+
+    cost = {"torch.softmax": 10.0, "kernel_lab.softmax (auto)": 11.0,
+            'run("online_softmax")': 12.5}
+    slowness, order = iter([1.0] * 3 + [2.0] * 3 + [1.5] * 3), []
+    monkeypatch.setattr(overhead, "candidates", lambda x: {k: k for k in cost})
+
+    def per_call(name, calls, rounds):
+        order.append(name)
+        return cost[name] * next(slowness)
+
+    monkeypatch.setattr(overhead, "per_call_us", per_call)
+    got = overhead.table(None, 3)
+    assert got["kernel_lab.softmax (auto)"] == pytest.approx((16.5, 1.1))
+    assert got['run("online_softmax")'] == pytest.approx((18.75, 1.25))
+    assert got["torch.softmax"] == pytest.approx((15.0, 1.0))
+    assert order[:3] == list(cost) and order[3:6] == list(cost)[::-1]  # alternating order
+
+
 # -- bench/loss_step.py: interleaved rounds, their statistics, the pass bounds -----------------
 def _loss_step():
     return _bench_script("loss_step")
