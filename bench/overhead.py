@@ -6,9 +6,11 @@ Prints microseconds per call, and the ratio to the row's own torch call (:func:`
 ``torch.softmax``, ``torch.log_softmax``, or ``torch.softmax`` recording for autograd where the
 row records; taken in each round, median over rounds), for torch, the drop-ins on "auto" (with
 and without autograd recording), every CUDA variant through ``kernel_lab.run``, torch.compile
-and the peers that import; then fp32 rows of 128 under ``do_bench``. Targets: the drop-ins on
-auto <= 1.15x, ``run`` of a CUDA variant and a drop-in by name <= 1.3x. The same rows are the
-``host`` group of ``pytest bench`` (``test_host.py``), where ``--benchmark-compare`` gates them.
+and the peers that import; then fp32 rows of 128 under ``do_bench``; then a bf16 cross-entropy
+step alone, its wall time against its kernels' sum (:func:`step_gap`). Targets: the drop-ins on
+auto <= 1.15x, ``run`` of a CUDA variant and a drop-in by name <= 1.3x, a step's gap <= 30 us.
+The table's rows are the ``host`` group of ``pytest bench`` (``test_host.py``), where
+``--benchmark-compare`` gates them.
 """
 
 from __future__ import annotations
@@ -209,6 +211,48 @@ def launch_bound(ns_rows=(256, 512, 1024, 1536, 2048, 2432), n: int = 128) -> No
               f"{t_torch / t_lab:4.2f}x  (auto: {pick})")
 
 
+CE_STEPS = ((4096, 32000), (512, 32000))  # bf16 (rows, classes): device-bound, then short
+STEP_GAP_US = 30.0  # the goal: a step's wall time <= its kernels' sum + this
+
+
+def step_gap(rows: int, n: int, rounds: int = 21, profiled: int = 5) -> dict[str, dict]:
+    """A bf16 cross-entropy training step (``loss.backward()`` included) on its own, the device
+    idle before and after: the median wall time from the call to the last kernel's end (synced),
+    against the sum of the step's kernel times (torch.profiler, device events, per step). The
+    gap is what the host adds a step: launch latency, Python, any bubble or sync between
+    kernels. ``F.cross_entropy``'s own step, timed the same way, is the reference."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    x = torch.randn(rows, n, device="cuda", dtype=torch.bfloat16).requires_grad_()
+    t = torch.randint(0, n, (rows,), device="cuda")
+    out = {}
+    for name, loss in (("kernel_lab.cross_entropy", kernel_lab.cross_entropy),
+                       ("F.cross_entropy", torch.nn.functional.cross_entropy)):
+        def step(loss=loss) -> None:
+            x.grad = None
+            loss(x, t).backward()
+
+        for _ in range(10):
+            step()
+        walls = []
+        for _ in range(rounds):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            step()
+            torch.cuda.synchronize()
+            walls.append((time.perf_counter() - t0) * 1e6)
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(profiled):
+                step()
+            torch.cuda.synchronize()
+        kernels = sum(e.device_time_total for e in prof.events()
+                      if e.device_type == DeviceType.CUDA) / profiled
+        wall = statistics.median(walls)
+        out[name] = {"wall_us": wall, "kernels_us": kernels, "gap_us": wall - kernels}
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -227,6 +271,14 @@ def main(argv: list[str] | None = None) -> None:
     for name, (us, ratio) in table(x, args.repeats).items():
         print(f"  {name:<48} {us:7.2f} us/call  {ratio:5.2f}x {reference(name)}")
     launch_bound()
+    print("a bf16 cross-entropy step alone (synced; goal: wall <= kernels + "
+          f"{STEP_GAP_US:.0f} us):")
+    for rows, n in CE_STEPS:
+        for name, r in step_gap(rows, n).items():
+            mark = ("" if name != "kernel_lab.cross_entropy" else
+                    "  ok" if r["gap_us"] <= STEP_GAP_US else "  OVER")
+            print(f"  {rows:5d} x {n} {name:<25} wall {r['wall_us']:7.1f} us  kernels "
+                  f"{r['kernels_us']:7.1f} us  gap {r['gap_us']:6.1f} us{mark}")
     if args.pieces:
         print("pieces of the launch path (us per call, back-to-back, no profiler):")
         for name, us in pieces(v, x).items():
