@@ -49,7 +49,8 @@ class Flags:
         self.first = torch.full((1,), SENTINEL, dtype=torch.int64, device=device)
         cuda = device.type == "cuda"
         self.raised = torch.zeros(1, dtype=torch.int32, pin_memory=cuda)
-        self._view = self.raised.numpy()  # a plain host load per check (~0.1 us)
+        # a plain host load per check: a memoryview item is a Python int (18 ns; numpy 40 ns)
+        self._view = memoryview(self.raised.numpy())
         self.first_ptr = self.first.data_ptr()
         self.raised_ptr = _device_pointer(self.raised.data_ptr(), device) if cuda else 0
 
