@@ -4,6 +4,7 @@ variant and peer, bf16, next to cuBLAS's three matmuls alone, in one process.
     python bench/lm_head.py                       # 3 token counts x 3 (d, V): the issue's cells
     python bench/lm_head.py --tokens 8192 --dv 4096x128256
     python bench/lm_head.py --tokens 8192 --dv 4096x128256 --profile chunked  # + its kernels
+    python bench/lm_head.py --tokens 8192 --only chunked --chunk-rows 1024,1536,2048  # sizes
 
 Before the race every step is checked against float64 (:func:`check_step`): loss, dhidden per
 token and dweight, in bf16, on tokens whose true class is all but certain (p_t up to 0.9997, where
@@ -34,6 +35,7 @@ import kernel_lab  # noqa: E402
 from kernel_lab.core.compiling import CompiledPerSignature  # noqa: E402
 from kernel_lab.ops.linear_cross_entropy import op as lce  # noqa: E402
 from kernel_lab.ops.linear_cross_entropy import peer_variants  # noqa: E402
+from kernel_lab.ops.linear_cross_entropy import torch_variants as lce_torch  # noqa: E402
 
 CELLS = ((4096, 128256), (2304, 256000), (3584, 151936))
 TOKENS = (4096, 8192, 16384)
@@ -44,6 +46,21 @@ def _lab(variant):
         return kernel_lab.linear_cross_entropy(h, w, t, bias, ignore_index,
                                                label_smoothing=label_smoothing,
                                                softcap=softcap or None, variant=variant)
+    return step
+
+
+def _chunked_at(rows: int):
+    """The chunked variant's step with ``rows`` tokens a chunk instead of its rule's pick
+    (``--chunk-rows``: the rule's evidence, time and memory per chunk size)."""
+    lab = _lab("torch_chunked_linear_cross_entropy")
+
+    def step(*args, **kw):
+        rule = lce_torch.chunk_rows
+        lce_torch.chunk_rows = lambda tokens, *_a, **_k: min(rows, max(tokens, 1))
+        try:  # (the gradients are made in the forward: the backward takes no chunks)
+            return lab(*args, **kw)
+        finally:
+            lce_torch.chunk_rows = rule
     return step
 
 
@@ -240,9 +257,27 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--profile", default="", metavar="NAMES",
                    help='comma-separated rows (e.g. "chunked,cuBLAS 3 matmuls", or "all") whose '
                    "step is also run once under torch.profiler: a table of its kernels a cell")
+    p.add_argument("--chunk-rows", default="", metavar="ROWS",
+                   help='comma-separated chunk sizes (e.g. "1024,1536,2048"): a "chunked @ROWS" '
+                   "row each, beside the rule's pick (its time and memory per chunk size)")
+    p.add_argument("--only", default="", metavar="NAMES",
+                   help='comma-separated rows to race (e.g. "chunked"; default: all)')
     a = p.parse_args(argv)
     profiled = tuple(n.strip() for n in a.profile.split(",") if n.strip())
     fns = steps()
+    if a.only:
+        keep = [n.strip() for n in a.only.split(",") if n.strip()]
+        unknown = [n for n in keep if n not in fns]
+        if unknown:
+            p.error(f"--only: unknown {unknown}; rows: {', '.join(fns)}")
+        fns = {n: fns[n] for n in keep}
+    try:
+        sizes = [int(r) for r in a.chunk_rows.split(",") if r.strip()]
+    except ValueError:
+        p.error(f"--chunk-rows takes whole numbers, got {a.chunk_rows!r}")
+    if any(r < 1 for r in sizes):
+        p.error(f"--chunk-rows: sizes of at least 1 row, got {sizes}")
+    fns.update({f"chunked @{r}": _chunked_at(r) for r in sizes})
     unknown = [n for n in profiled if n not in (*fns, "cuBLAS 3 matmuls", "all")]
     if unknown:
         p.error(f"--profile: unknown {unknown}; rows: {', '.join(['cuBLAS 3 matmuls', *fns])}")
