@@ -83,7 +83,9 @@ __device__ __forceinline__ void load_windows(Vec<T> (&r)[K], const T* row, int v
 // computed and stored (4 loads in flight a thread; out may alias row: each thread reads its
 // windows before it writes them). c = the row's (A, B, D); p = exp((x - hi) - lo) with
 // hi + lo = lse (2-byte rows: lo is 0 and not subtracted, an instruction fewer an element).
-template <typename T>
+// LAST_FIRST: the groups of 4 in reverse order, for a second pass over windows this thread has
+// just read: what it read last is the likeliest to be still in L2 (rows in flight exceed it).
+template <typename T, bool LAST_FIRST = false>
 __device__ __forceinline__ void grad_windows(T* out, const T* row, int v0, int end, int n, int h,
                                              int vec, long long t, const T* weight, Acc<T> hi,
                                              Acc<T> lo, const Acc<T>* c) {
@@ -91,7 +93,12 @@ __device__ __forceinline__ void grad_windows(T* out, const T* row, int v0, int e
   constexpr int W = Vec<T>::N, K = 4;
   const A ca = c[0], cb = c[1], cd = c[2];
   const int step = blockDim.x;
-  for (; v0 < end; v0 += K * step) {
+  const int first = v0, span = LAST_FIRST ? -K * step : K * step;
+  if constexpr (LAST_FIRST) {
+    if (v0 >= end) return;
+    v0 += (end - 1 - v0) / (K * step) * (K * step);  // this thread's last group
+  }
+  for (; LAST_FIRST ? v0 >= first : v0 < end; v0 += span) {
     Vec<T> in[K];
 #pragma unroll
     for (int k = 0; k < K; ++k)

@@ -7,8 +7,9 @@
 //   windows, ExpShifted); with smoothing also sum(w x) and sum(w). One block merge (static shared memory:
 //   32 pairs), then thread 0 writes the row's loss, lse (Lse<T>: max + log(sum) unrounded for
 //   fp32) and w_t (a bad target: NaN, and the row flagged, flag_bad). FUSED: a second pass over
-//   the same windows writes dx = the gradient for the coefficients of cross_entropy_coefs (launched
-//   first, cuda_cross_entropy_backward.cu); dx may be the logits themselves (each thread reads a
+//   the same windows, last first (the ones read last are the likeliest still in L2), writes dx =
+//   the gradient for the coefficients of cross_entropy_coefs (launched first,
+//   cuda_cross_entropy_backward.cu); dx may be the logits themselves (each thread reads a
 //   window before it writes it; x_t is read before the merge).
 //   Launch: grid M blocks of 32-256 threads (forward_threads), 3 blocks an SM (<= 85 registers). Bytes: M * C * sizeof(T) read
 //   (fused: + the same written, and re-read from L2 when the rows in flight fit it).
@@ -96,8 +97,8 @@ __global__ void __launch_bounds__(256, 3)
     wt_out[r] = wt;
   }
   if constexpr (FUSED)  // p = exp((x - max) - log(sum)) (2-byte rows: exp(x - lse))
-    klab::ce::grad_windows(dx + r * stride, row, threadIdx.x, nwin, n, h, vec, t, weight,
-                           sizeof(T) == 2 ? lse : st.m, log_sum, coefs + 3 * r);
+    klab::ce::grad_windows<T, true>(dx + r * stride, row, threadIdx.x, nwin, n, h, vec, t,
+                                    weight, sizeof(T) == 2 ? lse : st.m, log_sum, coefs + 3 * r);
 }
 
 // The reduced loss: sum of the rows' losses, divided by sum(w_t) when mean (0 / 0 = NaN when
