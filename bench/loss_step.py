@@ -1,6 +1,8 @@
 """Cross-entropy as a model's loss: forward + backward through the drop-ins, against PyTorch.
 
     python bench/loss_step.py [--n 32000,50257,...] [--dtype float32,bfloat16] [--json FILE]
+    python bench/loss_step.py --cells 256x262144,1024x262144 --dtype bfloat16 \
+        --modes torch,lab,"lab fused" --profile     # given cells, some modes, their kernels
 
 Per (N, dtype), M = 2^28 / N rows of logits that require grad: one training step's loss,
 ``loss = f(logits, target); loss.backward()``, timed with ``triton.testing.do_bench`` (L2
@@ -116,6 +118,27 @@ def step_ms(loss_fn, x: torch.Tensor, t: torch.Tensor, inplace: bool = False) ->
     return do_bench(run, warmup=5, rep=50, return_mode="median")
 
 
+def profile_step(loss_fn, x: torch.Tensor, t: torch.Tensor, inplace: bool = False) -> str:
+    """One forward + backward (after a warm one) under torch.profiler: its kernels by device
+    time, as :func:`step_ms` times it."""
+    from torch.profiler import ProfilerActivity, profile
+
+    leaf = x.detach().requires_grad_()
+
+    def run():
+        v = x.detach().requires_grad_() if inplace else leaf
+        v.grad = None
+        loss_fn(v.view_as(v), t).backward()
+
+    run()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        run()
+        torch.cuda.synchronize()
+    return prof.key_averages().table(sort_by="device_time_total", row_limit=12,
+                                     max_name_column_width=60)
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -125,7 +148,19 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--rounds", type=int, default=ROUNDS, help="rounds per mode (interleaved)")
     p.add_argument("--peers", choices=("auto", "none"), default="auto",
                    help="auto: QuACK and Liger where they import; none: not imported")
+    p.add_argument("--cells", default="", metavar="MxN,...",
+                   help='rows x classes to time instead of M = 2^28 / N (e.g. "256x262144")')
+    p.add_argument("--modes", default="", metavar="NAMES",
+                   help='comma-separated modes to time (e.g. "torch,lab,lab fused"; default all)')
+    p.add_argument("--profile", action="store_true",
+                   help="also one step of each mode under torch.profiler: its kernels a cell")
     args = p.parse_args(argv)
+    try:
+        cells = [tuple(int(v) for v in c.split("x")) for c in args.cells.split(",") if c.strip()]
+    except ValueError:
+        p.error(f"--cells takes MxN pairs such as 256x262144, got {args.cells!r}")
+    if any(len(c) != 2 or min(c) < 1 for c in cells):
+        p.error(f"--cells takes MxN pairs of positive sizes, got {args.cells!r}")
     copy = copy_bandwidth("cuda")
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     gpu = torch.cuda.get_device_name()
@@ -137,14 +172,19 @@ def main(argv: list[str] | None = None) -> None:
     peers = _peers() if args.peers == "auto" else {}
     for name, fn in peers.items():
         modes[name] = (fn, "in-place" in name or "fused" in name)
+    if args.modes:
+        wanted = [m.strip() for m in args.modes.split(",") if m.strip()]
+        unknown = [m for m in wanted if m not in modes]
+        if unknown:
+            p.error(f"--modes: unknown {unknown}; modes here: {', '.join(modes)}")
+        modes = {m: modes[m] for m in wanted}
     print(f"{gpu}: loss forward + backward, M*N = 2^28; copy {copy:,.0f} GB/s; "
           f"{args.rounds} interleaved rounds a mode; peers imported: "
           f"{', '.join(peers) or 'none'}")
     print("a cell: median us (min, spread) x bound (3 passes; in-place 2) x torch")
     rows = []
     for dtype in map(parse_dtype, args.dtype.split(",")):
-        for n in map(int, args.n.split(",")):
-            m = (1 << 28) // n
+        for m, n in cells or [((1 << 28) // n, n) for n in map(int, args.n.split(","))]:
             gen = torch.Generator(device="cuda").manual_seed(n)
             x = torch.randn(m, n, device="cuda", dtype=dtype, generator=gen) * 2
             t = torch.randint(0, n, (m,), device="cuda", generator=gen)
@@ -164,6 +204,10 @@ def main(argv: list[str] | None = None) -> None:
                          "measured_utc": stamp, "rounds": args.rounds, "peers": list(peers),
                          "us": {k: v["median"] for k, v in got.items()},
                          "stats_us": got, "bound_us": bounds})
+            if args.profile:
+                for name, (fn, inplace) in modes.items():
+                    print(f"\n{name}, one step at {m} x {n} {str(dtype)[6:]} under "
+                          f"torch.profiler:\n{profile_step(fn, x, t, inplace)}\n", flush=True)
             del x, t, timers
             torch.cuda.empty_cache()
     if args.json:

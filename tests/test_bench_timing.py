@@ -570,3 +570,11 @@ def test_loss_step_bounds_are_passes_at_copy_speed():
     assert ls.bound_us(1, one_pass, 2980.0) == pytest.approx(180.1, abs=0.1)
     assert ls.bound_us(3, one_pass, 2980.0) == pytest.approx(540.5, abs=0.1)
     assert ls.bound_us(2, one_pass, 2980.0) == pytest.approx(2 * 180.1, abs=0.2)
+
+
+@pytest.mark.parametrize("cells", ["256", "256x0", "ax262144", "1x2x3"])
+def test_loss_step_refuses_a_cell_it_cannot_make(cells, capsys):
+    """``--cells``: a bad pair is refused by name before anything touches a GPU."""
+    with pytest.raises(SystemExit):
+        _loss_step().main(["--cells", cells])
+    assert "--cells" in capsys.readouterr().err
