@@ -294,25 +294,28 @@ def print_table(rows: list[dict], slow: dict | None, host: dict | None, runs: in
               f"{r['worst']:+.1%} {r['worst_cell']}  {'ok' if good else 'FALSE ALARM'}"
               + (f": {sorted(set(r['alarms']))}" if r["alarms"] else ""))
     if slow is not None:
-        caught, others = slow_caught(slow)
-        ok &= caught
-        change = f"{slow['change']:+.1%}" if slow["change"] is not None else "?"
-        print(f"slowdown: online_softmax + an extra pass over {slow['pct']}% of each row: "
-              f"{slow['target']} {change}; compare rc={slow['rc']}, named "
-              f"{len(slow['named'])} cell(s): {', '.join(slow['named']) or 'none'}; "
-              f"{'CAUGHT' if caught else 'NOT CAUGHT as it must be'}"
-              + (f" (other variants named: {others})" if others else ""))
+        ok &= print_slowdown(
+            slow, slow_caught(slow), "other variants",
+            f"slowdown: online_softmax + an extra pass over {slow['pct']}% of each row:", "")
     if host is not None:
-        caught, others = host_caught(host)
-        ok &= caught
         added = f"{host['added_us']:+.2f} us" if host["added_us"] is not None else "? us"
-        print(f"host slowdown: {host['repeats']} dict copies a run() call: {host['target']} "
-              f"{host['change']:+.1%} ({added}); compare rc={host['rc']}, named "
-              f"{len(host['named'])} cell(s): "
-              f"{', '.join(host['named']) or 'none'}; "
-              f"{'CAUGHT' if caught else 'NOT CAUGHT as it must be'}"
-              + (f" (other cells named: {others})" if others else ""))
+        ok &= print_slowdown(host, host_caught(host), "other cells",
+                             f"host slowdown: {host['repeats']} dict copies a run() call:",
+                             f" ({added})")
     return ok
+
+
+def print_slowdown(result: dict, judged: tuple[bool, list[str]], others_are: str, what: str,
+                   size: str) -> bool:
+    """One injected slowdown's line: its size at the target, what the compare named, and
+    whether that is the catch it must be (``judged``: :func:`slow_caught` / :func:`host_caught`)."""
+    caught, others = judged
+    change = f"{result['change']:+.1%}" if result["change"] is not None else "?"
+    print(f"{what} {result['target']} {change}{size}; compare rc={result['rc']}, named "
+          f"{len(result['named'])} cell(s): {', '.join(result['named']) or 'none'}; "
+          f"{'CAUGHT' if caught else 'NOT CAUGHT as it must be'}"
+          + (f" ({others_are} named: {others})" if others else ""))
+    return caught
 
 
 def merge(parts: list[Path]) -> dict:

@@ -49,7 +49,7 @@ def _lab(variant):
     return step
 
 
-def _chunked_at(rows: int):
+def chunked_at(rows: int):
     """The chunked variant's step with ``rows`` tokens a chunk instead of its rule's pick
     (``--chunk-rows``: the rule's evidence, time and memory per chunk size)."""
     lab = _lab("torch_chunked_linear_cross_entropy")
@@ -277,7 +277,7 @@ def main(argv: list[str] | None = None) -> None:
         p.error(f"--chunk-rows takes whole numbers, got {a.chunk_rows!r}")
     if any(r < 1 for r in sizes):
         p.error(f"--chunk-rows: sizes of at least 1 row, got {sizes}")
-    fns.update({f"chunked @{r}": _chunked_at(r) for r in sizes})
+    fns.update({f"chunked @{r}": chunked_at(r) for r in sizes})
     unknown = [n for n in profiled if n not in (*fns, "cuBLAS 3 matmuls", "all")]
     if unknown:
         p.error(f"--profile: unknown {unknown}; rows: {', '.join(['cuBLAS 3 matmuls', *fns])}")

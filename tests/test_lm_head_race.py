@@ -96,9 +96,9 @@ def test_a_forced_chunk_size_chunks_so_and_is_checked(lm_head, monkeypatch):
     short), passes the float64 check, and leaves the rule as it was."""
     lce = lm_head.lce_torch
     rule, seen = lce.chunk_rows, []
-    real_chunks = lce._chunks
-    monkeypatch.setattr(lce, "_chunks", lambda *a, **k: seen.append(real_chunks(*a, **k))
+    real_chunks = lce.token_chunks
+    monkeypatch.setattr(lce, "token_chunks", lambda *a, **k: seen.append(real_chunks(*a, **k))
                         or seen[-1])
-    assert lm_head.check_step(lm_head._chunked_at(96), torch.float32, "cpu") is None
+    assert lm_head.check_step(lm_head.chunked_at(96), torch.float32, "cpu") is None
     assert seen and all(c[0] == (0, 96) and c[-1] == (192, 256) for c in seen)
     assert lce.chunk_rows is rule

@@ -95,8 +95,9 @@ class _FreshReplay:
         loads, guards, fn, empty = self.loads, self.guards, self.fn, torch.empty
 
         def call(tensors: tuple, kw: dict) -> Any:
+            now = jit.clock()  # one clock read for every kernel's reload check
             for module, key, expr, dev, f in loads:  # (PreparedLaunch.replayer's reload check)
-                if ((jit.clock() >= module.due_at or module.key != key)
+                if ((now >= module.due_at or module.key != key)
                         and module.function(expr, dev) is not f):
                     return fallback(tensors, kw)
             for obj, attribute, value in guards:

@@ -195,7 +195,8 @@ def chunk_copies(hidden: torch.Tensor, softcap: float, in_place: bool) -> int:
     return 1 if in_place and hidden.is_cuda and hidden.dtype != torch.float64 else 2
 
 
-def _chunks(hidden: torch.Tensor, vocab: int, copies: int = 1):
+def token_chunks(hidden: torch.Tensor, vocab: int, copies: int = 1) -> list[tuple[int, int]]:
+    """The [start, stop) token ranges a step takes a chunk at a time (:func:`chunk_rows`)."""
     c = chunk_rows(hidden.shape[0], vocab, hidden.element_size(), hidden.device, copies)
     return [(i, min(i + c, hidden.shape[0])) for i in range(0, hidden.shape[0], c)]
 
@@ -268,7 +269,7 @@ def chunked_forward(hidden, weight, target, bias, ignore_index: int, reduction: 
     none = _ce_kw(ignore_index, label_smoothing, "none")
     # the step with gradients writes them over the logits (fused_forward); without, the logits
     # are the one buffer
-    for a, b in _chunks(hidden, v, chunk_copies(hidden, softcap, True)):
+    for a, b in token_chunks(hidden, v, chunk_copies(hidden, softcap, True)):
         h, t = hidden[a:b], t_all[a:b]
         z = logits(h, weight, bias, softcap)
         with trusted_inputs():
@@ -331,7 +332,7 @@ def torch_chunked_linear_cross_entropy_backward(hidden, weight, t_all, bias, lse
     dh = torch.empty_like(hidden, memory_format=torch.contiguous_format)
     dw = torch.empty_like(weight, memory_format=torch.contiguous_format)  # (add_weight_grad)
     db = torch.zeros(weight.shape[0], dtype=acc, device=hidden.device)
-    for a, b in _chunks(hidden, weight.shape[0], chunk_copies(hidden, softcap, False)):
+    for a, b in token_chunks(hidden, weight.shape[0], chunk_copies(hidden, softcap, False)):
         h, t = hidden[a:b], t_all[a:b]
         z = logits(h, weight, bias, softcap)
         g_c = g[a:b] if reduction == "none" else g
