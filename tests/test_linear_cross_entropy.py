@@ -238,24 +238,34 @@ def test_custom_op_opcheck_without_bias():
     assert set(result.values()) == {"SUCCESS"}
 
 
-def test_chunks_are_even_and_their_buffers_fit_the_budget():
-    """The chunked variant's tokens a chunk: the fewest chunks whose buffers (as many chunk-sized
-    ones as the path holds) fit MAX_CHUNK_BYTES, the tokens dealt out evenly over them in 64-row
-    multiples where those fit."""
+def test_chunks_fit_the_budget_on_whole_tiles():
+    """The chunked variant's tokens a chunk: as many as fit MAX_CHUNK_BYTES (as many chunk-sized
+    buffers as the path holds), in 256-row multiples (64 where fewer fit), no more than an even
+    share of the tokens over the fewest chunks."""
     cpu = torch.device("cpu")
     budget = torch_variants.MAX_CHUNK_BYTES
     for tokens, vocab, size in ((8192, 128256, 2), (8192, 256000, 2), (16384, 128256, 2),
-                                (8192, 151936, 4), (4096, 50257, 2), (23, 301, 4)):
+                                (8192, 151936, 4), (4096, 50257, 2), (23, 301, 4),
+                                (300, 301, 4), (8192, 2_000_000, 2)):
         for copies in (1, 2, 6):
             rows = torch_variants.chunk_rows(tokens, vocab, size, cpu, copies)
-            chunks = -(-tokens // rows)
-            assert rows * vocab * size * copies <= budget or rows == 1, (tokens, vocab, copies)
             most = max(1, budget // (copies * vocab * size))
-            assert chunks == -(-tokens // most), (tokens, vocab, copies, rows)  # the fewest
-            assert rows % 64 == 0 or rows in (most, tokens), (tokens, vocab, copies, rows)
-    # 8192 x 128256 bf16 with the gradient over the logits: 5 chunks of 1664 tokens
-    assert torch_variants.chunk_rows(8192, 128256, 2, cpu, 1) == 1664
+            even = -(-tokens // -(-tokens // most))
+            assert 1 <= rows <= min(tokens, most), (tokens, vocab, copies, rows)
+            assert rows <= -(-even // 256) * 256, (tokens, vocab, copies, rows)  # even share
+            unit = 256 if most >= 256 else 64
+            if rows != tokens and most >= 64:
+                assert rows % unit == 0, (tokens, vocab, copies, rows)
+                assert rows + unit > min(most, even + unit - 1), (tokens, vocab, copies, rows)
+    # bf16 with the gradient over the logits: 4 chunks of 2048 tokens at 128256 (501 MiB),
+    # 8 of 1024 at 256000, 6 of 1536 at 151936; with the gradient beside: 8 of 1024
+    assert torch_variants.chunk_rows(8192, 128256, 2, cpu, 1) == 2048
+    assert torch_variants.chunk_rows(8192, 256000, 2, cpu, 1) == 1024
+    assert torch_variants.chunk_rows(8192, 151936, 2, cpu, 1) == 1536
+    assert torch_variants.chunk_rows(8192, 128256, 2, cpu, 2) == 1024
+    assert torch_variants.chunk_rows(300, 301, 4, cpu) == 300
     assert torch_variants.chunk_rows(0, 5, 4, cpu) == 1
+    assert budget < 1 << 29  # under 0.5 GiB: room for the per-token vectors
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float64], ids=str)

@@ -200,3 +200,41 @@ def test_replayed_steps_are_correct(dtype, case):
             {"atol": 2e-2, "rtol": 2e-2}
         torch.testing.assert_close(loss.double(), ref.detach(), **tol)
         torch.testing.assert_close(dx.double(), xd.grad, **tol)
+
+
+@pytest.mark.parametrize("path", ["eager", "custom op"])
+def test_a_step_makes_no_zeros_for_the_unused_lse_gradient(path):
+    """The loss's second output (lse) takes no gradient: its backward gets None, not a tensor
+    of zeros that autograd would fill (a fill kernel a step on a GPU). Eager calls run the
+    lab's own autograd node, calls a dispatch mode watches run the custom op's."""
+    from torch.profiler import profile
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Seen(TorchDispatchMode):  # passes every op through, names it
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(str(func.overloadpacket))
+            return func(*args, **(kwargs or {}))
+
+    x = torch.randn(7, 11, requires_grad=True)
+    t = torch.randint(0, 11, (7,))
+    if path == "eager":
+        loss = kernel_lab.cross_entropy(x, t, variant="torch_cross_entropy")
+        assert type(loss.grad_fn).__name__ == "_EagerOpBackward"
+        with profile() as prof:
+            loss.backward()
+        ops = [e.name.removeprefix("aten::") for e in prof.events()]
+    else:
+        with Seen() as seen:
+            loss = kernel_lab.cross_entropy(x, t, variant="torch_cross_entropy")
+            ops_before = len(seen.ops)
+            loss.backward()
+        ops = seen.ops[ops_before:]
+    assert ops, "nothing was seen: the check would pass vacuously"
+    assert not {"zeros", "zero_", "zeros_like"} & set(ops), ops
+    ref = x.detach().double().requires_grad_()
+    torch.nn.functional.cross_entropy(ref, t).backward()
+    torch.testing.assert_close(x.grad.double(), ref.grad, rtol=1e-5, atol=1e-6)

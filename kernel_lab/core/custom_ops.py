@@ -85,7 +85,10 @@ def _fake_outputs(op: registry.Op, tensors: tuple, kw: dict) -> Any:
 
 
 def _mark_outputs(op: registry.Op, ctx: Any, output: Any) -> None:
-    """Tell autograd which outputs carry no gradient (Output.differentiable)."""
+    """Tell autograd which outputs carry no gradient (Output.differentiable), and to pass None
+    for an output's unused gradient instead of a tensor of zeros (cross-entropy's lse: a fill
+    kernel and its launch every step, for nothing)."""
+    ctx.set_materialize_grads(False)
     if len(op.outputs) > 1:
         fixed = [o for spec, o in zip(op.outputs, output) if not spec.differentiable]
         if fixed:
@@ -130,8 +133,10 @@ def define(name: str) -> Any:
             _mark_outputs(op, ctx, output)
 
         def backward_fn(ctx, *gs):
-            grads = _input_grads(op, ctx.saved_tensors, _output_grad(op, gs), ctx.kw,
-                                 ctx.backward_variant, backward_op, absent=ctx.absent)
+            g = _output_grad(op, gs)
+            grads = ((None,) * len(op.inputs) if g is None else
+                     _input_grads(op, ctx.saved_tensors, g, ctx.kw, ctx.backward_variant,
+                                  backward_op, absent=ctx.absent))
             return (*grads, *[None] * (len(op.kwargs) + 1 + (backward_op is not None)))
 
         custom.register_autograd(backward_fn, setup_context=setup_context)
@@ -194,9 +199,11 @@ class _EagerOp(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *gs):
-        op = ctx.op
+        op, g = ctx.op, _output_grad(ctx.op, gs)
+        if g is None:  # no gradient reached the output (unmaterialized: _mark_outputs)
+            return (None,) * (5 + len(op.inputs))
         backward = op.autograd.backward
-        grads = _input_grads(op, ctx.saved_tensors, _output_grad(op, gs), ctx.kw,
+        grads = _input_grads(op, ctx.saved_tensors, g, ctx.kw,
                              ctx.backward_variant,
                              define(backward) if backward else None,
                              eager=None if torch.is_grad_enabled() else _run_backward,

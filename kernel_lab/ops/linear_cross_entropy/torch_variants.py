@@ -22,7 +22,7 @@ variant = registrar(op="linear_cross_entropy", dtypes=DTYPES, check=check_inputs
 # where the CUDA cross-entropy kernel writes the gradient over it (the step "auto" runs), else
 # the logits, their gradient and a soft cap's fp32 temporaries (:func:`chunk_copies`). Under
 # 0.5 GiB with room for the per-token vectors; tests lower it to force many chunks.
-MAX_CHUNK_BYTES = 448 << 20
+MAX_CHUNK_BYTES = 502 << 20
 MIN_CHUNK_BYTES = 16 << 20
 # The compile variants are registered for CUDA tensors only: on CPU, inductor takes seconds per
 # signature and the registry suites would compile ~60 of them (CI's budget). The drop-in's
@@ -169,21 +169,27 @@ def compile_linear_cross_entropy_backward(hidden, weight, target, bias, lse, gra
 # -- chunked --------------------------------------------------------------------------------------
 def chunk_rows(tokens: int, vocab: int, element_size: int, device: torch.device,
                copies: int = 1) -> int:
-    """Tokens per chunk: ``copies`` chunk-sized logits buffers fit in MAX_CHUNK_BYTES (and in a
-    quarter of the free device memory), dealt out evenly over the chunks that takes, a multiple
-    of 64 rows when over 64. At 8192 x 128256 bf16, one copy: 5 chunks of 1664 tokens (406 MiB
-    each; on an H100 the step takes the same time as with 8 chunks of 1024: cuBLAS hides each
-    chunk's read of dW behind its math), and dW is rounded to bf16 once a chunk."""
+    """Tokens per chunk: the most whose ``copies`` chunk-sized logits buffers fit in
+    MAX_CHUNK_BYTES (and in a quarter of the free device memory), in multiples of 256 (64 where
+    fewer fit), and no more than an even share of the tokens over the chunks that takes.
+
+    Why: each chunk's dW matmul reads dW back (V x d), so fewer chunks are faster, and a chunk
+    off the matmuls' 256-row tiles wastes a partial wave. On an H100, bf16, 4096 x 128256
+    (``bench/lm_head.py --chunk-rows``), x cuBLAS's three matmuls at 8192 / 16384 tokens:
+    1024 rows 1.18 / 1.12, 1280 1.12 / 1.11, 1536 1.13 / 1.11, 1664 1.18 / 1.17, 2048 1.12 /
+    1.07. So 8192 x 128256 in place takes 4 chunks of 2048 (501 MiB), x 256000 8 of 1024, x
+    151936 6 of 1536."""
     budget = MAX_CHUNK_BYTES
     if device.type == "cuda":
         free, _total = torch.cuda.mem_get_info(device)
         budget = max(min(budget, free // 4), min(MIN_CHUNK_BYTES, budget))
     most = max(1, budget // max(1, copies * vocab * element_size))
     tokens = max(tokens, 1)
-    rows = -(-tokens // -(-tokens // most))  # even chunks: ceil(tokens / chunk count)
-    if rows > 64 and most >= 64:
-        rows = min(most, -(-rows // 64) * 64)
-    return min(rows, tokens)
+    even = -(-tokens // -(-tokens // most))  # ceil(tokens / the fewest chunks)
+    for unit in (256, 64):
+        if most >= unit and even > unit:
+            return min(tokens, -(-even // unit) * unit, most // unit * unit)
+    return even
 
 
 def chunk_copies(hidden: torch.Tensor, softcap: float, in_place: bool) -> int:
