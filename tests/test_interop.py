@@ -120,3 +120,50 @@ def test_record_launches_collects_name_and_shape(monkeypatch):
         "my_kernel<float, 4> <<<315, 160, 40960>>>", "my_kernel<float, 4> <<<4x2, 32x4, 0>>>"]
     interop.launch(fn, (1,), (32,), (0,), device_index=0)  # outside the block: not recorded
     assert len(rec) == 2
+
+
+def test_a_sequence_of_prepared_launches_is_one_frame_on_the_driver_path(monkeypatch):
+    """sequence_runner: on the driver path (this thread made the context current, nothing
+    records, one device) every launch gets its pointer slots from the inputs (owner k) or the
+    fresh tensors (~j) and goes to cuLaunchKernel in order, the stream read once; off it (another
+    thread's launches) each prepared launch runs its own path with the same pointers."""
+    import types
+
+    import torch
+
+    class Prepared(types.SimpleNamespace):  # a PreparedLaunch's fields; its own path recorded
+        def __call__(self, pointers):
+            self.calls.append(list(pointers))
+
+    def fake(ptr, slots, owner, device=0):
+        return Prepared(words=(ctypes.c_uint64 * 4)(), slots=slots, ptr=ptr,
+                        shape=(ptr, 1, 1, 32, 1, 1, 0), params=ptr * 10, owner=owner,
+                        several=False, launch=types.SimpleNamespace(device_index=device),
+                        calls=[])
+
+    launched, streams = [], []
+
+    def launch_kernel(ptr, *rest):
+        words = {11: a, 22: b}[ptr].words  # what the driver reads at the launch
+        launched.append((ptr, rest[7], rest[8], list(words)))  # rest: 7 shape, stream, params
+
+    monkeypatch.setattr(interop, "_driver", types.SimpleNamespace(launchKernel=launch_kernel))
+    monkeypatch.setattr(interop, "_get_raw_stream", lambda dev: streams.append(dev) or 77)
+    monkeypatch.setattr(interop, "_recorder", None)
+    me = threading.get_ident()
+    a, b = fake(11, [0, 2], me), fake(22, [1, 3], me)
+    x, y = torch.randn(3), torch.randn(3)
+    made = [torch.empty(2), torch.empty(5)]
+    run = interop.sequence_runner([(a, (0, ~1)), (b, (~0, 1))])
+    run((x, y), made)
+    assert streams == [0]  # once for both launches
+    assert launched == [
+        (11, 77, 110, [x.data_ptr(), 0, made[1].data_ptr(), 0]),
+        (22, 77, 220, [0, made[0].data_ptr(), 0, y.data_ptr()])]  # (a buffer a launch)
+    assert a.calls == b.calls == []
+    # launches prepared on another thread: each its own path, the same pointers
+    a2, b2 = fake(11, [0, 2], me + 1), fake(22, [1, 3], me + 1)
+    interop.sequence_runner([(a2, (0, ~1)), (b2, (~0, 1))])((x, y), made)
+    assert a2.calls == [[x.data_ptr(), made[1].data_ptr()]]
+    assert b2.calls == [[made[0].data_ptr(), y.data_ptr()]]
+    assert len(launched) == 2
