@@ -12,11 +12,15 @@ a true-class gradient p_t - 1 rounded in bf16 is off by up to 100 %: Liger's in-
 plain and with a bias, a soft cap, label smoothing and ignored tokens. A wrong step is named and
 not timed; an option a peer does not offer is said as a refusal.
 
-Per cell and variant: median step time of ``--reps`` steps (CUDA events, after a warm-up step),
-its TFLOP/s (6 T d V), the ratio to the three matmuls (logits, dhidden, dweight), and the peak
-memory above the inputs and their gradients' buffers (``max_memory_allocated`` after
-``reset_peak_memory_stats`` with the inputs allocated). A variant that fails or refuses a cell
-shows why in its cell. Peers run through their own autograd functions (nothing added).
+Per cell and variant, after a warm-up step that also reads its peak memory above the inputs and
+their gradients' buffers (``max_memory_allocated`` after ``reset_peak_memory_stats``): ``--rounds``
+rounds, each timing the three matmuls (logits, dhidden, dweight) and every step ``--reps`` times
+(CUDA events), the order reversed every other round (``kernel_lab.measure.rounds``). Shown: the
+median step time, its TFLOP/s (6 T d V), and the ratio to the matmuls taken within each round
+(median and spread over the rounds), so that the GPU's clocks drifting between rows do not
+move it. A variant
+that fails or refuses a cell shows why in its cell. Peers run through their own autograd
+functions (nothing added).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import torch  # noqa: E402
 
 import kernel_lab  # noqa: E402
 from kernel_lab.core.compiling import CompiledPerSignature  # noqa: E402
+from kernel_lab.measure.rounds import interleaved, within_rounds  # noqa: E402
 from kernel_lab.ops.linear_cross_entropy import op as lce  # noqa: E402
 from kernel_lab.ops.linear_cross_entropy import peer_variants  # noqa: E402
 from kernel_lab.ops.linear_cross_entropy import torch_variants as lce_torch  # noqa: E402
@@ -205,28 +210,22 @@ def profile_table(fn, rows: int = 14) -> str:
                                      row_limit=rows, max_name_column_width=60)
 
 
-def run_cell(T: int, d: int, V: int, reps: int, fns: dict,
-             profiled: tuple[str, ...] = ()) -> tuple[dict, dict]:
+def run_cell(T: int, d: int, V: int, reps: int, fns: dict, profiled: tuple[str, ...] = (),
+             rounds: int = 5) -> tuple[dict, dict]:
+    """One cell's row: per name ``(ms, x cuBLAS, its spread, peak bytes)`` or why it did not
+    run; and the profile tables of the names in ``profiled``."""
     g = torch.Generator(device="cuda").manual_seed(0)
     h = (torch.randn(T, d, device="cuda", generator=g)).bfloat16().requires_grad_(True)
     w = (torch.randn(V, d, device="cuda", generator=g) / (2 * d ** 0.5)).bfloat16()
     w.requires_grad_(True)
     t = torch.randint(0, V, (T,), device="cuda", generator=g)
-    row = {}
-    z = torch.empty(T, V, dtype=torch.bfloat16, device="cuda")
-    dh, dw = torch.empty_like(h), torch.empty_like(w)
+    hd, wd = h.detach(), w.detach()
 
-    def matmuls():
-        torch.matmul(h.detach(), w.detach().T, out=z)
-        torch.matmul(z, w.detach(), out=dh)
-        torch.matmul(z.T, h.detach(), out=dw)
+    def matmuls():  # (the logits-sized buffer lives for the call only: a step's memory is its own)
+        z = hd @ wd.T
+        z @ wd, z.T @ hd
 
-    matmuls()
-    row["cuBLAS 3 matmuls"] = (statistics.median(_time(matmuls, reps)), 0)
-    tables = {}
-    if "cuBLAS 3 matmuls" in profiled or "all" in profiled:
-        tables["cuBLAS 3 matmuls"] = profile_table(matmuls)
-    z = dh = dw = None  # free the logits-sized buffer before the variants run
+    runs, failed, peaks, tables = {"cuBLAS 3 matmuls": matmuls}, {}, {"cuBLAS 3 matmuls": 0}, {}
     for name, fn in fns.items():
         def step(fn=fn):
             h.grad = w.grad = None
@@ -237,14 +236,25 @@ def run_cell(T: int, d: int, V: int, reps: int, fns: dict,
             torch.cuda.synchronize()
             base = torch.cuda.memory_allocated() + 2 * (h.numel() + w.numel())  # + gradients
             torch.cuda.reset_peak_memory_stats()
-            ms = statistics.median(_time(step, reps))
-            row[name] = (ms, torch.cuda.max_memory_allocated() - base)
-            if name in profiled or "all" in profiled:
-                tables[name] = profile_table(step)
+            step()
+            torch.cuda.synchronize()
+            peaks[name] = torch.cuda.max_memory_allocated() - base
+            runs[name] = step
         except Exception as e:  # a refusal or failure shows in its cell
-            row[name] = f"{type(e).__name__}: {str(e)[:60]}"
+            failed[name] = f"{type(e).__name__}: {str(e)[:60]}"
         h.grad = w.grad = None
         torch.cuda.empty_cache()
+    matmuls()
+    samples = interleaved({n: (lambda fn=fn: statistics.median(_time(fn, reps)))
+                           for n, fn in runs.items()}, rounds)
+    timed = within_rounds(samples, "cuBLAS 3 matmuls")
+    for name, fn in runs.items():
+        if name in profiled or "all" in profiled:
+            tables[name] = profile_table(fn)
+    h.grad = w.grad = None
+    row = {n: (t["median"], t["ratio"], t["ratio_spread"], peaks[n]) for n, t in timed.items()}
+    row.update(failed)
+    row.update({n: "failed while timed (above)" for n in runs if n not in timed})
     return row, tables
 
 
@@ -253,7 +263,9 @@ def main(argv: list[str] | None = None) -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--tokens", default=",".join(map(str, TOKENS)))
     p.add_argument("--dv", default=",".join(f"{d}x{v}" for d, v in CELLS))
-    p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--rounds", type=int, default=5,
+                   help="interleaved rounds a cell (the ratios' median and spread over them)")
+    p.add_argument("--reps", type=int, default=3, help="steps a variant a round (their median)")
     p.add_argument("--profile", default="", metavar="NAMES",
                    help='comma-separated rows (e.g. "chunked,cuBLAS 3 matmuls", or "all") whose '
                    "step is also run once under torch.profiler: a table of its kernels a cell")
@@ -291,22 +303,22 @@ def main(argv: list[str] | None = None) -> None:
         if why is not None:
             del fns[name]  # a wrong step is not raced
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, bf16, one step "
-          f"(forward + backward for hidden and weight); ms, TFLOP/s (6 T d V), x cuBLAS, "
-          f"GiB peak above inputs and gradients")
+          f"(forward + backward for hidden and weight); ms, TFLOP/s (6 T d V), x cuBLAS "
+          f"(median of {a.rounds} interleaved rounds, its spread), GiB peak above "
+          f"inputs and gradients")
     for dv in a.dv.split(","):
         d, v = map(int, dv.split("x"))
         for T in map(int, a.tokens.split(",")):
-            row, tables = run_cell(T, d, v, a.reps, fns, profiled)
-            base = row["cuBLAS 3 matmuls"][0]
+            row, tables = run_cell(T, d, v, a.reps, fns, profiled, a.rounds)
             flops = 6 * T * d * v
             print(f"\n{T} x {d} x {v}")
             for name, r in row.items():
                 if isinstance(r, str):
                     print(f"  {name:18s} {r}")
                     continue
-                ms, mem = r
+                ms, ratio, spread, mem = r
                 print(f"  {name:18s} {ms:8.2f} ms {flops / ms / 1e9:7.0f} TFLOP/s "
-                      f"{ms / base:5.2f}x {mem / 2**30:6.2f} GiB")
+                      f"{ratio:5.2f}x (spread {spread:4.1%}) {mem / 2**30:6.2f} GiB")
             for name, table in tables.items():
                 print(f"\n{name}, one step at {T} x {d} x {v} under torch.profiler:\n{table}")
 

@@ -31,8 +31,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import statistics
-from collections.abc import Callable
 from datetime import datetime, timezone
 
 if __name__ == "__main__":  # no GPU: one line and exit 2, before torch loads
@@ -47,6 +45,7 @@ from triton.testing import do_bench  # noqa: E402
 import kernel_lab  # noqa: E402
 from kernel_lab.checking.checker import parse_dtype  # noqa: E402
 from kernel_lab.measure.benchmarking import VOCAB_N, copy_bandwidth  # noqa: E402
+from kernel_lab.measure.rounds import interleaved, stats  # noqa: E402
 
 
 def _peers() -> dict:
@@ -76,31 +75,6 @@ def bound_us(passes: int, nbytes: int, copy_gbps: float) -> float:
     """Microseconds of ``passes`` passes over ``nbytes`` at the copy's speed (its GB/s counts a
     copy's reads and writes, so one pass - a read, or a write - of B bytes takes B / GB/s)."""
     return passes * nbytes / (copy_gbps * 1e3)
-
-
-def interleaved(timers: dict[str, Callable[[], float]], rounds: int = ROUNDS,
-                ) -> dict[str, list[float]]:
-    """Each timer's result in ``rounds`` rounds: every timer once a round, in the given order,
-    then reversed the next round. A timer that raises is dropped (its error printed)."""
-    out: dict[str, list[float]] = {name: [] for name in timers}
-    names = list(timers)
-    for r in range(rounds):
-        for name in names if r % 2 == 0 else names[::-1]:
-            if name not in out:
-                continue
-            try:
-                out[name].append(timers[name]())
-            except Exception as e:  # noqa: BLE001 - a peer's limit is a cell, not a stop
-                print(f"  {name}: {type(e).__name__}: {str(e)[:100]}")
-                del out[name]
-    return out
-
-
-def stats(samples: list[float]) -> dict[str, float]:
-    """min, median, max and spread ((max - min) / median) of one mode's rounds."""
-    med = statistics.median(samples)
-    return {"min": min(samples), "median": med, "max": max(samples),
-            "spread": (max(samples) - min(samples)) / med if med else 0.0}
 
 
 def step_ms(loss_fn, x: torch.Tensor, t: torch.Tensor, inplace: bool = False) -> float:

@@ -102,3 +102,4 @@ def test_a_forced_chunk_size_chunks_so_and_is_checked(lm_head, monkeypatch):
     assert lm_head.check_step(lm_head.chunked_at(96), torch.float32, "cpu") is None
     assert seen and all(c[0] == (0, 96) and c[-1] == (192, 256) for c in seen)
     assert lce.chunk_rows is rule
+

@@ -1,0 +1,44 @@
+"""Interleaved rounds for the side races (``bench/loss_step.py``, ``bench/lm_head.py``): each
+mode timed once a round, the order reversed every other round, so that a GPU's clocks or a
+host's speed drifting during a run reach every mode alike; a ratio to a reference taken within
+its round cancels that drift outright."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+
+
+def interleaved(timers: dict[str, Callable[[], float]], rounds: int) -> dict[str, list[float]]:
+    """Each timer's result in ``rounds`` rounds: every timer once a round, in the given order,
+    then reversed the next round. A timer that raises is dropped (its error printed)."""
+    out: dict[str, list[float]] = {name: [] for name in timers}
+    names = list(timers)
+    for r in range(rounds):
+        for name in names if r % 2 == 0 else names[::-1]:
+            if name not in out:
+                continue
+            try:
+                out[name].append(timers[name]())
+            except Exception as e:  # noqa: BLE001 - a peer's limit is a cell, not a stop
+                print(f"  {name}: {type(e).__name__}: {str(e)[:100]}")
+                del out[name]
+    return out
+
+
+def stats(samples: list[float]) -> dict[str, float]:
+    """min, median, max and spread ((max - min) / median) of one mode's rounds."""
+    med = statistics.median(samples)
+    return {"min": min(samples), "median": med, "max": max(samples),
+            "spread": (max(samples) - min(samples)) / med if med else 0.0}
+
+
+def within_rounds(samples: dict[str, list[float]], reference: str) -> dict[str, dict[str, float]]:
+    """Per mode of :func:`interleaved`'s ``samples``: its times' :func:`stats`, ``ratio``, the
+    median of its round-by-round ratios to ``reference`` (whose rounds must all be there), and
+    ``ratio_spread``, theirs."""
+    out = {}
+    for name, s in samples.items():
+        r = stats([a / b for a, b in zip(s, samples[reference])])
+        out[name] = {**stats(s), "ratio": r["median"], "ratio_spread": r["spread"]}
+    return out
