@@ -173,8 +173,9 @@ def chunk_rows(tokens: int, vocab: int, element_size: int, device: torch.device,
     MAX_CHUNK_BYTES (and in a quarter of the free device memory), in multiples of 256 (64 where
     fewer fit), and no more than an even share of the tokens over the chunks that takes.
 
-    Why: each chunk's dW matmul reads dW back (V x d), so fewer chunks are faster, and a chunk
-    off the matmuls' 256-row tiles wastes a partial wave. On an H100, bf16, 4096 x 128256
+    Why: each chunk's dW matmul reads dW back (V x d), so fewer chunks are faster; and chunks of
+    1664 rows (off the matmuls' 256-row tiles) ran slower than 1536 and 2048 in 5 of 6 cells
+    measured (one sample each). On an H100, bf16, 4096 x 128256
     (``bench/lm_head.py --chunk-rows``), x cuBLAS's three matmuls at 8192 / 16384 tokens:
     1024 rows 1.18 / 1.12, 1280 1.12 / 1.11, 1536 1.13 / 1.11, 1664 1.18 / 1.17, 2048 1.12 /
     1.07. So 8192 x 128256 in place takes 4 chunks of 2048 (501 MiB), x 256000 8 of 1024, x
