@@ -37,7 +37,7 @@ import torch  # noqa: E402
 
 import kernel_lab  # noqa: E402
 from kernel_lab.core.compiling import CompiledPerSignature  # noqa: E402
-from kernel_lab.measure.rounds import interleaved, within_rounds  # noqa: E402
+from kernel_lab.measure.rounds import interleaved, pick_modes, within_rounds  # noqa: E402
 from kernel_lab.ops.linear_cross_entropy import op as lce  # noqa: E402
 from kernel_lab.ops.linear_cross_entropy import peer_variants  # noqa: E402
 from kernel_lab.ops.linear_cross_entropy import torch_variants as lce_torch  # noqa: E402
@@ -276,13 +276,10 @@ def main(argv: list[str] | None = None) -> None:
                    help='comma-separated rows to race (e.g. "chunked"; default: all)')
     a = p.parse_args(argv)
     profiled = tuple(n.strip() for n in a.profile.split(",") if n.strip())
-    fns = steps()
-    if a.only:
-        keep = [n.strip() for n in a.only.split(",") if n.strip()]
-        unknown = [n for n in keep if n not in fns]
-        if unknown:
-            p.error(f"--only: unknown {unknown}; rows: {', '.join(fns)}")
-        fns = {n: fns[n] for n in keep}
+    every = steps()
+    fns, unknown = pick_modes(every, a.only)
+    if unknown:
+        p.error(f"--only: unknown {unknown}; rows: {', '.join(every)}")
     try:
         sizes = [int(r) for r in a.chunk_rows.split(",") if r.strip()]
     except ValueError:

@@ -45,7 +45,7 @@ from triton.testing import do_bench  # noqa: E402
 import kernel_lab  # noqa: E402
 from kernel_lab.checking.checker import parse_dtype  # noqa: E402
 from kernel_lab.measure.benchmarking import VOCAB_N, copy_bandwidth  # noqa: E402
-from kernel_lab.measure.rounds import interleaved, stats  # noqa: E402
+from kernel_lab.measure.rounds import interleaved, pick_modes, stats  # noqa: E402
 
 
 def _peers() -> dict:
@@ -146,12 +146,10 @@ def main(argv: list[str] | None = None) -> None:
     peers = _peers() if args.peers == "auto" else {}
     for name, fn in peers.items():
         modes[name] = (fn, "in-place" in name or "fused" in name)
-    if args.modes:
-        wanted = [m.strip() for m in args.modes.split(",") if m.strip()]
-        unknown = [m for m in wanted if m not in modes]
-        if unknown:
-            p.error(f"--modes: unknown {unknown}; modes here: {', '.join(modes)}")
-        modes = {m: modes[m] for m in wanted}
+    everything = list(modes)
+    modes, unknown = pick_modes(modes, args.modes)
+    if unknown:
+        p.error(f"--modes: unknown {unknown}; modes here: {', '.join(everything)}")
     print(f"{gpu}: loss forward + backward, M*N = 2^28; copy {copy:,.0f} GB/s; "
           f"{args.rounds} interleaved rounds a mode; peers imported: "
           f"{', '.join(peers) or 'none'}")

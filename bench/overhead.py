@@ -29,6 +29,7 @@ import torch  # noqa: E402
 
 import kernel_lab  # noqa: E402
 from kernel_lab.core import dispatch  # noqa: E402
+from kernel_lab.measure.rounds import interleaved, within_rounds  # noqa: E402
 
 
 def per_call_us(fn, calls: int = 2000, rounds: int = 7) -> float:
@@ -188,12 +189,9 @@ def table(x: torch.Tensor, repeats: int) -> dict[str, tuple[float, float]]:
     The ratio is taken round by round: a busy host slows a round's calls alike, so the ratio
     holds where absolute times drift by 20 % between rounds."""
     rows = candidates(x)
-    samples: dict[str, list[float]] = {k: [] for k in rows}
-    for i in range(repeats):
-        for name, fn in (reversed(rows.items()) if i % 2 else rows.items()):
-            samples[name].append(per_call_us(fn, calls=500, rounds=1))
-    return {k: (statistics.median(v), statistics.median(
-        a / b for a, b in zip(v, samples[reference(k)]))) for k, v in samples.items()}
+    samples = interleaved({name: (lambda fn=fn: per_call_us(fn, calls=500, rounds=1))
+                           for name, fn in rows.items()}, repeats)
+    return {k: (t["median"], t["ratio"]) for k, t in within_rounds(samples, reference).items()}
 
 
 def launch_bound(ns_rows=(256, 512, 1024, 1536, 2048, 2432), n: int = 128) -> None:

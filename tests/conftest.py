@@ -24,6 +24,7 @@ import json  # noqa: E402
 
 import pytest  # noqa: E402  (after TRITON_INTERPRET is decided)
 from gpu_share import KEEP_BYTES, GpuShare, auto_workers, budget_gib, card_gib, is_oom  # noqa: E402
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402 (its only home)
 
 DEVICE = "cuda" if HAS_CUDA else "cpu"
 if not HAS_CUDA:  # the CPU simulations of launches (a fake device 0) plan for an H100 / H200
@@ -190,6 +191,19 @@ def stand_in_launches(monkeypatch, *modules) -> list:
     monkeypatch.setattr(interop.THREAD, "ready", False, raising=False)
     plans.clear()
     return seen
+
+
+class Recorder(TorchDispatchMode):
+    """A dispatch mode (``with Recorder() as rec``) that passes every op through and names it in
+    ``rec.seen`` (``str(func)``): what a tracer sees of a call."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.seen.append(str(func))
+        return func(*args, **(kwargs or {}))
 
 
 def stagger_only(monkeypatch, kinds) -> None:

@@ -8,7 +8,7 @@ interpreter runs them. GPU: auto picks the CUDA kernels, compile, ``mode="reduce
 
 import pytest
 import torch
-from conftest import DEVICE, needs_cuda
+from conftest import DEVICE, Recorder, needs_cuda
 
 import kernel_lab
 from kernel_lab.core import custom_ops, dispatch
@@ -136,18 +136,6 @@ def test_compile_fullgraph_no_graph_break():
     torch.testing.assert_close(model.q.weight.grad, grad)
 
 
-class _Recorder(torch.utils._python_dispatch.TorchDispatchMode):
-    """Records every op that reaches the dispatcher."""
-
-    def __init__(self):
-        super().__init__()
-        self.seen = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.seen.append(str(func))
-        return func(*args, **(kwargs or {}))
-
-
 @pytest.mark.parametrize("op", ["softmax", "log_softmax"])
 def test_eager_calls_skip_the_custom_op_only_when_nothing_watches(op):
     """Plain eager calls run the variant directly (nothing to record) or through _EagerOp
@@ -164,7 +152,7 @@ def test_eager_calls_skip_the_custom_op_only_when_nothing_watches(op):
     assert LAB[op](x.detach()).grad_fn is None
     with torch.no_grad():
         assert LAB[op](x).grad_fn is None
-    with _Recorder() as rec:
+    with Recorder() as rec:
         assert not custom_ops.eager_fast_path(x)
         out = LAB[op](x.detach())
     assert f"kernel_lab.{op}.default" in rec.seen

@@ -74,20 +74,18 @@ class _FreshReplay:
     launch's pointer slots at them and at the inputs, and launches in the recorded order. The
     launcher's guards (:func:`interop.guard`) must hold, else it runs itself."""
 
-    __slots__ = ("steps", "specs", "makers", "outputs", "single", "guards", "fn", "loads")
+    __slots__ = ("steps", "makers", "outputs", "single", "guards", "fn", "loads")
 
     def __init__(self, steps: list, specs: list, outputs: list[int], single: bool,
                  guards: list, fn: Callable[..., Any]) -> None:
         # steps: (PreparedLaunch, owners) - per pointer slot k >= 0 for input k, ~j for fresh j
         self.steps = [(interop.PreparedLaunch(launch, slots), owners)
                       for launch, slots, owners in steps]
-        self.specs, self.outputs, self.single = specs, outputs, single
+        self.outputs, self.single = outputs, single
         # each fresh tensor's torch.empty with its arguments bound: sizes as separate ints parse
         # in half the time of a torch.Size (0.8 vs 1.75 us on a CPU); a 0-d one takes ()
-        self.makers = tuple(functools.partial(torch.empty, *shape, dtype=dtype, device=device)
-                            if len(shape) else
-                            functools.partial(torch.empty, (), dtype=dtype, device=device)
-                            for shape, dtype, device in specs)
+        self.makers = tuple(functools.partial(torch.empty, *(shape or [()]), dtype=dtype,
+                                              device=device) for shape, dtype, device in specs)
         self.guards, self.fn = tuple(guards), fn
         loads = {}  # one reload check a kernel: (module, its key, expr, device, function)
         for launch, _, _ in steps:

@@ -377,7 +377,6 @@ class PreparedLaunch:
                shared_mem=rec.shared_mem, signature=rec.signature, source=rec.source)
 
 
-
 def sequence_runner(steps: list[tuple[PreparedLaunch, tuple[int, ...]]]
                     ) -> Callable[[tuple, list], None]:
     """``run(tensors, made)``: the prepared launches of one call, in order, each pointer slot
@@ -405,6 +404,7 @@ def sequence_runner(steps: list[tuple[PreparedLaunch, tuple[int, ...]]]
             p([(tensors[w] if w >= 0 else made[~w]).data_ptr() for w in owners])
 
     return run
+
 
 def i32(v: int) -> np.int32:
     """A kernel ``int`` argument, range-checked (a silent wrap would be a wrong answer)."""

@@ -33,12 +33,24 @@ def stats(samples: list[float]) -> dict[str, float]:
             "spread": (max(samples) - min(samples)) / med if med else 0.0}
 
 
-def within_rounds(samples: dict[str, list[float]], reference: str) -> dict[str, dict[str, float]]:
+def within_rounds(samples: dict[str, list[float]],
+                  reference: str | Callable[[str], str]) -> dict[str, dict[str, float]]:
     """Per mode of :func:`interleaved`'s ``samples``: its times' :func:`stats`, ``ratio``, the
-    median of its round-by-round ratios to ``reference`` (whose rounds must all be there), and
+    median of its round-by-round ratios to its reference (``reference``: one mode's name, or a
+    mode's name -> its reference's; a reference's rounds must all be there), and
     ``ratio_spread``, theirs."""
+    ref_of = reference if callable(reference) else (lambda _name: reference)
     out = {}
     for name, s in samples.items():
-        r = stats([a / b for a, b in zip(s, samples[reference])])
+        r = stats([a / b for a, b in zip(s, samples[ref_of(name)])])
         out[name] = {**stats(s), "ratio": r["median"], "ratio_spread": r["spread"]}
     return out
+
+
+def pick_modes(modes: dict, spec: str) -> tuple[dict, list[str]]:
+    """The modes a comma-separated ``spec`` names, in its order (all of them for an empty one),
+    and the names it gives that are not among them (the caller refuses those)."""
+    wanted = [m.strip() for m in spec.split(",") if m.strip()]
+    if not wanted:
+        return dict(modes), []
+    return {m: modes[m] for m in wanted if m in modes}, [m for m in wanted if m not in modes]
