@@ -13,10 +13,21 @@
 //   window before it writes it; x_t is read before the merge).
 //   Launch: grid M blocks of 32-256 threads (forward_threads), 3 blocks an SM (<= 85 registers). Bytes: M * C * sizeof(T) read
 //   (fused: + the same written, and re-read from L2 when the rows in flight fit it).
+// cross_entropy_row<T, FUSED> (block) / cross_entropy_row_cluster<T, CL, FUSED> (CL CTAs a row,
+//   sm_90): the row held on chip, so the in-place mode (FUSED, dx = the logits) reads the logits
+//   once and writes dx once, two passes. CTA rank c of row r's cluster, thread t holds windows
+//   k * CL * blockDim.x + c * blockDim.x + t (k < 8) in registers; local (max, sum) (and the
+//   smoothing sums), one block merge, the cluster's CTAs' through distributed shared memory, then
+//   every thread writes its windows' gradient from its registers (two exps an element: the sum's
+//   and the gradient's). Rank 0's thread 0 reads x_t before the merge's barriers (no dx is written
+//   before them) and writes the row's loss, lse and w_t. Launch: grid M * CL CTAs of 64-1024
+//   threads (cross_entropy_row_shape), <= 64 registers a thread (2 CTAs of 512 an SM). Static
+//   shared memory only. Bytes: M * C * sizeof(T) read (FUSED: + the same written).
 // cross_entropy_reduce<T>: one block sums the per-row losses (and w_t for "mean") in a fixed
 //   order: the reduced loss, deterministic. O(M).
 // Accumulates in fp32 (fp64 for double). Preconditions: C < 2^31; any row stride, alignment.
 #include "cross_entropy_common.cuh"
+#include "row_common.cuh"
 
 using klab::ce::Acc;
 
@@ -99,6 +110,144 @@ __global__ void __launch_bounds__(256, 3)
   if constexpr (FUSED)  // p = exp((x - max) - log(sum)) (2-byte rows: exp(x - lse))
     klab::ce::grad_windows<T, true>(dx + r * stride, row, threadIdx.x, nwin, n, h, vec, t,
                                     weight, sizeof(T) == 2 ? lse : st.m, log_sum, coefs + 3 * r);
+}
+
+// Windows a thread of cross_entropy_row holds (16 bytes each: 32 registers).
+constexpr int kRowVectors = 8;
+
+// The row's (max, sum) and smoothing sums merged over the CL CTAs of its cluster: thread 0
+// publishes this CTA's in `part`, one cluster barrier, every warp reads its peers' over DSMEM,
+// then this CTA arrives (done reading). The caller waits (cluster_wait) before it exits.
+template <typename A, int CL>
+__device__ __forceinline__ void ce_cluster_merge(klab::MaxSum<A>& st, klab::ce::Sums<A>& sums,
+                                                 A* part, bool smooth) {
+  if (threadIdx.x == 0) {
+    part[0] = st.m;
+    part[1] = st.s;
+    part[2] = sums.wx;
+    part[3] = sums.w;
+  }
+  klab::cluster_sync();
+  st = klab::rowk::cluster_merge<A, CL>(part);
+  if (smooth) {
+    const int lane = threadIdx.x & 31;
+    sums = {A(0), A(0)};
+    if (lane < CL) {
+      const unsigned a = klab::dsmem_map(part + 2, lane);
+      sums = {klab::dsmem_load(a, A()), klab::dsmem_load(a + sizeof(A), A())};
+    }
+    sums = klab::warp_allreduce(sums, klab::ce::SumsOp{});
+  }
+  klab::cluster_arrive();
+}
+
+template <typename T, int CL, bool FUSED>
+__device__ __forceinline__ void ce_row(T* loss_none, Acc<T>* loss_rows, klab::ce::Lse<T>* lse_out,
+                                       Acc<T>* wt_out, T* dx, const Acc<T>* coefs, const T* x,
+                                       int n, long long stride, int vec, long long r,
+                                       unsigned rank, const long long* target,
+                                       long long ignore_index, const T* weight, double eps,
+                                       long long* bad_first, int* bad_flag) {
+  using A = Acc<T>;
+  using klab::Vec;
+  constexpr int W = Vec<T>::N, K = kRowVectors;
+  __shared__ klab::MaxSum<A> red[32];
+  __shared__ klab::ce::Sums<A> red_sums[32];
+  __shared__ A part[4];
+  const T* row = x + r * stride;
+  const long long t = target[r];
+  const bool ignored = t == ignore_index;
+  const bool bad = !ignored && (t < 0 || t >= n);
+  const bool smooth = eps != 0.0;
+  const bool writer = rank == 0 && threadIdx.x == 0;
+  const int h = klab::row_head(row, vec);
+  const int nwin = (n + h + W - 1) / W;
+  const int base = rank * blockDim.x + threadIdx.x, step = CL * blockDim.x;
+
+  A xt = A(0);
+  if (writer && !ignored && !bad) xt = klab::to_acc(row[t]);  // before the merge's barriers
+  Vec<T> v[K];
+#pragma unroll
+  for (int k = 0; k < K; ++k) v[k] = klab::ce::window(row, k * step + base, n, h, vec);
+  klab::MaxSum<A> st = klab::rowk::row_maxsum(v);
+  klab::ce::Sums<A> sums = {A(0), A(0)};
+  if (smooth) {  // re-read from L2, not from the registers (unpacked twice, they spilled)
+#pragma unroll 1
+    for (int k = 0; k < K; ++k) {
+      const int w = k * step + base;
+      const Vec<T> u = klab::ce::window(row, w, n, h, vec);
+#pragma unroll
+      for (int i = 0; i < W; ++i) {  // -inf logits make sum(w x) -inf, the loss +inf (PyTorch)
+        const A wj = klab::ce::weight_at(weight, w * W - h + i, n);
+        if (wj != A(0)) sums.wx += wj * u.get(i);
+        sums.w += wj;
+      }
+    }
+  }
+  st = klab::block_allreduce(st, klab::MergeOp{}, klab::maxsum_identity<A>(), red);
+  if (smooth)
+    sums = klab::block_allreduce(sums, klab::ce::SumsOp{}, klab::ce::Sums<A>{A(0), A(0)}, red_sums);
+  if constexpr (CL > 1) ce_cluster_merge<A, CL>(st, sums, part, smooth);
+  const A log_sum = log(st.s);
+  const A lse = st.m + log_sum;
+
+  if (writer) {  // as cross_entropy_fwd
+    const A wt = ignored || bad ? A(0) : klab::ce::weight_at(weight, int(t), n);
+    A loss = (A(1) - A(eps)) * wt * (sizeof(T) == 2 ? lse - xt : (st.m - xt) + log_sum);
+    if (smooth) loss += A(eps) / A(n) * (lse * sums.w - sums.wx);
+    if (ignored) loss = A(0);
+    if (bad) {
+      loss = A(CUDART_NAN);
+      klab::ce::flag_bad(bad_first, bad_flag, r, t);
+    }
+    if (loss_none) loss_none[r] = klab::from_acc<T>(loss);
+    if (loss_rows) loss_rows[r] = loss;
+    lse_out[r] = klab::ce::Lse<T>(st.m) + klab::ce::Lse<T>(log_sum);
+    wt_out[r] = wt;
+  }
+  if constexpr (FUSED) {  // dx = A exp(x - lse) - B [j = t] - D w_j (2-byte rows: lo not subtracted)
+    const A* c = coefs + 3 * r;
+    const A ca = c[0], cb = c[1], cd = c[2];
+    const A hi = sizeof(T) == 2 ? lse : st.m, lo = log_sum;
+    const int tc = bad ? -1 : int(t);  // an ignored row's B is 0
+    T* out = dx + r * stride;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int w = k * step + base;
+      if (w >= nwin) break;
+      const int e0 = w * W - h;
+      const Vec<T> o = klab::vec_of<T>([&](int i) {
+        A z = v[k].get_again(i) - hi;
+        if constexpr (sizeof(T) != 2) z -= lo;
+        A d = ca * klab::exp_acc(z) - (e0 + i == tc ? cb : A(0));
+        if (cd != A(0)) d -= cd * klab::ce::weight_at(weight, e0 + i, n);
+        return d;
+      });
+      klab::store_window(out, w, n, h, vec, o);
+    }
+  }
+  if constexpr (CL > 1) klab::cluster_wait();  // peers are done with our `part`
+}
+
+#define KLAB_CE_ROW_ARGS                                                                        \
+  T *loss_none, Acc<T>*loss_rows, klab::ce::Lse<T>*lse_out, Acc<T>*wt_out, T*dx,                \
+      const Acc<T>*coefs, const T*x, long long rows, int n, long long stride, int vec,          \
+      const long long*target, long long ignore_index, const T*weight, double eps,               \
+      long long*bad_first, int*bad_flag
+#define KLAB_CE_ROW_PASS                                                                        \
+  loss_none, loss_rows, lse_out, wt_out, dx, coefs, x, n, stride, vec
+
+template <typename T, bool FUSED>
+__global__ void __launch_bounds__(1024) cross_entropy_row(KLAB_CE_ROW_ARGS) {
+  ce_row<T, 1, FUSED>(KLAB_CE_ROW_PASS, blockIdx.x, 0, target, ignore_index, weight, eps,
+                      bad_first, bad_flag);
+}
+
+template <typename T, int CL, bool FUSED>
+__global__ void KLAB_CLUSTER_DIMS(CL) __launch_bounds__(1024)
+    cross_entropy_row_cluster(KLAB_CE_ROW_ARGS) {
+  ce_row<T, CL, FUSED>(KLAB_CE_ROW_PASS, blockIdx.x / CL, klab::cluster_rank(), target,
+                       ignore_index, weight, eps, bad_first, bad_flag);
 }
 
 // The reduced loss: sum of the rows' losses, divided by sum(w_t) when mean (0 / 0 = NaN when

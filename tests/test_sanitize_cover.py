@@ -26,7 +26,8 @@ CUDA = [v.name for v in kernel_lab.variants() if v.backend == "cuda"]
 # Kinds a variant's source declares that only the drop-in's in-place mode launches
 # (kernel_lab.cross_entropy(..., inplace_backward=True)): no registered variant, so no
 # `check --sanitize` run, reaches them. test_in_place_kinds_are_launched_by_the_in_place_mode.
-IN_PLACE_ONLY = {"cuda_cross_entropy": {"cross_entropy_fwd<true>"},
+IN_PLACE_ONLY = {"cuda_cross_entropy": {"cross_entropy_fwd<true>", "cross_entropy_row<true>",
+                                        "cross_entropy_row_cluster<true>"},
                  "cuda_cross_entropy_backward": {"cross_entropy_scale"}}
 
 
@@ -61,12 +62,15 @@ def test_in_place_kinds_are_launched_by_the_in_place_mode(monkeypatch):
     monkeypatch.setattr(ce, "_one", lambda device, dtype: torch.ones((), dtype=dtype,
                                                                       device=device))
     for dtype in DTYPES:
-        logits = torch.empty(3, 781, dtype=dtype, device="meta")
-        target = torch.zeros(3, dtype=torch.int64, device="meta")
-        with simulated_launches() as launched:
-            ce.fused_forward(logits, target, None, -100, "mean", 0.0)
-            ce.scale(logits, torch.empty((), dtype=dtype, device="meta"))
-        kinds = {kind_of(e) for e in launched}
+        kinds = set()
+        for on_chip, n in ((False, 781), (True, 781), (True, 262144)):
+            monkeypatch.setattr(ce, "ON_CHIP_IN_PLACE", on_chip)
+            logits = torch.empty(3, n, dtype=dtype, device="meta")
+            target = torch.zeros(3, dtype=torch.int64, device="meta")
+            with simulated_launches() as launched:
+                ce.fused_forward(logits, target, None, -100, "mean", 0.0)
+                ce.scale(logits, torch.empty((), dtype=dtype, device="meta"))
+            kinds |= {kind_of(e) for e in launched}
         for name, left_out in IN_PLACE_ONLY.items():
             assert left_out <= possible_kinds(registry.get(name), dtype) & kinds
 

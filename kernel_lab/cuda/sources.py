@@ -97,14 +97,15 @@ def same_vector_phase(out: torch.Tensor, *inputs2d: torch.Tensor) -> int:
 class CudaSource:
     """A ``.cu`` file and the name expressions (template instantiations) it must provide.
 
-    ``launchable``: optional, returns the instantiations a launcher can pick (the default
-    ``compile`` builds those only); None leaves it to :mod:`kernel_lab.cuda.rowkernels.reachable`,
-    which derives it for the lab's own files and takes every instantiation of any other."""
+    ``launchable``: optional, ``launchable(arch)`` returns the instantiations a launcher can
+    pick on that :class:`~kernel_lab.cuda.archs.Arch` (the default ``compile`` builds those
+    only); None leaves it to :mod:`kernel_lab.cuda.rowkernels.reachable`, which derives it for
+    the lab's own files and takes every instantiation of any other."""
 
     path: Path
     name_expressions: tuple[str, ...]
     include_dirs: tuple[Path, ...] = ()
-    launchable: Callable[[], Iterable[str]] | None = field(default=None, repr=False,
+    launchable: Callable[..., Iterable[str]] | None = field(default=None, repr=False,
                                                           compare=False)
 
     _module: jit.CudaModule | None = field(default=None, init=False, repr=False, compare=False)
@@ -127,7 +128,7 @@ SOURCES: list[CudaSource] = []
 
 def cuda_source(
     path: str | Path, name_expressions: Sequence[str], include_dirs: Sequence[str | Path] = (),
-    launchable: Callable[[], Iterable[str]] | None = None,
+    launchable: Callable[..., Iterable[str]] | None = None,
 ) -> CudaSource:
     """Declare (and record in :data:`SOURCES`) a .cu file; relative paths are in cuda_src/."""
     p = Path(path).expanduser()

@@ -214,7 +214,7 @@ def _launchable(name_expressions: tuple[str, ...], own, arch: Arch) -> tuple[str
 
     src = SimpleNamespace(name_expressions=name_expressions)
     if own is not None:
-        return tuple(_in_order(src, own()))
+        return tuple(_in_order(src, own(arch)))
     fam = family_of(src)
     if fam is None:
         return name_expressions

@@ -2,31 +2,63 @@
 ``cuda_src/cuda_cross_entropy_backward.cu`` (shared: ``cross_entropy_common.cuh``).
 
 ``cuda_cross_entropy``: one kernel reads each row once (loss, lse, w_t per row), a second one
-block kernel reduces the loss ("mean", "sum"). ``cuda_cross_entropy_backward``: one block kernel
-turns the upstream gradient into three coefficients per row, then one read of the logits and
-one write of dlogits. :func:`fused_forward` is the memory-saving mode of
-``kernel_lab.cross_entropy(..., inplace_backward=True)``: the forward kernel also writes the
-gradient for a unit upstream gradient, into the logits' own buffer; :func:`scale` is its
-backward (``cross_entropy_scale``: the upstream gradient read on the device). The forward
-kernel flags a bad target in its device's flag words (:mod:`.deferred`).
+block kernel reduces the loss ("mean", "sum"); the first is a block a row, or for long rows
+the row held on chip by a cluster of CTAs (:func:`forward_pick`).
+``cuda_cross_entropy_backward``: one block kernel turns the upstream gradient into three
+coefficients per row, then one read of the logits and one write of dlogits.
+
+:func:`fused_forward` is the memory-saving mode of ``kernel_lab.cross_entropy(...,
+inplace_backward=True)``: the forward kernel also writes the gradient for a unit upstream
+gradient into the logits' own buffer (the row on chip where it fits: two passes over the
+logits); :func:`scale` is its backward (``cross_entropy_scale``: the upstream gradient read on
+the device). The forward kernel flags a bad target in its device's flag words
+(:mod:`.deferred`).
 """
 
 from __future__ import annotations
+
+import functools
 
 import torch
 
 from kernel_lab.base.inputs import acc_dtype
 from kernel_lab.core.registry import register
-from kernel_lab.cuda import deferred
+from kernel_lab.cuda import archs, deferred
 from kernel_lab.cuda.interop import fresh, launch, refuse_replay
 from kernel_lab.cuda.sources import ALL_DTYPES, cdiv, ctype, cuda_source, device_index, next_pow2
 from kernel_lab.ops.cross_entropy.op import check_call, check_kwargs, lse_dtype
 
 _T = [ctype(dt) for dt in ALL_DTYPES]
+_ROW_T = [ctype(dt) for dt in ALL_DTYPES if dt != torch.float64]
+ROW_VECTORS = 8  # 16-byte windows a thread of cross_entropy_row holds (kRowVectors)
+ROW_CLUSTERS = (1, 2, 4, 8)  # CTAs a row (more than one: sm_90's clusters)
+
+
+def _row_expr(t: str, cl: int, fused: bool) -> str:
+    f = "true" if fused else "false"
+    return f"cross_entropy_row<{t}, {f}>" if cl == 1 else \
+        f"cross_entropy_row_cluster<{t}, {cl}, {f}>"
+
+
+def _row_exprs(clusters) -> list[str]:
+    """The on-chip instantiations: in place on 1-8 CTAs a row; the plain forward only for rows
+    past one CTA (ON_CHIP_FORWARD_MIN_N)."""
+    return [_row_expr(t, cl, f) for t in _ROW_T for cl in clusters for f in (False, True)
+            if f or cl > 1]
+
+
+def _launchable_forward(arch=None) -> list[str]:
+    """What the forward's launchers can pick on ``arch``: no cluster kernel before sm_90."""
+    clusters = ROW_CLUSTERS if arch is None or arch.cluster else (1,)
+    return [e for e in FORWARD.name_expressions if not e.startswith("cross_entropy_row")] + \
+        _row_exprs(clusters)
+
+
 FORWARD = cuda_source(
     "cuda_cross_entropy.cu",
     [f"cross_entropy_fwd<{t}, {f}>" for t in _T for f in ("false", "true")]
-    + [f"cross_entropy_reduce<{t}>" for t in _T],
+    + [f"cross_entropy_reduce<{t}>" for t in _T] + _row_exprs(ROW_CLUSTERS),
+    launchable=_launchable_forward,
 )
 BACKWARD = cuda_source("cuda_cross_entropy_backward.cu",
                        [f"cross_entropy_{k}<{t}>" for k in ("bwd", "coefs", "scale")
@@ -38,6 +70,8 @@ BWD_SIG = "QQqi4xqi4xi4xQQQQ"
 COEFS_SIG = "QQqi4xqQdQi4xi4x"
 REDUCE_SIG = "QQQqi4x"
 BWD_THREADS, BWD_WINDOWS_PER_THREAD = 256, 8
+ON_CHIP_IN_PLACE = True  # the in-place mode's rows on chip where they fit (False: the L2 re-read)
+ON_CHIP_FORWARD_MIN_N = 100_000  # the plain forward on chip from rows this long
 
 
 
@@ -53,6 +87,44 @@ def forward_threads(n: int, dtype: torch.dtype) -> int:
     thread; H200, bf16 8388 x 32000: 3,619 GB/s against 3,530 with 256 and 3,555 with 64),
     fewer so that short rows give each thread >= 8 windows."""
     return min(128, max(32, next_pow2(cdiv(_windows(n, dtype), 8))))
+
+
+@functools.lru_cache(maxsize=None)
+def row_shape(windows: int, cluster: bool = True) -> tuple[int, int] | None:
+    """(threads, CTAs a row) of ``cross_entropy_row`` holding rows of ``windows`` 16-byte
+    windows on chip: the fewest CTAs (1, 2, 4, 8; one without clusters) whose <= 512 threads
+    hold them in 8 vectors each (two CTAs an SM at 64 registers), else up to 1024 threads; None
+    when 8 such CTAs do not hold them."""
+    for cap in (512, 1024):
+        for cl in ROW_CLUSTERS if cluster else (1,):
+            threads = max(64, cdiv(cdiv(windows, cl * ROW_VECTORS), 32) * 32)
+            if threads <= cap:
+                return threads, cl
+    return None
+
+
+def row_windows(logits: torch.Tensor) -> int:
+    """The 16-byte windows each row of ``logits`` spans: ceil(N / W) when every row starts on
+    16 bytes, else one more for the worst phase."""
+    m, n = logits.shape
+    es = logits.element_size()
+    aligned = logits.data_ptr() % 16 == 0 and (m == 1 or logits.stride(0) * es % 16 == 0)
+    return cdiv(n, 16 // es) if aligned else _windows(n, logits.dtype)
+
+
+def forward_pick(n: int, dtype: torch.dtype, windows: int, cluster: bool,
+                 fused: bool) -> tuple[str, int, int]:
+    """(kernel, CTAs a row, threads) of the forward for rows of ``n`` spanning ``windows``: the
+    row on chip (cross_entropy_row, :func:`row_shape`) for the in-place mode (two passes) and
+    for rows of ON_CHIP_FORWARD_MIN_N or more (a row over several CTAs: few long rows still
+    fill the GPU), where it fits; else a block a row (cross_entropy_fwd; float64 always)."""
+    t = ctype(dtype)
+    if dtype != torch.float64 and (ON_CHIP_IN_PLACE if fused else n >= ON_CHIP_FORWARD_MIN_N):
+        shape = row_shape(windows, cluster)
+        if shape is not None:
+            return _row_expr(t, shape[1], fused), shape[1], shape[0]
+    return f"cross_entropy_fwd<{t}, {'true' if fused else 'false'}>", 1, \
+        forward_threads(n, dtype)
 
 
 def _launch(src, expr: str, grid, block: int, args: tuple, sig: str, dev: int) -> None:
@@ -88,17 +160,16 @@ def coefficients(target, weight, grad, n: int, ignore_index: int, reduction: str
 
 
 def forward(logits, target, weight, ignore_index: int, reduction: str, eps: float,
-            dx: torch.Tensor | None = None, coefs: torch.Tensor | None = None):
-    """(loss, lse); with ``dx`` (laid out like the logits, or the logits themselves) and
-    ``coefs``, also the gradient into dx."""
+            in_place: bool = False, coefs: torch.Tensor | None = None):
+    """(loss, lse); ``in_place`` (with ``coefs``), also the gradient written over the logits."""
     m, n = logits.shape
     acc = acc_dtype(logits.dtype)
     lse = fresh(torch.empty(m, dtype=lse_dtype(logits.dtype), device=logits.device))
     if m == 0 or n == 0:  # every row is ignored (the target check): loss 0
         zeros = logits.new_zeros(m)
         lse.fill_(float("-inf"))
-        if dx is not None:
-            dx.zero_()
+        if in_place:
+            logits.zero_()
         return {"none": zeros, "sum": zeros.sum(), "mean": zeros.sum() / 0.0}[reduction], lse
     dev = device_index(logits)
     # fresh: a plan's replay of this call allocates them anew (kernel_lab.core.plans)
@@ -106,12 +177,15 @@ def forward(logits, target, weight, ignore_index: int, reduction: str, eps: floa
     none = reduction == "none"
     loss_none = fresh(logits.new_empty(m)) if none else None
     loss_rows = None if none else fresh(torch.empty(m, dtype=acc, device=logits.device))
-    expr = f"cross_entropy_fwd<{ctype(logits.dtype)}, {'false' if dx is None else 'true'}>"
     flags = deferred.flags_or_none(logits.device)
     if flags is None:  # a capture before any eager call: a replay would never flag
         refuse_replay()
-    _launch(FORWARD, expr, (m,), forward_threads(n, logits.dtype),
-            (_ptr(loss_none), _ptr(loss_rows), lse.data_ptr(), wt.data_ptr(), _ptr(dx),
+    arch = archs.assumed_arch() or archs.device_arch(dev)
+    expr, ctas, threads = forward_pick(n, logits.dtype, row_windows(logits), arch.cluster,
+                                       in_place)
+    _launch(FORWARD, expr, (m * ctas,), threads,
+            (_ptr(loss_none), _ptr(loss_rows), lse.data_ptr(), wt.data_ptr(),
+             logits.data_ptr() if in_place else 0,
              _ptr(coefs), logits.data_ptr(), m, n, logits.stride(0), 1, target.data_ptr(),
              ignore_index, _ptr(weight), eps, flags.first_ptr if flags else 0,
              flags.raised_ptr if flags else 0), FWD_SIG, dev)
@@ -125,8 +199,9 @@ def forward(logits, target, weight, ignore_index: int, reduction: str, eps: floa
 
 
 @register("cuda_cross_entropy", op="cross_entropy", backend="cuda", dtypes=ALL_DTYPES,
-          description="one block a row: online (max, sum) over 16-byte windows, one read; "
-          "a one-block reduction", source="cuda_src/cuda_cross_entropy.cu")
+          description="one read of the logits: a block a row (online max and sum over "
+          "16-byte windows), or long rows on chip over a cluster; a one-block reduction",
+          source="cuda_src/cuda_cross_entropy.cu")
 def cuda_cross_entropy(logits, target, weight=None, ignore_index=-100, reduction="mean",
                        label_smoothing=0.0):
     check_call(logits, target, ignore_index, reduction, label_smoothing, deferrable=True)
@@ -187,7 +262,7 @@ def fused_forward(logits, target, weight, ignore_index: int, reduction: str, eps
     x, t, w = _prepare(logits, target, weight)
     coefs = coefficients(t, w, _one(x.device, x.dtype), x.shape[1], ignore_index, reduction,
                          eps, x.dtype)  # 0-d: every row's upstream gradient is 1
-    loss, lse = forward(x, t, w, ignore_index, reduction, eps, dx=x, coefs=coefs)
+    loss, lse = forward(x, t, w, ignore_index, reduction, eps, in_place=True, coefs=coefs)
     return loss, lse, x
 
 
@@ -204,11 +279,14 @@ def scale(dx: torch.Tensor, g: torch.Tensor) -> None:
 
 
 def launch_shape(n: int, dtype: torch.dtype, arch=None) -> str:
-    """What the forward launches for contiguous rows of n (``python -m kernel_lab picks``); the
-    same on every arch (no clusters, static shared memory)."""
-
-    return (f"cross_entropy_fwd<{ctype(dtype)}, false>: one block of "
-            f"{forward_threads(n, dtype)} threads a row, then cross_entropy_reduce (1 block)")
+    """What the forward launches for contiguous rows of n (``python -m kernel_lab picks``)."""
+    es = dtype.itemsize
+    windows = cdiv(n, 16 // es) if n * es % 16 == 0 else _windows(n, dtype)
+    cluster = True if arch is None else arch.cluster
+    expr, ctas, threads = forward_pick(n, dtype, windows, cluster, False)
+    where = f"a cluster of {ctas} CTAs of {threads} threads a row" if ctas > 1 else \
+        f"one block of {threads} threads a row"
+    return f"{expr}: {where}, then cross_entropy_reduce (1 block)"
 
 
 def backward_launch_shape(n: int, dtype: torch.dtype, arch=None) -> str:

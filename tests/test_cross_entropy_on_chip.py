@@ -1,0 +1,114 @@
+"""The in-place mode's on-chip forward (``cross_entropy_row``, cuda_src/cuda_cross_entropy.cu):
+its shape rule on the CPU; on a GPU every CTAs-a-row shape against float64 and against the
+L2 re-read kernel it replaces, with smoothing, weights, ignored rows, odd and misaligned rows,
+and nothing written outside the logits."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import needs_cuda
+
+import kernel_lab
+from kernel_lab.cuda.archs import ARCHS
+from kernel_lab.ops.cross_entropy import cuda_variants as cv
+
+
+def test_row_shape_holds_the_row_in_the_fewest_ctas():
+    assert cv.row_shape(4000) == (512, 1)  # bf16 32000: one CTA of 512, two an SM
+    assert cv.row_shape(16032) == (512, 4)  # bf16 128256
+    assert cv.row_shape(32768) == (512, 8)  # bf16 262144 on 16 bytes
+    assert cv.row_shape(32769) == (544, 8)  # ... off 16 bytes: one window more
+    assert cv.row_shape(65536) == (1024, 8)  # fp32 262144
+    assert cv.row_shape(65537) is None
+    assert cv.row_shape(8192, cluster=False) == (1024, 1)
+    assert cv.row_shape(8193, cluster=False) is None
+    for w in range(1, 66000, 89):
+        shape = cv.row_shape(w)
+        if shape is not None:
+            threads, cl = shape
+            assert threads * cl * cv.ROW_VECTORS >= w and threads % 32 == 0
+            assert 64 <= threads <= 1024 and cl in cv.ROW_CLUSTERS
+
+
+def test_row_windows_count_the_worst_phase_only_off_16_bytes():
+    x = torch.empty(4, 32008, dtype=torch.bfloat16)
+    assert cv.row_windows(x[:, :32000]) == 4000 + (x.data_ptr() % 16 != 0)
+    assert cv.row_windows(x[:, 1:32001]) == 4001  # rows start 2 bytes past 16
+
+
+def test_the_forward_takes_the_row_on_chip_in_place_and_for_long_rows():
+    bf16, f64 = torch.bfloat16, torch.float64
+    assert cv.forward_pick(32000, bf16, 4000, True, True) == (
+        "cross_entropy_row<__nv_bfloat16, true>", 1, 512)
+    assert cv.forward_pick(32000, bf16, 4000, True, False) == (
+        "cross_entropy_fwd<__nv_bfloat16, false>", 1, 128)
+    assert cv.forward_pick(262144, bf16, 32768, True, False) == (
+        "cross_entropy_row_cluster<__nv_bfloat16, 8, false>", 8, 512)
+    # no clusters (before sm_90), or float64: a block a row
+    assert cv.forward_pick(262144, bf16, 32768, False, True)[0] == \
+        "cross_entropy_fwd<__nv_bfloat16, true>"
+    assert cv.forward_pick(262144, f64, 131072, True, True)[0] == "cross_entropy_fwd<double, true>"
+
+
+def test_no_cluster_row_kernel_launchable_before_sm90():
+    old = cv._launchable_forward(ARCHS["sm_80"])
+    assert "cross_entropy_row<__nv_bfloat16, true>" in old
+    assert not [e for e in old if "_cluster" in e]
+    assert "cross_entropy_row_cluster<float, 8, true>" in cv._launchable_forward(ARCHS["sm_90"])
+    assert set(cv._launchable_forward(ARCHS["sm_90"])) == set(cv.FORWARD.name_expressions)
+
+
+def _inplace(x, t, w, eps, reduction, g, on_chip, monkeypatch):
+    """(loss, dlogits, the buffer around the logits) of the in-place mode with or without the
+    on-chip kernel; the logits sit inside a guarded buffer with `pad` columns between rows."""
+    monkeypatch.setattr(cv, "ON_CHIP_IN_PLACE", on_chip)
+    m, n = x.shape
+    pad = 3
+    buf = torch.full((m * (n + pad) + 16,), 7.0, device="cuda", dtype=x.dtype)
+    logits = buf[1:1 + m * (n + pad)].view(m, n + pad)[:, :n]  # off 16 bytes, strided rows
+    logits.copy_(x)
+    assert (cv._on_chip(logits, logits.device.index) is not None) == (on_chip and n <= 200000)
+    leaf = logits.detach().requires_grad_()
+    view = leaf * 1
+    loss = kernel_lab.cross_entropy(view, t, w, reduction=reduction, label_smoothing=eps,
+                                    inplace_backward=True)
+    loss.backward(g)
+    torch.cuda.synchronize()
+    return loss.detach(), leaf.grad, buf
+
+
+@needs_cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32],
+                         ids=str)
+@pytest.mark.parametrize("n", [700, 32000, 50257, 100000, 151936])
+@pytest.mark.parametrize("smooth", [False, True], ids=["plain", "smoothed-weighted"])
+def test_on_chip_matches_float64_and_the_l2_kernel(dtype, n, smooth, monkeypatch):
+    m = 6
+    gen = torch.Generator().manual_seed(n)
+    x = (torch.randn(m, n, generator=gen) * 3).to("cuda", dtype)
+    t = torch.randint(0, n, (m,), generator=gen).cuda()
+    t[2] = -100
+    w = (torch.rand(n, generator=gen) + 0.5).to("cuda", dtype) if smooth else None
+    eps = 0.1 if smooth else 0.0
+    reduction = "mean" if smooth else "none"
+    g = torch.tensor(1.0, device="cuda", dtype=dtype) if smooth else \
+        (torch.rand(m, generator=gen) + 0.5).to("cuda", dtype)
+    loss, grad, buf = _inplace(x, t, w, eps, reduction, g, True, monkeypatch)
+    guard = buf.clone().view(-1)
+    guard[1:1 + m * (n + 3)].view(m, n + 3)[:, :n] = 7
+    assert (guard == 7).all(), "written outside the logits"
+    loss_l2, grad_l2, _ = _inplace(x, t, w, eps, reduction, g, False, monkeypatch)
+
+    ref_x = x.double().requires_grad_()
+    ref = F.cross_entropy(ref_x, t, None if w is None else w.double(), reduction=reduction,
+                          label_smoothing=eps)
+    ref.backward(g.double())
+    tol = dict(rtol=2e-2, atol=1e-3) if dtype != torch.float32 else dict(rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(loss.double(), ref.detach(), **tol)
+    torch.testing.assert_close(loss, loss_l2, **tol)
+    scale = ref_x.grad.abs().max().item()
+    gtol = dict(rtol=2e-2, atol=2e-3 * scale) if dtype != torch.float32 else \
+        dict(rtol=1e-4, atol=1e-6 * scale)
+    torch.testing.assert_close(grad.double(), ref_x.grad, **gtol)
+    torch.testing.assert_close(grad, grad_l2, **gtol)
+    assert (grad[2] == 0).all()  # the ignored row
