@@ -13,16 +13,18 @@
 //   window before it writes it; x_t is read before the merge).
 //   Launch: grid M blocks of 32-256 threads (forward_threads), 3 blocks an SM (<= 85 registers). Bytes: M * C * sizeof(T) read
 //   (fused: + the same written, and re-read from L2 when the rows in flight fit it).
-// cross_entropy_row<T, FUSED> (block) / cross_entropy_row_cluster<T, CL, FUSED> (CL CTAs a row,
-//   sm_90): the row held on chip, so the in-place mode (FUSED, dx = the logits) reads the logits
-//   once and writes dx once, two passes. CTA rank c of row r's cluster, thread t holds windows
-//   k * CL * blockDim.x + c * blockDim.x + t (k < 8) in registers; local (max, sum) (and the
-//   smoothing sums), one block merge, the cluster's CTAs' through distributed shared memory, then
-//   every thread writes its windows' gradient from its registers (two exps an element: the sum's
-//   and the gradient's). Rank 0's thread 0 reads x_t before the merge's barriers (no dx is written
-//   before them) and writes the row's loss, lse and w_t. Launch: grid M * CL CTAs of 64-1024
-//   threads (cross_entropy_row_shape), <= 64 registers a thread (2 CTAs of 512 an SM). Static
-//   shared memory only. Bytes: M * C * sizeof(T) read (FUSED: + the same written).
+// cross_entropy_row<T> (block) / cross_entropy_row_cluster<T, CL> (CL CTAs a row, sm_90): the
+//   in-place mode in two passes, the row held on chip: read the logits once, write dx over them
+//   once. CTA rank c of row r's cluster, thread t holds windows k * CL * blockDim.x +
+//   c * blockDim.x + t (k < 8) in registers; local (max, sum), one block merge, the cluster's
+//   CTAs' through distributed shared memory, then every thread writes its windows' gradient from
+//   its registers (two exps an element: the sum's and the gradient's). Smoothing's sums re-read
+//   the row (from L2: unpacked twice, the registers spilled). Rank 0's thread 0 reads x_t before
+//   the merge's barriers (no dx is written before them) and writes the row's loss, lse and w_t.
+//   Launch: grid M * CL CTAs of 64-1024 threads (row_shape in cuda_variants.py), 64 registers a
+//   thread (two CTAs of 512 an SM; fp32 and the 2-byte clusters spill 8-24 B: scalars stored and
+//   loaded once a row). Static shared memory only. Bytes: M * C * sizeof(T) read + the same
+//   written.
 // cross_entropy_reduce<T>: one block sums the per-row losses (and w_t for "mean") in a fixed
 //   order: the reduced loss, deterministic. O(M).
 // Accumulates in fp32 (fp64 for double). Preconditions: C < 2^31; any row stride, alignment.
@@ -141,7 +143,7 @@ __device__ __forceinline__ void ce_cluster_merge(klab::MaxSum<A>& st, klab::ce::
   klab::cluster_arrive();
 }
 
-template <typename T, int CL, bool FUSED>
+template <typename T, int CL>
 __device__ __forceinline__ void ce_row(T* loss_none, Acc<T>* loss_rows, klab::ce::Lse<T>* lse_out,
                                        Acc<T>* wt_out, T* dx, const Acc<T>* coefs, const T* x,
                                        int n, long long stride, int vec, long long r,
@@ -205,7 +207,7 @@ __device__ __forceinline__ void ce_row(T* loss_none, Acc<T>* loss_rows, klab::ce
     lse_out[r] = klab::ce::Lse<T>(st.m) + klab::ce::Lse<T>(log_sum);
     wt_out[r] = wt;
   }
-  if constexpr (FUSED) {  // dx = A exp(x - lse) - B [j = t] - D w_j (2-byte rows: lo not subtracted)
+  {  // dx = A exp(x - lse) - B [j = t] - D w_j (2-byte rows: lo not subtracted)
     const A* c = coefs + 3 * r;
     const A ca = c[0], cb = c[1], cd = c[2];
     const A hi = sizeof(T) == 2 ? lse : st.m, lo = log_sum;
@@ -237,16 +239,16 @@ __device__ __forceinline__ void ce_row(T* loss_none, Acc<T>* loss_rows, klab::ce
 #define KLAB_CE_ROW_PASS                                                                        \
   loss_none, loss_rows, lse_out, wt_out, dx, coefs, x, n, stride, vec
 
-template <typename T, bool FUSED>
+template <typename T>
 __global__ void __launch_bounds__(1024) cross_entropy_row(KLAB_CE_ROW_ARGS) {
-  ce_row<T, 1, FUSED>(KLAB_CE_ROW_PASS, blockIdx.x, 0, target, ignore_index, weight, eps,
+  ce_row<T, 1>(KLAB_CE_ROW_PASS, blockIdx.x, 0, target, ignore_index, weight, eps,
                       bad_first, bad_flag);
 }
 
-template <typename T, int CL, bool FUSED>
+template <typename T, int CL>
 __global__ void KLAB_CLUSTER_DIMS(CL) __launch_bounds__(1024)
     cross_entropy_row_cluster(KLAB_CE_ROW_ARGS) {
-  ce_row<T, CL, FUSED>(KLAB_CE_ROW_PASS, blockIdx.x / CL, klab::cluster_rank(), target,
+  ce_row<T, CL>(KLAB_CE_ROW_PASS, blockIdx.x / CL, klab::cluster_rank(), target,
                        ignore_index, weight, eps, bad_first, bad_flag);
 }
 

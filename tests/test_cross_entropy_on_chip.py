@@ -36,25 +36,27 @@ def test_row_windows_count_the_worst_phase_only_off_16_bytes():
     assert cv.row_windows(x[:, 1:32001]) == 4001  # rows start 2 bytes past 16
 
 
-def test_the_forward_takes_the_row_on_chip_in_place_and_for_long_rows():
+def test_the_in_place_forward_takes_the_row_on_chip_where_it_fits():
     bf16, f64 = torch.bfloat16, torch.float64
-    assert cv.forward_pick(32000, bf16, 4000, True, True) == (
-        "cross_entropy_row<__nv_bfloat16, true>", 1, 512)
-    assert cv.forward_pick(32000, bf16, 4000, True, False) == (
-        "cross_entropy_fwd<__nv_bfloat16, false>", 1, 128)
+    assert cv.forward_pick(32000, bf16, 4000, True, True) == ("cross_entropy_row<__nv_bfloat16>",
+                                                              1, 512)
+    assert cv.forward_pick(262144, bf16, 32768, True, True) == (
+        "cross_entropy_row_cluster<__nv_bfloat16, 8>", 8, 512)
     assert cv.forward_pick(262144, bf16, 32768, True, False) == (
-        "cross_entropy_row_cluster<__nv_bfloat16, 8, false>", 8, 512)
-    # no clusters (before sm_90), or float64: a block a row
+        "cross_entropy_fwd<__nv_bfloat16, false>", 1, 128)  # the plain forward: a block a row
+    # no clusters (before sm_90), rows past 8 CTAs, or float64: a block a row
     assert cv.forward_pick(262144, bf16, 32768, False, True)[0] == \
+        "cross_entropy_fwd<__nv_bfloat16, true>"
+    assert cv.forward_pick(1 << 20, bf16, 1 << 17, True, True)[0] == \
         "cross_entropy_fwd<__nv_bfloat16, true>"
     assert cv.forward_pick(262144, f64, 131072, True, True)[0] == "cross_entropy_fwd<double, true>"
 
 
 def test_no_cluster_row_kernel_launchable_before_sm90():
     old = cv._launchable_forward(ARCHS["sm_80"])
-    assert "cross_entropy_row<__nv_bfloat16, true>" in old
+    assert "cross_entropy_row<__nv_bfloat16>" in old
     assert not [e for e in old if "_cluster" in e]
-    assert "cross_entropy_row_cluster<float, 8, true>" in cv._launchable_forward(ARCHS["sm_90"])
+    assert "cross_entropy_row_cluster<float, 8>" in cv._launchable_forward(ARCHS["sm_90"])
     assert set(cv._launchable_forward(ARCHS["sm_90"])) == set(cv.FORWARD.name_expressions)
 
 
@@ -67,7 +69,8 @@ def _inplace(x, t, w, eps, reduction, g, on_chip, monkeypatch):
     buf = torch.full((m * (n + pad) + 16,), 7.0, device="cuda", dtype=x.dtype)
     logits = buf[1:1 + m * (n + pad)].view(m, n + pad)[:, :n]  # off 16 bytes, strided rows
     logits.copy_(x)
-    assert (cv._on_chip(logits, logits.device.index) is not None) == (on_chip and n <= 200000)
+    expr = cv.forward_pick(n, x.dtype, cv.row_windows(logits), True, True)[0]
+    assert expr.startswith("cross_entropy_row") == on_chip, expr
     leaf = logits.detach().requires_grad_()
     view = leaf * 1
     loss = kernel_lab.cross_entropy(view, t, w, reduction=reduction, label_smoothing=eps,

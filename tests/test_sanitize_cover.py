@@ -26,8 +26,8 @@ CUDA = [v.name for v in kernel_lab.variants() if v.backend == "cuda"]
 # Kinds a variant's source declares that only the drop-in's in-place mode launches
 # (kernel_lab.cross_entropy(..., inplace_backward=True)): no registered variant, so no
 # `check --sanitize` run, reaches them. test_in_place_kinds_are_launched_by_the_in_place_mode.
-IN_PLACE_ONLY = {"cuda_cross_entropy": {"cross_entropy_fwd<true>", "cross_entropy_row<true>",
-                                        "cross_entropy_row_cluster<true>"},
+IN_PLACE_ONLY = {"cuda_cross_entropy": {"cross_entropy_fwd<true>", "cross_entropy_row",
+                                        "cross_entropy_row_cluster"},
                  "cuda_cross_entropy_backward": {"cross_entropy_scale"}}
 
 
