@@ -12,6 +12,7 @@ import torch
 import kernel_lab
 from kernel_lab.cuda import jit
 from kernel_lab.cuda import sources as cuda_common
+from kernel_lab.cuda.archs import ARCHS
 from kernel_lab.cuda.rowkernels import reachable
 from kernel_lab.cuda.sources import ALL_DTYPES, ctype
 
@@ -76,8 +77,10 @@ def test_a_sources_own_launchable_wins(tmp_path):
     cu = tmp_path / "mine.cu"
     cu.write_text("template <int K> __global__ void k() {}\n")
     exprs = ("k<1>", "k<2>", "k<3>")
-    mine = cuda_common.CudaSource(cu, exprs, launchable=lambda: ["k<3>", "k<1>"])
+    mine = cuda_common.CudaSource(cu, exprs, launchable=lambda arch: ["k<3>", "k<1>"]
+                                  if arch.cluster else ["k<1>"])  # asked per arch
     assert reachable.launchable(mine) == ["k<1>", "k<3>"]
+    assert reachable.launchable(mine, ARCHS["sm_80"]) == ["k<1>"]
     assert reachable.launchable(cuda_common.CudaSource(cu, exprs)) == list(exprs)  # any file
     # a kernel name that merely starts like a lab family's keeps every instantiation
     fast = tmp_path / "fast.cu"

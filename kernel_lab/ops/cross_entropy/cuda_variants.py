@@ -172,9 +172,12 @@ def forward(logits, target, weight, ignore_index: int, reduction: str, eps: floa
     flags = deferred.flags_or_none(logits.device)
     if flags is None:  # a capture before any eager call: a replay would never flag
         refuse_replay()
-    arch = archs.assumed_arch() or archs.device_arch(dev)
-    expr, ctas, threads = forward_pick(n, logits.dtype, row_windows(logits), arch.cluster,
-                                       in_place)
+    if in_place:
+        cluster = (archs.assumed_arch() or archs.device_arch(dev)).cluster
+        expr, ctas, threads = forward_pick(n, logits.dtype, row_windows(logits), cluster, True)
+    else:
+        expr, ctas, threads = f"cross_entropy_fwd<{ctype(logits.dtype)}, false>", 1, \
+            forward_threads(n, logits.dtype)
     _launch(FORWARD, expr, (m * ctas,), threads,
             (_ptr(loss_none), _ptr(loss_rows), lse.data_ptr(), wt.data_ptr(),
              logits.data_ptr() if in_place else 0,
