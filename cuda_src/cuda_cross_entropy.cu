@@ -21,6 +21,7 @@
 //   its registers (two exps an element: the sum's and the gradient's). Smoothing's sums re-read
 //   the row (from L2: unpacked twice, the registers spilled). Rank 0's thread 0 reads x_t before
 //   the merge's barriers (no dx is written before them) and writes the row's loss, lse and w_t.
+//   (wave_rows, wave_ns): the first wave in phases (stagger_first_wave), or (0, 0).
 //   Launch: grid M * CL CTAs of 64-1024 threads (row_shape in cuda_variants.py), 64 registers a
 //   thread (two CTAs of 512 an SM; fp32 and the 2-byte clusters spill 8-24 B: scalars stored and
 //   loaded once a row). Static shared memory only. Bytes: M * C * sizeof(T) read + the same
@@ -149,10 +150,12 @@ __device__ __forceinline__ void ce_row(T* loss_none, Acc<T>* loss_rows, klab::ce
                                        int n, long long stride, int vec, long long r,
                                        unsigned rank, const long long* target,
                                        long long ignore_index, const T* weight, double eps,
-                                       long long* bad_first, int* bad_flag) {
+                                       long long* bad_first, int* bad_flag, long long wave_rows,
+                                       long long wave_ns) {
   using A = Acc<T>;
   using klab::Vec;
   constexpr int W = Vec<T>::N, K = kRowVectors;
+  klab::rowk::stagger_first_wave(r, wave_rows, wave_ns);
   __shared__ klab::MaxSum<A> red[32];
   __shared__ klab::ce::Sums<A> red_sums[32];
   __shared__ A part[4];
@@ -235,21 +238,21 @@ __device__ __forceinline__ void ce_row(T* loss_none, Acc<T>* loss_rows, klab::ce
   T *loss_none, Acc<T>*loss_rows, klab::ce::Lse<T>*lse_out, Acc<T>*wt_out, T*dx,                \
       const Acc<T>*coefs, const T*x, long long rows, int n, long long stride, int vec,          \
       const long long*target, long long ignore_index, const T*weight, double eps,               \
-      long long*bad_first, int*bad_flag
+      long long*bad_first, int*bad_flag, long long wave_rows, long long wave_ns
 #define KLAB_CE_ROW_PASS                                                                        \
   loss_none, loss_rows, lse_out, wt_out, dx, coefs, x, n, stride, vec
 
 template <typename T>
 __global__ void __launch_bounds__(1024) cross_entropy_row(KLAB_CE_ROW_ARGS) {
-  ce_row<T, 1>(KLAB_CE_ROW_PASS, blockIdx.x, 0, target, ignore_index, weight, eps,
-                      bad_first, bad_flag);
+  ce_row<T, 1>(KLAB_CE_ROW_PASS, blockIdx.x, 0, target, ignore_index, weight, eps, bad_first,
+               bad_flag, wave_rows, wave_ns);
 }
 
 template <typename T, int CL>
 __global__ void KLAB_CLUSTER_DIMS(CL) __launch_bounds__(1024)
     cross_entropy_row_cluster(KLAB_CE_ROW_ARGS) {
-  ce_row<T, CL>(KLAB_CE_ROW_PASS, blockIdx.x / CL, klab::cluster_rank(), target,
-                       ignore_index, weight, eps, bad_first, bad_flag);
+  ce_row<T, CL>(KLAB_CE_ROW_PASS, blockIdx.x / CL, klab::cluster_rank(), target, ignore_index,
+                weight, eps, bad_first, bad_flag, wave_rows, wave_ns);
 }
 
 // The reduced loss: sum of the rows' losses, divided by sum(w_t) when mean (0 / 0 = NaN when

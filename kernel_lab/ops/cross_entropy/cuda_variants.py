@@ -22,8 +22,9 @@ import torch
 
 from kernel_lab.base.inputs import acc_dtype
 from kernel_lab.core.registry import register
-from kernel_lab.cuda import archs, deferred
+from kernel_lab.cuda import archs, deferred, occupancy
 from kernel_lab.cuda.interop import fresh, launch, refuse_replay
+from kernel_lab.cuda.rowkernels.launch import STAGGER_MIN_ROW_BYTES
 from kernel_lab.cuda.sources import ALL_DTYPES, cdiv, ctype, cuda_source, device_index, next_pow2
 from kernel_lab.ops.cross_entropy.op import check_call, check_kwargs, lse_dtype
 
@@ -55,6 +56,7 @@ BACKWARD = cuda_source("cuda_cross_entropy_backward.cu",
                        [f"cross_entropy_{k}<{t}>" for k in ("bwd", "coefs", "scale")
                         for t in _T])
 FWD_SIG = "QQQQQQQqi4xqi4xQqQdQQ"
+ROW_SIG = FWD_SIG + "qq"  # cross_entropy_row: + the first wave's (rows, ns)
 SCALE_SIG = "Qqi4xqQ"
 SCALE_BLOCKS = 1024  # x 256 threads: the grid-stride loop of the in-place mode's g != 1
 BWD_SIG = "QQqi4xqi4xi4xQQQQ"
@@ -63,6 +65,7 @@ REDUCE_SIG = "QQQqi4x"
 BWD_THREADS, BWD_WINDOWS_PER_THREAD = 256, 8
 ON_CHIP_IN_PLACE = True  # the in-place mode's rows on chip where they fit (False: the L2 re-read)
 ROW_MAX_THREADS = 512  # cross_entropy_row's CTAs: up to this many threads while 8 CTAs a row do
+ROW_STAGGER = True  # cross_entropy_row's first wave in phases (rows of >= 8 KB; row_common.cuh)
 
 
 
@@ -178,12 +181,17 @@ def forward(logits, target, weight, ignore_index: int, reduction: str, eps: floa
     else:
         expr, ctas, threads = f"cross_entropy_fwd<{ctype(logits.dtype)}, false>", 1, \
             forward_threads(n, logits.dtype)
-    _launch(FORWARD, expr, (m * ctas,), threads,
-            (_ptr(loss_none), _ptr(loss_rows), lse.data_ptr(), wt.data_ptr(),
-             logits.data_ptr() if in_place else 0,
-             _ptr(coefs), logits.data_ptr(), m, n, logits.stride(0), 1, target.data_ptr(),
-             ignore_index, _ptr(weight), eps, flags.first_ptr if flags else 0,
-             flags.raised_ptr if flags else 0), FWD_SIG, dev)
+    args = (_ptr(loss_none), _ptr(loss_rows), lse.data_ptr(), wt.data_ptr(),
+            logits.data_ptr() if in_place else 0, _ptr(coefs), logits.data_ptr(), m, n,
+            logits.stride(0), 1, target.data_ptr(), ignore_index, _ptr(weight), eps,
+            flags.first_ptr if flags else 0, flags.raised_ptr if flags else 0)
+    if expr.startswith("cross_entropy_row"):
+        row_bytes = n * logits.element_size()
+        wave = occupancy.first_wave(FORWARD, expr, threads, ctas, 0, m, row_bytes, dev) \
+            if ROW_STAGGER and row_bytes >= STAGGER_MIN_ROW_BYTES else (0, 0)
+        _launch(FORWARD, expr, (m * ctas,), threads, args + wave, ROW_SIG, dev)
+    else:
+        _launch(FORWARD, expr, (m * ctas,), threads, args, FWD_SIG, dev)
     if none:
         return loss_none, lse
     loss = fresh(logits.new_empty(()))
