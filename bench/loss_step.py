@@ -167,11 +167,11 @@ def main(argv: list[str] | None = None) -> None:
             got = {name: stats(us) for name, us in interleaved(timers, args.rounds).items()}
             bounds = {name: bound_us(2 if modes[name][1] else 3, one_pass, copy) for name in got}
             ref = got.get("torch", {}).get("median")
-            cells = "  ".join(
+            line = "  ".join(
                 f"{k} {v['median']:6.0f} us ({v['min']:.0f}, {v['spread']:.0%}) "
                 f"x{v['median'] / bounds[k]:.2f}" + (f" x{ref / v['median']:.2f}" if ref else "")
                 for k, v in got.items())
-            print(f"{str(dtype)[6:]:8s} {m:5d} x {n:6d}  {cells}", flush=True)
+            print(f"{str(dtype)[6:]:8s} {m:5d} x {n:6d}  {line}", flush=True)
             rows.append({"dtype": str(dtype)[6:], "m": m, "n": n, "gpu": gpu, "copy_gbps": copy,
                          "measured_utc": stamp, "rounds": args.rounds, "peers": list(peers),
                          "us": {k: v["median"] for k, v in got.items()},

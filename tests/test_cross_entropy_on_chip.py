@@ -13,8 +13,11 @@ from kernel_lab.cuda.archs import ARCHS
 from kernel_lab.ops.cross_entropy import cuda_variants as cv
 
 
-def test_row_shape_holds_the_row_in_the_fewest_ctas():
+def test_row_shape_holds_the_row_in_one_cta_else_the_fewest_clustered():
     assert cv.row_shape(4000) == (512, 1)  # bf16 32000: one CTA of 512, two an SM
+    assert cv.row_shape(6283) == (800, 1)  # bf16 50257 off 16 bytes: one CTA, not 2 x 416
+    assert cv.row_shape(8192) == (1024, 1)  # bf16 65536
+    assert cv.row_shape(8193) == (288, 4)  # past one CTA: clusters of <= 512 threads
     assert cv.row_shape(16032) == (512, 4)  # bf16 128256
     assert cv.row_shape(32768) == (512, 8)  # bf16 262144 on 16 bytes
     assert cv.row_shape(32769) == (544, 8)  # ... off 16 bytes: one window more
@@ -40,6 +43,8 @@ def test_the_in_place_forward_takes_the_row_on_chip_where_it_fits():
     bf16, f64 = torch.bfloat16, torch.float64
     assert cv.forward_pick(32000, bf16, 4000, True, True) == ("cross_entropy_row<__nv_bfloat16>",
                                                               1, 512)
+    assert cv.forward_pick(65536, bf16, 8193, True, True) == (
+        "cross_entropy_row_cluster<__nv_bfloat16, 4>", 4, 288)
     assert cv.forward_pick(262144, bf16, 32768, True, True) == (
         "cross_entropy_row_cluster<__nv_bfloat16, 8>", 8, 512)
     assert cv.forward_pick(262144, bf16, 32768, True, False) == (
