@@ -1,18 +1,19 @@
-// cuda_cross_entropy: loss and lse of rows of C classes in one read of the logits; fused, the
-// gradient too, in the same block, from L2 (the formulas: cross_entropy_common.cuh).
+// cuda_cross_entropy: loss and lse of rows of C classes in one read of the logits; fused (the
+// in-place mode), the gradient too: from registers where the row fits on chip
+// (cross_entropy_row), else from L2 (the formulas: cross_entropy_common.cuh).
 //
 // cross_entropy_fwd<T, FUSED>: block b owns row b. Thread t reads the row's aligned 16-byte
 //   windows t, t + blockDim.x, ... four at a time, the next four in flight while it folds the
 //   current ones into its online (max, sum) (packed max for 2-byte types, one rescale per four
-//   windows, ExpShifted); with smoothing also sum(w x) and sum(w). One block merge (static shared memory:
-//   32 pairs), then thread 0 writes the row's loss, lse (Lse<T>: max + log(sum) unrounded for
+//   windows, ExpShifted); with smoothing also sum(w x) and sum(w). One block merge (static
+//   shared memory: 32 pairs), then thread 0 writes the row's loss, lse (Lse<T>: max + log(sum) unrounded for
 //   fp32) and w_t (a bad target: NaN, and the row flagged, flag_bad). FUSED: a second pass over
 //   the same windows, last first (the ones read last are the likeliest still in L2), writes dx =
 //   the gradient for the coefficients of cross_entropy_coefs (launched first,
 //   cuda_cross_entropy_backward.cu); dx may be the logits themselves (each thread reads a
 //   window before it writes it; x_t is read before the merge).
-//   Launch: grid M blocks of 32-256 threads (forward_threads), 3 blocks an SM (<= 85 registers). Bytes: M * C * sizeof(T) read
-//   (fused: + the same written, and re-read from L2 when the rows in flight fit it).
+//   Launch: grid M blocks of 32-128 threads (forward_threads), <= 85 registers. Bytes: M * C *
+//   sizeof(T) read (fused: + the same written, and re-read from L2 when the rows in flight fit).
 // cross_entropy_row<T> (block) / cross_entropy_row_cluster<T, CL> (CL CTAs a row, sm_90): the
 //   in-place mode in two passes, the row held on chip: read the logits once, write dx over them
 //   once. CTA rank c of row r's cluster, thread t holds windows k * CL * blockDim.x +

@@ -66,10 +66,8 @@ COEFS_SIG = "QQqi4xqQdQi4xi4x"
 REDUCE_SIG = "QQQqi4x"
 BWD_THREADS, BWD_WINDOWS_PER_THREAD = 256, 8
 ON_CHIP_IN_PLACE = True  # the in-place mode's rows on chip where they fit (False: the L2 re-read)
-ROW_MAX_THREADS = 512  # cross_entropy_row's CTAs: up to this many threads while 8 CTAs a row do
+ROW_MAX_THREADS = 512  # cross_entropy_row's clustered CTAs: at most this many while 8 a row do
 ROW_STAGGER = True  # cross_entropy_row's first wave in phases (rows of >= 8 KB; row_common.cuh)
-
-
 
 
 def _windows(n: int, dtype: torch.dtype) -> int:
@@ -89,9 +87,9 @@ def forward_threads(n: int, dtype: torch.dtype) -> int:
 def row_shape(windows: int, cluster: bool = True, max_threads: int = 512) -> tuple[int, int] | None:
     """(threads, CTAs a row) of ``cross_entropy_row`` holding rows of ``windows`` 16-byte
     windows on chip, 8 vectors a thread: one CTA of up to 1024 threads where it holds them (H100,
-    in-place step: 8-9 % faster than two CTAs of half its size), else the fewest CTAs (2, 4, 8; none
-    without clusters) of <= max_threads threads (two CTAs an SM: up to 15 % faster than 1024),
-    else of up to 1024; None when 8 such CTAs do not hold them."""
+    in-place step: 8-9 % faster than two CTAs of half its size), else the fewest CTAs (4, 8;
+    none without clusters) of <= max_threads threads (two CTAs an SM: 5-17 % faster than half
+    as many CTAs of 1024), else of up to 1024; None when 8 such CTAs do not hold them."""
     one = max(64, cdiv(cdiv(windows, ROW_VECTORS), 32) * 32)
     if one <= 1024:
         return one, 1
