@@ -12,6 +12,8 @@ import kernel_lab
 from kernel_lab.cuda.archs import ARCHS
 from kernel_lab.ops.cross_entropy import cuda_variants as cv
 
+GPU_N = [700, 32000, 50257, 100000, 151936, 262140]  # row lengths of the GPU test
+
 
 def test_row_shape_holds_the_row_in_one_cta_else_the_fewest_clustered():
     assert cv.row_shape(4000) == (512, 1)  # bf16 32000: one CTA of 512, two an SM
@@ -31,6 +33,15 @@ def test_row_shape_holds_the_row_in_one_cta_else_the_fewest_clustered():
             threads, cl = shape
             assert threads * cl * cv.ROW_VECTORS >= w and threads % 32 == 0
             assert 64 <= threads <= 1024 and cl in cv.ROW_CLUSTERS
+
+
+def test_the_gpu_cases_reach_every_shape_kind():
+    """The GPU test's rows (off 16 bytes) launch one CTA of 64 to 1024 threads and clusters of
+    4 and 8 with 320 to 1024 threads."""
+    shapes = {dt: [cv.row_shape(cv._windows(n, dt)) for n in GPU_N]
+              for dt in (torch.bfloat16, torch.float32)}
+    assert shapes[torch.bfloat16] == [(64, 1), (512, 1), (800, 1), (416, 4), (320, 8), (544, 8)]
+    assert shapes[torch.float32] == [(64, 1), (1024, 1), (416, 4), (416, 8), (608, 8), (1024, 8)]
 
 
 def test_row_windows_count_the_worst_phase_only_off_16_bytes():
@@ -88,7 +99,7 @@ def _inplace(x, t, w, eps, reduction, g, on_chip, monkeypatch):
 @needs_cuda
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32],
                          ids=str)
-@pytest.mark.parametrize("n", [700, 32000, 50257, 100000, 151936])
+@pytest.mark.parametrize("n", GPU_N)
 @pytest.mark.parametrize("smooth", [False, True], ids=["plain", "smoothed-weighted"])
 def test_on_chip_matches_float64_and_the_l2_kernel(dtype, n, smooth, monkeypatch):
     m = 6
