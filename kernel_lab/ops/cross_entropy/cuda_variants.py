@@ -67,7 +67,6 @@ REDUCE_SIG = "QQQqi4x"
 BWD_THREADS, BWD_WINDOWS_PER_THREAD = 256, 8
 ON_CHIP_IN_PLACE = True  # the in-place mode's rows on chip where they fit (False: the L2 re-read)
 ROW_MAX_THREADS = 512  # cross_entropy_row's clustered CTAs: at most this many while 8 a row do
-ROW_STAGGER = True  # cross_entropy_row's first wave in phases (rows of >= 8 KB; row_common.cuh)
 
 
 def _windows(n: int, dtype: torch.dtype) -> int:
@@ -115,8 +114,8 @@ def forward_pick(n: int, dtype: torch.dtype, windows: int, cluster: bool,
     """(kernel, CTAs a row, threads) of the forward for rows of ``n`` spanning ``windows``: for
     the in-place mode the row on chip (cross_entropy_row, :func:`row_shape`: two passes) where
     it fits; else a block a row (cross_entropy_fwd; float64 always). The plain forward stays a
-    block a row: on chip it ran 2-8 % slower (H100, bf16 and fp32, 32000-262144 classes) but at
-    1024 x 262144 (3 % faster)."""
+    block a row: on chip it ran 3-11 % slower a step (H100, bf16 and fp32, 50257-262144
+    classes) but at 1024 x 262144 bf16 (3 % faster)."""
     t = ctype(dtype)
     if in_place and ON_CHIP_IN_PLACE and dtype != torch.float64:
         shape = row_shape(windows, cluster, ROW_MAX_THREADS)
@@ -179,12 +178,11 @@ def forward(logits, target, weight, ignore_index: int, reduction: str, eps: floa
     flags = deferred.flags_or_none(logits.device)
     if flags is None:  # a capture before any eager call: a replay would never flag
         refuse_replay()
+    cluster, windows = False, 0  # asked only in place: the plain forward is a block a row
     if in_place:
         cluster = (archs.assumed_arch() or archs.device_arch(dev)).cluster
-        expr, ctas, threads = forward_pick(n, logits.dtype, row_windows(logits), cluster, True)
-    else:
-        expr, ctas, threads = f"cross_entropy_fwd<{ctype(logits.dtype)}, false>", 1, \
-            forward_threads(n, logits.dtype)
+        windows = row_windows(logits)
+    expr, ctas, threads = forward_pick(n, logits.dtype, windows, cluster, in_place)
     args = (_ptr(loss_none), _ptr(loss_rows), lse.data_ptr(), wt.data_ptr(),
             logits.data_ptr() if in_place else 0, _ptr(coefs), logits.data_ptr(), m, n,
             logits.stride(0), 1, target.data_ptr(), ignore_index, _ptr(weight), eps,
@@ -192,7 +190,7 @@ def forward(logits, target, weight, ignore_index: int, reduction: str, eps: floa
     if expr.startswith("cross_entropy_row"):
         row_bytes = n * logits.element_size()
         wave = occupancy.first_wave(FORWARD, expr, threads, ctas, 0, m, row_bytes, dev) \
-            if ROW_STAGGER and row_bytes >= STAGGER_MIN_ROW_BYTES else (0, 0)
+            if row_bytes >= STAGGER_MIN_ROW_BYTES else (0, 0)
         _launch(FORWARD, expr, (m * ctas,), threads, args + wave, ROW_SIG, dev)
     else:
         _launch(FORWARD, expr, (m * ctas,), threads, args, FWD_SIG, dev)
