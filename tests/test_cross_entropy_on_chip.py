@@ -131,3 +131,41 @@ def test_on_chip_matches_float64_and_the_l2_kernel(dtype, n, smooth, monkeypatch
     torch.testing.assert_close(grad.double(), ref_x.grad, **gtol)
     torch.testing.assert_close(grad, grad_l2, **gtol)
     assert (grad[2] == 0).all()  # the ignored row
+
+
+def test_few_long_rows_take_fewer_threads_to_run_in_one_wave(monkeypatch):
+    """An H100's residency at 80 registers a thread (6 blocks of 128 an SM, 8 of 96, 12 of 64,
+    25 of 32): every row in the first wave where fewer threads make room, else 128."""
+    monkeypatch.setattr(cv.occupancy, "resident_groups", lambda src, expr, threads, cluster,
+                        smem, dev: 132 * min(32, 2048 // threads, 65536 // (80 * threads)))
+    picks = {m: cv.one_wave_threads(m, 262144, torch.bfloat16, "e", 0)
+             for m in (700, 792, 1024, 1584, 1766, 3300, 4096, 8388)}
+    assert picks == {700: 128, 792: 128, 1024: 96, 1584: 64, 1766: 32, 3300: 32, 4096: 128,
+                     8388: 128}
+    monkeypatch.setattr(cv, "FEW_ROWS_ONE_WAVE", False)
+    assert cv.one_wave_threads(1024, 262144, torch.bfloat16, "e", 0) == 128
+    assert cv.one_wave_threads(1024, 200, torch.bfloat16, "e", 0) == 32  # short rows: as before
+
+
+@needs_cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
+def test_few_row_threads_match_float64(dtype, monkeypatch):
+    """Just over one wave of 128-thread blocks (1,100 rows): the forward's fewer threads a row
+    give the loss and lse of 128 threads and of float64."""
+    from kernel_lab.core import plans
+
+    gen = torch.Generator().manual_seed(11)
+    x = (torch.randn(1100, 4096, generator=gen) * 3).to("cuda", dtype)
+    t = torch.randint(0, 4096, (1100,), generator=gen).cuda()
+    dev = x.device.index
+    expr = f"cross_entropy_fwd<{'__nv_bfloat16' if dtype == torch.bfloat16 else 'float'}, false>"
+    assert cv.one_wave_threads(1100, 4096, dtype, expr, dev) < 128  # the case is the few-row one
+    out = {}
+    for one_wave in (True, False):
+        monkeypatch.setattr(cv, "FEW_ROWS_ONE_WAVE", one_wave)
+        plans.clear()
+        out[one_wave] = kernel_lab.cross_entropy(x, t, reduction="none")
+    ref = F.cross_entropy(x.double(), t, reduction="none")
+    tol = dict(rtol=1e-2, atol=1e-2) if dtype == torch.bfloat16 else dict(rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(out[True].double(), ref, **tol)
+    torch.testing.assert_close(out[True], out[False], **tol)

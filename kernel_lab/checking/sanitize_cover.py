@@ -124,6 +124,8 @@ def simulated_launches() -> Iterator[list[str]]:
         cuda_common.device_index: lambda t: 0,
         occupancy.persistent_grid: persistent_grid,
         occupancy.first_wave: first_wave,
+        occupancy.resident_groups: lambda src, expr, threads, cluster, smem, dev: _h100_groups(
+            threads, cluster, smem),
         occupancy.allow_non_portable_cluster: lambda *a, **k: None,
         flag_words.flag_words: lambda count, device: (torch.empty(count, dtype=torch.int64,
                                                                   device="meta"), 1),

@@ -67,6 +67,7 @@ REDUCE_SIG = "QQQqi4x"
 BWD_THREADS, BWD_WINDOWS_PER_THREAD = 256, 8
 ON_CHIP_IN_PLACE = True  # the in-place mode's rows on chip where they fit (False: the L2 re-read)
 ROW_MAX_THREADS = 512  # cross_entropy_row's clustered CTAs: at most this many while 8 a row do
+FEW_ROWS_ONE_WAVE = True  # the plain forward's few long rows in one wave (one_wave_threads)
 
 
 def _windows(n: int, dtype: torch.dtype) -> int:
@@ -80,6 +81,21 @@ def forward_threads(n: int, dtype: torch.dtype) -> int:
     thread; H200, bf16 8388 x 32000: 3,619 GB/s against 3,530 with 256 and 3,555 with 64),
     fewer so that short rows give each thread >= 8 windows."""
     return min(128, max(32, next_pow2(cdiv(_windows(n, dtype), 8))))
+
+
+def one_wave_threads(m: int, n: int, dtype: torch.dtype, expr: str, dev: int) -> int:
+    """Threads of cross_entropy_fwd's block for m rows of n: :func:`forward_threads`, or fewer
+    (96, 64, 32) where that makes every row resident in the first wave. Few long rows otherwise
+    run a second, mostly idle wave: 1024 x 262144 bf16 is 1.29 waves of 792 resident 128-thread
+    blocks (80 registers: 6 an SM); with 96 threads 8 fit an SM (1,056 rows at once), the same
+    768 threads an SM."""
+    t = forward_threads(n, dtype)
+    if not FEW_ROWS_ONE_WAVE or m <= occupancy.resident_groups(FORWARD, expr, t, 1, 0, dev):
+        return t
+    for fewer in (96, 64, 32):
+        if fewer < t and m <= occupancy.resident_groups(FORWARD, expr, fewer, 1, 0, dev):
+            return fewer
+    return t
 
 
 @functools.lru_cache(maxsize=None)
@@ -183,6 +199,8 @@ def forward(logits, target, weight, ignore_index: int, reduction: str, eps: floa
         cluster = (archs.assumed_arch() or archs.device_arch(dev)).cluster
         windows = row_windows(logits)
     expr, ctas, threads = forward_pick(n, logits.dtype, windows, cluster, in_place)
+    if not in_place:  # a block a row: fewer threads where that puts every row in one wave
+        threads = one_wave_threads(m, n, logits.dtype, expr, dev)
     args = (_ptr(loss_none), _ptr(loss_rows), lse.data_ptr(), wt.data_ptr(),
             logits.data_ptr() if in_place else 0, _ptr(coefs), logits.data_ptr(), m, n,
             logits.stride(0), 1, target.data_ptr(), ignore_index, _ptr(weight), eps,
