@@ -66,7 +66,7 @@ BACKWARD = cuda_source("cuda_cross_entropy_backward.cu",
                         for t in _T])
 FWD_SIG = "QQQQQQQqi4xqi4xQqQdQQ"
 ROW_SIG = FWD_SIG + "qq"  # cross_entropy_row: + the first wave's (rows, ns)
-SLOTS_SIG = ROW_SIG + "i"  # cross_entropy_row_cluster_slots: + slots a thread
+SLOTS_SIG = ROW_SIG + "i4x"  # cross_entropy_row_cluster_slots: + slots a thread
 SCALE_SIG = "Qqi4xqQ"
 SCALE_BLOCKS = 1024  # x 256 threads: the grid-stride loop of the in-place mode's g != 1
 BWD_SIG = "QQqi4xqi4xi4xQQQQ"
