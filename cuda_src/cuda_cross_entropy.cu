@@ -31,6 +31,7 @@
 //   order: the reduced loss, deterministic. O(M).
 // Accumulates in fp32 (fp64 for double). Preconditions: C < 2^31; any row stride, alignment.
 #include "cross_entropy_common.cuh"
+#include "row_block_slots.cuh"
 #include "row_common.cuh"
 
 using klab::ce::Acc;
@@ -145,14 +146,16 @@ __device__ __forceinline__ void ce_cluster_merge(klab::MaxSum<A>& st, klab::ce::
   klab::cluster_arrive();
 }
 
-template <typename T, int CL>
+// SLOTS: the row's windows past the registers' in `slots` shared-memory slots a thread (the
+// softmax family's block_slots: line heads, cp.async copies first); rows = the tensor's rows.
+template <typename T, int CL, bool SLOTS = false>
 __device__ __forceinline__ void ce_row(T* loss_none, Acc<T>* loss_rows, klab::ce::Lse<T>* lse_out,
                                        Acc<T>* wt_out, T* dx, const Acc<T>* coefs, const T* x,
                                        int n, long long stride, int vec, long long r,
                                        unsigned rank, const long long* target,
                                        long long ignore_index, const T* weight, double eps,
                                        long long* bad_first, int* bad_flag, long long wave_rows,
-                                       long long wave_ns) {
+                                       long long wave_ns, long long rows = 0, int slots = 0) {
   using A = Acc<T>;
   using klab::Vec;
   constexpr int W = Vec<T>::N, K = kRowVectors;
@@ -160,26 +163,37 @@ __device__ __forceinline__ void ce_row(T* loss_none, Acc<T>* loss_rows, klab::ce
   __shared__ klab::MaxSum<A> red[32];
   __shared__ klab::ce::Sums<A> red_sums[32];
   __shared__ A part[4];
+  extern __shared__ __align__(128) uint4 row_slots[];  // SLOTS: slots * blockDim.x, on lines
   const T* row = x + r * stride;
   const long long t = target[r];
   const bool ignored = t == ignore_index;
   const bool bad = !ignored && (t < 0 || t >= n);
   const bool smooth = eps != 0.0;
   const bool writer = rank == 0 && threadIdx.x == 0;
-  const int h = klab::row_head(row, vec);
+  const int h = SLOTS ? klab::line_head(row) : klab::row_head(row, vec);
   const int nwin = (n + h + W - 1) / W;
   const int base = rank * blockDim.x + threadIdx.x, step = CL * blockDim.x;
+  const int first = K * step + base;  // SLOTS: this thread's slot j holds window first + j step
+  uint4* mine = row_slots + threadIdx.x;
+  auto slot = [&](int j) {
+    return klab::rowk::slot_window<T>(mine, j, false, first + j * step, n, h, nwin);
+  };
 
   A xt = A(0);
   if (writer && !ignored && !bad) xt = klab::to_acc(row[t]);  // before the merge's barriers
+  if constexpr (SLOTS)  // the slots' copies in flight first (the row's bytes only)
+    klab::rowk::copy_slots(klab::shared_addr(mine), row, first, step, slots, n,
+                           klab::row_followed(row, x + (rows - 1) * stride, n));
   Vec<T> v[K];
 #pragma unroll
   for (int k = 0; k < K; ++k) v[k] = klab::ce::window(row, k * step + base, n, h, vec);
-  klab::MaxSum<A> st = klab::rowk::row_maxsum(v);
+  klab::MaxSum<A> st;
+  if constexpr (SLOTS) st = klab::rowk::regs_then_slots_maxsum(v, slot, slots);
+  else st = klab::rowk::row_maxsum(v);
   klab::ce::Sums<A> sums = {A(0), A(0)};
   if (smooth) {  // re-read from L2, not from the registers (unpacked twice, they spilled)
 #pragma unroll 1
-    for (int k = 0; k < K; ++k) {
+    for (int k = 0; k < K + (SLOTS ? slots : 0); ++k) {
       const int w = k * step + base;
       const Vec<T> u = klab::ce::window(row, w, n, h, vec);
 #pragma unroll
@@ -231,6 +245,23 @@ __device__ __forceinline__ void ce_row(T* loss_none, Acc<T>* loss_rows, klab::ce
       });
       klab::store_window(out, w, n, h, vec, o);
     }
+    if constexpr (SLOTS) {
+#pragma unroll 4
+      for (int j = 0; j < slots; ++j) {
+        const int w = first + j * step;
+        if (w >= nwin) break;
+        const int e0 = w * W - h;
+        const Vec<T> u = slot(j);
+        const Vec<T> o = klab::vec_of<T>([&](int i) {
+          A z = u.get(i) - hi;
+          if constexpr (sizeof(T) != 2) z -= lo;
+          A d = ca * klab::exp_acc(z) - (e0 + i == tc ? cb : A(0));
+          if (cd != A(0)) d -= cd * klab::ce::weight_at(weight, e0 + i, n);
+          return d;
+        });
+        klab::store_window(out, w, n, h, 1, o);
+      }
+    }
   }
   if constexpr (CL > 1) klab::cluster_wait();  // peers are done with our `part`
 }
@@ -247,6 +278,14 @@ template <typename T>
 __global__ void __launch_bounds__(1024) cross_entropy_row(KLAB_CE_ROW_ARGS) {
   ce_row<T, 1>(KLAB_CE_ROW_PASS, blockIdx.x, 0, target, ignore_index, weight, eps, bad_first,
                bad_flag, wave_rows, wave_ns);
+}
+
+template <typename T, int CL>
+__global__ void KLAB_CLUSTER_DIMS(CL) __launch_bounds__(512, 2)
+    cross_entropy_row_cluster_slots(KLAB_CE_ROW_ARGS, int slots) {
+  ce_row<T, CL, true>(KLAB_CE_ROW_PASS, blockIdx.x / CL, klab::cluster_rank(), target,
+                      ignore_index, weight, eps, bad_first, bad_flag, wave_rows, wave_ns, rows,
+                      slots);
 }
 
 template <typename T, int CL>

@@ -36,12 +36,16 @@ def test_row_shape_holds_the_row_in_one_cta_else_the_fewest_clustered():
 
 
 def test_the_gpu_cases_reach_every_shape_kind():
-    """The GPU test's rows (off 16 bytes) launch one CTA of 64 to 1024 threads and clusters of
-    4 and 8 with 320 to 1024 threads."""
+    """The GPU test's rows (off 16 bytes) launch one CTA of 64 to 1024 threads, register
+    clusters of 4 and 8 with 320 to 1024 threads, and slot clusters of 2, 4 and 8."""
     shapes = {dt: [cv.row_shape(cv._windows(n, dt)) for n in GPU_N]
               for dt in (torch.bfloat16, torch.float32)}
     assert shapes[torch.bfloat16] == [(64, 1), (512, 1), (800, 1), (416, 4), (320, 8), (544, 8)]
     assert shapes[torch.float32] == [(64, 1), (1024, 1), (416, 4), (416, 8), (608, 8), (1024, 8)]
+    lines = {dt: [cv.slots_shape(-(-(n + 128 // dt.itemsize - 1) // (16 // dt.itemsize)))
+                  for n in GPU_N[3:]] for dt in (torch.bfloat16, torch.float32)}
+    assert lines[torch.bfloat16] == [(2, 5), (2, 11), (4, 9)]
+    assert lines[torch.float32] == [(4, 5), (4, 11), (8, 9)]
 
 
 def test_row_windows_count_the_worst_phase_only_off_16_bytes():
@@ -50,22 +54,42 @@ def test_row_windows_count_the_worst_phase_only_off_16_bytes():
     assert cv.row_windows(x[:, 1:32001]) == 4001  # rows start 2 bytes past 16
 
 
-def test_the_in_place_forward_takes_the_row_on_chip_where_it_fits():
-    bf16, f64 = torch.bfloat16, torch.float64
+def test_the_in_place_forward_takes_the_row_on_chip_where_it_fits(monkeypatch):
+    bf16, f32, f64 = torch.bfloat16, torch.float32, torch.float64
     assert cv.forward_pick(32000, bf16, 4000, True, True) == ("cross_entropy_row<__nv_bfloat16>",
-                                                              1, 512)
+                                                              1, 512, 0)
+    # past one CTA: registers and slots, the softmax family's block_slots shapes
+    assert cv.forward_pick(128256, bf16, 16032, True, True, 16032) == (
+        "cross_entropy_row_cluster_slots<__nv_bfloat16, 2>", 2, 512, 8)
+    assert cv.forward_pick(262144, bf16, 32768, True, True, 32768) == (
+        "cross_entropy_row_cluster_slots<__nv_bfloat16, 4>", 4, 512, 8)
+    assert cv.forward_pick(524288, bf16, 65536, True, True, 65536) == (
+        "cross_entropy_row_cluster_slots<__nv_bfloat16, 8>", 8, 512, 8)
+    assert cv.forward_pick(151936, f32, 37984, True, True, 37984) == (
+        "cross_entropy_row_cluster_slots<float, 4>", 4, 512, 11)
+    monkeypatch.setattr(cv, "ON_CHIP_SLOTS", False)  # registers only
     assert cv.forward_pick(65536, bf16, 8193, True, True) == (
-        "cross_entropy_row_cluster<__nv_bfloat16, 4>", 4, 288)
+        "cross_entropy_row_cluster<__nv_bfloat16, 4>", 4, 288, 0)
     assert cv.forward_pick(262144, bf16, 32768, True, True) == (
-        "cross_entropy_row_cluster<__nv_bfloat16, 8>", 8, 512)
+        "cross_entropy_row_cluster<__nv_bfloat16, 8>", 8, 512, 0)
     assert cv.forward_pick(262144, bf16, 32768, True, False) == (
-        "cross_entropy_fwd<__nv_bfloat16, false>", 1, 128)  # the plain forward: a block a row
+        "cross_entropy_fwd<__nv_bfloat16, false>", 1, 128, 0)  # the plain forward: a block a row
     # no clusters (before sm_90), rows past 8 CTAs, or float64: a block a row
     assert cv.forward_pick(262144, bf16, 32768, False, True)[0] == \
         "cross_entropy_fwd<__nv_bfloat16, true>"
     assert cv.forward_pick(1 << 20, bf16, 1 << 17, True, True)[0] == \
         "cross_entropy_fwd<__nv_bfloat16, true>"
     assert cv.forward_pick(262144, f64, 131072, True, True)[0] == "cross_entropy_fwd<double, true>"
+
+
+def test_slots_shape_and_line_windows():
+    assert cv.slots_shape(16032) == (2, 8) and cv.slots_shape(18992) == (2, 11)
+    assert cv.slots_shape(8192) is None  # a thread's registers hold its share
+    assert cv.slots_shape(8 * 512 * 20 + 1) is None  # 8 CTAs' slots do not
+    x = torch.empty(3, 262144 + 64, dtype=torch.bfloat16)
+    lined = x.data_ptr() % 128 == 0
+    assert cv.line_windows(x[:, :262144]) == (32768 if lined else 32776)
+    assert cv.line_windows(x[:, 1:262145]) == 32776  # rows 2 bytes past a line
 
 
 def test_no_cluster_row_kernel_launchable_before_sm90():
@@ -76,16 +100,19 @@ def test_no_cluster_row_kernel_launchable_before_sm90():
     assert set(cv._launchable_forward(ARCHS["sm_90"])) == set(cv.FORWARD.name_expressions)
 
 
-def _inplace(x, t, w, eps, reduction, g, on_chip, monkeypatch):
+def _inplace(x, t, w, eps, reduction, g, on_chip, monkeypatch, slots=True):
     """(loss, dlogits, the buffer around the logits) of the in-place mode with or without the
-    on-chip kernel; the logits sit inside a guarded buffer with `pad` columns between rows."""
+    on-chip kernel (with or without slots); the logits sit inside a guarded buffer with `pad`
+    columns between rows."""
     monkeypatch.setattr(cv, "ON_CHIP_IN_PLACE", on_chip)
+    monkeypatch.setattr(cv, "ON_CHIP_SLOTS", slots)
     m, n = x.shape
     pad = 3
     buf = torch.full((m * (n + pad) + 16,), 7.0, device="cuda", dtype=x.dtype)
     logits = buf[1:1 + m * (n + pad)].view(m, n + pad)[:, :n]  # off 16 bytes, strided rows
     logits.copy_(x)
-    expr = cv.forward_pick(n, x.dtype, cv.row_windows(logits), True, True)[0]
+    expr = cv.forward_pick(n, x.dtype, cv.row_windows(logits), True, True,
+                           cv.line_windows(logits))[0]
     assert expr.startswith("cross_entropy_row") == on_chip, expr
     leaf = logits.detach().requires_grad_()
     view = leaf * 1
@@ -101,7 +128,8 @@ def _inplace(x, t, w, eps, reduction, g, on_chip, monkeypatch):
                          ids=str)
 @pytest.mark.parametrize("n", GPU_N)
 @pytest.mark.parametrize("smooth", [False, True], ids=["plain", "smoothed-weighted"])
-def test_on_chip_matches_float64_and_the_l2_kernel(dtype, n, smooth, monkeypatch):
+@pytest.mark.parametrize("slots", [True, False], ids=["slots", "registers"])
+def test_on_chip_matches_float64_and_the_l2_kernel(dtype, n, smooth, slots, monkeypatch):
     m = 6
     gen = torch.Generator().manual_seed(n)
     x = (torch.randn(m, n, generator=gen) * 3).to("cuda", dtype)
@@ -112,7 +140,7 @@ def test_on_chip_matches_float64_and_the_l2_kernel(dtype, n, smooth, monkeypatch
     reduction = "mean" if smooth else "none"
     g = torch.tensor(1.0, device="cuda", dtype=dtype) if smooth else \
         (torch.rand(m, generator=gen) + 0.5).to("cuda", dtype)
-    loss, grad, buf = _inplace(x, t, w, eps, reduction, g, True, monkeypatch)
+    loss, grad, buf = _inplace(x, t, w, eps, reduction, g, True, monkeypatch, slots)
     guard = buf.clone().view(-1)
     guard[1:1 + m * (n + 3)].view(m, n + 3)[:, :n] = 7
     assert (guard == 7).all(), "written outside the logits"

@@ -100,7 +100,7 @@ def simulated_launches() -> Iterator[list[str]]:
     running; the device queries answer for an H100. Every kernel_lab module's reference to a
     replaced function is swapped for the stand-in and put back on exit: process-wide, so for
     tests and tools, never beside real launches on another thread."""
-    from kernel_lab.cuda import deferred, flag_words, interop, occupancy
+    from kernel_lab.cuda import deferred, flag_words, interop, jit, occupancy
     from kernel_lab.cuda import sources as cuda_common
 
     launched: list[str] = []
@@ -127,6 +127,7 @@ def simulated_launches() -> Iterator[list[str]]:
         occupancy.resident_groups: lambda src, expr, threads, cluster, smem, dev: _h100_groups(
             threads, cluster, smem),
         occupancy.allow_non_portable_cluster: lambda *a, **k: None,
+        jit.set_max_dynamic_shared: lambda fn, nbytes: None,
         flag_words.flag_words: lambda count, device: (torch.empty(count, dtype=torch.int64,
                                                                   device="meta"), 1),
         deferred.flags_or_none: lambda device: None,

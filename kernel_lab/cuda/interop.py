@@ -200,6 +200,9 @@ def slot_format(types: Iterable[type]) -> str:
 class _ArgPacker:
     def __init__(self, signature: str) -> None:
         self.struct = struct.Struct("<" + signature)
+        if self.struct.size % 8:  # a slot short: the kernel would read its last argument from
+            raise ValueError(f"kernel signature {signature!r} is {self.struct.size} bytes, "
+                             "not whole 8-byte slots (pad a 4-byte value: 'i4x', 'f4x')")
         slots = self.struct.size // 8
         self.values = ctypes.create_string_buffer(max(8, self.struct.size))
         base = ctypes.addressof(self.values)

@@ -22,7 +22,7 @@ import torch
 
 from kernel_lab.base.inputs import acc_dtype
 from kernel_lab.core.registry import register
-from kernel_lab.cuda import archs, deferred, occupancy
+from kernel_lab.cuda import archs, deferred, jit, occupancy
 from kernel_lab.cuda.interop import fresh, launch, refuse_replay
 from kernel_lab.cuda.rowkernels.launch import STAGGER_MIN_ROW_BYTES
 from kernel_lab.cuda.sources import ALL_DTYPES, cdiv, ctype, cuda_source, device_index, next_pow2
@@ -34,24 +34,31 @@ ROW_VECTORS = 8  # 16-byte windows a thread of cross_entropy_row holds (kRowVect
 # CTAs a row (more than one: sm_90's clusters); never 2: a row past one CTA of 1024 threads
 # takes 4 CTAs of <= 512 (two an SM: bf16 128256, 433 vs 2 x 1024's 455 us a step on an H100)
 ROW_CLUSTERS = (1, 4, 8)
+SLOT_CLUSTERS = (2, 4, 8)  # cross_entropy_row_cluster_slots: CTAs a row
+SLOT_THREADS, MAX_SLOTS = 512, 12  # its CTAs: two an SM, <= 96 KB of slots each
 
 
 def _row_expr(t: str, cl: int) -> str:
     return f"cross_entropy_row<{t}>" if cl == 1 else f"cross_entropy_row_cluster<{t}, {cl}>"
 
 
+def _slots_expr(t: str, cl: int) -> str:
+    return f"cross_entropy_row_cluster_slots<{t}, {cl}>"
+
+
 def _launchable_forward(arch=None) -> list[str]:
     """What the forward's launchers can pick on ``arch``: no cluster kernel before sm_90."""
-    clusters = ROW_CLUSTERS if arch is None or arch.cluster else (1,)
-    return [e for e in FORWARD.name_expressions if not e.startswith("cross_entropy_row")] + [
-        _row_expr(t, cl) for t in _ROW_T for cl in clusters]
+    if arch is None or arch.cluster:
+        return list(FORWARD.name_expressions)
+    return [e for e in FORWARD.name_expressions if "_cluster" not in e]
 
 
 FORWARD = cuda_source(
     "cuda_cross_entropy.cu",
     [f"cross_entropy_fwd<{t}, {f}>" for t in _T for f in ("false", "true")]
     + [f"cross_entropy_reduce<{t}>" for t in _T]
-    + [_row_expr(t, cl) for t in _ROW_T for cl in ROW_CLUSTERS],
+    + [_row_expr(t, cl) for t in _ROW_T for cl in ROW_CLUSTERS]
+    + [_slots_expr(t, cl) for t in _ROW_T for cl in SLOT_CLUSTERS],
     launchable=_launchable_forward,
 )
 BACKWARD = cuda_source("cuda_cross_entropy_backward.cu",
@@ -59,6 +66,7 @@ BACKWARD = cuda_source("cuda_cross_entropy_backward.cu",
                         for t in _T])
 FWD_SIG = "QQQQQQQqi4xqi4xQqQdQQ"
 ROW_SIG = FWD_SIG + "qq"  # cross_entropy_row: + the first wave's (rows, ns)
+SLOTS_SIG = ROW_SIG + "i4x"  # cross_entropy_row_cluster_slots: + slots a thread
 SCALE_SIG = "Qqi4xqQ"
 SCALE_BLOCKS = 1024  # x 256 threads: the grid-stride loop of the in-place mode's g != 1
 BWD_SIG = "QQqi4xqi4xi4xQQQQ"
@@ -68,6 +76,7 @@ BWD_THREADS, BWD_WINDOWS_PER_THREAD = 256, 8
 ON_CHIP_IN_PLACE = True  # the in-place mode's rows on chip where they fit (False: the L2 re-read)
 ROW_MAX_THREADS = 512  # cross_entropy_row's clustered CTAs: at most this many while 8 a row do
 FEW_ROWS_ONE_WAVE = True  # the plain forward's few long rows in one wave (one_wave_threads)
+ON_CHIP_SLOTS = True  # rows past one CTA: registers and shared-memory slots (slots_shape)
 
 
 def _windows(n: int, dtype: torch.dtype) -> int:
@@ -116,6 +125,31 @@ def row_shape(windows: int, cluster: bool = True, max_threads: int = 512) -> tup
     return None
 
 
+@functools.lru_cache(maxsize=None)
+def slots_shape(line_windows: int) -> tuple[int, int] | None:
+    """(CTAs a row, slots a thread) of ``cross_entropy_row_cluster_slots`` for rows of
+    ``line_windows`` windows counted from their first 128-byte line: SLOT_THREADS threads, 8
+    windows in registers and the rest in shared-memory slots, on the fewest CTAs (2, 4, 8)
+    whose slots stay within MAX_SLOTS; None when a thread's registers alone hold its share
+    (the register kinds) or 8 CTAs' slots do not."""
+    for cl in SLOT_CLUSTERS:
+        slots = cdiv(line_windows, cl * SLOT_THREADS) - ROW_VECTORS
+        if slots <= 0:
+            return None
+        if slots <= MAX_SLOTS:
+            return cl, slots
+    return None
+
+
+def line_windows(logits: torch.Tensor) -> int:
+    """The windows each row spans counted from its first 128-byte line (the slot kinds' line
+    heads): ceil(N / W) when every row starts on a line, else up to 128 bytes' worth more."""
+    m, n = logits.shape
+    es = logits.element_size()
+    lined = logits.data_ptr() % 128 == 0 and (m == 1 or logits.stride(0) * es % 128 == 0)
+    return cdiv(n, 16 // es) if lined else cdiv(n + 128 // es - 1, 16 // es)
+
+
 def row_windows(logits: torch.Tensor) -> int:
     """The 16-byte windows each row of ``logits`` spans: ceil(N / W) when every row starts on
     16 bytes, else one more for the worst phase."""
@@ -125,20 +159,27 @@ def row_windows(logits: torch.Tensor) -> int:
     return cdiv(n, 16 // es) if aligned else _windows(n, logits.dtype)
 
 
-def forward_pick(n: int, dtype: torch.dtype, windows: int, cluster: bool,
-                 in_place: bool) -> tuple[str, int, int]:
-    """(kernel, CTAs a row, threads) of the forward for rows of ``n`` spanning ``windows``: for
-    the in-place mode the row on chip (cross_entropy_row, :func:`row_shape`: two passes) where
-    it fits; else a block a row (cross_entropy_fwd; float64 always). The plain forward stays a
-    block a row: on chip it ran 3-11 % slower a step (H100, bf16 and fp32, 50257-262144
-    classes) but at 1024 x 262144 bf16 (3 % faster)."""
+def forward_pick(n: int, dtype: torch.dtype, windows: int, cluster: bool, in_place: bool,
+                 lines: int = 0) -> tuple[str, int, int, int]:
+    """(kernel, CTAs a row, threads, slots) of the forward for rows of ``n`` spanning
+    ``windows`` (``lines``: counted from their first 128-byte line): for the in-place mode the
+    row on chip (two passes) where it fits: one CTA's registers (cross_entropy_row,
+    :func:`row_shape`), else with clusters registers and shared-memory slots
+    (:func:`slots_shape`, ON_CHIP_SLOTS), else more CTAs' registers; else a block a row
+    (cross_entropy_fwd; float64 always). The plain forward stays a block a row: on chip it ran
+    3-11 % slower a step (H100, bf16 and fp32, 50257-262144 classes) but at 1024 x 262144 bf16
+    (3 % faster)."""
     t = ctype(dtype)
     if in_place and ON_CHIP_IN_PLACE and dtype != torch.float64:
         shape = row_shape(windows, cluster, ROW_MAX_THREADS)
+        if (shape is None or shape[1] > 1) and cluster and ON_CHIP_SLOTS:
+            slotted = slots_shape(lines or windows)
+            if slotted is not None:
+                return _slots_expr(t, slotted[0]), slotted[0], SLOT_THREADS, slotted[1]
         if shape is not None:
-            return _row_expr(t, shape[1]), shape[1], shape[0]
+            return _row_expr(t, shape[1]), shape[1], shape[0], 0
     return f"cross_entropy_fwd<{t}, {'true' if in_place else 'false'}>", 1, \
-        forward_threads(n, dtype)
+        forward_threads(n, dtype), 0
 
 
 def _launch(src, expr: str, grid, block: int, args: tuple, sig: str, dev: int) -> None:
@@ -194,11 +235,11 @@ def forward(logits, target, weight, ignore_index: int, reduction: str, eps: floa
     flags = deferred.flags_or_none(logits.device)
     if flags is None:  # a capture before any eager call: a replay would never flag
         refuse_replay()
-    cluster, windows = False, 0  # asked only in place: the plain forward is a block a row
+    cluster, windows, lines = False, 0, 0  # asked only in place: the plain forward is a block
     if in_place:
         cluster = (archs.assumed_arch() or archs.device_arch(dev)).cluster
-        windows = row_windows(logits)
-    expr, ctas, threads = forward_pick(n, logits.dtype, windows, cluster, in_place)
+        windows, lines = row_windows(logits), line_windows(logits)
+    expr, ctas, threads, slots = forward_pick(n, logits.dtype, windows, cluster, in_place, lines)
     if not in_place:  # a block a row: fewer threads where that puts every row in one wave
         threads = one_wave_threads(m, n, logits.dtype, expr, dev)
     args = (_ptr(loss_none), _ptr(loss_rows), lse.data_ptr(), wt.data_ptr(),
@@ -206,10 +247,16 @@ def forward(logits, target, weight, ignore_index: int, reduction: str, eps: floa
             logits.stride(0), 1, target.data_ptr(), ignore_index, _ptr(weight), eps,
             flags.first_ptr if flags else 0, flags.raised_ptr if flags else 0)
     if expr.startswith("cross_entropy_row"):
-        row_bytes = n * logits.element_size()
-        wave = occupancy.first_wave(FORWARD, expr, threads, ctas, 0, m, row_bytes, dev) \
+        row_bytes, smem = n * logits.element_size(), slots * threads * 16
+        wave = occupancy.first_wave(FORWARD, expr, threads, ctas, smem, m, row_bytes, dev) \
             if row_bytes >= STAGGER_MIN_ROW_BYTES else (0, 0)
-        _launch(FORWARD, expr, (m * ctas,), threads, args + wave, ROW_SIG, dev)
+        if slots:
+            fn = FORWARD.function(expr, dev)
+            jit.set_max_dynamic_shared(fn, smem)
+            launch(fn, (m * ctas,), (threads,), args + wave + (slots,), device_index=dev,
+                   signature=SLOTS_SIG, source=(FORWARD, expr), shared_mem=smem)
+        else:
+            _launch(FORWARD, expr, (m * ctas,), threads, args + wave, ROW_SIG, dev)
     else:
         _launch(FORWARD, expr, (m * ctas,), threads, args, FWD_SIG, dev)
     if none:
