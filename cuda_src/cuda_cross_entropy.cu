@@ -12,7 +12,8 @@
 //   the gradient for the coefficients of cross_entropy_coefs (launched first,
 //   cuda_cross_entropy_backward.cu); dx may be the logits themselves (each thread reads a
 //   window before it writes it; x_t is read before the merge).
-//   Launch: grid M blocks of 32-128 threads (forward_threads), <= 85 registers. Bytes: M * C *
+//   Launch: grid M blocks of 32-128 threads (forward_threads; fewer where that makes every row
+//   resident in one wave: one_wave_threads), <= 85 registers. Bytes: M * C *
 //   sizeof(T) read (fused: + the same written, and re-read from L2 when the rows in flight fit).
 // cross_entropy_row<T> (block) / cross_entropy_row_cluster<T, CL> (CL CTAs a row, sm_90): the
 //   in-place mode in two passes, the row held on chip: read the logits once, write dx over them
@@ -27,6 +28,12 @@
 //   thread (two CTAs of 512 an SM; fp32 and the 2-byte clusters spill 8-24 B: scalars stored and
 //   loaded once a row). Static shared memory only. Bytes: M * C * sizeof(T) read + the same
 //   written.
+// cross_entropy_row_cluster_slots<T, CL> (sm_90): rows past one CTA's registers, the same two
+//   passes with CL (2, 4, 8) CTAs of 512 threads: thread t holds 8 windows in registers and
+//   `slots` (<= 12) more in dynamic shared memory (the softmax family's block_slots: windows
+//   counted from the row's first 128-byte line, the slots' cp.async copies issued first, before
+//   the register loads). Launch: grid M * CL, slots * 512 * 16 B of shared memory a CTA, two
+//   CTAs an SM (slots_shape in cuda_variants.py). Bytes as cross_entropy_row.
 // cross_entropy_reduce<T>: one block sums the per-row losses (and w_t for "mean") in a fixed
 //   order: the reduced loss, deterministic. O(M).
 // Accumulates in fp32 (fp64 for double). Preconditions: C < 2^31; any row stride, alignment.
