@@ -25,6 +25,14 @@ def test_pack_args_round_trips_every_supported_type():
     assert got == [2**63 + 5, 7, -(2**40), -7, 2**32 - 1, 1.5, -2.25]
 
 
+def test_a_signature_short_of_whole_slots_is_refused():
+    """A 4-byte value last without its padding would leave the kernel's last argument pointer
+    out of the array (the launch then fails with CUDA_ERROR_INVALID_VALUE, or reads garbage)."""
+    with pytest.raises(ValueError, match="not whole 8-byte slots"):
+        interop.pack_args((1, 2), "Qi")
+    assert interop.pack_args((1, 2), "Qi4x")
+
+
 def test_pack_args_reuses_one_buffer_per_signature_and_overwrites_it():
     a = interop.pack_args((1, np.int32(2)))
     b = interop.pack_args((3, np.int32(4)))
