@@ -366,7 +366,10 @@ def test_gate_host_edit_runs_the_same_and_costs_more(monkeypatch):
     for _ in range(5):  # interleaved: a busy moment slows both
         times["fast"].append(per_call(lambda: fast.run("torch_eager", x, dim=-1)))
         times["slow"].append(per_call(lambda: slow.run("torch_eager", x, dim=-1)))
-    assert min(times["slow"]) > min(times["fast"]), times
+    # round by round: a busy moment inside one round (seen: a 1 ms stall of one fast call,
+    # against 0.3 ms of host work) moves one pair, not the median of the pairs' differences
+    gaps = sorted(s - f for f, s in zip(times["fast"], times["slow"]))
+    assert gaps[len(gaps) // 2] > 0, times
     target, run_cell = gate.HOST_TARGET, 'test_host[run("fast_softmax")]'
     assert gate.host_caught({"rc": 1, "target": target, "named": [target, run_cell]}) == (True, [])
     device = "test_variant[softmax-float32-1x128-online_softmax]"
