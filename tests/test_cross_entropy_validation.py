@@ -181,3 +181,27 @@ def test_cuda_graph_replay_flags_a_bad_target():
     assert torch.isnan(loss)
     with pytest.raises(kernel_lab.UnsupportedInputError, match=r"target\[3\] = -2"):
         kernel_lab.cross_entropy(x.detach(), good)
+
+
+@pytest.mark.parametrize("create", [False, True], ids=["second", "create_graph"])
+def test_the_in_place_mode_names_the_backward_it_cannot_run(create):
+    """A retained graph's second backward (its gradient already handed out over the logits) and
+    a double backward raise, saying which, instead of failing inside the scale."""
+    import types
+
+    from kernel_lab.ops.cross_entropy import api
+
+    ctx = types.SimpleNamespace(dx=torch.zeros(2, 3) if create else None, none=False,
+                                in_place=True)
+    with torch.set_grad_enabled(create), pytest.raises(
+            RuntimeError, match="double backward" if create else "second backward"):
+        api._Fused.backward(ctx, torch.ones(()))
+
+
+@needs_cuda
+def test_the_in_place_mode_refuses_a_retained_graphs_second_backward():
+    x = torch.randn(4, 100, device="cuda", requires_grad=True)
+    loss = kernel_lab.cross_entropy(x * 1, torch.arange(4, device="cuda"), inplace_backward=True)
+    loss.backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="second backward"):
+        loss.backward()

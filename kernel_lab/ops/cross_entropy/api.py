@@ -36,9 +36,12 @@ class _Fused(torch.autograd.Function):
     def backward(ctx, g):
         from kernel_lab.ops.cross_entropy.cuda_variants import scale
 
-        if torch.is_grad_enabled():
-            raise RuntimeError("kernel_lab.cross_entropy(inplace_backward=True) has no double "
-                               "backward (create_graph=True): call it without inplace_backward")
+        if torch.is_grad_enabled() or ctx.dx is None:  # (None: a retained graph's second)
+            raise RuntimeError(
+                "kernel_lab.cross_entropy(inplace_backward=True) has no "
+                + ("double backward (create_graph=True)" if torch.is_grad_enabled() else
+                   "second backward (its gradient overwrote the logits)")
+                + ": call it without inplace_backward")
         dx, ctx.dx = ctx.dx, None
         if ctx.none:
             dx.mul_(g.to(dx.dtype)[:, None])
