@@ -7,9 +7,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 from conftest import needs_cuda
+from test_plans_cross_entropy import stand_in  # noqa: F401 - the fixture
 
 import kernel_lab
-from kernel_lab.cuda.archs import ARCHS
+from kernel_lab.cuda.archs import ARCHS, as_if_on
 from kernel_lab.ops.cross_entropy import cuda_variants as cv
 
 GPU_N = [700, 32000, 50257, 100000, 151936, 262140]  # row lengths of the GPU test
@@ -197,3 +198,19 @@ def test_few_row_threads_match_float64(dtype, monkeypatch):
     tol = dict(rtol=1e-2, atol=1e-2) if dtype == torch.bfloat16 else dict(rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(out[True].double(), ref, **tol)
     torch.testing.assert_close(out[True], out[False], **tol)
+
+
+def test_a_slot_launch_carries_its_shared_memory_and_slots(stand_in, monkeypatch):  # noqa: F811
+    """The in-place forward of bf16 rows of 128256 on sm_90: 2 CTAs of 512 a row with 8 slots
+    (64 KB), the kernel's shared-memory limit raised first, the slots its last argument."""
+    raised = []
+    monkeypatch.setattr(cv.jit, "set_max_dynamic_shared", lambda fn, n: raised.append(n))
+    monkeypatch.setattr(cv, "_one", lambda device, dtype: torch.ones((), dtype=dtype))
+    x = torch.zeros(3, 128256 + 64, dtype=torch.bfloat16)
+    x = x[:, (-x.data_ptr() % 128) // 2:][:, :128256]  # rows on 128-byte lines
+    with as_if_on(ARCHS["sm_90"]):
+        cv.fused_forward(x, torch.zeros(3, dtype=torch.int64), None, -100, "mean", 0.0)
+    (row,) = [la for la in stand_in.launches if la.source[1].startswith("cross_entropy_row")]
+    assert row.source[1] == "cross_entropy_row_cluster_slots<__nv_bfloat16, 2>"
+    assert (row.grid, row.block, row.shared_mem) == ((6,), (512,), 8 * 512 * 16)
+    assert row.signature == cv.SLOTS_SIG and row.args[-1] == 8 and raised == [8 * 512 * 16]

@@ -36,10 +36,11 @@ class _Fused(torch.autograd.Function):
     def backward(ctx, g):
         from kernel_lab.ops.cross_entropy.cuda_variants import scale
 
-        if torch.is_grad_enabled() or ctx.dx is None:  # (None: a retained graph's second)
+        create = torch.is_grad_enabled()  # create_graph: a double backward
+        if create or ctx.dx is None:  # (None: a retained graph's second backward)
             raise RuntimeError(
                 "kernel_lab.cross_entropy(inplace_backward=True) has no "
-                + ("double backward (create_graph=True)" if torch.is_grad_enabled() else
+                + ("double backward (create_graph=True)" if create else
                    "second backward (its gradient overwrote the logits)")
                 + ": call it without inplace_backward")
         dx, ctx.dx = ctx.dx, None

@@ -141,22 +141,25 @@ def slots_shape(line_windows: int) -> tuple[int, int] | None:
     return None
 
 
+def _spanned(logits: torch.Tensor, align: int) -> int:
+    """The 16-byte windows each row spans counted from its first ``align``-byte boundary:
+    ceil(N / W) when every row starts on one, else for the worst phase."""
+    m, n = logits.shape
+    es = logits.element_size()
+    on = logits.data_ptr() % align == 0 and (m == 1 or logits.stride(0) * es % align == 0)
+    return cdiv(n, 16 // es) if on else cdiv(n + align // es - 1, 16 // es)
+
+
 def line_windows(logits: torch.Tensor) -> int:
     """The windows each row spans counted from its first 128-byte line (the slot kinds' line
     heads): ceil(N / W) when every row starts on a line, else up to 128 bytes' worth more."""
-    m, n = logits.shape
-    es = logits.element_size()
-    lined = logits.data_ptr() % 128 == 0 and (m == 1 or logits.stride(0) * es % 128 == 0)
-    return cdiv(n, 16 // es) if lined else cdiv(n + 128 // es - 1, 16 // es)
+    return _spanned(logits, 128)
 
 
 def row_windows(logits: torch.Tensor) -> int:
     """The 16-byte windows each row of ``logits`` spans: ceil(N / W) when every row starts on
     16 bytes, else one more for the worst phase."""
-    m, n = logits.shape
-    es = logits.element_size()
-    aligned = logits.data_ptr() % 16 == 0 and (m == 1 or logits.stride(0) * es % 16 == 0)
-    return cdiv(n, 16 // es) if aligned else _windows(n, logits.dtype)
+    return _spanned(logits, 16)
 
 
 def forward_pick(n: int, dtype: torch.dtype, windows: int, cluster: bool, in_place: bool,
@@ -182,9 +185,15 @@ def forward_pick(n: int, dtype: torch.dtype, windows: int, cluster: bool, in_pla
         forward_threads(n, dtype), 0
 
 
-def _launch(src, expr: str, grid, block: int, args: tuple, sig: str, dev: int) -> None:
-    launch(src.function(expr, dev), grid, (block,), args, device_index=dev, signature=sig,
-           source=(src, expr))
+def _launch(src, expr: str, grid, block: int, args: tuple, sig: str, dev: int,
+            shared_mem: int = 0) -> None:
+    """One launch; ``shared_mem`` bytes of dynamic shared memory, the kernel's limit raised
+    first (as :func:`kernel_lab.cuda.sources.launch_rows`)."""
+    fn = src.function(expr, dev)
+    if shared_mem:
+        jit.set_max_dynamic_shared(fn, shared_mem)
+    launch(fn, grid, (block,), args, device_index=dev, signature=sig, source=(src, expr),
+           shared_mem=shared_mem)
 
 
 def _ptr(t: torch.Tensor | None) -> int:
@@ -246,17 +255,12 @@ def forward(logits, target, weight, ignore_index: int, reduction: str, eps: floa
             logits.data_ptr() if in_place else 0, _ptr(coefs), logits.data_ptr(), m, n,
             logits.stride(0), 1, target.data_ptr(), ignore_index, _ptr(weight), eps,
             flags.first_ptr if flags else 0, flags.raised_ptr if flags else 0)
-    if expr.startswith("cross_entropy_row"):
+    if expr.startswith("cross_entropy_row"):  # + the first wave's phases (and the slots)
         row_bytes, smem = n * logits.element_size(), slots * threads * 16
         wave = occupancy.first_wave(FORWARD, expr, threads, ctas, smem, m, row_bytes, dev) \
             if row_bytes >= STAGGER_MIN_ROW_BYTES else (0, 0)
-        if slots:
-            fn = FORWARD.function(expr, dev)
-            jit.set_max_dynamic_shared(fn, smem)
-            launch(fn, (m * ctas,), (threads,), args + wave + (slots,), device_index=dev,
-                   signature=SLOTS_SIG, source=(FORWARD, expr), shared_mem=smem)
-        else:
-            _launch(FORWARD, expr, (m * ctas,), threads, args + wave, ROW_SIG, dev)
+        args, sig = ((*args, *wave, slots), SLOTS_SIG) if slots else ((*args, *wave), ROW_SIG)
+        _launch(FORWARD, expr, (m * ctas,), threads, args, sig, dev, smem)
     else:
         _launch(FORWARD, expr, (m * ctas,), threads, args, FWD_SIG, dev)
     if none:
@@ -352,7 +356,8 @@ def launch_shape(n: int, dtype: torch.dtype, arch=None) -> str:
     """What the forward launches for contiguous rows of n (``python -m kernel_lab picks``); the
     same on every arch (no clusters, static shared memory)."""
     return (f"cross_entropy_fwd<{ctype(dtype)}, false>: one block of "
-            f"{forward_threads(n, dtype)} threads a row, then cross_entropy_reduce (1 block)")
+            f"{forward_threads(n, dtype)} threads a row (fewer where that puts every row in one "
+            f"wave: one_wave_threads), then cross_entropy_reduce (1 block)")
 
 
 def backward_launch_shape(n: int, dtype: torch.dtype, arch=None) -> str:
