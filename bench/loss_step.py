@@ -18,12 +18,13 @@ flushed between calls) for
 Each mode is timed in ROUNDS rounds, the modes in turn within a round and the order reversed
 every other round, so neither a mode's place in the run nor the machine's drift favours one;
 a cell shows the median, the min and the spread ((max - min) / median) of its rounds. "x bound"
-is the median over the step's bound: the passes over the logits it must make (3 for a step that
-keeps the logits: the forward reads them, the backward reads them and writes dlogits; 2 for
-the in-place modes, whose forward writes dlogits over them), each at the device-to-device
-copy's GB/s measured in the same process. x torch is torch's median over the row's. ``--peers
-none`` leaves QuACK and Liger unimported (their import is said in the first line, whether it
-moves the lab's figure is then a second run's question). Needs a GPU.
+is the median over the step's bound: the passes over the logits it must make (3 for a step
+whose forward only reads them, the backward reading them and writing dlogits; 2 where the
+forward writes dlogits: over them in the in-place modes, beside them in the lab's default
+step), each at the device-to-device copy's GB/s measured in the same process. x torch is
+torch's median over the row's. ``--peers none`` leaves QuACK and Liger unimported (their
+import is said in the first line, whether it moves the lab's figure is then a second run's
+question). Needs a GPU.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ import kernel_lab  # noqa: E402
 from kernel_lab.checking.checker import parse_dtype  # noqa: E402
 from kernel_lab.measure.benchmarking import VOCAB_N, copy_bandwidth  # noqa: E402
 from kernel_lab.measure.rounds import interleaved, pick_modes, stats  # noqa: E402
+from kernel_lab.ops.cross_entropy.api import DEFAULT_FUSED  # noqa: E402
 
 
 def _peers() -> dict:
@@ -69,6 +71,13 @@ def _peers() -> dict:
 
 
 ROUNDS = 5
+
+
+def _passes(mode: str, in_place: bool) -> int:
+    """The passes over the logits a mode's step must make: 2 where the forward writes the
+    gradient (in place, or beside the logits: the lab's steps with ``api.DEFAULT_FUSED``), else
+    3 (the forward reads; the backward reads and writes)."""
+    return 2 if in_place or (mode.startswith("lab") and DEFAULT_FUSED) else 3
 
 
 def bound_us(passes: int, nbytes: int, copy_gbps: float) -> float:
@@ -153,7 +162,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{gpu}: loss forward + backward, M*N = 2^28; copy {copy:,.0f} GB/s; "
           f"{args.rounds} interleaved rounds a mode; peers imported: "
           f"{', '.join(peers) or 'none'}")
-    print("a cell: median us (min, spread) x bound (3 passes; in-place 2) x torch")
+    fused = ", and the lab's default steps" if DEFAULT_FUSED else ""
+    print(f"a cell: median us (min, spread) x bound (3 passes; in place{fused}: 2) x torch")
     rows = []
     for dtype in map(parse_dtype, args.dtype.split(",")):
         for m, n in cells or [((1 << 28) // n, n) for n in map(int, args.n.split(","))]:
@@ -165,7 +175,8 @@ def main(argv: list[str] | None = None) -> None:
                              step_ms(fn, x, t, inplace) * 1e3)
                       for name, (fn, inplace) in modes.items()}
             got = {name: stats(us) for name, us in interleaved(timers, args.rounds).items()}
-            bounds = {name: bound_us(2 if modes[name][1] else 3, one_pass, copy) for name in got}
+            bounds = {name: bound_us(_passes(name, modes[name][1]), one_pass, copy)
+                      for name in got}
             ref = got.get("torch", {}).get("median")
             line = "  ".join(
                 f"{k} {v['median']:6.0f} us ({v['min']:.0f}, {v['spread']:.0%}) "

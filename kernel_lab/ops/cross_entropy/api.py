@@ -19,37 +19,53 @@ VALIDATE = ("async", "sync")
 
 
 class _Fused(torch.autograd.Function):
-    """The memory-saving mode: the forward kernel writes the gradient (for a unit upstream
-    gradient) over the logits; the backward scales it in place on the device (a kernel that
-    reads the upstream gradient and does nothing when it is 1: no host sync) and hands the
-    logits' buffer back as dlogits."""
+    """The gradient in the forward: the forward kernel writes the gradient for a unit upstream
+    gradient, over the logits (``in_place``: the memory-saving mode) or into a fresh buffer (the
+    default step, :data:`DEFAULT_FUSED`: two passes over the logits instead of three); the
+    backward scales it in place on the device (a kernel that reads the upstream gradient and
+    does nothing when it is 1: no host sync) and hands the buffer back as dlogits. A double
+    backward (``create_graph=True``) recomputes through the plain op; in place it cannot (the
+    logits are gone) and raises."""
 
     @staticmethod
-    def forward(ctx, logits, target, weight, ignore_index, reduction, eps):
+    def forward(ctx, logits, target, weight, ignore_index, reduction, eps, in_place):
         from kernel_lab.ops.cross_entropy.cuda_variants import fused_forward
 
-        loss, _, dx = fused_forward(logits, target, weight, ignore_index, reduction, eps)
-        ctx.dx, ctx.none = dx, reduction == "none"
+        loss, _, dx = fused_forward(logits, target, weight, ignore_index, reduction, eps,
+                                    in_place)
+        ctx.dx, ctx.none, ctx.in_place = dx, reduction == "none", in_place
+        if not in_place:  # for a double backward only
+            ctx.save_for_backward(logits, target, weight)
+            ctx.kw = {"ignore_index": ignore_index, "reduction": reduction,
+                      "label_smoothing": eps}
         return loss
 
     @staticmethod
     def backward(ctx, g):
         from kernel_lab.ops.cross_entropy.cuda_variants import scale
 
-        create = torch.is_grad_enabled()  # create_graph: a double backward
-        if create or ctx.dx is None:  # (None: a retained graph's second backward)
-            raise RuntimeError(
-                "kernel_lab.cross_entropy(inplace_backward=True) has no "
-                + ("double backward (create_graph=True)" if create else
-                   "second backward (its gradient overwrote the logits)")
-                + ": call it without inplace_backward")
+        if torch.is_grad_enabled():
+            if ctx.in_place:
+                raise RuntimeError("kernel_lab.cross_entropy(inplace_backward=True) has no "
+                                   "double backward (create_graph=True): call it without "
+                                   "inplace_backward")
+            ctx.dx = None
+            logits, target, weight = ctx.saved_tensors
+            loss = custom_ops.call("cross_entropy", (logits, target, weight), ctx.kw)[0]
+            (dx,) = torch.autograd.grad(loss, logits, g, create_graph=True)
+            return dx, None, None, None, None, None, None
         dx, ctx.dx = ctx.dx, None
         if ctx.none:
             dx.mul_(g.to(dx.dtype)[:, None])
         else:
             scale(dx, g)
         # a new tensor over the buffer: autograd may keep it as a leaf's .grad without a copy
-        return dx.detach(), None, None, None, None, None
+        return dx.detach(), None, None, None, None, None, None
+
+
+# The default step writes the gradient in the forward (_Fused, not in place) where the fused
+# mode applies; False: the forward reads the logits, the backward reads them again
+DEFAULT_FUSED = True
 
 
 def _fused_applies(logits, target, weight, variant, backward_variant) -> bool:
@@ -57,6 +73,7 @@ def _fused_applies(logits, target, weight, variant, backward_variant) -> bool:
     autograd, the CUDA kernels asked for (or "auto") and CuPy present."""
     return (logits.is_cuda and logits.requires_grad and torch.is_grad_enabled()
             and logits.stride(1) == 1 and logits.dtype != torch.float64
+            and (logits.shape[0] <= 1 or logits.stride(0) >= logits.shape[1])
             and variant in (None, "auto", "cuda_cross_entropy")
             and backward_variant in (None, "auto", "cuda_cross_entropy_backward")
             and custom_ops.eager_fast_path(logits, target, weight)
@@ -128,6 +145,12 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor,
 
     Inside ``kernel_lab.core.registry.trusted_inputs()`` nothing is checked before the launch.
 
+    A training step on CUDA logits (autograd recording, the CUDA kernels) writes the gradient
+    for a unit upstream gradient in the forward, into a fresh buffer beside the logits: two
+    passes over them instead of three, and a backward that only scales it on the device (no
+    host sync). Its memory is held from the forward to the backward (1x the logits, as the
+    backward's own dlogits would be).
+
     ``inplace_backward=True`` saves the memory of the gradient: the forward kernel writes
     dlogits over the logits (their values are gone after the call) and the backward returns
     that buffer, scaled on the device by the upstream gradient. It applies to eager CUDA logits
@@ -163,11 +186,13 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor,
 
 def _rows_loss(logits, target, weight, ignore_index, reduction, eps, variant, backward_variant,
                inplace_backward, validate):
-    if inplace_backward and _fused_applies(logits, target, weight, variant, backward_variant):
+    if ((inplace_backward or DEFAULT_FUSED)
+            and _fused_applies(logits, target, weight, variant, backward_variant)):
         if validate == "sync" or logits.shape[1] == 0:  # C = 0: no kernel runs to flag
             check_targets(logits, target, ignore_index)
         with deferred_targets():
-            return _Fused.apply(logits, target, weight, ignore_index, reduction, eps)
+            return _Fused.apply(logits, target, weight, ignore_index, reduction, eps,
+                                inplace_backward)
     kw = {"ignore_index": ignore_index, "reduction": reduction, "label_smoothing": eps}
     if torch.compiler.is_compiling():  # the variants check inside the compiled graph
         return custom_ops.call("cross_entropy", (logits, target, weight), kw, variant,

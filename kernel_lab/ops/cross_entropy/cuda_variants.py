@@ -224,8 +224,10 @@ def coefficients(target, weight, grad, n: int, ignore_index: int, reduction: str
 
 
 def forward(logits, target, weight, ignore_index: int, reduction: str, eps: float,
-            in_place: bool = False, coefs: torch.Tensor | None = None):
-    """(loss, lse); ``in_place`` (with ``coefs``), also the gradient written over the logits."""
+            in_place: bool = False, coefs: torch.Tensor | None = None,
+            dx: torch.Tensor | None = None):
+    """(loss, lse); ``in_place`` (with ``coefs``), also the gradient written over the logits, or
+    into ``dx`` when given (rows of the logits' stride and 128-byte phase: :func:`rows_like`)."""
     m, n = logits.shape
     acc = acc_dtype(logits.dtype)
     lse = fresh(torch.empty(m, dtype=lse_dtype(logits.dtype), device=logits.device))
@@ -233,7 +235,7 @@ def forward(logits, target, weight, ignore_index: int, reduction: str, eps: floa
         zeros = logits.new_zeros(m)
         lse.fill_(float("-inf"))
         if in_place:
-            logits.zero_()
+            (logits if dx is None else dx).zero_()
         return {"none": zeros, "sum": zeros.sum(), "mean": zeros.sum() / 0.0}[reduction], lse
     dev = device_index(logits)
     # fresh: a plan's replay of this call allocates them anew (kernel_lab.core.plans)
@@ -252,7 +254,8 @@ def forward(logits, target, weight, ignore_index: int, reduction: str, eps: floa
     if not in_place:  # a block a row: fewer threads where that puts every row in one wave
         threads = one_wave_threads(m, n, logits.dtype, expr, dev)
     args = (_ptr(loss_none), _ptr(loss_rows), lse.data_ptr(), wt.data_ptr(),
-            logits.data_ptr() if in_place else 0, _ptr(coefs), logits.data_ptr(), m, n,
+            (logits if dx is None else dx).data_ptr() if in_place else 0, _ptr(coefs),
+            logits.data_ptr(), m, n,
             logits.stride(0), 1, target.data_ptr(), ignore_index, _ptr(weight), eps,
             flags.first_ptr if flags else 0, flags.raised_ptr if flags else 0)
     if expr.startswith("cross_entropy_row"):  # + the first wave's phases (and the slots)
@@ -330,14 +333,28 @@ def _one(device: torch.device, dtype: torch.dtype) -> torch.Tensor:
     return one
 
 
-def fused_forward(logits, target, weight, ignore_index: int, reduction: str, eps: float):
+def rows_like(x: torch.Tensor) -> torch.Tensor:
+    """A fresh (M, N) tensor with ``x``'s row stride and its data pointer's offset in a 128-byte
+    line: the kernels that write dx beside x take the same windows and line heads for both."""
+    m, n = x.shape
+    stride, es = (x.stride(0) if m > 1 else n), x.element_size()
+    buf = torch.empty(128 // es + max(m - 1, 0) * stride + n, dtype=x.dtype, device=x.device)
+    phase = (x.data_ptr() - buf.data_ptr()) % 128 // es  # whatever the allocator's alignment
+    return buf.as_strided((m, n), (stride, 1), phase)
+
+
+def fused_forward(logits, target, weight, ignore_index: int, reduction: str, eps: float,
+                  in_place: bool = True):
     """(loss, lse), and the gradient of the loss for a unit upstream gradient written over the
-    logits (their buffer, when its columns are contiguous). Returns (loss, lse, dlogits)."""
+    logits (their buffer, when its columns are contiguous), or without ``in_place`` into a
+    fresh buffer shaped as they are (:func:`rows_like`). Returns (loss, lse, dlogits)."""
     x, t, w = _prepare(logits, target, weight)
     coefs = coefficients(t, w, _one(x.device, x.dtype), x.shape[1], ignore_index, reduction,
                          eps, x.dtype)  # 0-d: every row's upstream gradient is 1
-    loss, lse = forward(x, t, w, ignore_index, reduction, eps, in_place=True, coefs=coefs)
-    return loss, lse, x
+    dx = None if in_place else rows_like(x)
+    loss, lse = forward(x, t, w, ignore_index, reduction, eps, in_place=True, coefs=coefs,
+                        dx=dx)
+    return loss, lse, x if dx is None else dx
 
 
 def scale(dx: torch.Tensor, g: torch.Tensor) -> None:

@@ -1,0 +1,102 @@
+"""The default step's gradient written in the forward (api.DEFAULT_FUSED: _Fused, not in place):
+on the CPU the buffer it writes (rows_like), which launches carry it, and which calls take the
+path; on a GPU the step against float64, the double backward, and the logits left untouched."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import needs_cuda
+from test_plans_cross_entropy import stand_in  # noqa: F401 - the fixture
+
+import kernel_lab
+from kernel_lab.ops.cross_entropy import api
+from kernel_lab.ops.cross_entropy import cuda_variants as cv
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
+def test_rows_like_keeps_the_row_stride_and_the_line_phase(dtype):
+    buf = torch.empty(4 * 1000 + 64, dtype=dtype)
+    for start, n, stride in ((0, 1000, 1000), (3, 997, 1000), (5, 1000, 1000)):
+        x = buf[start:start + 4 * stride].view(4, stride)[:, :n]
+        dx = cv.rows_like(x)
+        assert dx.shape == x.shape and dx.stride() == x.stride()
+        assert dx.data_ptr() % 128 == x.data_ptr() % 128
+        assert dx.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
+    one = cv.rows_like(buf[7:7 + 300].view(1, 300))
+    assert one.shape == (1, 300) and one.data_ptr() % 128 == buf[7:].data_ptr() % 128
+
+
+def test_the_fresh_buffer_is_what_the_forward_writes(stand_in, monkeypatch):  # noqa: F811
+    # its kept 1 asks whether a CUDA graph is being captured: no CUDA here
+    monkeypatch.setattr(cv, "_one", lambda device, dtype: torch.ones((), dtype=dtype))
+    x = torch.randn(6, 4000, dtype=torch.bfloat16)
+    t = torch.randint(0, 4000, (6,))
+    loss, lse, dx = cv.fused_forward(x, t, None, -100, "mean", 0.0, in_place=False)
+    assert dx.data_ptr() != x.data_ptr() and dx.shape == x.shape
+    row = [launch for launch in stand_in.launches if launch.source[1].startswith(
+        "cross_entropy_row")]
+    assert len(row) == 1 and row[0].args[4] == dx.data_ptr() and row[0].args[6] == x.data_ptr()
+    stand_in.launches.clear()
+    _, _, same = cv.fused_forward(x, t, None, -100, "mean", 0.0)  # in place: over the logits
+    assert same.data_ptr() == x.data_ptr()
+    assert [launch.args[4] for launch in stand_in.launches
+            if launch.source[1].startswith("cross_entropy_row")] == [x.data_ptr()]
+
+
+def test_which_calls_take_the_fused_step(monkeypatch):
+    taken = []
+    monkeypatch.setattr(api, "_fused_applies", lambda *a: True)
+    monkeypatch.setattr(api._Fused, "apply", lambda *a: taken.append(a[-1]) or torch.zeros(()))
+    x, t = torch.randn(3, 5), torch.tensor([0, 1, 2])
+    kernel_lab.cross_entropy(x, t)
+    kernel_lab.cross_entropy(x, t, inplace_backward=True)
+    assert taken == [False, True]  # in_place: only when asked
+    monkeypatch.setattr(api, "DEFAULT_FUSED", False)
+    kernel_lab.cross_entropy(x, t)  # the plain op (PyTorch's here, on the CPU)
+    assert taken == [False, True]
+
+
+def test_overlapping_rows_never_take_it():
+    x = torch.randn(1, 8).expand(4, 8)
+    assert x.stride(0) == 0
+    assert not api._fused_applies(x, torch.zeros(4, dtype=torch.long), None, None, None)
+
+
+@needs_cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("n", [1000, 50257, 151936])
+def test_the_fused_step_matches_float64_and_leaves_the_logits(dtype, reduction, n):
+    m = 5
+    buf = torch.randn(m * (n + 3) + 1, device="cuda").to(dtype) * 3
+    x = buf[1:1 + m * (n + 3)].view(m, n + 3)[:, :n]  # off 16 bytes, padded rows
+    before = x.clone()
+    t = torch.randint(0, n, (m,), device="cuda")
+    t[1] = -100
+    leaf = x.detach().requires_grad_()
+    loss = kernel_lab.cross_entropy(leaf, t, reduction=reduction, label_smoothing=0.05)
+    g = torch.rand_like(loss) + 0.5
+    loss.backward(g)
+    ref_x = before.double().requires_grad_()
+    ref = F.cross_entropy(ref_x, t, reduction=reduction, label_smoothing=0.05)
+    ref.backward(g.double())
+    tol = dict(rtol=1e-5, atol=1e-6) if dtype == torch.float32 else dict(rtol=2e-2, atol=1e-3)
+    torch.testing.assert_close(loss.double(), ref.detach(), **tol)
+    scale = ref_x.grad.abs().max().item()
+    torch.testing.assert_close(leaf.grad.double(), ref_x.grad, rtol=tol["rtol"],
+                               atol=tol["atol"] * scale * 10)
+    assert torch.equal(leaf.detach(), before)  # the default step writes beside the logits
+
+
+@needs_cuda
+def test_the_fused_step_has_a_double_backward():
+    x = torch.randn(4, 33, device="cuda", dtype=torch.float64, requires_grad=True)
+    t = torch.tensor([0, 5, 32, 7], device="cuda")
+    x32 = x.float().detach().requires_grad_()
+    (g,) = torch.autograd.grad(kernel_lab.cross_entropy(x32, t), x32, create_graph=True)
+    (gg,) = torch.autograd.grad(g.sum(), x32)
+    ref = x.detach().float().requires_grad_()
+    (rg,) = torch.autograd.grad(F.cross_entropy(ref, t), ref, create_graph=True)
+    (rgg,) = torch.autograd.grad(rg.sum(), ref)
+    torch.testing.assert_close(g, rg, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(gg, rgg, rtol=1e-4, atol=1e-6)
