@@ -2,6 +2,8 @@
 on the CPU the buffer it writes (rows_like), which launches carry it, and which calls take the
 path; on a GPU the step against float64, the double backward, and the logits left untouched."""
 
+import types
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -100,3 +102,44 @@ def test_the_fused_step_has_a_double_backward():
     (rgg,) = torch.autograd.grad(rg.sum(), ref)
     torch.testing.assert_close(g, rg, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(gg, rgg, rtol=1e-4, atol=1e-6)
+
+
+def _ctx(x, t, in_place, dx=None):
+    ctx = types.SimpleNamespace(dx=dx, none=False, in_place=in_place, saved_tensors=(x, t, None),
+                                kw={"ignore_index": -100, "reduction": "mean",
+                                    "label_smoothing": 0.0})
+    return ctx
+
+
+@pytest.mark.parametrize("create", [False, True], ids=["again", "create_graph"])
+def test_a_second_or_double_backward_recomputes_through_the_plain_op(create):
+    x = torch.randn(4, 9, dtype=torch.float64, requires_grad=True)
+    t = torch.tensor([0, 3, 8, -100])
+    g = torch.tensor(0.5, dtype=torch.float64)
+    ref = x.detach().requires_grad_()
+    (want,) = torch.autograd.grad(F.cross_entropy(ref, t), ref, g)
+    ctx = _ctx(x, t, False, dx=None if not create else torch.zeros(4, 9, dtype=torch.float64))
+    with torch.set_grad_enabled(create):
+        dx = api._Fused.backward(ctx, g)[0]
+    torch.testing.assert_close(dx, want)
+    assert dx.requires_grad == create and ctx.dx is None
+
+
+@pytest.mark.parametrize("create", [False, True], ids=["again", "create_graph"])
+def test_in_place_refuses_a_second_or_double_backward(create):
+    x, t = torch.randn(2, 3), torch.tensor([0, 1])
+    ctx = _ctx(x, t, True, dx=None if not create else x)
+    with torch.set_grad_enabled(create), pytest.raises(RuntimeError, match=(
+            "double backward" if create else "second backward")):
+        api._Fused.backward(ctx, torch.ones(()))
+
+
+@needs_cuda
+def test_the_fused_step_backward_twice_through_a_retained_graph():
+    x = torch.randn(6, 1000, device="cuda", requires_grad=True)
+    t = torch.randint(0, 1000, (6,), device="cuda")
+    loss = kernel_lab.cross_entropy(x, t)
+    loss.backward(retain_graph=True)
+    first = x.grad.clone()
+    loss.backward()
+    torch.testing.assert_close(x.grad, 2 * first, rtol=1e-5, atol=1e-7)

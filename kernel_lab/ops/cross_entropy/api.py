@@ -24,8 +24,8 @@ class _Fused(torch.autograd.Function):
     default step, :data:`DEFAULT_FUSED`: two passes over the logits instead of three); the
     backward scales it in place on the device (a kernel that reads the upstream gradient and
     does nothing when it is 1: no host sync) and hands the buffer back as dlogits. A double
-    backward (``create_graph=True``) recomputes through the plain op; in place it cannot (the
-    logits are gone) and raises."""
+    backward (``create_graph=True``) or a second backward through a retained graph recomputes
+    through the plain op; in place it cannot (the logits are gone) and raises."""
 
     @staticmethod
     def forward(ctx, logits, target, weight, ignore_index, reduction, eps, in_place):
@@ -44,15 +44,20 @@ class _Fused(torch.autograd.Function):
     def backward(ctx, g):
         from kernel_lab.ops.cross_entropy.cuda_variants import scale
 
-        if torch.is_grad_enabled():
+        again = ctx.dx is None  # a second backward through a retained graph
+        create = torch.is_grad_enabled()  # create_graph: a double backward
+        if create or again:
             if ctx.in_place:
-                raise RuntimeError("kernel_lab.cross_entropy(inplace_backward=True) has no "
-                                   "double backward (create_graph=True): call it without "
-                                   "inplace_backward")
-            ctx.dx = None
+                raise RuntimeError(
+                    "kernel_lab.cross_entropy(inplace_backward=True) has no "
+                    + ("double backward (create_graph=True)" if create else
+                       "second backward (its gradient overwrote the logits)")
+                    + ": call it without inplace_backward")
+            ctx.dx = None  # recomputed through the plain op, differentiable when asked
             logits, target, weight = ctx.saved_tensors
-            loss = custom_ops.call("cross_entropy", (logits, target, weight), ctx.kw)[0]
-            (dx,) = torch.autograd.grad(loss, logits, g, create_graph=True)
+            with torch.enable_grad():
+                loss = custom_ops.call("cross_entropy", (logits, target, weight), ctx.kw)[0]
+                (dx,) = torch.autograd.grad(loss, logits, g, create_graph=create)
             return dx, None, None, None, None, None, None
         dx, ctx.dx = ctx.dx, None
         if ctx.none:
