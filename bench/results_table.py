@@ -47,13 +47,23 @@ LABELS = {
     "peer_quack_cross_entropy": "QuACK",
     "peer_quack_cross_entropy_backward": "QuACK",
     "peer_liger_cross_entropy": "Liger",
+    "torch_linear_cross_entropy": "torch",
+    "torch_linear_cross_entropy_backward": "torch",
+    "compile_linear_cross_entropy": "torch.compile",
+    "compile_linear_cross_entropy_backward": "torch.compile",
+    "torch_chunked_linear_cross_entropy": "lab: chunked",
+    "torch_chunked_linear_cross_entropy_backward": "lab: chunked",
+    "peer_liger_linear_cross_entropy": "Liger FLCE",
+    "peer_cce_linear_cross_entropy": "CCE",
 }
 TIMED = ("ok", "inexact")  # statuses with timings (kernel_lab.measure.benchmarking.TIMED)
 HEADER = """# Benchmark results
 
 One result set: the latest sweeps of softmax forward and backward and of cross-entropy (GPU,
 date and commit in each section), M*N = 2^28 elements per shape (1 GiB of fp32: far past L2),
-a training step's loss (`bench/loss_step.py`) and the compare gate's verdict
+a training step's loss (`bench/loss_step.py`), the LM-head loss (the `lm_head` preset: N the
+vocabulary, M the tokens; matmul-bound, so its GB/s, of the hidden and weight bytes, are a
+relative speed) and the compare gate's verdict
 (`bench/compare_gate.py`). GB/s counts the fewest
 bytes a call must read plus write; % of copy is that over a device-to-device copy's GB/s on the
 same GPU; "inexact": outside the lab's tolerance for that dtype (timed all the same); "skipped":
@@ -61,10 +71,11 @@ the variant does not take that row. Generated (do not edit):
 
     python bench/results_table.py bench/results/forward_h200.json \\
         bench/results/backward_h200.json bench/results/loss_h200.json \\
-        bench/results/loss_step_h200.json bench/results/compare_gate_h100.json \\
+        bench/results/loss_step_h100.json bench/results/lmhead_h100.json \\
+        bench/results/compare_gate_h100.json \\
         > bench/results/README.md
 
-A new sweep (`bash .ci/gpu-bench forward backward loss`) or gate verdict (`bash .ci/gpu-bench
+A new sweep (`bash .ci/gpu-bench forward backward loss lmhead`) or gate verdict (`bash .ci/gpu-bench
 compare`, joined by `bench/compare_gate.py --merge`) replaces the files here.
 """
 

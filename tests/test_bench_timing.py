@@ -217,6 +217,26 @@ def test_memory_column_is_n_a_off_cuda():
     assert peak_memory.format_bytes(None) == "n/a"
 
 
+def test_step_runner_differentiates_every_grad_input():
+    """The memory column's step: softmax (one differentiated input) and the LM head (hidden,
+    weight and bias: a tuple ``grad_of``), each gradient as autograd gives it."""
+    from kernel_lab.core import registry
+
+    x = torch.randn(4, 10, dtype=torch.float64)
+    step = peak_memory.step_runner(registry.get_op("softmax"), "torch_eager", (x,), {"dim": -1})
+    (dx,) = step()
+    assert dx.shape == x.shape and torch.allclose(dx, torch.zeros_like(x), atol=1e-12)
+    h, w, b = (torch.randn(*s, dtype=torch.float64) for s in ((6, 8), (11, 8), (11,)))
+    t = torch.randint(0, 11, (6,))
+    op = registry.get_op("linear_cross_entropy")
+    grads = peak_memory.step_runner(op, "torch_linear_cross_entropy", (h, w, t, b), {})()
+    leaves = [v.detach().requires_grad_() for v in (h, w, b)]
+    torch.nn.functional.cross_entropy(leaves[0] @ leaves[1].T + leaves[2], t).backward()
+    assert len(grads) == 3
+    for got, leaf in zip(grads, leaves):
+        torch.testing.assert_close(got, leaf.grad)
+
+
 def test_memory_cells_in_the_table_and_plot_legend():
     from kernel_lab.measure import sweep
 

@@ -324,7 +324,7 @@ _REFUSED = object()  # a signature's plan slot when the variant does not take it
 def runs(name: str, tensors: tuple, kw: dict) -> bool:
     """Whether variant ``name`` takes ``name(*tensors, **kw)`` here (``dispatch.can_run``),
     decided once per call signature and kept in the one cache: the variant's plan, or a refusal
-    (a path that launches the variant's kernels itself, cross-entropy's in-place mode, asks)."""
+    (a path that launches the variant's kernels itself, cross-entropy's fused step, asks)."""
     key = (runs, name, *kw.items(), *signature(tensors))  # apart from run()'s plans
     plan = PLANS.get(key)
     if plan is None:

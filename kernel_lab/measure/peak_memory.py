@@ -5,9 +5,10 @@ minus what was allocated before the call. Two figures per variant:
 
 * **forward**: one call of the variant on the workload's inputs (its outputs and workspace);
 * **step**, for ops whose autograd has a backward op: the drop-in with this variant, forward +
-  backward (backward variant "auto"), the gradient input a *view* of a leaf that requires grad
-  (as a model's loss sees a matmul's output, so AccumulateGrad does not hide a copy) and the
-  upstream gradients made beforehand. The leaf's ``.grad`` counts: a step produces it.
+  backward (backward variant "auto"), each differentiated input (``grad_of``: one, or several
+  as the LM head's hidden, weight and bias) a *view* of a leaf that requires grad (as a model's
+  loss sees a matmul's output, so AccumulateGrad does not hide a copy) and the upstream
+  gradients made beforehand. The leaves' ``.grad`` count: a step produces them.
 
 Only PyTorch's caching allocator is seen (every variant here allocates through it). Off CUDA
 the column is "n/a".
@@ -57,22 +58,25 @@ def step_runner(op: registry.Op, variant: str, inputs: tuple, kw: dict) -> Calla
     from kernel_lab.core import custom_ops
 
     g = op.autograd.grad_of
-    leaf = inputs[g].detach().requires_grad_()
+    slots = (g,) if isinstance(g, int) else g  # the inputs the backward differentiates
+    leaves = {i: inputs[i].detach().requires_grad_() for i in slots
+              if isinstance(inputs[i], torch.Tensor) and inputs[i].is_floating_point()}
 
     def forward() -> tuple:
         args = list(inputs)
-        args[g] = leaf.view_as(leaf)
+        for i, leaf in leaves.items():
+            args[i] = leaf.view_as(leaf)
         out = custom_ops.call(op.name, tuple(args), kw, variant)
         outs = out if isinstance(out, (tuple, list)) else (out,)
         return tuple(o for o, spec in zip(outs, op.outputs) if spec.differentiable)
 
     grads = tuple(torch.ones_like(o) for o in forward())
-    leaf.grad = None
 
     def step() -> Any:
-        leaf.grad = None
+        for leaf in leaves.values():
+            leaf.grad = None
         torch.autograd.backward(forward(), grads)
-        return leaf.grad
+        return [leaf.grad for leaf in leaves.values()]
 
     return step
 

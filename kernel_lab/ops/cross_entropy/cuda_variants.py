@@ -6,12 +6,12 @@ block kernel reduces the loss ("mean", "sum").
 ``cuda_cross_entropy_backward``: one block kernel turns the upstream gradient into three
 coefficients per row, then one read of the logits and one write of dlogits.
 
-:func:`fused_forward` is the memory-saving mode of ``kernel_lab.cross_entropy(...,
-inplace_backward=True)``: the forward kernel also writes the gradient for a unit upstream
-gradient into the logits' own buffer (the row on chip where it fits: two passes over the
-logits); :func:`scale` is its backward (``cross_entropy_scale``: the upstream gradient read on
-the device). The forward kernel flags a bad target in its device's flag words
-(:mod:`.deferred`).
+:func:`fused_forward` is a training step's forward (``kernel_lab.cross_entropy`` recorded by
+autograd): the forward kernel also writes the gradient for a unit upstream gradient, into a
+fresh buffer beside the logits (:func:`rows_like`) or, with ``inplace_backward=True``, into the
+logits' own buffer (the row on chip where it fits: two passes over the logits); :func:`scale`
+is its backward (``cross_entropy_scale``: the upstream gradient read on the device). The
+forward kernel flags a bad target in its device's flag words (:mod:`.deferred`).
 """
 
 from __future__ import annotations
