@@ -47,7 +47,7 @@ import kernel_lab  # noqa: E402
 from kernel_lab.checking.checker import parse_dtype  # noqa: E402
 from kernel_lab.measure.benchmarking import VOCAB_N, copy_bandwidth  # noqa: E402
 from kernel_lab.measure.rounds import interleaved, pick_modes, stats  # noqa: E402
-from kernel_lab.ops.cross_entropy.api import DEFAULT_FUSED  # noqa: E402
+from kernel_lab.ops.cross_entropy.api import fused_default  # noqa: E402
 
 
 def _peers() -> dict:
@@ -73,11 +73,11 @@ def _peers() -> dict:
 ROUNDS = 5
 
 
-def _passes(mode: str, in_place: bool) -> int:
-    """The passes over the logits a mode's step must make: 2 where the forward writes the
-    gradient (in place, or beside the logits: the lab's steps with ``api.DEFAULT_FUSED``), else
-    3 (the forward reads; the backward reads and writes)."""
-    return 2 if in_place or (mode.startswith("lab") and DEFAULT_FUSED) else 3
+def _passes(mode: str, in_place: bool, x: torch.Tensor) -> int:
+    """The passes over the logits ``x`` a mode's step must make: 2 where the forward writes the
+    gradient (in place, or beside the logits: the lab's steps where ``api.fused_default``),
+    else 3 (the forward reads; the backward reads and writes)."""
+    return 2 if in_place or (mode.startswith("lab") and fused_default(x)) else 3
 
 
 def bound_us(passes: int, nbytes: int, copy_gbps: float) -> float:
@@ -162,8 +162,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{gpu}: loss forward + backward, M*N = 2^28; copy {copy:,.0f} GB/s; "
           f"{args.rounds} interleaved rounds a mode; peers imported: "
           f"{', '.join(peers) or 'none'}")
-    fused = ", and the lab's default steps" if DEFAULT_FUSED else ""
-    print(f"a cell: median us (min, spread) x bound (3 passes; in place{fused}: 2) x torch")
+    print("a cell: median us (min, spread) x bound (3 passes; 2 in place, and for the lab's "
+          "default steps on logits >= api.FUSED_MIN_BYTES) x torch")
     rows = []
     for dtype in map(parse_dtype, args.dtype.split(",")):
         for m, n in cells or [((1 << 28) // n, n) for n in map(int, args.n.split(","))]:
@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> None:
                              step_ms(fn, x, t, inplace) * 1e3)
                       for name, (fn, inplace) in modes.items()}
             got = {name: stats(us) for name, us in interleaved(timers, args.rounds).items()}
-            bounds = {name: bound_us(_passes(name, modes[name][1]), one_pass, copy)
+            bounds = {name: bound_us(_passes(name, modes[name][1], x), one_pass, copy)
                       for name in got}
             ref = got.get("torch", {}).get("median")
             line = "  ".join(
