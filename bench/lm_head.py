@@ -37,6 +37,7 @@ import torch  # noqa: E402
 
 import kernel_lab  # noqa: E402
 from kernel_lab.core.compiling import CompiledPerSignature  # noqa: E402
+from kernel_lab.measure.profiled import kernel_table  # noqa: E402
 from kernel_lab.measure.rounds import interleaved, pick_modes, within_rounds  # noqa: E402
 from kernel_lab.ops.linear_cross_entropy import op as lce  # noqa: E402
 from kernel_lab.ops.linear_cross_entropy import peer_variants  # noqa: E402
@@ -194,22 +195,6 @@ def _time(fn, reps: int) -> list[float]:
     return times
 
 
-def profile_table(fn, rows: int = 14) -> str:
-    """One call of ``fn`` under torch.profiler: its CUDA kernels by total device time (where a
-    step's time goes beside its matmuls: the cross-entropy, casts, copies, the dW updates)."""
-    from torch.profiler import ProfilerActivity, profile
-
-    cuda = torch.cuda.is_available()
-    sync = torch.cuda.synchronize if cuda else (lambda: None)
-    sync()
-    with profile(activities=[ProfilerActivity.CPU]
-                 + ([ProfilerActivity.CUDA] if cuda else [])) as prof:
-        fn()
-        sync()
-    return prof.key_averages().table(sort_by="device_time_total" if cuda else "cpu_time_total",
-                                     row_limit=rows, max_name_column_width=60)
-
-
 def run_cell(T: int, d: int, V: int, reps: int, fns: dict, profiled: tuple[str, ...] = (),
              rounds: int = 5) -> tuple[dict, dict]:
     """One cell's row: per name ``(ms, x cuBLAS, its spread, peak bytes)`` or why it did not
@@ -250,7 +235,7 @@ def run_cell(T: int, d: int, V: int, reps: int, fns: dict, profiled: tuple[str, 
     timed = within_rounds(samples, "cuBLAS 3 matmuls")
     for name, fn in runs.items():
         if name in profiled or "all" in profiled:
-            tables[name] = profile_table(fn)
+            tables[name] = kernel_table(fn)
     h.grad = w.grad = None
     row = {n: (t["median"], t["ratio"], t["ratio_spread"], peaks[n]) for n, t in timed.items()}
     row.update(failed)

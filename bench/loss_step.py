@@ -46,6 +46,7 @@ from triton.testing import do_bench  # noqa: E402
 import kernel_lab  # noqa: E402
 from kernel_lab.checking.checker import parse_dtype  # noqa: E402
 from kernel_lab.measure.benchmarking import VOCAB_N, copy_bandwidth  # noqa: E402
+from kernel_lab.measure.profiled import kernel_table  # noqa: E402
 from kernel_lab.measure.rounds import interleaved, pick_modes, stats  # noqa: E402
 from kernel_lab.ops.cross_entropy.api import fused_default  # noqa: E402
 
@@ -103,9 +104,7 @@ def step_ms(loss_fn, x: torch.Tensor, t: torch.Tensor, inplace: bool = False) ->
 
 def profile_step(loss_fn, x: torch.Tensor, t: torch.Tensor, inplace: bool = False) -> str:
     """One forward + backward (after a warm one) under torch.profiler: its kernels by device
-    time, as :func:`step_ms` times it."""
-    from torch.profiler import ProfilerActivity, profile
-
+    time and the device's idle time between them, as :func:`step_ms` times it."""
     leaf = x.detach().requires_grad_()
 
     def run():
@@ -114,12 +113,7 @@ def profile_step(loss_fn, x: torch.Tensor, t: torch.Tensor, inplace: bool = Fals
         loss_fn(v.view_as(v), t).backward()
 
     run()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        run()
-        torch.cuda.synchronize()
-    return prof.key_averages().table(sort_by="device_time_total", row_limit=12,
-                                     max_name_column_width=60)
+    return kernel_table(run, rows=12)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -78,13 +78,6 @@ def test_a_refused_case_is_skipped_and_a_crash_is_wrong(lm_head):
     assert why.startswith("bias: AssertionError: the check called a refused case"), why
 
 
-def test_profile_table_lists_the_steps_ops(lm_head):
-    """--profile's table: one call under torch.profiler, its ops by time (kernels on a GPU)."""
-    a, b = torch.randn(64, 32), torch.randn(32, 48)
-    table = lm_head.profile_table(lambda: (a @ b).softmax(-1))
-    assert "aten::mm" in table and "aten::softmax" in table
-
-
 def test_profile_refuses_an_unknown_row(lm_head, capsys):
     with pytest.raises(SystemExit):
         lm_head.main(["--profile", "nope"])
