@@ -21,10 +21,12 @@ a cell shows the median, the min and the spread ((max - min) / median) of its ro
 is the median over the step's bound: the passes over the logits it must make (3 for a step
 whose forward only reads them, the backward reading them and writing dlogits; 2 where the
 forward writes dlogits: over them in the in-place modes, beside them in the lab's default
-step), each at the device-to-device copy's GB/s measured in the same process. x torch is
-torch's median over the row's. ``--peers none`` leaves QuACK and Liger unimported (their
-import is said in the first line, whether it moves the lab's figure is then a second run's
-question). Needs a GPU.
+step on logits from ``api.FUSED_MIN_BYTES``), each at the device-to-device copy's GB/s measured
+in the same process. x torch is torch's median over the row's. [host] is the host time a step
+takes to enqueue (:func:`host_us`); near the median, the cell is host-bound. ``--peers none``
+leaves QuACK and Liger unimported: their import is said in the first line, and it can move the
+lab's host time (H100, a run each way: the bf16 step's host gap 97 us without them, 260-312 us with
+them, in ``bench/overhead.py``), so compare a cell's [host] with and without. Needs a GPU.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import time
 from datetime import datetime, timezone
 
 if __name__ == "__main__":  # no GPU: one line and exit 2, before torch loads
@@ -81,6 +84,15 @@ def _passes(mode: str, in_place: bool, x: torch.Tensor) -> int:
     return 2 if in_place or (mode.startswith("lab") and fused_default(x)) else 3
 
 
+HOST_BOUND = " host-bound"
+
+
+def host_bound(host: float, median: float) -> bool:
+    """Whether a step whose enqueue takes ``host`` us and that timed ``median`` us waited on
+    the host: its host time is within 10 % of its time (the device had little to run ahead)."""
+    return host >= 0.9 * median
+
+
 def bound_us(passes: int, nbytes: int, copy_gbps: float) -> float:
     """Microseconds of ``passes`` passes over ``nbytes`` at the copy's speed (its GB/s counts a
     copy's reads and writes, so one pass - a read, or a write - of B bytes takes B / GB/s)."""
@@ -100,6 +112,29 @@ def step_ms(loss_fn, x: torch.Tensor, t: torch.Tensor, inplace: bool = False) ->
         loss_fn(v.view_as(v), t).backward()
 
     return do_bench(run, warmup=5, rep=50, return_mode="median")
+
+
+def host_us(loss_fn, x: torch.Tensor, t: torch.Tensor, inplace: bool = False, steps: int = 20,
+            sync=torch.cuda.synchronize) -> float:
+    """Microseconds of host time a step takes to enqueue: ``steps`` steps back to back with no
+    sync between them (as :func:`step_ms` runs them), after a warm one. Where it reaches the
+    step's timed median the device waits on the host: the cell is host-bound, and its figure
+    is the host's, not the kernels'."""
+    leaf = x.detach().requires_grad_()
+
+    def run():
+        v = x.detach().requires_grad_() if inplace else leaf
+        v.grad = None
+        loss_fn(v.view_as(v), t).backward()
+
+    run()
+    sync()
+    start = time.perf_counter()
+    for _ in range(steps):
+        run()
+    took = time.perf_counter() - start
+    sync()
+    return took / steps * 1e6
 
 
 def profile_step(loss_fn, x: torch.Tensor, t: torch.Tensor, inplace: bool = False) -> str:
@@ -157,7 +192,8 @@ def main(argv: list[str] | None = None) -> None:
           f"{args.rounds} interleaved rounds a mode; peers imported: "
           f"{', '.join(peers) or 'none'}")
     print("a cell: median us (min, spread) x bound (3 passes; 2 in place, and for the lab's "
-          "default steps on logits >= api.FUSED_MIN_BYTES) x torch")
+          "default steps on logits >= api.FUSED_MIN_BYTES) x torch [host us a step to "
+          f"enqueue; {HOST_BOUND}: host-bound, the figure is the host's]")
     rows = []
     for dtype in map(parse_dtype, args.dtype.split(",")):
         for m, n in cells or [((1 << 28) // n, n) for n in map(int, args.n.split(","))]:
@@ -171,16 +207,18 @@ def main(argv: list[str] | None = None) -> None:
             got = {name: stats(us) for name, us in interleaved(timers, args.rounds).items()}
             bounds = {name: bound_us(_passes(name, modes[name][1], x), one_pass, copy)
                       for name in got}
+            host = {name: host_us(*modes[name], x=x, t=t) for name in got}
             ref = got.get("torch", {}).get("median")
             line = "  ".join(
                 f"{k} {v['median']:6.0f} us ({v['min']:.0f}, {v['spread']:.0%}) "
                 f"x{v['median'] / bounds[k]:.2f}" + (f" x{ref / v['median']:.2f}" if ref else "")
+                + f" [host {host[k]:.0f}{HOST_BOUND if host_bound(host[k], v['median']) else ''}]"
                 for k, v in got.items())
             print(f"{str(dtype)[6:]:8s} {m:5d} x {n:6d}  {line}", flush=True)
             rows.append({"dtype": str(dtype)[6:], "m": m, "n": n, "gpu": gpu, "copy_gbps": copy,
                          "measured_utc": stamp, "rounds": args.rounds, "peers": list(peers),
                          "us": {k: v["median"] for k, v in got.items()},
-                         "stats_us": got, "bound_us": bounds})
+                         "stats_us": got, "bound_us": bounds, "host_us": host})
             if args.profile:
                 for name, (fn, inplace) in modes.items():
                     print(f"\n{name}, one step at {m} x {n} {str(dtype)[6:]} under "

@@ -573,6 +573,23 @@ def test_loss_step_bounds_are_passes_at_copy_speed():
     assert ls.bound_us(2, one_pass, 2980.0) == pytest.approx(2 * 180.1, abs=0.2)
 
 
+def test_loss_step_host_time_is_a_steps_enqueue():
+    """[host]: back-to-back steps with no sync between them, after a warm one (CPU tensors: the
+    step itself is the host's); host-bound where it is within 10 % of the timed median."""
+    ls = _loss_step()
+    calls, syncs = [], []
+
+    def loss(x, t):
+        calls.append(x._base is not None)  # the loss sees a view of the leaf
+        return torch.nn.functional.cross_entropy(x, t)
+
+    x, t = torch.randn(8, 50), torch.randint(0, 50, (8,))
+    us = ls.host_us(loss, x, t, steps=7, sync=lambda: syncs.append(len(calls)))
+    assert us > 0 and len(calls) == 8 and all(calls)
+    assert syncs == [1, 8]  # after the warm step, and after the timed ones (not between)
+    assert ls.host_bound(95.0, 100.0) and not ls.host_bound(80.0, 100.0)
+
+
 @pytest.mark.parametrize("cells", ["256", "256x0", "ax262144", "1x2x3"])
 def test_loss_step_refuses_a_cell_it_cannot_make(cells, capsys):
     """``--cells``: a bad pair is refused by name before anything touches a GPU."""
