@@ -99,11 +99,12 @@ def bound_us(passes: int, nbytes: int, copy_gbps: float) -> float:
     return passes * nbytes / (copy_gbps * 1e3)
 
 
-def step_ms(loss_fn, x: torch.Tensor, t: torch.Tensor, inplace: bool = False) -> float:
-    """Median ms of one forward + backward; in-place modes get a fresh leaf over x's buffer
-    (their forward overwrites it, so the timed inputs are the previous step's gradient). The
-    loss sees a view of the leaf, as a model's loss sees a matmul's output: a gradient that is
-    the logits' own tensor object would otherwise be copied by the leaf's AccumulateGrad."""
+def training_step(loss_fn, x: torch.Tensor, t: torch.Tensor, inplace: bool = False):
+    """One forward + backward, as every timer here runs it: in-place modes get a fresh leaf over
+    x's buffer (their forward overwrites it, so the timed inputs are the previous step's
+    gradient). The loss sees a view of the leaf, as a model's loss sees a matmul's output: a
+    gradient that is the logits' own tensor object would otherwise be copied by the leaf's
+    AccumulateGrad."""
     leaf = x.detach().requires_grad_()
 
     def run():
@@ -111,7 +112,13 @@ def step_ms(loss_fn, x: torch.Tensor, t: torch.Tensor, inplace: bool = False) ->
         v.grad = None
         loss_fn(v.view_as(v), t).backward()
 
-    return do_bench(run, warmup=5, rep=50, return_mode="median")
+    return run
+
+
+def step_ms(loss_fn, x: torch.Tensor, t: torch.Tensor, inplace: bool = False) -> float:
+    """Median ms of one forward + backward (:func:`training_step`)."""
+    return do_bench(training_step(loss_fn, x, t, inplace), warmup=5, rep=50,
+                    return_mode="median")
 
 
 def host_us(loss_fn, x: torch.Tensor, t: torch.Tensor, inplace: bool = False, steps: int = 20,
@@ -120,13 +127,7 @@ def host_us(loss_fn, x: torch.Tensor, t: torch.Tensor, inplace: bool = False, st
     sync between them (as :func:`step_ms` runs them), after a warm one. Where it reaches the
     step's timed median the device waits on the host: the cell is host-bound, and its figure
     is the host's, not the kernels'."""
-    leaf = x.detach().requires_grad_()
-
-    def run():
-        v = x.detach().requires_grad_() if inplace else leaf
-        v.grad = None
-        loss_fn(v.view_as(v), t).backward()
-
+    run = training_step(loss_fn, x, t, inplace)
     run()
     sync()
     start = time.perf_counter()
@@ -140,13 +141,7 @@ def host_us(loss_fn, x: torch.Tensor, t: torch.Tensor, inplace: bool = False, st
 def profile_step(loss_fn, x: torch.Tensor, t: torch.Tensor, inplace: bool = False) -> str:
     """One forward + backward (after a warm one) under torch.profiler: its kernels by device
     time and the device's idle time between them, as :func:`step_ms` times it."""
-    leaf = x.detach().requires_grad_()
-
-    def run():
-        v = x.detach().requires_grad_() if inplace else leaf
-        v.grad = None
-        loss_fn(v.view_as(v), t).backward()
-
+    run = training_step(loss_fn, x, t, inplace)
     run()
     return kernel_table(run, rows=12)
 
