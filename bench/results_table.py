@@ -61,9 +61,9 @@ HEADER = """# Benchmark results
 
 One result set: the latest sweeps of softmax forward and backward and of cross-entropy (GPU,
 date and commit in each section), M*N = 2^28 elements per shape (1 GiB of fp32: far past L2),
-a training step's loss (`bench/loss_step.py`), the LM-head loss (the `lm_head` preset: N the
-vocabulary, M the tokens; matmul-bound, so its GB/s, of the hidden and weight bytes, are a
-relative speed) and the compare gate's verdict
+a training step's loss (`bench/loss_step.py`), the LM-head loss (the `lm_head` preset,
+matmul-bound: ms and TFLOP/s of the matmuls a call must do, 2 T d V forward, 6 T d V backward)
+and the compare gate's verdict
 (`bench/compare_gate.py`). GB/s counts the fewest
 bytes a call must read plus write; % of copy is that over a device-to-device copy's GB/s on the
 same GPU; "inexact": outside the lab's tolerance for that dtype (timed all the same); "skipped":
@@ -115,14 +115,29 @@ def size(n: int) -> str:
     return f"{n} B"
 
 
+# matmul-bound ops: their tables show ms and TFLOP/s, the FLOPs a call must do over T * d * V
+# (the LM head: the logits' matmul forward; its backward, given only the lse, the logits again,
+# dhidden and dweight)
+MATMUL_FLOPS = {"linear_cross_entropy": 2, "linear_cross_entropy_backward": 6}
+
+
+def tflops(r: dict) -> float:
+    """TFLOP/s of a matmul-bound record (its ``shape``: T x d x V)."""
+    t, d, v = map(int, r["shape"].split("x"))
+    return MATMUL_FLOPS[r["op"]] * t * d * v / r["median_s"] / 1e12
+
+
 def cell(r: dict | None) -> str:
-    """``GB/s (% of copy)``, then the memory column when the sweep measured it: peak above the
-    inputs, forward / step."""
+    """``GB/s (% of copy)`` (a matmul-bound op: ``ms (TFLOP/s)``), then the memory column when
+    the sweep measured it: peak above the inputs, forward / step."""
     if r is None:
         return ""
     if r["status"] not in TIMED:
         return r["status"]
-    text = f"{r['gbps']:,.0f} ({r['pct_of_copy']:.0f}%)"
+    if r.get("op") in MATMUL_FLOPS:
+        text = f"{r['median_s'] * 1e3:.2f} ms ({tflops(r):.0f} TFLOP/s)"
+    else:
+        text = f"{r['gbps']:,.0f} ({r['pct_of_copy']:.0f}%)"
     if r.get("mem_fwd_bytes") is not None:
         step = r.get("mem_step_bytes")
         text += f" · {size(r['mem_fwd_bytes'])}" + (f" / {size(step)}" if step is not None else "")
@@ -143,14 +158,18 @@ def tables(records: list[dict]) -> list[str]:
     out = []
     for (op, dtype), recs in panels.items():
         names = columns(recs)
-        head = ["N", "M", *(LABELS.get(n, n) for n in names)]
-        out += [f"**{op}, {dtype}** (GB/s, % of copy; **bold**: fastest)", "",
+        matmul = op in MATMUL_FLOPS  # rows by T x d x V, the fastest by time
+        head = ["T x d x V"] if matmul else ["N", "M"]
+        head += [LABELS.get(n, n) for n in names]
+        out += [f"**{op}, {dtype}** ({'ms, TFLOP/s' if matmul else 'GB/s, % of copy'}; "
+                "**bold**: fastest)", "",
                 "| " + " | ".join(head) + " |", "|" + "---:|" * len(head)]
         for n, m in sorted({(r["n"], r["m"]) for r in recs}):
             by = {r["variant"]: r for r in recs if (r["n"], r["m"]) == (n, m)}
             timed = [r for r in by.values() if r["status"] in TIMED]
-            best = max(timed, key=lambda r: r["gbps"])["variant"] if timed else None
-            row = [str(n), str(m)]
+            best = (min(timed, key=lambda r: r["median_s"]) if matmul else
+                    max(timed, key=lambda r: r["gbps"]))["variant"] if timed else None
+            row = [next(iter(by.values()))["shape"]] if matmul else [str(n), str(m)]
             for name in names:
                 c = cell(by.get(name))
                 row.append(f"**{c}**" if name == best else c)

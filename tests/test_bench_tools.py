@@ -203,6 +203,30 @@ def test_results_table_puts_the_lab_first_and_stamps_the_sweep(tmp_path):
     assert "# Benchmark results" not in text and "![" not in text  # no header, no PNG here
 
 
+def test_results_table_shows_a_matmul_bound_op_in_ms_and_tflops(tmp_path):
+    """The LM head's tables: rows by T x d x V, each cell "ms (TFLOP/s)" over the matmuls the
+    call must do (2 T d V forward, 6 T d V backward), the fastest by time in bold."""
+
+    def rec(op, variant, backend, seconds):
+        return {"op": op, "dtype": "bfloat16", "n": 1000, "m": 500, "shape": "500x200x1000",
+                "variant": variant, "backend": backend, "status": "ok", "median_s": seconds,
+                "gbps": 1.0, "pct_of_copy": 0.1}
+
+    recs = [rec("linear_cross_entropy", "torch_linear_cross_entropy", "torch", 2e-6),
+            rec("linear_cross_entropy", "torch_chunked_linear_cross_entropy", "torch", 1e-6),
+            rec("linear_cross_entropy_backward", "torch_linear_cross_entropy_backward", "torch",
+                3e-6)]
+    meta = {"copy_gbps": 3000.0, "created_utc": "20261206-225710", "gpu": {"name": "H100"}}
+    path = tmp_path / "lmhead_h100.json"
+    path.write_text(json.dumps({"meta": meta, "records": recs}))
+    lines = _results_table(str(path), "--commit", "abc1234", "--no-header").splitlines()
+    assert "**linear_cross_entropy, bfloat16** (ms, TFLOP/s; **bold**: fastest)" in lines
+    assert "| T x d x V | torch | lab: chunked |" in lines
+    # 2 * 500 * 200 * 1000 = 2e8 FLOPs: in 2 us 100 TFLOP/s, in 1 us 200
+    assert "| 500x200x1000 | 0.00 ms (100 TFLOP/s) | **0.00 ms (200 TFLOP/s)** |" in lines
+    assert "| 500x200x1000 | **0.00 ms (200 TFLOP/s)** |" in lines  # the backward: 6e8 in 3 us
+
+
 def test_results_readme_is_generated_from_the_result_set():
     """bench/results/README.md holds exactly the tables results_table.py prints for the JSON
     files it names, and every JSON / PNG in bench/results/ is one it shows (but the files
