@@ -68,6 +68,35 @@ def test_table_csv_json_plot_from_fake_records(tmp_path):
     assert json.loads(paths[0].read_text())["records"][1]["gbps"] == 3500.0
 
 
+def test_a_matmul_bound_op_reads_ms_and_tflops(tmp_path):
+    """The lm-head's cells (Op.flops): ms and TFLOP/s of the matmuls a call must do, the best by
+    time, rows by T x d x V; its workload counts 2 T d V forward, 6 T d V backward."""
+    from rich.console import Console
+
+    fwd = bm.Cell("linear_cross_entropy", torch.bfloat16, (64, 32, 300))
+    work = bm.make_workload(fwd, "cpu")
+    assert work.flops == 2 * 64 * 32 * 300
+    back = bm.make_workload(bm.Cell("linear_cross_entropy_backward", torch.bfloat16,
+                                    (64, 32, 300)), "cpu")
+    assert back.flops == 6 * 64 * 32 * 300
+    recs = []
+    for name, seconds in (("torch_linear_cross_entropy", 2e-7),
+                          ("torch_chunked_linear_cross_entropy", 1e-7)):
+        recs.append(bm.Record.start(fwd, kernel_lab.get(name)).fill(work, seconds, None, 4000.0,
+                                                                    {}))
+    assert recs[1].tflops == pytest.approx(work.flops / 1e-7 / 1e12)  # 12.3
+    console = Console(record=True, width=200)
+    for t in sweep.render_tables(recs, 4000.0):
+        console.print(t)
+    text = console.export_text()
+    assert "linear_cross_entropy bfloat16: ms (TFLOP/s)" in text and "T x d x V" in text
+    assert "0.00 ms (6 TFLOP/s)" in text and "★ 0.00 ms (12 TFLOP/s)" in text
+    assert text.count("★") == 1 and "GB/s" not in text.split("T x d x V")[0]
+    paths = sweep.write_results(recs, {"copy_gbps": 4000.0, "preset": "lm"}, tmp_path, "lm")
+    saved = json.loads(paths[0].read_text())["records"]
+    assert saved[1]["flops"] == work.flops and saved[1]["tflops"] == recs[1].tflops
+
+
 def test_cross_check_line_counts_long_runs_and_names_the_worst():
     from kernel_lab.measure.benchmarking import Record
 

@@ -190,6 +190,9 @@ class Op:
     # check_slice(inputs) -> inputs: what the benchmark's float64 check runs a variant on where
     # the cell's own reference would not fit a GPU (the lm-head: its first tokens); None: all
     check_slice: Callable[[tuple], tuple] | None = None
+    # flops(*inputs, **kw) -> the floating-point operations a call must do: set for a
+    # matmul-bound op (the lm-head), whose benchmark cells then read ms and TFLOP/s; None: GB/s
+    flops: Callable[..., int] | None = None
 
     def check(self, out: Any, *inputs: Any, ref: Any = None, **kw: Any):
         """Compare ``out`` with this op's float64 reference on ``inputs``: every output under

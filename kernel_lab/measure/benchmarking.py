@@ -153,6 +153,7 @@ class Workload:
     kwargs: dict
     bytes_moved: int
     checked: tuple | None = None  # what the float64 check runs on (Op.check_slice); None: inputs
+    flops: int | None = None  # a matmul-bound op's floating-point operations a call (Op.flops)
     _ref: torch.Tensor | None = field(default=None, repr=False)
 
     @property
@@ -196,7 +197,9 @@ def make_workload(cell: Cell, device: str) -> Workload:
     ]
     kw = dict(op.kwargs)
     checked = op.check_slice(inputs) if op.check_slice is not None else None
-    return Workload(cell, op, device, copies, kw, int(op.bytes_moved(*inputs, **kw)), checked)
+    flops = int(op.flops(*inputs, **kw)) if op.flops is not None else None
+    return Workload(cell, op, device, copies, kw, int(op.bytes_moved(*inputs, **kw)), checked,
+                    flops)
 
 
 class WorkloadCache:
@@ -425,6 +428,8 @@ class Record:
     mem_step_bytes: int | None = None  # ... one forward + backward (ops with a backward)
     mem_note: str = ""  # why a memory figure is missing ("n/a: not a CUDA device", ...)
     shape: str = ""  # the cell's whole shape (the lm-head's T x d x V: m = T, n = V)
+    flops: int | None = None  # a matmul-bound op's (Op.flops): its cells read ms and TFLOP/s
+    tflops: float | None = None
 
     @classmethod
     def start(cls, cell: Cell, variant: Variant, status: str = "ok", reason: str = "") -> "Record":
@@ -440,12 +445,14 @@ class Record:
     def fill(self, work: Workload, median_s: float, event_s: float | None, copy: float,
              attrs: dict[str, Any], p: Schedule | None = None, peak: Peak | None = None,
              host_s: float | None = None) -> "Record":
-        """Add the numbers: GB/s from the median per call, its share of the copy roofline, how
-        it was timed and the memory column."""
+        """Add the numbers: GB/s from the median per call, its share of the copy roofline (and
+        TFLOP/s for a matmul-bound op), how it was timed and the memory column."""
         self.bytes_moved, self.median_s, self.event_median_s = work.bytes_moved, median_s, event_s
         self.gbps = gbps(work.bytes_moved, median_s)
         self.event_gbps = gbps(work.bytes_moved, event_s) if event_s else None
         self.copy_gbps, self.pct_of_copy = copy, 100.0 * self.gbps / copy
+        if work.flops is not None:
+            self.flops, self.tflops = work.flops, work.flops / median_s / 1e12
         self.registers = attrs.get("num_regs")
         self.spill_bytes = attrs.get("local_size_bytes")
         self.kernels = attrs.get("launches")
@@ -471,7 +478,8 @@ def memory(variant: Variant, work: Workload) -> Peak:
 # extra_info of a pytest-benchmark cell: how it was timed, what it moved, its memory
 EXTRA = ("backend", "method", "k", "rounds", "iterations", "median_s", "host_s",
          "event_median_s", "bytes_moved", "gbps", "pct_of_copy", "copy_gbps", "event_gbps",
-         "mem_fwd_bytes", "mem_step_bytes", "mem_note", "registers", "spill_bytes", "kernels")
+         "flops", "tflops", "mem_fwd_bytes", "mem_step_bytes", "mem_note", "registers",
+         "spill_bytes", "kernels")
 
 
 def extra_info(rec: Record) -> dict[str, Any]:

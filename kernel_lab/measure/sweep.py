@@ -140,8 +140,9 @@ def legend(device: str, copy_gbps: float) -> str:
     """The line above the tables: what the cells mean and the roofline they are a % of."""
     per_call = "device time per call" if device.startswith("cuda") else "time per call"
     return (f"{bm.device_label(device)}: cells are GB/s and % of device copy "
-            f"({copy_gbps:,.0f} GB/s) from {per_call}, then peak memory above the inputs "
-            "(forward / step); ★ = best per shape (M x N: rows x row length)")
+            f"({copy_gbps:,.0f} GB/s) from {per_call} (a matmul-bound op's: ms and TFLOP/s), "
+            "then peak memory above the inputs (forward / step); ★ = best per shape (M x N: rows "
+            "x row length)")
 
 
 def memory_cell(r: Record) -> str:
@@ -154,8 +155,22 @@ def memory_cell(r: Record) -> str:
     return f"{fwd} / step n/a" if r.mem_note else fwd
 
 
+def speed(r: Record) -> float:
+    """What a cell ranks by: TFLOP/s for a matmul-bound op (Op.flops), else GB/s."""
+    return r.tflops if r.tflops is not None else r.gbps
+
+
+def value_cell(r: Record) -> str:
+    """A timed cell's figure: ``ms (TFLOP/s)`` for a matmul-bound op, else ``GB/s (% of
+    copy)``."""
+    if r.tflops is not None:
+        return f"{r.median_s * 1e3:.2f} ms ({r.tflops:,.0f} TFLOP/s)"
+    return f"{_num(r.gbps)} ({r.pct_of_copy:.0f}%)"
+
+
 def render_tables(records: Sequence[Record], copy_gbps: float) -> list:
-    """One rich Table per (op, dtype): variant x shape cells of GB/s and % of copy, best marked."""
+    """One rich Table per (op, dtype): variant x shape cells of GB/s and % of copy (ms and
+    TFLOP/s for a matmul-bound op), best marked."""
     from rich.markup import escape
     from rich.table import Table
 
@@ -165,12 +180,13 @@ def render_tables(records: Sequence[Record], copy_gbps: float) -> list:
         names = list(dict.fromkeys(r.variant for r in recs))
         best = {}
         for r in recs:
-            if r.status == "ok" and r.gbps > best.get((r.n, r.m), (0.0,))[0]:
-                best[(r.n, r.m)] = (r.gbps, r.variant)
+            if r.status == "ok" and speed(r) > best.get((r.n, r.m), (0.0,))[0]:
+                best[(r.n, r.m)] = (speed(r), r.variant)
         # Shapes down, variants across: a sweep's many shapes stay readable in any width.
         measured = any(r.mem_fwd_bytes is not None for r in recs)
         notes = sorted({r.mem_note for r in recs if r.mem_note and r.mem_fwd_bytes is None})
-        title = f"{op} {dtype}: GB/s (% of copy)" + (
+        unit = "ms (TFLOP/s)" if any(r.tflops is not None for r in recs) else "GB/s (% of copy)"
+        title = f"{op} {dtype}: {unit}" + (
             ", peak memory above inputs (forward / step)" if measured else
             f"; memory {notes[0]}" if notes else "")
         t = Table(title=title, title_justify="left")
@@ -187,17 +203,15 @@ def render_tables(records: Sequence[Record], copy_gbps: float) -> list:
                 if r is None:
                     row.append("")
                 elif r.status == "inexact":
-                    row.append(f"[yellow]{_num(r.gbps)} ({r.pct_of_copy:.0f}%) inexact[/]"
-                               + _mem_line(r))
+                    row.append(f"[yellow]{value_cell(r)} inexact[/]" + _mem_line(r))
                 elif r.status == "skipped" and r.backend == "peer":
                     row.append(f"[dim]skip: {escape(_cut(r.reason, PEER_REASON_CHARS))}[/]")
                 elif r.status != "ok":
                     row.append(STATUS_CELL.get(r.status, r.status))
                 elif best[(n, m)][1] == name:
-                    row.append(f"[bold green]★ {_num(r.gbps)} ({r.pct_of_copy:.0f}%)[/]"
-                               + _mem_line(r))
+                    row.append(f"[bold green]★ {value_cell(r)}[/]" + _mem_line(r))
                 else:
-                    row.append(f"{_num(r.gbps)} ({r.pct_of_copy:.0f}%)" + _mem_line(r))
+                    row.append(value_cell(r) + _mem_line(r))
             t.add_row(label[(n, m)], *row)
         tables.append(t)
     return tables
@@ -276,7 +290,8 @@ def _rows_bytes(r: Record) -> float:
 
 
 def plot_results(records: Sequence[Record], copy_gbps: float, path: Path) -> Path:
-    """PNG: GB/s vs N (log2 axis; vs M when N is fixed) per variant, one panel per (op, dtype).
+    """PNG: GB/s vs N (log2 axis; vs M when N is fixed) per variant, one panel per (op, dtype);
+    a matmul-bound op's panel: TFLOP/s.
 
     The dashed line is the measured device-to-device copy: the roofline of a memory-bound op.
     Each legend entry carries the variant's memory column (:func:`memory_label`).
@@ -289,17 +304,19 @@ def plot_results(records: Sequence[Record], copy_gbps: float, path: Path) -> Pat
     axes = fig.subplots(max(1, len(panels)), 1, squeeze=False)[:, 0]
     for ax, ((op, dtype), recs) in zip(axes, panels.items()):
         x_of, xlabel = _x_axis(recs)
-        ax.axhline(copy_gbps, ls="--", color="black", lw=1,
-                   label=f"device copy {copy_gbps:,.0f} GB/s")
+        matmul = any(r.tflops is not None for r in recs)  # its roofline is not the copy's
+        if not matmul:
+            ax.axhline(copy_gbps, ls="--", color="black", lw=1,
+                       label=f"device copy {copy_gbps:,.0f} GB/s")
         for name in dict.fromkeys(r.variant for r in recs):
-            pts = sorted((x_of(r), r.gbps) for r in recs
+            pts = sorted((x_of(r), speed(r)) for r in recs
                          if r.variant == name and r.status in bm.TIMED)
             if pts:
                 ax.plot(*zip(*pts), marker="o", ms=3, lw=1.2,
                         label=name + memory_label([r for r in recs if r.variant == name]))
         ax.set_xscale("log", base=2)
         ax.set_xlabel(xlabel)
-        ax.set_ylabel("GB/s")
+        ax.set_ylabel("TFLOP/s" if matmul else "GB/s")
         ax.set_ylim(bottom=0)
         ax.set_title(f"{op} {dtype}")
         ax.grid(True, which="both", alpha=0.3)

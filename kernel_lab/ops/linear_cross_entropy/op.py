@@ -154,6 +154,16 @@ def bytes_moved(hidden, weight, target, bias=None, **kw) -> int:
     return (hidden.numel() + weight.numel()) * hidden.element_size()
 
 
+def forward_flops(hidden, weight, *args, **kw) -> int:
+    """The logits' matmul: 2 T d V."""
+    return 2 * hidden.shape[0] * hidden.shape[1] * weight.shape[0]
+
+
+def backward_flops(hidden, weight, *args, **kw) -> int:
+    """Given the lse, not the logits: the logits again, dhidden and dweight, 6 T d V."""
+    return 3 * forward_flops(hidden, weight)
+
+
 def edge_cases(dtype, device="cpu", generator=None) -> list:
     """Bias, soft cap, smoothing, every reduction, ignored rows, all ignored, one class, one
     token, a huge logit, int32 targets."""
@@ -318,6 +328,7 @@ FORWARD = register_op(
                           backward_inputs=_backward_inputs, grad_of=(0, 1, 3)),
         bench_inputs=bench_inputs,
         check_slice=check_slice,
+        flops=forward_flops,
     )
 )
 
@@ -344,5 +355,6 @@ BACKWARD = register_op(
         auto=BACKWARD_AUTO,
         bench_inputs=bench_backward_inputs,
         check_slice=check_slice,
+        flops=backward_flops,
     )
 )
