@@ -24,12 +24,14 @@ import kernel_lab
 ROOT = Path(kernel_lab.__file__).resolve().parent
 
 # layer of a file, by its path inside kernel_lab/ (first match); lower number = higher layer;
-# None: the registry, the data every layer reads (its Variant objects call their launchers)
+# None: the registry and the op contract, the data every layer reads (its Variant objects
+# call their launchers)
 LAYERS = (
     ("__init__.py", 0), ("ops/*/api.py", 0), ("nn.py", 0),
     ("core/dropin.py", 1), ("core/custom_ops.py", 1),
     ("core/plans.py", 2), ("core/dispatch.py", 2),
-    ("core/registry.py", None), ("base/*", None), ("ops/*/auto.py", 4), ("ops/*/op.py", 4),
+    ("core/registry.py", None), ("core/contract.py", None), ("base/*", None),
+    ("ops/*/auto.py", 4), ("ops/*/op.py", 4),
     ("ops/*/*_variants.py", 4), ("core/*", 4), ("cuda/rowkernels/*", 4), ("cuda/sources.py", 4),
     ("cuda/flag_words.py", 4), ("cuda/occupancy.py", 4), ("cuda/archs.py", 4),
     ("cuda/deferred.py", 4), ("triton_src/*", 4),

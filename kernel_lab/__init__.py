@@ -29,12 +29,8 @@ from kernel_lab.ops.log_softmax.api import LogSoftmax, log_softmax
 from kernel_lab.ops.softmax.api import Softmax, softmax
 from kernel_lab.core.plans import run
 from kernel_lab.ops import OP_MODULES
+from kernel_lab.core.contract import Auto, Autograd, Input, Op, Output
 from kernel_lab.core.registry import (
-    Auto,
-    Autograd,
-    Input,
-    Op,
-    Output,
     Variant,
     get,
     get_op,

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import kernel_lab
-from kernel_lab.core import registry
+from kernel_lab.core import contract
 
 PROGRAM = r"""
 import torch
@@ -56,32 +56,32 @@ def test_toy_op_of_another_shape_needs_no_core_edit():
 
 
 def test_input_roles_are_checked_before_launch():
-    op = registry.Op("probe", reference=None, make_inputs=None, bytes_moved=None,
-                     inputs=(registry.Input("x"), registry.Input("t", role="index")))
+    op = contract.Op("probe", reference=None, make_inputs=None, bytes_moved=None,
+                     inputs=(contract.Input("x"), contract.Input("t", role="index")))
     x = torch.randn(4, 6)
-    contract = registry._input_contract
-    assert contract(op.inputs, (x, torch.zeros(4, dtype=torch.int64)), -1) is None
-    assert "integer" in contract(op.inputs, (x, torch.zeros(4)), -1)
-    assert "shape (4,)" in contract(op.inputs, (x, torch.zeros(6, dtype=torch.int64)), -1)
+    check = contract.input_contract_error
+    assert check(op.inputs, (x, torch.zeros(4, dtype=torch.int64)), -1) is None
+    assert "integer" in check(op.inputs, (x, torch.zeros(4)), -1)
+    assert "shape (4,)" in check(op.inputs, (x, torch.zeros(6, dtype=torch.int64)), -1)
     with pytest.raises(ValueError, match="role"):
-        registry.Input("w", role="weights")
+        contract.Input("w", role="weights")
 
 
 def test_optional_per_row_and_free_inputs():
     """What cross_entropy's backward declares: an optional column, a float per-row statistic,
     a tensor of any shape (only its device is checked)."""
-    specs = (registry.Input("x"), registry.Input("w", role="column", optional=True),
-             registry.Input("s", role="per_row"), registry.Input("g", role="free"))
+    specs = (contract.Input("x"), contract.Input("w", role="column", optional=True),
+             contract.Input("s", role="per_row"), contract.Input("g", role="free"))
     x, s = torch.randn(4, 6), torch.randn(4)
-    contract = registry._input_contract
-    assert contract(specs, (x, None, s, torch.ones(())), -1) is None
-    assert contract(specs, (x, torch.ones(6), s, torch.ones(4)), -1) is None
-    assert "floating" in contract(specs, (x, None, torch.zeros(4, dtype=torch.int64), s), -1)
-    assert "shape (4,)" in contract(specs, (x, None, torch.zeros(6), s), -1)
-    required = (registry.Input("x"), registry.Input("w", role="column"))
-    assert "not None" in contract(required, (x, None), -1)
+    check = contract.input_contract_error
+    assert check(specs, (x, None, s, torch.ones(())), -1) is None
+    assert check(specs, (x, torch.ones(6), s, torch.ones(4)), -1) is None
+    assert "floating" in check(specs, (x, None, torch.zeros(4, dtype=torch.int64), s), -1)
+    assert "shape (4,)" in check(specs, (x, None, torch.zeros(6), s), -1)
+    required = (contract.Input("x"), contract.Input("w", role="column"))
+    assert "not None" in check(required, (x, None), -1)
     if torch.cuda.is_available():
-        assert "is on" in contract(specs, (x, None, s, torch.ones((), device="cuda")), -1)
+        assert "is on" in check(specs, (x, None, s, torch.ones((), device="cuda")), -1)
 
 
 def test_outputs_declare_shape_dtype_and_gradient():

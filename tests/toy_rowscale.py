@@ -11,7 +11,8 @@ import torch
 
 from kernel_lab.base.inputs import ALL_DTYPES, randn
 from kernel_lab.core import custom_ops
-from kernel_lab.core.registry import Auto, Autograd, Input, Op, Output, register, register_op
+from kernel_lab.core.contract import Auto, Autograd, Input, Op, Output
+from kernel_lab.core.registry import register, register_op
 
 
 def reference(x, w):

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from kernel_lab.core import registry
+from kernel_lab.core import contract, registry
 from kernel_lab.core.reference import CheckResult
 
 DTYPE_NAMES = {  # every spelling the commands accept (bf16 and bfloat16 alike)
@@ -131,7 +131,7 @@ CASES: tuple[Case, ...] = (
 SELECTIONS = ("core", "all", "sanitize", "race")
 
 
-def cases_for(device: str | torch.device, op: registry.Op | None = None,
+def cases_for(device: str | torch.device, op: contract.Op | None = None,
               selection: str = "all") -> list[Case]:
     """The shape cases for ``device``: ``core`` (a representative set: 0-d, odd, 3-D, another
     dim, strided, misaligned, empty), ``all`` (every case but the sanitizers' own), ``sanitize``
@@ -176,7 +176,7 @@ def relayout(t: torch.Tensor, layout: str) -> torch.Tensor:
     return out
 
 
-def make_case_inputs(op: registry.Op, case: Case, dtype: torch.dtype, device, generator):
+def make_case_inputs(op: contract.Op, case: Case, dtype: torch.dtype, device, generator):
     """(inputs, kw) of ``case``: the op's rows inputs in the case's layout, its other inputs
     (per-column parameters, indices) as the op made them."""
     inputs = op.make_inputs(case.shape, dtype, device, generator)

@@ -1,6 +1,6 @@
 """Drop-in functions for any op: ``torch.library`` custom ops built from the op's declaration.
 
-:func:`define` turns an :class:`~kernel_lab.core.registry.Op` with an ``autograd`` spec into
+:func:`define` turns an :class:`~kernel_lab.core.contract.Op` with an ``autograd`` spec into
 ``torch.ops.kernel_lab.<op>`` (and its backward op, recursively), with a fake kernel and an
 autograd formula; :func:`call` is what a public function such as ``kernel_lab.softmax`` runs.
 So autograd, ``torch.compile(fullgraph=True)``, CUDA graphs and ``torch.library.opcheck`` all
@@ -39,7 +39,7 @@ import torch
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from kernel_lab.base.errors import DimRangeError, InputTypeError, given, not_a_tensor
-from kernel_lab.core import dispatch, plans, registry
+from kernel_lab.core import contract, dispatch, plans, registry
 from kernel_lab.core.dispatch import AUTO
 from kernel_lab.core.rows import dim_type_error
 from kernel_lab.cuda import deferred
@@ -48,7 +48,7 @@ _SCHEMA_TYPES = {bool: "bool", int: "int", float: "float", str: "str"}
 _defined: dict[str, Any] = {}  # op name -> its torch.library custom op
 
 
-def _schema(op: registry.Op) -> str:
+def _schema(op: contract.Op) -> str:
     args = [f"Tensor{'?' if i.optional else ''} {i.name}" for i in op.inputs]
     for name, default in op.kwargs.items():
         kind = _SCHEMA_TYPES.get(type(default))
@@ -62,7 +62,7 @@ def _schema(op: registry.Op) -> str:
     return f"({', '.join(args)}) -> {outs if len(op.outputs) == 1 else f'({outs})'}"
 
 
-def _split(op: registry.Op, args: Sequence[Any]) -> tuple[tuple, dict, str, str]:
+def _split(op: contract.Op, args: Sequence[Any]) -> tuple[tuple, dict, str, str]:
     """(tensors, kw, variant, backward_variant) from a call in schema order."""
     k, nk = len(op.inputs), len(op.kwargs)
     kw = dict(zip(op.kwargs, args[k:k + nk]))
@@ -70,7 +70,7 @@ def _split(op: registry.Op, args: Sequence[Any]) -> tuple[tuple, dict, str, str]
     return tuple(args[:k]), kw, rest[0], rest[1]
 
 
-def _fake_outputs(op: registry.Op, tensors: tuple, kw: dict) -> Any:
+def _fake_outputs(op: contract.Op, tensors: tuple, kw: dict) -> Any:
     """Empty contiguous outputs shaped like the real ones: each output's own ``empty``, else
     like the first input (what every row op returns)."""
     from kernel_lab.core.rows import normalize_dim
@@ -84,7 +84,7 @@ def _fake_outputs(op: registry.Op, tensors: tuple, kw: dict) -> Any:
     return outs[0] if len(outs) == 1 else outs
 
 
-def _mark_outputs(op: registry.Op, ctx: Any, output: Any) -> None:
+def _mark_outputs(op: contract.Op, ctx: Any, output: Any) -> None:
     """Tell autograd which outputs carry no gradient (Output.differentiable), and to pass None
     for an output's unused gradient instead of a tensor of zeros (cross-entropy's lse: a fill
     kernel and its launch every step, for nothing)."""
@@ -95,7 +95,7 @@ def _mark_outputs(op: registry.Op, ctx: Any, output: Any) -> None:
             ctx.mark_non_differentiable(*fixed)
 
 
-def _output_grad(op: registry.Op, grads: tuple) -> Any:
+def _output_grad(op: contract.Op, grads: tuple) -> Any:
     """The gradient the op's backward takes: that of its first differentiable output."""
     if len(op.outputs) == 1:
         return grads[0]
@@ -144,9 +144,9 @@ def define(name: str) -> Any:
     return custom
 
 
-def _input_grads(op: registry.Op, saved: tuple, g: Any, kw: dict, backward_variant: str,
+def _input_grads(op: contract.Op, saved: tuple, g: Any, kw: dict, backward_variant: str,
                  backward_op: Any, eager: Callable[..., Any] | None = None,
-                 absent: tuple[int, ...] = (), bop: registry.Op | None = None) -> tuple:
+                 absent: tuple[int, ...] = (), bop: contract.Op | None = None) -> tuple:
     """One gradient (or None) per tensor input of ``op``: its formula, or its backward op
     (``bop``, else the registry's) run by ``backward_variant`` - directly by ``eager(op,
     variant, inputs, kw)`` when given (no graph to record), else through the backward custom

@@ -1,6 +1,6 @@
 """``variant="auto"`` and named variants for the drop-in functions, for any op.
 
-Each op owns its policy (:class:`kernel_lab.core.registry.Auto`: the ordered names to try on CUDA,
+Each op owns its policy (:class:`kernel_lab.core.contract.Auto`: the ordered names to try on CUDA,
 the portable variant for every other device); this module only applies it. ``"auto"`` is
 resolved on the real tensors, where ``supports()`` can see what only real tensors have (data
 pointers for 16-byte alignment), so no Python runs for it under a CUDA-graph replay.
@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from kernel_lab.base.errors import UnknownVariantError
-from kernel_lab.core import registry
+from kernel_lab.core import contract, registry
 
 AUTO = "auto"
 
@@ -52,7 +52,7 @@ def can_run(v: registry.Variant, *tensors: torch.Tensor, **kw: Any) -> bool:
     return (v.backend != "cuda" or _has_cupy()) and v.supports(*tensors, **kw) is None
 
 
-def policy(op: str) -> registry.Auto:
+def policy(op: str) -> contract.Auto:
     """The op's "auto" policy; raises if the op declares none."""
     auto = registry.get_op(op).auto
     if auto is None:

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from kernel_lab.core import dispatch, registry
+from kernel_lab.core import contract, dispatch, registry
 from kernel_lab.core.dispatch import AUTO
 from kernel_lab.cuda import deferred, interop, jit
 
@@ -247,13 +247,13 @@ class Plan:
 
     ``native``: a drop-in whose pick is PyTorch's own differentiable op, and whose backward's
     pick would be PyTorch's too, so PyTorch's autograd records the call itself. ``op`` and
-    ``backward_op``: a drop-in's :class:`~kernel_lab.core.registry.Op` and its backward's (the
+    ``backward_op``: a drop-in's :class:`~kernel_lab.core.contract.Op` and its backward's (the
     autograd node reads them from the plan, not the registry, each call)."""
 
     __slots__ = ("variant", "call", "native", "fn", "replaying", "run", "op", "backward_op")
 
     def __init__(self, variant: registry.Variant, native: bool = False,
-                 op: registry.Op | None = None) -> None:
+                 op: contract.Op | None = None) -> None:
         self.variant, self.native, self.fn = variant, native, variant.fn
         self.op = op
         grad = op.autograd if op is not None else None

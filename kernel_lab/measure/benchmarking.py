@@ -44,8 +44,9 @@ from typing import Any, Callable, Sequence
 import torch
 
 from kernel_lab.checking.checker import DTYPE_NAMES, dtype_name, parse_dtype  # noqa: F401  (re-exported)
+from kernel_lab.core.contract import Op
 from kernel_lab.core.reference import CheckResult
-from kernel_lab.core.registry import Op, Variant, get_op, trusted_inputs, variants
+from kernel_lab.core.registry import Variant, get_op, trusted_inputs, variants
 from kernel_lab.measure import timing
 from kernel_lab.measure.machine import (  # noqa: F401  (re-exported: the sweep and bench/ use bm.<name>)
     NO_GPU,

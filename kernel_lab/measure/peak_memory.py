@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 import torch
 
-from kernel_lab.core import registry
+from kernel_lab.core import contract, registry
 
 NOT_CUDA = "n/a: not a CUDA device"
 
@@ -48,11 +48,11 @@ def above_inputs(run: Callable[[], Any], device: torch.device) -> int:
     return max(0, int(peak))
 
 
-def has_step(op: registry.Op) -> bool:
+def has_step(op: contract.Op) -> bool:
     return op.autograd is not None and op.autograd.backward is not None
 
 
-def step_runner(op: registry.Op, variant: str, inputs: tuple, kw: dict) -> Callable[[], Any]:
+def step_runner(op: contract.Op, variant: str, inputs: tuple, kw: dict) -> Callable[[], Any]:
     """One forward + backward through the drop-in with ``variant``; the upstream gradients
     (ones, shaped by a first unmeasured step) are made here, before any measurement."""
     from kernel_lab.core import custom_ops

@@ -3,7 +3,7 @@ Triton's, then PyTorch's (the only one off CUDA)."""
 
 from __future__ import annotations
 
-from kernel_lab.core import registry
+from kernel_lab.core import contract
 
 PREFERENCES = {
     "cross_entropy": ("cuda_cross_entropy", "triton_cross_entropy", "torch_cross_entropy"),
@@ -11,7 +11,7 @@ PREFERENCES = {
                                "torch_cross_entropy_backward"),
 }
 
-CROSS_ENTROPY_AUTO = registry.Auto(lambda *inputs, **kw: PREFERENCES["cross_entropy"],
+CROSS_ENTROPY_AUTO = contract.Auto(lambda *inputs, **kw: PREFERENCES["cross_entropy"],
                                    "torch_cross_entropy")
-CROSS_ENTROPY_BACKWARD_AUTO = registry.Auto(
+CROSS_ENTROPY_BACKWARD_AUTO = contract.Auto(
     lambda *inputs, **kw: PREFERENCES["cross_entropy_backward"], "torch_cross_entropy_backward")

@@ -35,17 +35,9 @@ import torch
 
 from kernel_lab.base.errors import UnsupportedInputError
 from kernel_lab.base.inputs import ALL_DTYPES, FLOAT_DTYPES, randn
+from kernel_lab.core.contract import Autograd, Input, Op, Output
 from kernel_lab.core.reference import Tolerance
-from kernel_lab.core.registry import (
-    TRUST,
-    Autograd,
-    Input,
-    Op,
-    Output,
-    ThreadSwitch,
-    inputs_trusted,
-    register_op,
-)
+from kernel_lab.core.registry import TRUST, ThreadSwitch, inputs_trusted, register_op
 from kernel_lab.cuda import deferred, interop
 from kernel_lab.ops.cross_entropy.auto import CROSS_ENTROPY_AUTO, CROSS_ENTROPY_BACKWARD_AUTO
 

@@ -4,7 +4,7 @@ is every device; the baseline (logits in memory) after it."""
 
 from __future__ import annotations
 
-from kernel_lab.core import registry
+from kernel_lab.core import contract
 
 PREFERENCES = {
     "linear_cross_entropy": ("torch_chunked_linear_cross_entropy",
@@ -13,7 +13,7 @@ PREFERENCES = {
                                       "torch_linear_cross_entropy_backward"),
 }
 
-FORWARD_AUTO = registry.Auto(lambda *inputs, **kw: PREFERENCES["linear_cross_entropy"],
+FORWARD_AUTO = contract.Auto(lambda *inputs, **kw: PREFERENCES["linear_cross_entropy"],
                              "torch_chunked_linear_cross_entropy")
-BACKWARD_AUTO = registry.Auto(lambda *inputs, **kw: PREFERENCES["linear_cross_entropy_backward"],
+BACKWARD_AUTO = contract.Auto(lambda *inputs, **kw: PREFERENCES["linear_cross_entropy_backward"],
                               "torch_chunked_linear_cross_entropy_backward")

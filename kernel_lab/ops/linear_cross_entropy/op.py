@@ -25,7 +25,8 @@ import torch
 
 from kernel_lab.base.errors import UnsupportedInputError
 from kernel_lab.base.inputs import randn
-from kernel_lab.core.registry import Autograd, Input, Op, Output, register_op
+from kernel_lab.core.contract import Autograd, Input, Op, Output
+from kernel_lab.core.registry import register_op
 from kernel_lab.ops.cross_entropy.op import (
     GRAD_TOLERANCES,
     REDUCTIONS,

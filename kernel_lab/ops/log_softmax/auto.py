@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from kernel_lab.core import registry
+from kernel_lab.core import contract, registry
 
 PREFERENCES = {
     "log_softmax": ("fast_log_softmax", "triton_log_softmax", "torch_log_softmax"),
@@ -49,9 +49,9 @@ def log_softmax_backward_preferences(y: torch.Tensor, dy: torch.Tensor | None = 
     return prefs
 
 
-LOG_SOFTMAX_AUTO = registry.Auto(
+LOG_SOFTMAX_AUTO = contract.Auto(
     log_softmax_preferences, PORTABLE["log_softmax"], portable_autograd=True,
     native=registry.NativeBelow(SMALL_NUMEL["log_softmax_backward"], PORTABLE["log_softmax"],
                                  PORTABLE["log_softmax_backward"]))
-LOG_SOFTMAX_BACKWARD_AUTO = registry.Auto(log_softmax_backward_preferences,
+LOG_SOFTMAX_BACKWARD_AUTO = contract.Auto(log_softmax_backward_preferences,
                                           PORTABLE["log_softmax_backward"])

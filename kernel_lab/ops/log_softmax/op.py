@@ -24,9 +24,10 @@ from __future__ import annotations
 import torch
 
 from kernel_lab.base.inputs import ALL_DTYPES, FLOAT_DTYPES, randn
+from kernel_lab.core.contract import row_backward_op, row_forward_op
 from kernel_lab.core.reference import TOLERANCES as DEFAULT_TOLERANCES
 from kernel_lab.core.reference import Tolerance
-from kernel_lab.core.registry import register_op, row_backward_op, row_forward_op
+from kernel_lab.core.registry import register_op
 from kernel_lab.ops.log_softmax.auto import LOG_SOFTMAX_AUTO, LOG_SOFTMAX_BACKWARD_AUTO
 
 __all__ = ["ALL_DTYPES", "FLOAT_DTYPES", "LOG_SOFTMAX", "LOG_SOFTMAX_BACKWARD", "TOLERANCES"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from kernel_lab.core import registry
+from kernel_lab.core import contract, registry
 
 PREFERENCES = {
     "softmax": ("fast_softmax", "triton_fused", "triton_online", "torch_eager"),
@@ -67,8 +67,8 @@ def softmax_backward_preferences(y: torch.Tensor, dy: torch.Tensor | None = None
     return prefs
 
 
-SOFTMAX_AUTO = registry.Auto(
+SOFTMAX_AUTO = contract.Auto(
     softmax_preferences, PORTABLE["softmax"], portable_autograd=True,
     native=registry.NativeBelow(SMALL_NUMEL["softmax_backward"], PORTABLE["softmax"],
                                  PORTABLE["softmax_backward"]))
-SOFTMAX_BACKWARD_AUTO = registry.Auto(softmax_backward_preferences, PORTABLE["softmax_backward"])
+SOFTMAX_BACKWARD_AUTO = contract.Auto(softmax_backward_preferences, PORTABLE["softmax_backward"])

@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 
 from kernel_lab.base.inputs import ALL_DTYPES, FLOAT_DTYPES, randn
-from kernel_lab.core.registry import register_op, row_backward_op, row_forward_op
+from kernel_lab.core.contract import row_backward_op, row_forward_op
+from kernel_lab.core.registry import register_op
 from kernel_lab.ops.softmax.auto import SOFTMAX_AUTO, SOFTMAX_BACKWARD_AUTO
 
 __all__ = ["ALL_DTYPES", "FLOAT_DTYPES", "SOFTMAX", "SOFTMAX_BACKWARD"]
