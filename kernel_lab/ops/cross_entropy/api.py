@@ -21,7 +21,7 @@ VALIDATE = ("async", "sync")
 class _Fused(torch.autograd.Function):
     """The gradient in the forward: the forward kernel writes the gradient for a unit upstream
     gradient, over the logits (``in_place``: the memory-saving mode) or into a fresh buffer (the
-    default step, :data:`DEFAULT_FUSED`: two passes over the logits instead of three); the
+    default step, :func:`fused_default`: two passes over the logits instead of three); the
     backward scales it in place on the device (a kernel that reads the upstream gradient and
     does nothing when it is 1: no host sync) and hands the buffer back as dlogits. A double
     backward (``create_graph=True``) or a second backward through a retained graph recomputes
