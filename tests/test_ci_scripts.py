@@ -39,3 +39,28 @@ def test_durations_sums_by_file_and_by_variant(tmp_path):
 
 def test_durations_says_when_the_log_has_none(tmp_path):
     assert _durations("5 passed in 1.0s\n", tmp_path).startswith("no --durations lines")
+
+
+SKIPS = """\
+SKIPPED [4] tests/test_distributed.py:425: needs 2 CUDA GPUs
+SKIPPED [2] tests/test_peers.py:40: QuACK is not installed
+SKIPPED [1] tests/test_peers.py:90: QuACK is not installed
+SKIPPED [3] tests/test_cuda_jit.py:12: needs 2 CUDA GPUs
+=========== 5806 passed, 10 skipped in 297.22s (0:04:57) ===========
+"""
+
+
+def _skips(log: str, tmp_path: Path) -> str:
+    path = tmp_path / "tests.log"
+    path.write_text(log)
+    return subprocess.run([sys.executable, str(REPO / ".ci" / "skips.py"), str(path)],
+                          capture_output=True, text=True, check=True).stdout
+
+
+def test_skips_sums_by_reason_with_their_files(tmp_path):
+    out = _skips(SKIPS, tmp_path).splitlines()
+    assert out[0] == "10 skipped, 2 reasons:"
+    assert out[1].split()[:4] == ["7", "needs", "2", "CUDA"]
+    assert out[1].endswith("(test_cuda_jit.py, test_distributed.py)")
+    assert out[2].split()[0] == "3" and out[2].endswith("(test_peers.py)")
+    assert _skips("5 passed\n", tmp_path).startswith("no SKIPPED lines")
