@@ -204,7 +204,11 @@ class ReplayingCall:
     :func:`interop.record_launches`, replayed after when that call was one plain launch into a
     fresh output, or launches on tensors its launcher declared fresh (:class:`_FreshReplay`).
     ``install(call)`` hears of each replay made (a :class:`Plan` calls it directly from then
-    on) and of its end (``None``: the kernel was reloaded, calls come here to be recorded)."""
+    on) and of its end (``None``: the kernel was reloaded, calls come here to be recorded).
+
+    A replay repeats the launches and the fresh allocations alone: a launcher whose call also
+    runs a torch op that writes (an in-place scale, a fill of an output) must keep that op out
+    of the recorded call or declare :func:`interop.refuse_replay`, or a replay skips it."""
 
     __slots__ = ("fn", "replay", "recorded", "hot", "install")
 
