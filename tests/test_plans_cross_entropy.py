@@ -112,6 +112,49 @@ def test_a_step_is_recorded_once_then_replayed_launch_for_launch(stand_in, reduc
         assert got == first  # same kernels, shapes and arguments, each pointer in its role
 
 
+# what a recorded launcher may run beside its launches: allocations a replay makes anew and
+# views that move no data (a replay repeats launches and fresh allocations alone)
+REPLAYABLE_OPS = ("aten.empty.", "aten.empty_strided.", "aten.new_empty.", "aten.as_strided.",
+                  "aten.view.", "aten.alias.", "aten.detach.")
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("weighted", [False, True], ids=["plain", "weighted"])
+def test_a_replayed_launcher_runs_nothing_a_replay_would_skip(stand_in, monkeypatch, reduction,
+                                                              weighted):
+    """Inside each recorded call whose launches are then replayed, every torch op is an
+    allocation or a view: an op that writes (a scale, a fill) would be skipped by every
+    replay, silently."""
+    import contextlib
+
+    real_record, real_replay_of = interop.record_launches, plans._replay_of
+    accepted = []
+
+    @contextlib.contextmanager
+    def logged():
+        with real_record() as rec, Recorder() as ops:
+            yield rec
+        rec.ops = ops.seen
+
+    def replay_of(launches, tensors, out, fn):
+        replay = real_replay_of(launches, tensors, out, fn)
+        if replay is not None:
+            accepted.append(launches.ops)
+        return replay
+
+    # a first step elsewhere makes the process's flag words (kept for good: a replay needs none)
+    _step(torch.randn(3, 8).requires_grad_(), torch.zeros(3, dtype=torch.int64), None, "sum")
+    monkeypatch.setattr(interop, "record_launches", logged)
+    monkeypatch.setattr(plans, "_replay_of", replay_of)
+    t = torch.randint(0, 40, (6,))
+    w = torch.rand(40) if weighted else None
+    for _ in range(2):
+        _step(torch.randn(6, 40).requires_grad_(), t, w, reduction)
+    assert len(accepted) == 2  # the forward's and the backward's recorded calls, replayed
+    for ops in accepted:
+        assert ops and all(op.startswith(REPLAYABLE_OPS) for op in ops), ops
+
+
 def _by_role(launches, roles):
     """(kernel, grid, block, arguments) of each launch, every pointer named by its role; one
     not in ``roles`` is named scratch, in order of first use."""
