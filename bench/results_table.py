@@ -115,21 +115,6 @@ def size(n: int) -> str:
     return f"{n} B"
 
 
-# matmul-bound ops: their tables show ms and TFLOP/s (a record's ``tflops``, from the op's
-# ``Op.flops``); for JSON saved before records carried it, the FLOPs a call must do over T * d * V
-# (the LM head: the logits' matmul forward; its backward, given only the lse, the logits again,
-# dhidden and dweight)
-MATMUL_FLOPS = {"linear_cross_entropy": 2, "linear_cross_entropy_backward": 6}
-
-
-def tflops(r: dict) -> float:
-    """TFLOP/s of a matmul-bound record (its ``shape``: T x d x V)."""
-    if r.get("tflops") is not None:
-        return r["tflops"]
-    t, d, v = map(int, r["shape"].split("x"))
-    return MATMUL_FLOPS[r["op"]] * t * d * v / r["median_s"] / 1e12
-
-
 def cell(r: dict | None) -> str:
     """``GB/s (% of copy)`` (a matmul-bound op: ``ms (TFLOP/s)``), then the memory column when
     the sweep measured it: peak above the inputs, forward / step."""
@@ -137,8 +122,8 @@ def cell(r: dict | None) -> str:
         return ""
     if r["status"] not in TIMED:
         return r["status"]
-    if r.get("tflops") is not None or r.get("op") in MATMUL_FLOPS:
-        text = f"{r['median_s'] * 1e3:.2f} ms ({tflops(r):.0f} TFLOP/s)"
+    if r.get("tflops") is not None:  # a matmul-bound op's (Op.flops)
+        text = f"{r['median_s'] * 1e3:.2f} ms ({r['tflops']:.0f} TFLOP/s)"
     else:
         text = f"{r['gbps']:,.0f} ({r['pct_of_copy']:.0f}%)"
     if r.get("mem_fwd_bytes") is not None:
@@ -161,8 +146,8 @@ def tables(records: list[dict]) -> list[str]:
     out = []
     for (op, dtype), recs in panels.items():
         names = columns(recs)
-        # rows by T x d x V, the fastest by time
-        matmul = op in MATMUL_FLOPS or any(r.get("tflops") is not None for r in recs)
+        # a matmul-bound op (its records carry tflops): rows by T x d x V, the fastest by time
+        matmul = any(r.get("tflops") is not None for r in recs)
         head = ["T x d x V"] if matmul else ["N", "M"]
         head += [LABELS.get(n, n) for n in names]
         out += [f"**{op}, {dtype}** ({'ms, TFLOP/s' if matmul else 'GB/s, % of copy'}; "

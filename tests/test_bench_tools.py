@@ -204,13 +204,14 @@ def test_results_table_puts_the_lab_first_and_stamps_the_sweep(tmp_path):
 
 
 def test_results_table_shows_a_matmul_bound_op_in_ms_and_tflops(tmp_path):
-    """The LM head's tables: rows by T x d x V, each cell "ms (TFLOP/s)" over the matmuls the
-    call must do (2 T d V forward, 6 T d V backward), the fastest by time in bold."""
+    """The LM head's tables (records carrying tflops: Op.flops, 2 T d V forward, 6 T d V
+    backward): rows by T x d x V, each cell "ms (TFLOP/s)", the fastest by time in bold."""
 
     def rec(op, variant, backend, seconds):
+        flops = (6 if op.endswith("backward") else 2) * 500 * 200 * 1000
         return {"op": op, "dtype": "bfloat16", "n": 1000, "m": 500, "shape": "500x200x1000",
                 "variant": variant, "backend": backend, "status": "ok", "median_s": seconds,
-                "gbps": 1.0, "pct_of_copy": 0.1}
+                "gbps": 1.0, "pct_of_copy": 0.1, "flops": flops, "tflops": flops / seconds / 1e12}
 
     recs = [rec("linear_cross_entropy", "torch_linear_cross_entropy", "torch", 2e-6),
             rec("linear_cross_entropy", "torch_chunked_linear_cross_entropy", "torch", 1e-6),

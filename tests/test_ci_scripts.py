@@ -19,11 +19,16 @@ LOG = """\
 """
 
 
-def _durations(log: str, tmp_path: Path) -> str:
+def _script(name: str, log: str, tmp_path: Path) -> str:
+    """What ``.ci/<name>`` prints for a pytest log holding ``log``."""
     path = tmp_path / "tests.log"
     path.write_text(log)
-    return subprocess.run([sys.executable, str(REPO / ".ci" / "durations.py"), str(path)],
+    return subprocess.run([sys.executable, str(REPO / ".ci" / name), str(path)],
                           capture_output=True, text=True, check=True).stdout
+
+
+def _durations(log: str, tmp_path: Path) -> str:
+    return _script("durations.py", log, tmp_path)
 
 
 def test_durations_sums_by_file_and_by_variant(tmp_path):
@@ -51,10 +56,7 @@ SKIPPED [3] tests/test_cuda_jit.py:12: needs 2 CUDA GPUs
 
 
 def _skips(log: str, tmp_path: Path) -> str:
-    path = tmp_path / "tests.log"
-    path.write_text(log)
-    return subprocess.run([sys.executable, str(REPO / ".ci" / "skips.py"), str(path)],
-                          capture_output=True, text=True, check=True).stdout
+    return _script("skips.py", log, tmp_path)
 
 
 def test_skips_sums_by_reason_with_their_files(tmp_path):

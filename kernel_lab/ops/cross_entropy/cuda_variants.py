@@ -162,18 +162,19 @@ def row_windows(logits: torch.Tensor) -> int:
     return _spanned(logits, 16)
 
 
-def forward_pick(n: int, dtype: torch.dtype, windows: int, cluster: bool, in_place: bool,
+def forward_pick(n: int, dtype: torch.dtype, windows: int, cluster: bool, fused: bool,
                  lines: int = 0) -> tuple[str, int, int, int]:
     """(kernel, CTAs a row, threads, slots) of the forward for rows of ``n`` spanning
-    ``windows`` (``lines``: counted from their first 128-byte line): for the in-place mode the
-    row on chip (two passes) where it fits: one CTA's registers (cross_entropy_row,
+    ``windows`` (``lines``: counted from their first 128-byte line): for the ``fused``
+    forward (it writes the gradient: over the logits or beside them) the row on chip (two
+    passes) where it fits: one CTA's registers (cross_entropy_row,
     :func:`row_shape`), else with clusters registers and shared-memory slots
     (:func:`slots_shape`, ON_CHIP_SLOTS), else more CTAs' registers; else a block a row
     (cross_entropy_fwd; float64 always). The plain forward stays a block a row: on chip it ran
     3-11 % slower a step (H100, bf16 and fp32, 50257-262144 classes) but at 1024 x 262144 bf16
     (3 % faster)."""
     t = ctype(dtype)
-    if in_place and ON_CHIP_IN_PLACE and dtype != torch.float64:
+    if fused and ON_CHIP_IN_PLACE and dtype != torch.float64:
         shape = row_shape(windows, cluster, ROW_MAX_THREADS)
         if (shape is None or shape[1] > 1) and cluster and ON_CHIP_SLOTS:
             slotted = slots_shape(lines or windows)
@@ -181,7 +182,7 @@ def forward_pick(n: int, dtype: torch.dtype, windows: int, cluster: bool, in_pla
                 return _slots_expr(t, slotted[0]), slotted[0], SLOT_THREADS, slotted[1]
         if shape is not None:
             return _row_expr(t, shape[1]), shape[1], shape[0], 0
-    return f"cross_entropy_fwd<{t}, {'true' if in_place else 'false'}>", 1, \
+    return f"cross_entropy_fwd<{t}, {'true' if fused else 'false'}>", 1, \
         forward_threads(n, dtype), 0
 
 
@@ -224,9 +225,9 @@ def coefficients(target, weight, grad, n: int, ignore_index: int, reduction: str
 
 
 def forward(logits, target, weight, ignore_index: int, reduction: str, eps: float,
-            in_place: bool = False, coefs: torch.Tensor | None = None,
+            fused: bool = False, coefs: torch.Tensor | None = None,
             dx: torch.Tensor | None = None):
-    """(loss, lse); ``in_place`` (with ``coefs``), also the gradient written over the logits, or
+    """(loss, lse); ``fused`` (with ``coefs``), also the gradient written over the logits, or
     into ``dx`` when given (rows of the logits' stride and 128-byte phase: :func:`rows_like`)."""
     m, n = logits.shape
     acc = acc_dtype(logits.dtype)
@@ -234,7 +235,7 @@ def forward(logits, target, weight, ignore_index: int, reduction: str, eps: floa
     if m == 0 or n == 0:  # every row is ignored (the target check): loss 0
         zeros = logits.new_zeros(m)
         lse.fill_(float("-inf"))
-        if in_place:
+        if fused:
             (logits if dx is None else dx).zero_()
         return {"none": zeros, "sum": zeros.sum(), "mean": zeros.sum() / 0.0}[reduction], lse
     dev = device_index(logits)
@@ -247,14 +248,14 @@ def forward(logits, target, weight, ignore_index: int, reduction: str, eps: floa
     if flags is None:  # a capture before any eager call: a replay would never flag
         refuse_replay()
     cluster, windows, lines = False, 0, 0  # asked only in place: the plain forward is a block
-    if in_place:
+    if fused:
         cluster = (archs.assumed_arch() or archs.device_arch(dev)).cluster
         windows, lines = row_windows(logits), line_windows(logits)
-    expr, ctas, threads, slots = forward_pick(n, logits.dtype, windows, cluster, in_place, lines)
-    if not in_place:  # a block a row: fewer threads where that puts every row in one wave
+    expr, ctas, threads, slots = forward_pick(n, logits.dtype, windows, cluster, fused, lines)
+    if not fused:  # a block a row: fewer threads where that puts every row in one wave
         threads = one_wave_threads(m, n, logits.dtype, expr, dev)
     args = (_ptr(loss_none), _ptr(loss_rows), lse.data_ptr(), wt.data_ptr(),
-            (logits if dx is None else dx).data_ptr() if in_place else 0, _ptr(coefs),
+            (logits if dx is None else dx).data_ptr() if fused else 0, _ptr(coefs),
             logits.data_ptr(), m, n,
             logits.stride(0), 1, target.data_ptr(), ignore_index, _ptr(weight), eps,
             flags.first_ptr if flags else 0, flags.raised_ptr if flags else 0)
@@ -352,7 +353,7 @@ def fused_forward(logits, target, weight, ignore_index: int, reduction: str, eps
     coefs = coefficients(t, w, _one(x.device, x.dtype), x.shape[1], ignore_index, reduction,
                          eps, x.dtype)  # 0-d: every row's upstream gradient is 1
     dx = None if in_place else rows_like(x)
-    loss, lse = forward(x, t, w, ignore_index, reduction, eps, in_place=True, coefs=coefs,
+    loss, lse = forward(x, t, w, ignore_index, reduction, eps, fused=True, coefs=coefs,
                         dx=dx)
     return loss, lse, x if dx is None else dx
 
