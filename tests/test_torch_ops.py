@@ -136,6 +136,29 @@ def test_compile_fullgraph_no_graph_break():
     torch.testing.assert_close(model.q.weight.grad, grad)
 
 
+def test_a_compiled_call_may_be_the_first_of_the_process():
+    """A fresh process whose first lab call is inside ``torch.compile(fullgraph=True)``: the
+    registry loads its ops then (Dynamo must not trace its lock), for every drop-in."""
+    import subprocess
+    import sys
+
+    code = """
+import torch, kernel_lab
+x = torch.randn(6, 40, requires_grad=True); t = torch.randint(0, 40, (6,)); w = torch.randn(40, 40)
+calls = {"softmax": lambda: kernel_lab.softmax(x, -1),
+         "log_softmax": lambda: kernel_lab.log_softmax(x, -1),
+         "cross_entropy": lambda: kernel_lab.cross_entropy(x, t),
+         "linear_cross_entropy": lambda: kernel_lab.linear_cross_entropy(x, w, t)}
+for name, call in calls.items():
+    out = torch.compile(call, fullgraph=True, backend="eager")()
+    print(name, bool(torch.isfinite(out).all()))
+"""
+    r = subprocess.run([sys.executable, "-c", code], text=True, capture_output=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.split() == ["softmax", "True", "log_softmax", "True", "cross_entropy", "True",
+                                "linear_cross_entropy", "True"]
+
+
 @pytest.mark.parametrize("op", ["softmax", "log_softmax"])
 def test_eager_calls_skip_the_custom_op_only_when_nothing_watches(op):
     """Plain eager calls run the variant directly (nothing to record) or through _EagerOp

@@ -264,6 +264,9 @@ def load_ops_from(modules: Iterable[str]) -> None:
 _op_modules: list[str] = []
 
 
+# Run, not traced, when torch.compile meets it (the first lab call of a process may be inside a
+# compiled function: Dynamo cannot enter the lock, and fullgraph=True would fail on the break)
+@torch.compiler.assume_constant_result
 def _ensure_loaded() -> None:
     global _loaded
     if _loaded:
