@@ -32,7 +32,7 @@ def test_rows_like_keeps_the_row_stride_and_the_line_phase(dtype):
 
 def test_the_fresh_buffer_is_what_the_forward_writes(stand_in, monkeypatch):  # noqa: F811
     # its kept 1 asks whether a CUDA graph is being captured: no CUDA here
-    monkeypatch.setattr(cv, "_one", lambda device, dtype: torch.ones((), dtype=dtype))
+    monkeypatch.setattr(cv, "unit", lambda device, dtype: torch.ones((), dtype=dtype))
     x = torch.randn(6, 4000, dtype=torch.bfloat16)
     t = torch.randint(0, 4000, (6,))
     loss, lse, dx = cv.fused_forward(x, t, None, -100, "mean", 0.0, in_place=False)
@@ -53,10 +53,64 @@ def every_size_fused(monkeypatch):
     monkeypatch.setattr(api, "FUSED_MIN_BYTES", 0)
 
 
+def _lined(m, n, dtype):
+    """(m, n) contiguous logits starting a 128-byte line, as a CUDA allocation does (the CPU
+    allocator aligns to 64 bytes), leaf of a step."""
+    buf = torch.empty(m * n + 128, dtype=dtype)
+    skip = (-buf.data_ptr()) % 128 // buf.element_size()
+    return buf[skip:skip + m * n].view(m, n).normal_().requires_grad_()
+
+
+@pytest.mark.parametrize("in_place", [False, True], ids=["beside", "in_place"])
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+def test_the_fused_step_is_recorded_once_then_replayed(stand_in, monkeypatch,  # noqa: F811
+                                                       in_place, reduction):
+    """The fused step's forward goes through its plan: the launcher runs on the first step,
+    later steps replay its launches, re-pointed at their logits, fresh buffers and dlogits."""
+    one = torch.ones((), dtype=torch.bfloat16)
+    monkeypatch.setattr(cv, "unit", lambda device, dtype: one)
+    monkeypatch.setattr(api, "_fused_applies", lambda *a: True)
+    t = torch.randint(0, 4000, (6,))
+    steps = []
+    for _ in range(4):
+        x = _lined(6, 4000, torch.bfloat16)
+        ptr = x.data_ptr()
+        before = len(stand_in.launches)
+        loss = kernel_lab.cross_entropy(x, t, reduction=reduction, inplace_backward=in_place)
+        loss.backward(torch.ones_like(loss))
+        steps.append((ptr, x.grad.data_ptr(), stand_in.launches[before:]))
+    assert stand_in.runs["forward"] == 1  # the launcher ran once: the others replayed it
+    names = [[la.source[1] for la in launches] for _, _, launches in steps]
+    assert all(n == names[0] for n in names)
+    assert names[0][1].startswith("cross_entropy_row")
+    assert names[0][-1].startswith("cross_entropy_scale") == (reduction == "mean")
+    for ptr, grad, launches in steps:
+        row = launches[1]
+        assert row.args[6] == ptr and row.args[4] == grad  # reads x, writes its dlogits
+        assert (grad == ptr) == in_place
+        assert launches[0].args[7] == one.data_ptr()  # every row's upstream gradient: 1
+
+
+def test_an_unlined_fused_step_runs_its_launcher_each_time(stand_in, monkeypatch):  # noqa: F811
+    """Logits off a 128-byte line write dx into rows_like's buffer, which a replay could not
+    make anew: every step runs the launcher."""
+    monkeypatch.setattr(cv, "unit", lambda device, dtype: torch.ones((), dtype=dtype))
+    monkeypatch.setattr(api, "_fused_applies", lambda *a: True)
+    t = torch.randint(0, 4000, (6,))
+    for _ in range(3):
+        x = _lined(6, 4001, torch.bfloat16)[:, 1:].detach().requires_grad_()  # 2 bytes on
+        before = len(stand_in.launches)
+        kernel_lab.cross_entropy(x, t).backward()
+        row = stand_in.launches[before + 1]
+        assert row.args[6] == x.data_ptr() and row.args[4] % 128 == x.data_ptr() % 128 == 2
+    assert stand_in.runs["forward"] == 3
+
+
 def test_which_calls_take_the_fused_step(monkeypatch):
     taken = []
     monkeypatch.setattr(api, "_fused_applies", lambda *a: True)
-    monkeypatch.setattr(api._Fused, "apply", lambda *a: taken.append(a[-1]) or torch.zeros(()))
+    monkeypatch.setattr(api, "_fused_step", lambda *a: (object(), None))
+    monkeypatch.setattr(api._Fused, "apply", lambda *a: taken.append(a[6]) or torch.zeros(()))
     x, t = torch.randn(3, 5), torch.tensor([0, 1, 2])
     kernel_lab.cross_entropy(x, t)
     kernel_lab.cross_entropy(x, t, inplace_backward=True)
