@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from conftest import needs_cuda
-from test_plans_cross_entropy import stand_in  # noqa: F401 - the fixture
+from test_plans_cross_entropy import _by_role, stand_in  # noqa: F401 - the fixture
 
 import kernel_lab
 from kernel_lab.ops.cross_entropy import api
@@ -78,17 +78,27 @@ def test_the_fused_step_is_recorded_once_then_replayed(stand_in, monkeypatch,  #
         before = len(stand_in.launches)
         loss = kernel_lab.cross_entropy(x, t, reduction=reduction, inplace_backward=in_place)
         loss.backward(torch.ones_like(loss))
-        steps.append((ptr, x.grad.data_ptr(), stand_in.launches[before:]))
+        steps.append((ptr, x.grad.data_ptr(), loss.data_ptr(), stand_in.launches[before:]))
     assert stand_in.runs["forward"] == 1  # the launcher ran once: the others replayed it
-    names = [[la.source[1] for la in launches] for _, _, launches in steps]
+    names = [[la.source[1] for la in launches] for *_, launches in steps]
     assert all(n == names[0] for n in names)
     assert names[0][1].startswith("cross_entropy_row")
     assert names[0][-1].startswith("cross_entropy_scale") == (reduction == "mean")
-    for ptr, grad, launches in steps:
+    first = None
+    for ptr, grad, loss_ptr, launches in steps:
         row = launches[1]
         assert row.args[6] == ptr and row.args[4] == grad  # reads x, writes its dlogits
         assert (grad == ptr) == in_place
         assert launches[0].args[7] == one.data_ptr()  # every row's upstream gradient: 1
+        # launch for launch the first step's, every pointer in its role (scratch named in
+        # order of first use; forward and backward apart: the allocator may hand a freed
+        # forward block to the backward): same kernels, grids, blocks and scalar arguments
+        roles = {ptr: "x", t.data_ptr(): "t", one.data_ptr(): "one", grad: "dx",
+                 loss_ptr: "loss", 0: "null"}
+        fwd = launches[:-1] if reduction == "mean" else launches
+        got = _by_role(fwd, dict(roles)) + _by_role(launches[len(fwd):], dict(roles))
+        first = first or got
+        assert got == first
 
 
 def test_an_unlined_fused_step_runs_its_launcher_each_time(stand_in, monkeypatch):  # noqa: F811
