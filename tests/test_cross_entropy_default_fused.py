@@ -101,6 +101,45 @@ def test_the_fused_step_is_recorded_once_then_replayed(stand_in, monkeypatch,  #
         assert got == first
 
 
+def test_the_fused_steps_recorded_call_runs_nothing_a_replay_would_skip(stand_in,  # noqa: F811
+                                                                          monkeypatch):
+    """As the plain step's launchers (test_plans_cross_entropy): inside the fused step's
+    recorded call every torch op is an allocation or a view."""
+    import contextlib
+
+    from conftest import Recorder
+    from test_plans_cross_entropy import REPLAYABLE_OPS
+
+    from kernel_lab.core import plans
+    from kernel_lab.cuda import interop
+
+    one = torch.ones((), dtype=torch.bfloat16)
+    monkeypatch.setattr(cv, "unit", lambda device, dtype: one)
+    monkeypatch.setattr(api, "_fused_applies", lambda *a: True)
+    t = torch.randint(0, 4000, (6,))
+    kernel_lab.cross_entropy(_lined(3, 800, torch.bfloat16), t[:3]).backward()  # flag words
+    real_record, real_replay_of, accepted = interop.record_launches, plans._replay_of, []
+
+    @contextlib.contextmanager
+    def logged():
+        with real_record() as rec, Recorder() as ops:
+            yield rec
+        rec.ops = ops.seen
+
+    def replay_of(launches, tensors, out, fn):
+        replay = real_replay_of(launches, tensors, out, fn)
+        if replay is not None:
+            accepted.append(launches.ops)
+        return replay
+
+    monkeypatch.setattr(interop, "record_launches", logged)
+    monkeypatch.setattr(plans, "_replay_of", replay_of)
+    for _ in range(2):
+        kernel_lab.cross_entropy(_lined(6, 4000, torch.bfloat16), t).backward()
+    assert len(accepted) == 1  # the fused forward's one recorded call
+    assert all(op.startswith(REPLAYABLE_OPS) for op in accepted[0]), accepted[0]
+
+
 def test_an_unlined_fused_step_runs_its_launcher_each_time(stand_in, monkeypatch):  # noqa: F811
     """Logits off a 128-byte line write dx into rows_like's buffer, which a replay could not
     make anew: every step runs the launcher."""
