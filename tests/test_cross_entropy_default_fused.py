@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from conftest import needs_cuda
-from test_plans_cross_entropy import stand_in  # noqa: F401 - the fixture
+from test_plans_cross_entropy import _by_role, stand_in  # noqa: F401 - the fixture
 
 import kernel_lab
 from kernel_lab.ops.cross_entropy import api
@@ -32,7 +32,7 @@ def test_rows_like_keeps_the_row_stride_and_the_line_phase(dtype):
 
 def test_the_fresh_buffer_is_what_the_forward_writes(stand_in, monkeypatch):  # noqa: F811
     # its kept 1 asks whether a CUDA graph is being captured: no CUDA here
-    monkeypatch.setattr(cv, "_one", lambda device, dtype: torch.ones((), dtype=dtype))
+    monkeypatch.setattr(cv, "unit", lambda device, dtype: torch.ones((), dtype=dtype))
     x = torch.randn(6, 4000, dtype=torch.bfloat16)
     t = torch.randint(0, 4000, (6,))
     loss, lse, dx = cv.fused_forward(x, t, None, -100, "mean", 0.0, in_place=False)
@@ -53,10 +53,113 @@ def every_size_fused(monkeypatch):
     monkeypatch.setattr(api, "FUSED_MIN_BYTES", 0)
 
 
+def _lined(m, n, dtype):
+    """(m, n) contiguous logits starting a 128-byte line, as a CUDA allocation does (the CPU
+    allocator aligns to 64 bytes), leaf of a step."""
+    buf = torch.empty(m * n + 128, dtype=dtype)
+    skip = (-buf.data_ptr()) % 128 // buf.element_size()
+    return buf[skip:skip + m * n].view(m, n).normal_().requires_grad_()
+
+
+@pytest.mark.parametrize("in_place", [False, True], ids=["beside", "in_place"])
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+def test_the_fused_step_is_recorded_once_then_replayed(stand_in, monkeypatch,  # noqa: F811
+                                                       in_place, reduction):
+    """The fused step's forward goes through its plan: the launcher runs on the first step,
+    later steps replay its launches, re-pointed at their logits, fresh buffers and dlogits."""
+    one = torch.ones((), dtype=torch.bfloat16)
+    monkeypatch.setattr(cv, "unit", lambda device, dtype: one)
+    monkeypatch.setattr(api, "_fused_applies", lambda *a: True)
+    t = torch.randint(0, 4000, (6,))
+    steps = []
+    for _ in range(4):
+        x = _lined(6, 4000, torch.bfloat16)
+        ptr = x.data_ptr()
+        before = len(stand_in.launches)
+        loss = kernel_lab.cross_entropy(x, t, reduction=reduction, inplace_backward=in_place)
+        loss.backward(torch.ones_like(loss))
+        steps.append((ptr, x.grad.data_ptr(), loss.data_ptr(), stand_in.launches[before:]))
+    assert stand_in.runs["forward"] == 1  # the launcher ran once: the others replayed it
+    names = [[la.source[1] for la in launches] for *_, launches in steps]
+    assert all(n == names[0] for n in names)
+    assert names[0][1].startswith("cross_entropy_row")
+    assert names[0][-1].startswith("cross_entropy_scale") == (reduction == "mean")
+    first = None
+    for ptr, grad, loss_ptr, launches in steps:
+        row = launches[1]
+        assert row.args[6] == ptr and row.args[4] == grad  # reads x, writes its dlogits
+        assert (grad == ptr) == in_place
+        assert launches[0].args[7] == one.data_ptr()  # every row's upstream gradient: 1
+        # launch for launch the first step's, every pointer in its role (scratch named in
+        # order of first use; forward and backward apart: the allocator may hand a freed
+        # forward block to the backward): same kernels, grids, blocks and scalar arguments
+        roles = {ptr: "x", t.data_ptr(): "t", one.data_ptr(): "one", grad: "dx",
+                 loss_ptr: "loss", 0: "null"}
+        fwd = launches[:-1] if reduction == "mean" else launches
+        got = _by_role(fwd, dict(roles)) + _by_role(launches[len(fwd):], dict(roles))
+        first = first or got
+        assert got == first
+
+
+def test_the_fused_steps_recorded_call_runs_nothing_a_replay_would_skip(stand_in,  # noqa: F811
+                                                                          monkeypatch):
+    """As the plain step's launchers (test_plans_cross_entropy): inside the fused step's
+    recorded call every torch op is an allocation or a view."""
+    import contextlib
+
+    from conftest import Recorder
+    from test_plans_cross_entropy import REPLAYABLE_OPS
+
+    from kernel_lab.core import plans
+    from kernel_lab.cuda import interop
+
+    one = torch.ones((), dtype=torch.bfloat16)
+    monkeypatch.setattr(cv, "unit", lambda device, dtype: one)
+    monkeypatch.setattr(api, "_fused_applies", lambda *a: True)
+    t = torch.randint(0, 4000, (6,))
+    kernel_lab.cross_entropy(_lined(3, 800, torch.bfloat16), t[:3]).backward()  # flag words
+    real_record, real_replay_of, accepted = interop.record_launches, plans._replay_of, []
+
+    @contextlib.contextmanager
+    def logged():
+        with real_record() as rec, Recorder() as ops:
+            yield rec
+        rec.ops = ops.seen
+
+    def replay_of(launches, tensors, out, fn):
+        replay = real_replay_of(launches, tensors, out, fn)
+        if replay is not None:
+            accepted.append(launches.ops)
+        return replay
+
+    monkeypatch.setattr(interop, "record_launches", logged)
+    monkeypatch.setattr(plans, "_replay_of", replay_of)
+    for _ in range(2):
+        kernel_lab.cross_entropy(_lined(6, 4000, torch.bfloat16), t).backward()
+    assert len(accepted) == 1  # the fused forward's one recorded call
+    assert all(op.startswith(REPLAYABLE_OPS) for op in accepted[0]), accepted[0]
+
+
+def test_an_unlined_fused_step_runs_its_launcher_each_time(stand_in, monkeypatch):  # noqa: F811
+    """Logits off a 128-byte line write dx into rows_like's buffer, which a replay could not
+    make anew: every step runs the launcher."""
+    monkeypatch.setattr(cv, "unit", lambda device, dtype: torch.ones((), dtype=dtype))
+    monkeypatch.setattr(api, "_fused_applies", lambda *a: True)
+    t = torch.randint(0, 4000, (6,))
+    for _ in range(3):
+        x = _lined(6, 4001, torch.bfloat16)[:, 1:].detach().requires_grad_()  # 2 bytes on
+        before = len(stand_in.launches)
+        kernel_lab.cross_entropy(x, t).backward()
+        row = stand_in.launches[before + 1]
+        assert row.args[6] == x.data_ptr() and row.args[4] % 128 == x.data_ptr() % 128 == 2
+    assert stand_in.runs["forward"] == 3
+
+
 def test_which_calls_take_the_fused_step(monkeypatch):
     taken = []
     monkeypatch.setattr(api, "_fused_applies", lambda *a: True)
-    monkeypatch.setattr(api._Fused, "apply", lambda *a: taken.append(a[-1]) or torch.zeros(()))
+    monkeypatch.setattr(api, "_fused_step", lambda *a: (object(), None))
+    monkeypatch.setattr(api._Fused, "apply", lambda *a: taken.append(a[6]) or torch.zeros(()))
     x, t = torch.randn(3, 5), torch.tensor([0, 1, 2])
     kernel_lab.cross_entropy(x, t)
     kernel_lab.cross_entropy(x, t, inplace_backward=True)

@@ -205,7 +205,7 @@ def test_a_slot_launch_carries_its_shared_memory_and_slots(stand_in, monkeypatch
     (64 KB), the kernel's shared-memory limit raised first, the slots its last argument."""
     raised = []
     monkeypatch.setattr(cv.jit, "set_max_dynamic_shared", lambda fn, n: raised.append(n))
-    monkeypatch.setattr(cv, "_one", lambda device, dtype: torch.ones((), dtype=dtype))
+    monkeypatch.setattr(cv, "unit", lambda device, dtype: torch.ones((), dtype=dtype))
     x = torch.zeros(3, 128256 + 64, dtype=torch.bfloat16)
     x = x[:, (-x.data_ptr() % 128) // 2:][:, :128256]  # rows on 128-byte lines
     with as_if_on(ARCHS["sm_90"]):

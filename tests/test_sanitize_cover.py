@@ -60,7 +60,7 @@ def test_in_place_kinds_are_launched_by_the_in_place_mode(monkeypatch):
     from kernel_lab.ops.cross_entropy import cuda_variants as ce
 
     # its kept 1 asks whether a CUDA graph is being captured: no CUDA here
-    monkeypatch.setattr(ce, "_one", lambda device, dtype: torch.ones((), dtype=dtype,
+    monkeypatch.setattr(ce, "unit", lambda device, dtype: torch.ones((), dtype=dtype,
                                                                       device=device))
     for dtype in DTYPES:
         kinds = set()

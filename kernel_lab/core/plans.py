@@ -10,9 +10,10 @@ replay them (:class:`ReplayingCall`). A later call with that signature is one di
 and the launches.
 
 One cache (:data:`PLANS`) holds the plans of ``kernel_lab.run()``, the drop-ins and their
-backwards. A registration clears it (``registry.on_change``): a new variant may change what
-"auto" picks. A hot-reloaded kernel is noticed by the replay (it asks the source for the
-function, a cached stat) and recorded anew.
+backwards, and the recorded calls of launchers no variant names (:func:`for_launcher`:
+cross-entropy's fused step). A registration clears it (``registry.on_change``): a new variant
+may change what "auto" picks. A hot-reloaded kernel is noticed by the replay (it asks the source
+for the function, a cached stat) and recorded anew.
 
 Layers: the API (``run``, :mod:`kernel_lab.core.custom_ops`) -> this module (pick, check, plan) ->
 the variant's launcher -> :mod:`kernel_lab.cuda.interop` (launch) -> :mod:`kernel_lab.cuda.jit`.
@@ -336,6 +337,19 @@ def runs(name: str, tensors: tuple, kw: dict) -> bool:
         plan = _store(key, Plan(variant)
                       if dispatch.can_run(variant, *tensors, **kw) else _REFUSED)
     return plan is not _REFUSED
+
+
+def for_launcher(fn: Callable[..., Any], tensors: tuple, kw: dict,
+                 admits: Callable[[], bool]) -> ReplayingCall | None:
+    """The recorded call of ``fn(*tensors, **kw)`` for this call signature: a path that launches
+    kernels with no variant of its own (cross-entropy's fused step) recorded on its first call
+    and replayed after (:class:`ReplayingCall`), kept in the one cache; None where ``admits()``
+    refused the signature when it was first seen. ``kw``'s values are part of the key."""
+    key = (fn, *kw.values(), *signature(tensors))
+    call = PLANS.get(key)
+    if call is None:
+        call = _store(key, ReplayingCall(fn) if admits() else _REFUSED)
+    return None if call is _REFUSED else call
 
 
 def for_op(op: str, variant: str, backward_variant: str, tensors: tuple, kw: dict) -> Plan:

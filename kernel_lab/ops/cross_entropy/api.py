@@ -28,11 +28,13 @@ class _Fused(torch.autograd.Function):
     through the plain op; in place it cannot (the logits are gone) and raises."""
 
     @staticmethod
-    def forward(ctx, logits, target, weight, ignore_index, reduction, eps, in_place):
-        from kernel_lab.ops.cross_entropy.cuda_variants import fused_forward
-
-        loss, _, dx = fused_forward(logits, target, weight, ignore_index, reduction, eps,
-                                    in_place)
+    def forward(ctx, logits, target, weight, ignore_index, reduction, eps, in_place, step,
+                one):
+        # step: the launcher's recorded call for this signature (_fused_step)
+        out = step((logits, target, weight, one), {"ignore_index": ignore_index,
+                                                    "reduction": reduction, "eps": eps,
+                                                    "in_place": in_place})
+        loss, dx = out[0], logits if in_place else out[2]
         ctx.dx, ctx.none, ctx.in_place = dx, reduction == "none", in_place
         if not in_place:  # for a double backward only
             ctx.save_for_backward(logits, target, weight)
@@ -58,20 +60,21 @@ class _Fused(torch.autograd.Function):
             with torch.enable_grad():
                 loss = custom_ops.call("cross_entropy", (logits, target, weight), ctx.kw)[0]
                 (dx,) = torch.autograd.grad(loss, logits, g, create_graph=create)
-            return dx, None, None, None, None, None, None
+            return dx, None, None, None, None, None, None, None, None
         dx, ctx.dx = ctx.dx, None
         if ctx.none:
             dx.mul_(g.to(dx.dtype)[:, None])
         else:
             scale(dx, g)
         # a new tensor over the buffer: autograd may keep it as a leaf's .grad without a copy
-        return dx.detach(), None, None, None, None, None, None
+        return dx.detach(), None, None, None, None, None, None, None, None
 
 
 # The default step writes the gradient in the forward (_Fused, not in place) where the fused
-# mode applies and the logits are large enough for the pass it saves to outweigh its host cost
-# (its launches are built per call; the plain op replays its plan's). H100, bf16 steps: 262-311
-# MB of logits ran 12-15 % slower fused, 512 MB and more 0-28 % faster; fp32, 1 GiB: 33 %.
+# mode applies and the logits are large enough for the pass it saves to outweigh its host cost.
+# H100, bf16 steps, measured while its launches were built per call (they replay from its plan
+# now: plans.for_launcher): 262-311 MB of logits ran 12-15 % slower fused, 512 MB and more 0-28 %
+# faster; fp32, 1 GiB: 33 %.
 # DEFAULT_FUSED False: the forward reads the logits, the backward reads them again.
 DEFAULT_FUSED = True
 FUSED_MIN_BYTES = 384 << 20
@@ -83,15 +86,29 @@ def fused_default(logits: torch.Tensor) -> bool:
 
 
 def _fused_applies(logits, target, weight, variant, backward_variant) -> bool:
-    """Where the fused mode runs: eager CUDA logits with unit column stride, recorded by
-    autograd, the CUDA kernels asked for (or "auto") and CuPy present."""
+    """Where the fused mode may run: eager CUDA logits with unit column stride, recorded by
+    autograd, the CUDA kernels asked for (or "auto"); :func:`_fused_step` asks the rest."""
     return (logits.is_cuda and logits.requires_grad and torch.is_grad_enabled()
             and logits.stride(1) == 1 and logits.dtype != torch.float64
             and (logits.shape[0] <= 1 or logits.stride(0) >= logits.shape[1])
             and variant in (None, "auto", "cuda_cross_entropy")
             and backward_variant in (None, "auto", "cuda_cross_entropy_backward")
-            and custom_ops.eager_fast_path(logits, target, weight)
-            and plans.runs("cuda_cross_entropy", (logits, target, weight), {}))
+            and custom_ops.eager_fast_path(logits, target, weight))
+
+
+def _fused_step(logits, target, weight, ignore_index, reduction, eps, in_place):
+    """(the fused step's recorded forward, the 0-d 1 it reads) for this call signature: its
+    plan (``plans.for_launcher``: one lookup a call, the launches replayed), or (None, None)
+    where ``cuda_cross_entropy`` does not take the tensors (or CuPy is missing)."""
+    from kernel_lab.ops.cross_entropy import cuda_variants as cv
+
+    one = cv.unit(logits.device, logits.dtype)
+    kw = {"ignore_index": ignore_index, "reduction": reduction, "eps": eps,
+          "in_place": in_place}
+    step = plans.for_launcher(
+        cv.fused_step, (logits, target, weight, one), kw,
+        lambda: plans.runs("cuda_cross_entropy", (logits, target, weight), {}))
+    return step, one
 
 
 def _as_rows(logits: torch.Tensor, target: torch.Tensor):
@@ -201,13 +218,17 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor,
 
 def _rows_loss(logits, target, weight, ignore_index, reduction, eps, variant, backward_variant,
                inplace_backward, validate):
+    step = None
     if ((inplace_backward or fused_default(logits))
             and _fused_applies(logits, target, weight, variant, backward_variant)):
+        step, one = _fused_step(logits, target, weight, ignore_index, reduction, eps,
+                                inplace_backward)
+    if step is not None:
         if validate == "sync" or logits.shape[1] == 0:  # C = 0: no kernel runs to flag
             check_targets(logits, target, ignore_index)
         with deferred_targets():
             return _Fused.apply(logits, target, weight, ignore_index, reduction, eps,
-                                inplace_backward)
+                                inplace_backward, step, one)
     kw = {"ignore_index": ignore_index, "reduction": reduction, "label_smoothing": eps}
     if torch.compiler.is_compiling():  # the variants check inside the compiled graph
         return custom_ops.call("cross_entropy", (logits, target, weight), kw, variant,

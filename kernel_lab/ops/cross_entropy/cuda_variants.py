@@ -323,9 +323,10 @@ def cuda_cross_entropy_backward(logits, target, weight, lse, grad, ignore_index=
 _ONES: dict[tuple, torch.Tensor] = {}
 
 
-def _one(device: torch.device, dtype: torch.dtype) -> torch.Tensor:
-    """A 0-d 1 kept per (device, dtype): no fill kernel per call (read only). Not kept when
-    made during a CUDA-graph capture (the graph's pool owns that memory)."""
+def unit(device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """A 0-d 1 kept per (device, dtype): the fused step's upstream gradient for every row, with
+    no fill kernel per call (read only). Not kept when made during a CUDA-graph capture (the
+    graph's pool owns that memory)."""
     one = _ONES.get((device, dtype))
     if one is None:
         one = torch.ones((), dtype=dtype, device=device)
@@ -344,18 +345,37 @@ def rows_like(x: torch.Tensor) -> torch.Tensor:
     return buf.as_strided((m, n), (stride, 1), phase)
 
 
-def fused_forward(logits, target, weight, ignore_index: int, reduction: str, eps: float,
-                  in_place: bool = True):
-    """(loss, lse), and the gradient of the loss for a unit upstream gradient written over the
-    logits (their buffer, when its columns are contiguous), or without ``in_place`` into a
-    fresh buffer shaped as they are (:func:`rows_like`). Returns (loss, lse, dlogits)."""
+def dx_like(x: torch.Tensor) -> torch.Tensor:
+    """The buffer the fused step writes dx into beside ``x``: a plain one, declared fresh (a
+    replay makes it anew), where ``x`` is contiguous and starts a 128-byte line as every
+    allocation does; else :func:`rows_like` (the call then runs its launcher every time)."""
+    if x.is_contiguous() and x.data_ptr() % 128 == 0:
+        return fresh(torch.empty(x.shape, dtype=x.dtype, device=x.device))
+    return rows_like(x)
+
+
+def fused_step(logits, target, weight, one, ignore_index: int, reduction: str, eps: float,
+               in_place: bool):
+    """The launcher of a training step's forward that writes the gradient (recorded and
+    replayed by its plan, :func:`kernel_lab.core.plans.for_launcher`); ``one``: :func:`unit`,
+    every row's upstream gradient. Returns (loss, lse) in place (dlogits over the logits, whose
+    columns must be contiguous), else (loss, lse, dlogits) in a fresh buffer (:func:`dx_like`)."""
     x, t, w = _prepare(logits, target, weight)
-    coefs = coefficients(t, w, _one(x.device, x.dtype), x.shape[1], ignore_index, reduction,
-                         eps, x.dtype)  # 0-d: every row's upstream gradient is 1
-    dx = None if in_place else rows_like(x)
+    coefs = coefficients(t, w, one, x.shape[1], ignore_index, reduction, eps, x.dtype)
+    dx = None if in_place else dx_like(x)
     loss, lse = forward(x, t, w, ignore_index, reduction, eps, fused=True, coefs=coefs,
                         dx=dx)
-    return loss, lse, x if dx is None else dx
+    return (loss, lse) if dx is None else (loss, lse, dx)
+
+
+def fused_forward(logits, target, weight, ignore_index: int, reduction: str, eps: float,
+                  in_place: bool = True):
+    """(loss, lse, dlogits) of :func:`fused_step`, run directly: dlogits over the logits (their
+    buffer, when its columns are contiguous) or without ``in_place`` in a fresh buffer."""
+    x = logits if logits.stride(1) == 1 or logits.shape[1] <= 1 else logits.contiguous()
+    out = fused_step(x, target, weight, unit(x.device, x.dtype), ignore_index, reduction, eps,
+                     in_place)
+    return (*out, x) if in_place else out
 
 
 def scale(dx: torch.Tensor, g: torch.Tensor) -> None:
