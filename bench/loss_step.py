@@ -21,7 +21,7 @@ a cell shows the median, the min and the spread ((max - min) / median) of its ro
 is the median over the step's bound: the passes over the logits it must make (3 for a step
 whose forward only reads them, the backward reading them and writing dlogits; 2 where the
 forward writes dlogits: over them in the in-place modes, beside them in the lab's default
-step on logits from ``api.FUSED_MIN_BYTES``), each at the device-to-device copy's GB/s measured
+step, ``api.DEFAULT_FUSED``), each at the device-to-device copy's GB/s measured
 in the same process. x torch is torch's median over the row's. [host] is the host time a step
 takes to enqueue (:func:`host_us`); near the median, the cell is host-bound. ``--peers none``
 leaves QuACK and Liger unimported: their import is said in the first line, and it can move the
@@ -51,7 +51,7 @@ from kernel_lab.checking.checker import parse_dtype  # noqa: E402
 from kernel_lab.measure.benchmarking import VOCAB_N, copy_bandwidth  # noqa: E402
 from kernel_lab.measure.profiled import kernel_table  # noqa: E402
 from kernel_lab.measure.rounds import interleaved, pick_modes, stats  # noqa: E402
-from kernel_lab.ops.cross_entropy.api import fused_default  # noqa: E402
+from kernel_lab.ops.cross_entropy import api  # noqa: E402
 
 
 def _peers() -> dict:
@@ -77,11 +77,11 @@ def _peers() -> dict:
 ROUNDS = 5
 
 
-def _passes(mode: str, in_place: bool, x: torch.Tensor) -> int:
-    """The passes over the logits ``x`` a mode's step must make: 2 where the forward writes the
-    gradient (in place, or beside the logits: the lab's steps where ``api.fused_default``),
+def _passes(mode: str, in_place: bool) -> int:
+    """The passes over the logits a mode's step must make: 2 where the forward writes the
+    gradient (in place, or beside the logits: the lab's steps while ``api.DEFAULT_FUSED``),
     else 3 (the forward reads; the backward reads and writes)."""
-    return 2 if in_place or (mode.startswith("lab") and fused_default(x)) else 3
+    return 2 if in_place or (mode.startswith("lab") and api.DEFAULT_FUSED) else 3
 
 
 HOST_BOUND = " host-bound"
@@ -187,7 +187,7 @@ def main(argv: list[str] | None = None) -> None:
           f"{args.rounds} interleaved rounds a mode; peers imported: "
           f"{', '.join(peers) or 'none'}")
     print("a cell: median us (min, spread) x bound (3 passes; 2 in place, and for the lab's "
-          "default steps on logits >= api.FUSED_MIN_BYTES) x torch [host us a step to "
+          "default steps, api.DEFAULT_FUSED) x torch [host us a step to "
           f"enqueue; {HOST_BOUND}: host-bound, the figure is the host's]")
     rows = []
     for dtype in map(parse_dtype, args.dtype.split(",")):
@@ -200,7 +200,7 @@ def main(argv: list[str] | None = None) -> None:
                              step_ms(fn, x, t, inplace) * 1e3)
                       for name, (fn, inplace) in modes.items()}
             got = {name: stats(us) for name, us in interleaved(timers, args.rounds).items()}
-            bounds = {name: bound_us(_passes(name, modes[name][1], x), one_pass, copy)
+            bounds = {name: bound_us(_passes(name, modes[name][1]), one_pass, copy)
                       for name in got}
             host = {name: host_us(*modes[name], x=x, t=t) for name in got}
             ref = got.get("torch", {}).get("median")

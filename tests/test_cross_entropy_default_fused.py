@@ -1,4 +1,4 @@
-"""The default step's gradient written in the forward (api.fused_default: _Fused, not in place):
+"""The default step's gradient written in the forward (api.DEFAULT_FUSED: _Fused, not in place):
 on the CPU the buffer it writes (rows_like), which launches carry it, and which calls take the
 path; on a GPU the step against float64, the double backward, and the logits left untouched."""
 
@@ -13,8 +13,6 @@ from test_plans_cross_entropy import _by_role, stand_in  # noqa: F401 - the fixt
 import kernel_lab
 from kernel_lab.ops.cross_entropy import api
 from kernel_lab.ops.cross_entropy import cuda_variants as cv
-
-DEFAULT_MIN_BYTES = api.FUSED_MIN_BYTES  # before this module's fixture sets it to 0
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
@@ -45,12 +43,6 @@ def test_the_fresh_buffer_is_what_the_forward_writes(stand_in, monkeypatch):  # 
     assert same.data_ptr() == x.data_ptr()
     assert [launch.args[4] for launch in stand_in.launches
             if launch.source[1].startswith("cross_entropy_row")] == [x.data_ptr()]
-
-
-@pytest.fixture(autouse=True)
-def every_size_fused(monkeypatch):
-    """The fused default for logits of any size here (by default from FUSED_MIN_BYTES up)."""
-    monkeypatch.setattr(api, "FUSED_MIN_BYTES", 0)
 
 
 def _lined(m, n, dtype):
@@ -164,24 +156,10 @@ def test_which_calls_take_the_fused_step(monkeypatch):
     kernel_lab.cross_entropy(x, t)
     kernel_lab.cross_entropy(x, t, inplace_backward=True)
     assert taken == [False, True]  # in_place: only when asked
-    monkeypatch.setattr(api, "FUSED_MIN_BYTES", x.numel() * x.element_size() + 1)
-    kernel_lab.cross_entropy(x, t)  # too small for the default: the plain op
-    kernel_lab.cross_entropy(x, t, inplace_backward=True)  # asked: any size
-    assert taken == [False, True, True]
-    monkeypatch.setattr(api, "FUSED_MIN_BYTES", 0)
     monkeypatch.setattr(api, "DEFAULT_FUSED", False)
     kernel_lab.cross_entropy(x, t)  # the plain op (PyTorch's here, on the CPU)
+    kernel_lab.cross_entropy(x, t, inplace_backward=True)  # asked: still fused
     assert taken == [False, True, True]
-
-
-def test_the_default_takes_logits_from_its_threshold_up(monkeypatch):
-    monkeypatch.setattr(api, "FUSED_MIN_BYTES", DEFAULT_MIN_BYTES)  # the fixture's undone
-    rows = DEFAULT_MIN_BYTES // 2 // 32000  # bf16 rows of 32000 just under it, then over it
-    assert not api.fused_default(torch.empty(rows, 32000, dtype=torch.bfloat16, device="meta"))
-    assert api.fused_default(torch.empty(rows + 1, 32000, dtype=torch.bfloat16, device="meta"))
-    assert api.fused_default(torch.empty(4096, 32000, dtype=torch.float32, device="meta"))
-    monkeypatch.setattr(api, "DEFAULT_FUSED", False)
-    assert not api.fused_default(torch.empty(4096, 32000, dtype=torch.float32, device="meta"))
 
 
 def test_overlapping_rows_never_take_it():

@@ -21,7 +21,7 @@ VALIDATE = ("async", "sync")
 class _Fused(torch.autograd.Function):
     """The gradient in the forward: the forward kernel writes the gradient for a unit upstream
     gradient, over the logits (``in_place``: the memory-saving mode) or into a fresh buffer (the
-    default step, :func:`fused_default`: two passes over the logits instead of three); the
+    default step, :data:`DEFAULT_FUSED`: two passes over the logits instead of three); the
     backward scales it in place on the device (a kernel that reads the upstream gradient and
     does nothing when it is 1: no host sync) and hands the buffer back as dlogits. A double
     backward (``create_graph=True``) or a second backward through a retained graph recomputes
@@ -70,19 +70,13 @@ class _Fused(torch.autograd.Function):
         return dx.detach(), None, None, None, None, None, None, None, None
 
 
-# The default step writes the gradient in the forward (_Fused, not in place) where the fused
-# mode applies and the logits are large enough for the pass it saves to outweigh its host cost.
-# H100, bf16 steps, measured while its launches were built per call (they replay from its plan
-# now: plans.for_launcher): 262-311 MB of logits ran 12-15 % slower fused, 512 MB and more 0-28 %
-# faster; fp32, 1 GiB: 33 %.
+# The default training step writes the gradient in the forward (_Fused, not in place) wherever
+# the fused mode applies: two passes over the logits instead of three, and its launches replay
+# from a plan (plans.for_launcher) as the plain op's do. H100, default bf16 step, 3-pass ->
+# fused: 512 x 32000 357 -> 298 us, 4096 x 32000 365 -> 295, 1024 x 151936 348 -> 305,
+# 512 x 262144 340 -> 280; fp32 512 x 32000 293 -> 260 (and 1113 -> 749 at 1 GiB).
 # DEFAULT_FUSED False: the forward reads the logits, the backward reads them again.
 DEFAULT_FUSED = True
-FUSED_MIN_BYTES = 384 << 20
-
-
-def fused_default(logits: torch.Tensor) -> bool:
-    """Whether a training step on ``logits`` writes the gradient in the forward by default."""
-    return DEFAULT_FUSED and logits.numel() * logits.element_size() >= FUSED_MIN_BYTES
 
 
 def _fused_applies(logits, target, weight, variant, backward_variant) -> bool:
@@ -176,12 +170,11 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor,
 
     Inside ``kernel_lab.core.registry.trusted_inputs()`` nothing is checked before the launch.
 
-    A training step on CUDA logits of 384 MiB or more (autograd recording, the CUDA kernels)
-    writes the gradient for a unit upstream gradient in the forward, into a fresh buffer beside
-    the logits: two passes over them instead of three, and a backward that only scales it on
-    the device (no host sync). Its memory is held from the forward to the backward (1x the
-    logits, as the backward's own dlogits would be). Smaller logits take the plain op, whose
-    host time is lower (:data:`FUSED_MIN_BYTES`).
+    A training step on CUDA logits (autograd recording, the CUDA kernels) writes the gradient
+    for a unit upstream gradient in the forward, into a fresh buffer beside the logits: two
+    passes over them instead of three, and a backward that only scales it on the device (no
+    host sync). Its memory is held from the forward to the backward (1x the logits, as the
+    backward's own dlogits would be); :data:`DEFAULT_FUSED` False gives the plain step.
 
     ``inplace_backward=True`` saves the memory of the gradient: the forward kernel writes
     dlogits over the logits (their values are gone after the call) and the backward returns
@@ -219,7 +212,7 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor,
 def _rows_loss(logits, target, weight, ignore_index, reduction, eps, variant, backward_variant,
                inplace_backward, validate):
     step = None
-    if ((inplace_backward or fused_default(logits))
+    if ((inplace_backward or DEFAULT_FUSED)
             and _fused_applies(logits, target, weight, variant, backward_variant)):
         step, one = _fused_step(logits, target, weight, ignore_index, reduction, eps,
                                 inplace_backward)
