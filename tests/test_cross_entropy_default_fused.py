@@ -8,7 +8,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 from conftest import needs_cuda
-from test_plans_cross_entropy import _by_role, stand_in  # noqa: F401 - the fixture
+from test_plans_cross_entropy import (  # noqa: F401 - stand_in: the fixture
+    REPLAYABLE_OPS,
+    _by_role,
+    log_replayed_ops,
+    stand_in,
+)
 
 import kernel_lab
 from kernel_lab.ops.cross_entropy import api
@@ -97,35 +102,12 @@ def test_the_fused_steps_recorded_call_runs_nothing_a_replay_would_skip(stand_in
                                                                           monkeypatch):
     """As the plain step's launchers (test_plans_cross_entropy): inside the fused step's
     recorded call every torch op is an allocation or a view."""
-    import contextlib
-
-    from conftest import Recorder
-    from test_plans_cross_entropy import REPLAYABLE_OPS
-
-    from kernel_lab.core import plans
-    from kernel_lab.cuda import interop
-
     one = torch.ones((), dtype=torch.bfloat16)
     monkeypatch.setattr(cv, "unit", lambda device, dtype: one)
     monkeypatch.setattr(api, "_fused_applies", lambda *a: True)
     t = torch.randint(0, 4000, (6,))
     kernel_lab.cross_entropy(_lined(3, 800, torch.bfloat16), t[:3]).backward()  # flag words
-    real_record, real_replay_of, accepted = interop.record_launches, plans._replay_of, []
-
-    @contextlib.contextmanager
-    def logged():
-        with real_record() as rec, Recorder() as ops:
-            yield rec
-        rec.ops = ops.seen
-
-    def replay_of(launches, tensors, out, fn):
-        replay = real_replay_of(launches, tensors, out, fn)
-        if replay is not None:
-            accepted.append(launches.ops)
-        return replay
-
-    monkeypatch.setattr(interop, "record_launches", logged)
-    monkeypatch.setattr(plans, "_replay_of", replay_of)
+    accepted = log_replayed_ops(monkeypatch)
     for _ in range(2):
         kernel_lab.cross_entropy(_lined(6, 4000, torch.bfloat16), t).backward()
     assert len(accepted) == 1  # the fused forward's one recorded call
@@ -151,7 +133,8 @@ def test_which_calls_take_the_fused_step(monkeypatch):
     taken = []
     monkeypatch.setattr(api, "_fused_applies", lambda *a: True)
     monkeypatch.setattr(api, "_fused_step", lambda *a: (object(), None))
-    monkeypatch.setattr(api._Fused, "apply", lambda *a: taken.append(a[6]) or torch.zeros(()))
+    monkeypatch.setattr(api._Fused, "apply",
+                        lambda *a: taken.append(a[5]["in_place"]) or torch.zeros(()))
     x, t = torch.randn(3, 5), torch.tensor([0, 1, 2])
     kernel_lab.cross_entropy(x, t)
     kernel_lab.cross_entropy(x, t, inplace_backward=True)

@@ -118,13 +118,9 @@ REPLAYABLE_OPS = ("aten.empty.", "aten.empty_strided.", "aten.new_empty.", "aten
                   "aten.view.", "aten.alias.", "aten.detach.")
 
 
-@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
-@pytest.mark.parametrize("weighted", [False, True], ids=["plain", "weighted"])
-def test_a_replayed_launcher_runs_nothing_a_replay_would_skip(stand_in, monkeypatch, reduction,
-                                                              weighted):
-    """Inside each recorded call whose launches are then replayed, every torch op is an
-    allocation or a view: an op that writes (a scale, a fill) would be skipped by every
-    replay, silently."""
+def log_replayed_ops(monkeypatch) -> list:
+    """From now on, the torch ops each recorded call ran, appended to the list returned here
+    for every call whose launches a plan then replays."""
     import contextlib
 
     real_record, real_replay_of = interop.record_launches, plans._replay_of
@@ -142,10 +138,21 @@ def test_a_replayed_launcher_runs_nothing_a_replay_would_skip(stand_in, monkeypa
             accepted.append(launches.ops)
         return replay
 
-    # a first step elsewhere makes the process's flag words (kept for good: a replay needs none)
-    _step(torch.randn(3, 8).requires_grad_(), torch.zeros(3, dtype=torch.int64), None, "sum")
     monkeypatch.setattr(interop, "record_launches", logged)
     monkeypatch.setattr(plans, "_replay_of", replay_of)
+    return accepted
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("weighted", [False, True], ids=["plain", "weighted"])
+def test_a_replayed_launcher_runs_nothing_a_replay_would_skip(stand_in, monkeypatch, reduction,
+                                                              weighted):
+    """Inside each recorded call whose launches are then replayed, every torch op is an
+    allocation or a view: an op that writes (a scale, a fill) would be skipped by every
+    replay, silently."""
+    # a first step elsewhere makes the process's flag words (kept for good: a replay needs none)
+    _step(torch.randn(3, 8).requires_grad_(), torch.zeros(3, dtype=torch.int64), None, "sum")
+    accepted = log_replayed_ops(monkeypatch)
     t = torch.randint(0, 40, (6,))
     w = torch.rand(40) if weighted else None
     for _ in range(2):

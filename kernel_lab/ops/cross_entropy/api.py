@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from kernel_lab.base.errors import UnsupportedInputError, not_a_tensor, wrong_type
 from kernel_lab.core import custom_ops, plans, registry
 from kernel_lab.cuda import deferred
+from kernel_lab.ops.cross_entropy import cuda_variants as cv
 from kernel_lab.ops.cross_entropy.op import DEFERRING, check_kwargs, check_targets, deferred_targets
 
 cross_entropy_op = custom_ops.define("cross_entropy")
@@ -28,24 +29,20 @@ class _Fused(torch.autograd.Function):
     through the plain op; in place it cannot (the logits are gone) and raises."""
 
     @staticmethod
-    def forward(ctx, logits, target, weight, ignore_index, reduction, eps, in_place, step,
-                one):
-        # step: the launcher's recorded call for this signature (_fused_step)
-        out = step((logits, target, weight, one), {"ignore_index": ignore_index,
-                                                    "reduction": reduction, "eps": eps,
-                                                    "in_place": in_place})
+    def forward(ctx, logits, target, weight, step, one, kw):
+        # step: the launcher's recorded call for this signature, kw its keywords (_fused_step)
+        out = step((logits, target, weight, one), kw)
+        in_place = kw["in_place"]
         loss, dx = out[0], logits if in_place else out[2]
-        ctx.dx, ctx.none, ctx.in_place = dx, reduction == "none", in_place
+        ctx.dx, ctx.none, ctx.in_place = dx, kw["reduction"] == "none", in_place
         if not in_place:  # for a double backward only
             ctx.save_for_backward(logits, target, weight)
-            ctx.kw = {"ignore_index": ignore_index, "reduction": reduction,
-                      "label_smoothing": eps}
+            ctx.kw = {"ignore_index": kw["ignore_index"], "reduction": kw["reduction"],
+                      "label_smoothing": kw["eps"]}
         return loss
 
     @staticmethod
     def backward(ctx, g):
-        from kernel_lab.ops.cross_entropy.cuda_variants import scale
-
         again = ctx.dx is None  # a second backward through a retained graph
         create = torch.is_grad_enabled()  # create_graph: a double backward
         if create or again:
@@ -60,14 +57,14 @@ class _Fused(torch.autograd.Function):
             with torch.enable_grad():
                 loss = custom_ops.call("cross_entropy", (logits, target, weight), ctx.kw)[0]
                 (dx,) = torch.autograd.grad(loss, logits, g, create_graph=create)
-            return dx, None, None, None, None, None, None, None, None
+            return dx, None, None, None, None, None
         dx, ctx.dx = ctx.dx, None
         if ctx.none:
             dx.mul_(g.to(dx.dtype)[:, None])
         else:
-            scale(dx, g)
+            cv.scale(dx, g)
         # a new tensor over the buffer: autograd may keep it as a leaf's .grad without a copy
-        return dx.detach(), None, None, None, None, None, None, None, None
+        return dx.detach(), None, None, None, None, None
 
 
 # The default training step writes the gradient in the forward (_Fused, not in place) wherever
@@ -90,15 +87,12 @@ def _fused_applies(logits, target, weight, variant, backward_variant) -> bool:
             and custom_ops.eager_fast_path(logits, target, weight))
 
 
-def _fused_step(logits, target, weight, ignore_index, reduction, eps, in_place):
-    """(the fused step's recorded forward, the 0-d 1 it reads) for this call signature: its
-    plan (``plans.for_launcher``: one lookup a call, the launches replayed), or (None, None)
-    where ``cuda_cross_entropy`` does not take the tensors (or CuPy is missing)."""
-    from kernel_lab.ops.cross_entropy import cuda_variants as cv
-
+def _fused_step(logits, target, weight, kw):
+    """(the fused step's recorded forward, the 0-d 1 it reads) for this call signature and
+    :func:`cuda_variants.fused_step`'s keywords ``kw``: its plan (``plans.for_launcher``: one
+    lookup a call, the launches replayed), or (None, one) where ``cuda_cross_entropy`` does not
+    take the tensors (or CuPy is missing)."""
     one = cv.unit(logits.device, logits.dtype)
-    kw = {"ignore_index": ignore_index, "reduction": reduction, "eps": eps,
-          "in_place": in_place}
     step = plans.for_launcher(
         cv.fused_step, (logits, target, weight, one), kw,
         lambda: plans.runs("cuda_cross_entropy", (logits, target, weight), {}))
@@ -214,14 +208,14 @@ def _rows_loss(logits, target, weight, ignore_index, reduction, eps, variant, ba
     step = None
     if ((inplace_backward or DEFAULT_FUSED)
             and _fused_applies(logits, target, weight, variant, backward_variant)):
-        step, one = _fused_step(logits, target, weight, ignore_index, reduction, eps,
-                                inplace_backward)
+        kw = {"ignore_index": ignore_index, "reduction": reduction, "eps": eps,
+              "in_place": inplace_backward}
+        step, one = _fused_step(logits, target, weight, kw)
     if step is not None:
         if validate == "sync" or logits.shape[1] == 0:  # C = 0: no kernel runs to flag
             check_targets(logits, target, ignore_index)
         with deferred_targets():
-            return _Fused.apply(logits, target, weight, ignore_index, reduction, eps,
-                                inplace_backward, step, one)
+            return _Fused.apply(logits, target, weight, step, one, kw)
     kw = {"ignore_index": ignore_index, "reduction": reduction, "label_smoothing": eps}
     if torch.compiler.is_compiling():  # the variants check inside the compiled graph
         return custom_ops.call("cross_entropy", (logits, target, weight), kw, variant,
