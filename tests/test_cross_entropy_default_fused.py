@@ -62,11 +62,14 @@ def _lined(m, n, dtype):
 @pytest.mark.parametrize("reduction", ["mean", "none"])
 def test_the_fused_step_is_recorded_once_then_replayed(stand_in, monkeypatch,  # noqa: F811
                                                        in_place, reduction):
-    """The fused step's forward goes through its plan: the launcher runs on the first step,
-    later steps replay its launches, re-pointed at their logits, fresh buffers and dlogits."""
+    """The fused step's forward and its backward's scale go through plans: each launcher runs
+    on the first step, later steps replay its launches, re-pointed at their logits, fresh
+    buffers and dlogits."""
     one = torch.ones((), dtype=torch.bfloat16)
     monkeypatch.setattr(cv, "unit", lambda device, dtype: one)
     monkeypatch.setattr(api, "_fused_applies", lambda *a: True)
+    scales, real_scale = [], cv.scale
+    monkeypatch.setattr(cv, "scale", lambda dx, g: scales.append(dx) or real_scale(dx, g))
     t = torch.randint(0, 4000, (6,))
     steps = []
     for _ in range(4):
@@ -77,6 +80,7 @@ def test_the_fused_step_is_recorded_once_then_replayed(stand_in, monkeypatch,  #
         loss.backward(torch.ones_like(loss))
         steps.append((ptr, x.grad.data_ptr(), loss.data_ptr(), stand_in.launches[before:]))
     assert stand_in.runs["forward"] == 1  # the launcher ran once: the others replayed it
+    assert len(scales) == (reduction == "mean")  # the backward's scale too (none: a torch mul_)
     names = [[la.source[1] for la in launches] for *_, launches in steps]
     assert all(n == names[0] for n in names)
     assert names[0][1].startswith("cross_entropy_row")
@@ -110,8 +114,9 @@ def test_the_fused_steps_recorded_call_runs_nothing_a_replay_would_skip(stand_in
     accepted = log_replayed_ops(monkeypatch)
     for _ in range(2):
         kernel_lab.cross_entropy(_lined(6, 4000, torch.bfloat16), t).backward()
-    assert len(accepted) == 1  # the fused forward's one recorded call
-    assert all(op.startswith(REPLAYABLE_OPS) for op in accepted[0]), accepted[0]
+    assert len(accepted) == 2  # the fused forward's recorded call and its backward's scale
+    for ops in accepted:
+        assert all(op.startswith(REPLAYABLE_OPS) for op in ops), ops
 
 
 def test_an_unlined_fused_step_runs_its_launcher_each_time(stand_in, monkeypatch):  # noqa: F811

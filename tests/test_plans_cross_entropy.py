@@ -194,6 +194,33 @@ def test_a_pointer_a_later_fresh_tensor_took_was_a_temporary():
     assert recorded(fresh_first=False) is None
 
 
+def test_a_launcher_that_writes_into_its_inputs_replays_on_them():
+    """A launcher that returns None (cuda_variants.scale: dx *= g in place) replays its launch
+    re-pointed at each call's inputs; a pointer that is no input (a copy of g) is refused."""
+    fn = types.SimpleNamespace(ptr=1)
+    module = types.SimpleNamespace(function=lambda expr, dev: fn, due_at=float("inf"), key="")
+    source = (types.SimpleNamespace(module=module), "k")
+
+    def recorded(dx, g, copied):
+        with interop.record_launches() as rec:
+            gp = torch.empty(1).data_ptr() if copied else g.data_ptr()
+            rec.append(interop.Launch(fn, (1, 1, 1), (32, 1, 1), 0, (dx.data_ptr(), 8, gp),
+                                      "QqQ", source, 0))
+        return plans._replay_of(rec, (dx, g), None, lambda *a: None)
+
+    dx, g = torch.randn(8), torch.ones(())
+    assert recorded(dx, g, copied=True) is None
+    replay = recorded(dx, g, copied=False)
+    assert replay is not None and replay.outputs == [] and not replay.makers
+    seen = []
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(interop.THREAD, "ready", False, raising=False)
+        mp.setattr(interop, "launch", lambda fn, grid, block, args, **kw: seen.append(args))
+        dx2, g2 = torch.randn(8), torch.ones(())
+        assert replay.call(None)((dx2, g2), {}) is None
+    assert seen == [(dx2.data_ptr(), 8, g2.data_ptr())]
+
+
 def test_a_replay_holds_only_in_the_mode_it_was_recorded_in(stand_in):
     """Recorded under deferred targets (the drop-in's default), a plan replays only there: a
     call that trusts its inputs runs the launcher (its guard), and a call that checks the

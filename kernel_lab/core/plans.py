@@ -112,7 +112,9 @@ class _FreshReplay:
                     return _contiguous(fn(*tensors, **kw))
             made = [make() for make in makers]
             launch(tensors, made)
-            return made[outputs[0]] if single else tuple(made[j] for j in outputs)
+            if single:
+                return made[outputs[0]]
+            return tuple(made[j] for j in outputs) if outputs else None
 
         return call
 
@@ -125,11 +127,12 @@ def _contiguous(out: Any) -> Any:
 
 def _fresh_replay_of(rec: interop.Recording, tensors: tuple, out: Any,
                      fn: Callable[..., Any]) -> _FreshReplay | None:
-    """A replay of a call whose launcher declared its fresh tensors, or None where a pointer is
-    neither an input, a fresh tensor made before its launch, null nor a device's flag words
-    (fixed for the process), an output is not a fresh tensor, or two inputs alias."""
+    """A replay of a call whose launcher declared its fresh tensors (or that returned None: it
+    wrote into its inputs), or None where a pointer is neither an input, a fresh tensor made
+    before its launch, null nor a device's flag words (fixed for the process), an output is not
+    a fresh tensor, or two inputs alias."""
     single = isinstance(out, torch.Tensor)
-    outs = (out,) if single else out
+    outs = (out,) if single else () if out is None else out
     if not rec or not isinstance(outs, tuple):
         return None
     fixed = {0}
@@ -170,10 +173,11 @@ def _replay_of(launches: interop.Recording, tensors: tuple, out: Any,
     """A replay of this call's recorded launches, or None if they cannot be replayed: a
     launcher that refused it; one that declared fresh tensors or guards (:func:`_fresh_replay_of`);
     else not exactly one launch, or a pointer that is neither an input nor the fresh output (the
-    chunk kernels' flag words carry a per-launch epoch), or inputs the launcher copied first."""
+    chunk kernels' flag words carry a per-launch epoch), or inputs the launcher copied first.
+    A launcher that returns None wrote into its inputs: its launches replay as they are."""
     if launches.refused:
         return None
-    if launches.fresh or launches.guards:
+    if launches.fresh or launches.guards or out is None:
         return _fresh_replay_of(launches, tensors, out, fn)
     if len(launches) != 1 or not isinstance(out, torch.Tensor):
         return None

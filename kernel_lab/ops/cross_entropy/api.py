@@ -11,7 +11,7 @@ from kernel_lab.base.errors import UnsupportedInputError, not_a_tensor, wrong_ty
 from kernel_lab.core import custom_ops, plans, registry
 from kernel_lab.cuda import deferred
 from kernel_lab.ops.cross_entropy import cuda_variants as cv
-from kernel_lab.ops.cross_entropy.op import DEFERRING, check_kwargs, check_targets, deferred_targets
+from kernel_lab.ops.cross_entropy.op import DEFERRING, REDUCTIONS, check_kwargs, check_targets
 
 cross_entropy_op = custom_ops.define("cross_entropy")
 
@@ -61,8 +61,8 @@ class _Fused(torch.autograd.Function):
         dx, ctx.dx = ctx.dx, None
         if ctx.none:
             dx.mul_(g.to(dx.dtype)[:, None])
-        else:
-            cv.scale(dx, g)
+        else:  # cuda_variants.scale, its launch recorded once a signature and replayed
+            plans.for_launcher(cv.scale, (dx, g), {}, _always)((dx, g), {})
         # a new tensor over the buffer: autograd may keep it as a leaf's .grad without a copy
         return dx.detach(), None, None, None, None, None
 
@@ -74,6 +74,10 @@ class _Fused(torch.autograd.Function):
 # 512 x 262144 340 -> 280; fp32 512 x 32000 293 -> 260 (and 1113 -> 749 at 1 GiB).
 # DEFAULT_FUSED False: the forward reads the logits, the backward reads them again.
 DEFAULT_FUSED = True
+
+
+def _always() -> bool:
+    return True
 
 
 def _fused_applies(logits, target, weight, variant, backward_variant) -> bool:
@@ -177,7 +181,8 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor,
     as without it. It has no double backward.
     """
     check_kw_types(WHERE, ignore_index, reduction, label_smoothing)
-    check_kwargs(ignore_index, reduction, label_smoothing)
+    if reduction not in REDUCTIONS or not 0.0 <= label_smoothing <= 1.0:
+        check_kwargs(ignore_index, reduction, label_smoothing)  # raises, in PyTorch's words
     if validate not in VALIDATE:
         raise ValueError(f"validate must be one of {VALIDATE}, got {validate!r}")
     if not torch.compiler.is_compiling():  # a bad class index a kernel flagged: reported first
@@ -211,22 +216,22 @@ def _rows_loss(logits, target, weight, ignore_index, reduction, eps, variant, ba
         kw = {"ignore_index": ignore_index, "reduction": reduction, "eps": eps,
               "in_place": inplace_backward}
         step, one = _fused_step(logits, target, weight, kw)
-    if step is not None:
-        if validate == "sync" or logits.shape[1] == 0:  # C = 0: no kernel runs to flag
-            check_targets(logits, target, ignore_index)
-        with deferred_targets():
-            return _Fused.apply(logits, target, weight, step, one, kw)
-    kw = {"ignore_index": ignore_index, "reduction": reduction, "label_smoothing": eps}
-    if torch.compiler.is_compiling():  # the variants check inside the compiled graph
-        return custom_ops.call("cross_entropy", (logits, target, weight), kw, variant,
-                               backward_variant)[0]
-    if validate == "sync":
-        check_targets(logits, target, ignore_index)  # once: the variant then trusts them
-        with registry.trusted_inputs():
+        if step is not None and (validate == "sync" or logits.shape[1] == 0):
+            check_targets(logits, target, ignore_index)  # C = 0: no kernel runs to flag
+    if step is None:
+        kw = {"ignore_index": ignore_index, "reduction": reduction, "label_smoothing": eps}
+        if torch.compiler.is_compiling():  # the variants check inside the compiled graph
             return custom_ops.call("cross_entropy", (logits, target, weight), kw, variant,
                                    backward_variant)[0]
-    before, DEFERRING.on = DEFERRING.on, True  # deferred_targets(), inline: the per-step path
+        if validate == "sync":
+            check_targets(logits, target, ignore_index)  # once: the variant then trusts them
+            with registry.trusted_inputs():
+                return custom_ops.call("cross_entropy", (logits, target, weight), kw, variant,
+                                       backward_variant)[0]
+    before, DEFERRING.on = DEFERRING.on, True  # op.deferred_targets(), inline: the per-step path
     try:
+        if step is not None:
+            return _Fused.apply(logits, target, weight, step, one, kw)
         return custom_ops.call("cross_entropy", (logits, target, weight), kw, variant,
                                backward_variant)[0]
     finally:
