@@ -221,7 +221,10 @@ def step_gap(rows: int, n: int, rounds: int = 21, profiled: int = 5) -> dict[str
     idle before and after: the median wall time from the call to the last kernel's end (synced),
     against the sum of the step's kernel times (torch.profiler, device events, per step). The
     gap is what the host adds a step: launch latency, Python, any bubble or sync between
-    kernels. ``F.cross_entropy``'s own step, timed the same way, is the reference."""
+    kernels. ``host_us``: the median time until the step returns, before the sync: near the
+    wall, the step is host-bound (or waited in a sync); far below it with a large gap, the
+    device idled between kernels. ``F.cross_entropy``'s own step, timed the same way, is the
+    reference."""
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
@@ -236,13 +239,15 @@ def step_gap(rows: int, n: int, rounds: int = 21, profiled: int = 5) -> dict[str
 
         for _ in range(10):
             step()
-        walls = []
+        walls, hosts = [], []
         for _ in range(rounds):
             torch.cuda.synchronize()
             t0 = time.perf_counter()
             step()
+            t1 = time.perf_counter()  # the host is done enqueuing (or was held in a sync)
             torch.cuda.synchronize()
             walls.append((time.perf_counter() - t0) * 1e6)
+            hosts.append((t1 - t0) * 1e6)
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             for _ in range(profiled):
                 step()
@@ -250,7 +255,8 @@ def step_gap(rows: int, n: int, rounds: int = 21, profiled: int = 5) -> dict[str
         kernels = sum(e.device_time_total for e in prof.events()
                       if e.device_type == DeviceType.CUDA) / profiled
         wall = statistics.median(walls)
-        out[name] = {"wall_us": wall, "kernels_us": kernels, "gap_us": wall - kernels}
+        out[name] = {"wall_us": wall, "kernels_us": kernels, "gap_us": wall - kernels,
+                     "host_us": statistics.median(hosts)}
     return out
 
 
@@ -271,7 +277,8 @@ def print_step_gaps(when: str) -> None:
             mark = ("" if name != "kernel_lab.cross_entropy" else
                     "  ok" if r["gap_us"] <= STEP_GAP_US else "  OVER")
             print(f"  {rows:5d} x {n} {name:<25} wall {r['wall_us']:7.1f} us  kernels "
-                  f"{r['kernels_us']:7.1f} us  gap {r['gap_us']:6.1f} us{mark}", flush=True)
+                  f"{r['kernels_us']:7.1f} us  gap {r['gap_us']:6.1f} us  host "
+                  f"{r['host_us']:6.1f} us{mark}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> None:
