@@ -1,14 +1,27 @@
 #!/usr/bin/env bash
 # install_peers.sh: install the peers (QuACK, Liger, Cut Cross-Entropy) from wheels on an offline
-# machine. WHEEL_DIR from: pip download --no-deps quack-kernels==0.6.5 liger-kernel==0.8.5
-# cut-cross-entropy==25.1.1 (plus nvidia-cutlass-dsl's wheels for QuACK).
+# machine.
 #
+#   bash bench/install_peers.sh --fetch DIR           (here, with network) download every wheel
+#                                                    the peers need for the GPU machine's Python
+#                                                    (PEER_PY, default 3.12; manylinux x86_64)
+#                                                    and pack them into DIR/p1 and DIR/p2, each
+#                                                    small enough for one device call
+#   bash bench/install_peers.sh --stage DIR...       copy the wheels and parts in DIRs to the
+#                                                    stage ($PEER_STAGE, default /tmp/peer_stage)
 #   bash bench/install_peers.sh WHEEL_DIR [TARGET]   install what WHEEL_DIR and the stage hold
 #                                                    into TARGET (default /tmp/peers), write
 #                                                    TARGET/peers.env; then `. TARGET/peers.env`
-#   bash bench/install_peers.sh --stage DIR...       copy the wheels and parts in DIRs to the
-#                                                    stage ($PEER_STAGE, default /tmp/peer_stage)
-#   bash bench/install_peers.sh --pack WHEEL_DIR PARTS_DIR [SIZE]     (here, after pip download)
+#   bash bench/install_peers.sh --pack WHEEL_DIR PARTS_DIR [SIZE]     (what --fetch runs)
+#
+# DIR inside the repo and ignored by git (.whl/: `--fetch .whl`, ~3 min), then the device
+# tool's two calls on one warm machine, the second at once (the stage lives in its /tmp):
+#   carry [".whl/p1"]: bash bench/install_peers.sh --stage .whl/p1
+#   carry [".whl/p2"]: bash bench/install_peers.sh .whl/p2 /tmp/peers && . /tmp/peers/peers.env
+#
+# The wheels (--fetch): quack-kernels 0.6.5 needs nvidia-cutlass-dsl (4.8.1: its -libs-base,
+# -libs-core and, for CUDA 13, -libs-cu13 parts), apache-tvm-ffi, torch-c-dlpack-ext and einops;
+# liger-kernel 0.8.5 and cut-cross-entropy 25.1.1 need nothing the machine lacks.
 #
 # Why parts: the device tool carries at most 64 MiB a call (repo included), and the CuTe DSL's
 # compiled library (nvidia_cutlass_dsl_libs_cu13, 92 MB) is larger. --pack recompresses every
@@ -31,6 +44,28 @@ stage="${PEER_STAGE:-/tmp/peer_stage}"
 py="${PYTHON:-python3}"
 
 die() { echo "install_peers: $*" >&2; exit 2; }
+
+PURE=(quack-kernels==0.6.5 liger-kernel==0.8.5 cut-cross-entropy==25.1.1 einops
+      nvidia-cutlass-dsl==4.8.1 nvidia-cutlass-dsl-libs-core==4.8.1)
+BINARY=(nvidia-cutlass-dsl-libs-base==4.8.1 nvidia-cutlass-dsl-libs-cu13==4.8.1
+        "apache-tvm-ffi>=0.1.6,<0.2" torch-c-dlpack-ext)
+
+if [[ "${1:-}" == "--fetch" ]]; then
+    (( $# == 2 )) || die "usage: --fetch DIR"
+    dir="$2" wheels="$2/wheels"
+    mkdir -p "$wheels" "$dir/p1" "$dir/p2"
+    "$py" -m pip download -q --no-deps -d "$wheels" "${PURE[@]}"
+    "$py" -m pip download -q --no-deps -d "$wheels" --only-binary=:all: \
+        --python-version "${PEER_PY:-3.12}" --platform manylinux_2_28_x86_64 \
+        --platform manylinux_2_24_x86_64 --platform manylinux2014_x86_64 "${BINARY[@]}"
+    bash "$0" --pack "$wheels" "$dir/parts" >/dev/null
+    parts=("$dir"/parts/*.part-*)
+    mv "${parts[0]}" "$dir/p1/"  # one 30 MiB part; the rest and the whole wheels (~43 MiB)
+    mv "${parts[@]:1}" "$wheels"/*.whl "$dir/p2/"
+    rmdir "$dir/parts" "$wheels"
+    du -sh "$dir/p1" "$dir/p2"
+    exit 0
+fi
 
 if [[ "${1:-}" == "--pack" ]]; then
     (( $# >= 3 )) || die "usage: --pack WHEEL_DIR PARTS_DIR [SIZE]"
@@ -69,7 +104,7 @@ if [[ "${1:-}" == "--stage" ]]; then
     exit 0
 fi
 
-(( $# >= 1 )) && [[ -d "$1" ]] || die "usage: WHEEL_DIR [TARGET] | --stage DIR... | --pack ..."
+(( $# >= 1 )) && [[ -d "$1" ]] || die "usage: WHEEL_DIR [TARGET] | --fetch DIR | --stage DIR... | --pack ..."
 wheels="$1" target="${2:-/tmp/peers}"
 work="$target.wheels"  # joined / gathered wheels, beside TARGET so pip never sees them inside it
 rm -rf "$work" && mkdir -p "$work" "$target"

@@ -66,3 +66,74 @@ def test_skips_sums_by_reason_with_their_files(tmp_path):
     assert out[1].endswith("(test_cuda_jit.py, test_distributed.py)")
     assert out[2].split()[0] == "3" and out[2].endswith("(test_peers.py)")
     assert _skips("5 passed\n", tmp_path).startswith("no SKIPPED lines")
+
+
+def _wheel(path: Path, payload: bytes) -> None:
+    """A minimal wheel of package ``toypeer`` (one module holding ``payload``'s length)."""
+    import base64
+    import hashlib
+    import zipfile
+
+    info = "toypeer-1.0.dist-info"
+    files = {"toypeer/__init__.py": f"SIZE = {len(payload)}\n".encode(),
+             "toypeer/blob.bin": payload,
+             f"{info}/METADATA": b"Metadata-Version: 2.1\nName: toypeer\nVersion: 1.0\n",
+             f"{info}/WHEEL": b"Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+
+    def digest(data: bytes) -> str:
+        return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+    record = "".join(f"{k},sha256={digest(v)},{len(v)}\n" for k, v in files.items())
+    with zipfile.ZipFile(path, "w") as z:
+        for k, v in files.items():
+            z.writestr(k, v)
+        z.writestr(f"{info}/RECORD", record + f"{info}/RECORD,,\n")
+
+
+def test_install_peers_packs_stages_joins_and_installs_a_split_wheel(tmp_path):
+    """install_peers.sh's offline path without network: a wheel over the part size is
+    recompressed and split (--pack), one part staged as a first device call would (--stage), the
+    rest installed with it: the joined wheel installs and imports; the three real peers are
+    missing here, so it exits 1 and peers.env is written all the same."""
+    import os
+    import random
+
+    script = str(REPO / "bench" / "install_peers.sh")
+    wheels, parts, first = tmp_path / "wheels", tmp_path / "parts", tmp_path / "p1"
+    for d in (wheels, parts, first):
+        d.mkdir()
+    payload = random.Random(0).randbytes(300_000)  # incompressible: LZMA keeps it ~300 KB
+    _wheel(wheels / "toypeer-1.0-py3-none-any.whl", payload)
+    env = {**os.environ, "PEER_STAGE": str(tmp_path / "stage"), "PYTHON": sys.executable}
+
+    def run(*args):
+        return subprocess.run(["bash", script, *args], capture_output=True, text=True, env=env)
+
+    assert run("--pack", str(wheels), str(parts), "100K").returncode == 0
+    split = sorted(parts.iterdir())
+    assert [p.name[-8:] for p in split] == [".part-aa", ".part-ab", ".part-ac"]
+    assert not list(wheels.iterdir())  # the whole wheel left WHEEL_DIR
+    split[0].rename(first / split[0].name)
+    assert run("--stage", str(first)).returncode == 0
+    target = tmp_path / "peers"
+    done = run(str(parts), str(target))
+    assert done.returncode == 1, done.stderr  # quack / liger / cce do not import here
+    assert "toypeer" not in done.stderr  # joined whole: nothing reported incomplete
+    sys.path.insert(0, str(target))
+    try:
+        import toypeer
+        assert toypeer.SIZE == len(payload)
+        assert (target / "toypeer" / "blob.bin").read_bytes() == payload
+    finally:
+        sys.path.remove(str(target))
+        sys.modules.pop("toypeer", None)
+    assert (target / "peers.env").read_text().startswith(f"export PYTHONPATH={target}")
+    # a part missing: the wheel is reported incomplete and left out
+    (tmp_path / "stage" / split[0].name).unlink()
+    assert "incomplete" in run(str(parts), str(tmp_path / "again")).stderr
+
+
+def test_install_peers_fetch_refuses_without_a_folder():
+    out = subprocess.run(["bash", str(REPO / "bench" / "install_peers.sh"), "--fetch"],
+                         capture_output=True, text=True)
+    assert out.returncode == 2 and "usage: --fetch DIR" in out.stderr
