@@ -171,14 +171,20 @@ def _by_role(launches, roles):
     return [(la.source[1], la.grid, la.block, _args_by_role(la, roles)) for la in launches]
 
 
+def _one_kernel():
+    """(function, (source, expr)) of a stand-in module holding one kernel, never reloaded: what a
+    hand-built :class:`interop.Launch` carries."""
+    fn = types.SimpleNamespace(ptr=1)
+    module = types.SimpleNamespace(function=lambda expr, dev: fn, due_at=float("inf"), key="")
+    return fn, (types.SimpleNamespace(module=module), "k")
+
+
 def test_a_pointer_a_later_fresh_tensor_took_was_a_temporary():
     """A launch's pointer at an address a fresh tensor made after it holds was a temporary's (a
     copy of an input, freed: the caching allocator hands the block on): not replayed, where
     the same fresh tensor made before the launch is."""
     x, made = torch.randn(8), torch.empty(8)
-    fn = types.SimpleNamespace(ptr=1)
-    module = types.SimpleNamespace(function=lambda expr, dev: fn, due_at=float("-inf"), key="")
-    source = (types.SimpleNamespace(module=module), "k")
+    fn, source = _one_kernel()
 
     def recorded(fresh_first):
         with interop.record_launches() as rec:
@@ -197,9 +203,7 @@ def test_a_pointer_a_later_fresh_tensor_took_was_a_temporary():
 def test_a_launcher_that_writes_into_its_inputs_replays_on_them():
     """A launcher that returns None (cuda_variants.scale: dx *= g in place) replays its launch
     re-pointed at each call's inputs; a pointer that is no input (a copy of g) is refused."""
-    fn = types.SimpleNamespace(ptr=1)
-    module = types.SimpleNamespace(function=lambda expr, dev: fn, due_at=float("inf"), key="")
-    source = (types.SimpleNamespace(module=module), "k")
+    fn, source = _one_kernel()
 
     def recorded(dx, g, copied):
         with interop.record_launches() as rec:

@@ -344,15 +344,16 @@ def runs(name: str, tensors: tuple, kw: dict) -> bool:
 
 
 def for_launcher(fn: Callable[..., Any], tensors: tuple, kw: dict,
-                 admits: Callable[[], bool]) -> ReplayingCall | None:
+                 admits: Callable[[], bool] | None = None) -> ReplayingCall | None:
     """The recorded call of ``fn(*tensors, **kw)`` for this call signature: a path that launches
-    kernels with no variant of its own (cross-entropy's fused step) recorded on its first call
-    and replayed after (:class:`ReplayingCall`), kept in the one cache; None where ``admits()``
-    refused the signature when it was first seen. ``kw``'s values are part of the key."""
+    kernels with no variant of its own (cross-entropy's fused step and its scale) recorded on
+    its first call and replayed after (:class:`ReplayingCall`), kept in the one cache; None
+    where ``admits()`` (if given) refused the signature when it was first seen. ``kw``'s values
+    are part of the key."""
     key = (fn, *kw.values(), *signature(tensors))
     call = PLANS.get(key)
     if call is None:
-        call = _store(key, ReplayingCall(fn) if admits() else _REFUSED)
+        call = _store(key, ReplayingCall(fn) if admits is None or admits() else _REFUSED)
     return None if call is _REFUSED else call
 
 

@@ -62,7 +62,7 @@ class _Fused(torch.autograd.Function):
         if ctx.none:
             dx.mul_(g.to(dx.dtype)[:, None])
         else:  # cuda_variants.scale, its launch recorded once a signature and replayed
-            plans.for_launcher(cv.scale, (dx, g), {}, _always)((dx, g), {})
+            plans.for_launcher(cv.scale, (dx, g), {})((dx, g), {})
         # a new tensor over the buffer: autograd may keep it as a leaf's .grad without a copy
         return dx.detach(), None, None, None, None, None
 
@@ -74,10 +74,6 @@ class _Fused(torch.autograd.Function):
 # 512 x 262144 340 -> 280; fp32 512 x 32000 293 -> 260 (and 1113 -> 749 at 1 GiB).
 # DEFAULT_FUSED False: the forward reads the logits, the backward reads them again.
 DEFAULT_FUSED = True
-
-
-def _always() -> bool:
-    return True
 
 
 def _fused_applies(logits, target, weight, variant, backward_variant) -> bool:
