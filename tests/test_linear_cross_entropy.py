@@ -122,6 +122,40 @@ def test_grads_in_forward_path_matches_recomputing_backward(small_chunks):
         torch.testing.assert_close(a, b_, rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+def test_a_mean_step_with_every_row_ignored_has_torchs_zero_gradient(dtype):
+    """No row kept: the mean is 0 / 0 (NaN) and the gradients 0, as ``F.cross_entropy`` gives,
+    whether the mean's 1 / rows is folded into the forward's gradients (fp32) or applied in the
+    backward (fp16)."""
+    h, w, t, _ = _inputs(9, 30, dtype, 12)
+    t = torch.full_like(t, -100)
+    hh, ww = h.clone().requires_grad_(True), w.clone().requires_grad_(True)
+    loss = kernel_lab.linear_cross_entropy(hh, ww, t)
+    loss.backward()
+    assert loss.isnan()
+    assert torch.equal(hh.grad, torch.zeros_like(h)) and torch.equal(ww.grad, torch.zeros_like(w))
+
+
+def test_the_mean_is_folded_into_the_forward_and_a_unit_backward_scales_nothing(monkeypatch):
+    """"auto"'s mean step forms its gradients already over the kept rows, so the backward's
+    scale is by the upstream gradient alone: 1 for ``loss.backward()`` (nothing to read), and
+    any other value still applied (against float64)."""
+    h, w, t, _ = _inputs(21, 301, torch.float32, 13)
+    t[::4] = -100
+    scales = []
+    real = torch_variants.scale_
+    monkeypatch.setattr("kernel_lab.ops.linear_cross_entropy.api.scale_",
+                        lambda x, s: scales.append(float(s)) or real(x, s))
+    for g in (1.0, 2.5):
+        hh, ww = h.clone().requires_grad_(True), w.clone().requires_grad_(True)
+        kernel_lab.linear_cross_entropy(hh, ww, t).backward(torch.tensor(g, device=DEVICE))
+        want = backward_reference(h, w, t, None, None,
+                                  torch.tensor(g, dtype=torch.float64, device=DEVICE))
+        torch.testing.assert_close(hh.grad.double(), want[0], rtol=1e-4, atol=1e-6)
+        torch.testing.assert_close(ww.grad.double(), want[1], rtol=1e-4, atol=1e-6)
+    assert scales == [1.0, 1.0, 2.5, 2.5]  # dhidden and dweight, by the upstream gradient alone
+
+
 def test_compile_fullgraph_and_leading_dims():
     h, w, t, b = _inputs(12, 50, torch.float32, 5, bias=True)
     h3 = h.reshape(3, 4, -1).requires_grad_(True)
@@ -268,8 +302,9 @@ def test_chunks_fit_the_budget_on_whole_tiles():
     assert budget < 1 << 29  # under 0.5 GiB: room for the per-token vectors
 
 
+@pytest.mark.parametrize("value", [0.37, 1.0])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float64], ids=str)
-def test_the_gradient_scale_rounds_once_without_a_sync(dtype):
+def test_the_gradient_scale_rounds_once_without_a_sync(dtype, value):
     """scale_ (the chunked step's backward: dweight and dhidden times the upstream gradient)
     gives the product in fp32 (fp64 for fp64) rounded once, on an odd length: mul_'s bits for
     fp32 / fp64 (bf16's mul_ would round the scale to bf16 first). On a GPU by its Triton kernel
@@ -277,7 +312,7 @@ def test_the_gradient_scale_rounds_once_without_a_sync(dtype):
     rounding)."""
     n = 3 * torch_variants.SCALE_BLOCK + 5
     x = torch.randn(n, device=DEVICE).to(dtype)
-    s = torch.tensor(0.37, device=DEVICE,
+    s = torch.tensor(value, device=DEVICE,
                      dtype=torch.float64 if dtype == torch.float64 else torch.float32)
     want = (x.to(s.dtype) * s).to(dtype)
     if DEVICE == "cuda":

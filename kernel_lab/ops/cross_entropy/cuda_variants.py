@@ -355,13 +355,17 @@ def dx_like(x: torch.Tensor) -> torch.Tensor:
 
 
 def fused_step(logits, target, weight, one, ignore_index: int, reduction: str, eps: float,
-               in_place: bool):
+               in_place: bool, grad_scale: torch.Tensor | None = None):
     """The launcher of a training step's forward that writes the gradient (recorded and
     replayed by its plan, :func:`kernel_lab.core.plans.for_launcher`); ``one``: :func:`unit`,
     every row's upstream gradient. Returns (loss, lse) in place (dlogits over the logits, whose
-    columns must be contiguous), else (loss, lse, dlogits) in a fresh buffer (:func:`dx_like`)."""
+    columns must be contiguous), else (loss, lse, dlogits) in a fresh buffer (:func:`dx_like`).
+    ``grad_scale`` (direct calls only, :func:`fused_forward`: a plan replays launches, and this
+    is a torch op): a 0-d fp32 factor on every row's gradient, applied to the coefficients."""
     x, t, w = _prepare(logits, target, weight)
     coefs = coefficients(t, w, one, x.shape[1], ignore_index, reduction, eps, x.dtype)
+    if grad_scale is not None:
+        coefs.mul_(grad_scale)  # every coefficient is linear in the row's upstream gradient
     dx = None if in_place else dx_like(x)
     loss, lse = forward(x, t, w, ignore_index, reduction, eps, fused=True, coefs=coefs,
                         dx=dx)
@@ -369,12 +373,14 @@ def fused_step(logits, target, weight, one, ignore_index: int, reduction: str, e
 
 
 def fused_forward(logits, target, weight, ignore_index: int, reduction: str, eps: float,
-                  in_place: bool = True):
+                  in_place: bool = True, grad_scale: torch.Tensor | None = None):
     """(loss, lse, dlogits) of :func:`fused_step`, run directly: dlogits over the logits (their
-    buffer, when its columns are contiguous) or without ``in_place`` in a fresh buffer."""
+    buffer, when its columns are contiguous) or without ``in_place`` in a fresh buffer;
+    ``grad_scale``: every row's upstream gradient as a 0-d fp32 tensor (1 when None), taken in
+    fp32 (the logits' dtype would round it)."""
     x = logits if logits.stride(1) == 1 or logits.shape[1] <= 1 else logits.contiguous()
     out = fused_step(x, target, weight, unit(x.device, x.dtype), ignore_index, reduction, eps,
-                     in_place)
+                     in_place, grad_scale)
     return (*out, x) if in_place else out
 
 

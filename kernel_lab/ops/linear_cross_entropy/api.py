@@ -28,10 +28,17 @@ class _GradsInForward(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, hidden, weight, bias, target, ignore_index, reduction, eps, softcap):
+        # the mean's 1 / (kept rows) goes into each chunk's gradient as it is formed (0 when
+        # no row is kept: torch's zero gradient), so the backward of loss.backward()'s 1 reads
+        # nothing; not in fp16, whose dlogits / rows would underflow (scaled in the backward)
+        den, inv = (target != ignore_index).sum() if reduction == "mean" else None, None
+        if den is not None and hidden.dtype != torch.float16:
+            acc = torch.float64 if hidden.dtype == torch.float64 else torch.float32
+            inv, den = 1 / den.clamp_min(1).to(acc), None
         loss, _lse, dh, dw, db = chunked_forward(hidden, weight, target, bias, ignore_index,
-                                                 reduction, eps, softcap, with_grads=True)
-        ctx.grads = (dh, dw, db)
-        ctx.den = (target != ignore_index).sum() if reduction == "mean" else None
+                                                 reduction, eps, softcap, with_grads=True,
+                                                 grad_scale=inv)
+        ctx.grads, ctx.den = (dh, dw, db), den
         return loss
 
     @staticmethod
@@ -43,7 +50,7 @@ class _GradsInForward(torch.autograd.Function):
                                "name a backward_variant")
         s = g.float() if g.dtype != torch.float64 else g
         if ctx.den is not None:
-            s = s / ctx.den
+            s = s / ctx.den.clamp_min(1)  # no row kept: a zero gradient, as torch gives
         out = [scale_(t, s) if t is not None and need else None
                for t, need in zip(grads, ctx.needs_input_grad[:3])]
         return (*out, None, None, None, None, None)

@@ -234,8 +234,11 @@ SCALE_BLOCK = 4096  # elements a program of triton_src/scale.py: 16 a thread at 
 def scale_(t: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
     """``t *= s`` in place, ``s`` a one-element tensor on t's device (an upstream gradient): on
     CUDA by ``triton_src/scale.py`` (no host sync, at copy speed: PyTorch's ``mul_`` by a 0-d CUDA
-    tensor takes its unvectorized path, 2.0 against 0.70 ms for 128256 x 4096 bf16 on an H100),
-    elsewhere by ``mul_``."""
+    tensor takes its unvectorized path, 2.0 against 0.70 ms for 128256 x 4096 bf16 on an H100;
+    nothing read or written when s is 1, as ``loss.backward()`` hands it), elsewhere by
+    ``mul_`` (skipped for a 1 on the CPU)."""
+    if t.device.type == "cpu" and s.numel() == 1 and s.device.type == "cpu" and float(s) == 1:
+        return t
     if (t.is_cuda and t.is_contiguous() and t.numel() and s.numel() == 1
             and s.device == t.device and not triton_mode.interpreting()):
         import triton
@@ -259,12 +262,14 @@ def add_weight_grad(dw: torch.Tensor, dz: torch.Tensor, h: torch.Tensor, first: 
 
 
 def chunked_forward(hidden, weight, target, bias, ignore_index: int, reduction: str,
-                    label_smoothing: float, softcap: float, with_grads: bool = False):
+                    label_smoothing: float, softcap: float, with_grads: bool = False,
+                    grad_scale: torch.Tensor | None = None):
     """(loss, lse) chunk by chunk; ``with_grads``: also (dhidden, dweight, dbias) of the
-    *summed* loss (the caller scales them by the upstream gradient, over the mean's
-    denominator for "mean"), so the backward is a scale and nothing is recomputed. Each
-    chunk's dlogits are written over its logits by the CUDA cross-entropy kernel where it runs
-    (without a soft cap), else come from the cross_entropy_backward variant "auto" picks."""
+    *summed* loss times ``grad_scale`` (a 0-d tensor on the device, in the accumulation dtype:
+    every row's gradient, applied in that dtype before anything is rounded; 1 when None), so
+    the backward is at most a scale and nothing is recomputed. Each chunk's dlogits are written
+    over its logits by the CUDA cross-entropy kernel where it runs (without a soft cap), else
+    come from the cross_entropy_backward variant "auto" picks."""
     t_all, v = target.long(), weight.shape[0]
     acc = torch.float64 if hidden.dtype == torch.float64 else torch.float32
     rows = torch.empty(hidden.shape[0], dtype=acc, device=hidden.device)
@@ -284,13 +289,14 @@ def chunked_forward(hidden, weight, target, bias, ignore_index: int, reduction: 
                 from kernel_lab.ops.cross_entropy.cuda_variants import fused_forward
 
                 loss_c, lse_c, dz = fused_forward(z, t, None, ignore_index, "none",
-                                                  label_smoothing)
+                                                  label_smoothing, grad_scale=grad_scale)
             else:
                 loss_c, lse_c = plans.run_op("cross_entropy", AUTO, (z, t, None), none)
                 if with_grads:
-                    ones = torch.ones(b - a, dtype=acc, device=z.device)
+                    g_rows = (torch.ones(b - a, dtype=acc, device=z.device) if grad_scale is None
+                              else grad_scale.to(acc).expand(b - a).contiguous())
                     dz = plans.run_op("cross_entropy_backward", AUTO,
-                                      (z, t, None, lse_c, ones), none)
+                                      (z, t, None, lse_c, g_rows), none)
                     if softcap:
                         dz = cap_chain(dz, z, softcap)
         rows[a:b], lse[a:b] = loss_c, lse_c
