@@ -84,8 +84,9 @@ def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, target: tor
     ``kernel_lab.core.registry.trusted_inputs()`` and under torch.compile).
 
     With the chunked (or "auto") variant, no backward variant named and a "mean" / "sum" loss
-    that needs gradients, an eager call forms the gradients in its forward, chunk by chunk (the
-    backward only scales them, once: name a backward_variant for retain_graph).
+    that needs gradients, an eager call forms the gradients in its forward, chunk by chunk, the
+    mean's division included (the backward only scales them by the upstream gradient, on the
+    device, reading nothing when it is 1; once: name a backward_variant for retain_graph).
     """
     where = "kernel_lab.linear_cross_entropy"
     for arg, t in (("hidden", hidden), ("weight", weight), ("target", target), ("bias", bias)):
