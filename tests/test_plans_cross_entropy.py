@@ -212,14 +212,16 @@ def test_a_launcher_that_writes_into_its_inputs_replays_on_them():
                                       "QqQ", source, 0))
         return plans._replay_of(rec, (dx, g), None, lambda *a: None)
 
-    dx, g = torch.randn(8), torch.ones(())
-    assert recorded(dx, g, copied=True) is None
-    replay = recorded(dx, g, copied=False)
-    assert replay is not None and replay.outputs == [] and not replay.makers
     seen = []
     with pytest.MonkeyPatch.context() as mp:
+        # before the replay is prepared: its launches then take launch()'s path, never the
+        # driver's with the stand-in's function (a thread that launched real kernels is ready)
         mp.setattr(interop.THREAD, "ready", False, raising=False)
         mp.setattr(interop, "launch", lambda fn, grid, block, args, **kw: seen.append(args))
+        dx, g = torch.randn(8), torch.ones(())
+        assert recorded(dx, g, copied=True) is None
+        replay = recorded(dx, g, copied=False)
+        assert replay is not None and replay.outputs == [] and not replay.makers
         dx2, g2 = torch.randn(8), torch.ones(())
         assert replay.call(None)((dx2, g2), {}) is None
     assert seen == [(dx2.data_ptr(), 8, g2.data_ptr())]
