@@ -1,16 +1,18 @@
 """The LM-head loss race: one training step (forward + backward for hidden and classifier) per
-variant and peer, bf16, next to cuBLAS's three matmuls alone, in one process.
+variant and peer, bf16 (``--dtype``: others too), next to cuBLAS's three matmuls alone, in one
+process.
 
     python bench/lm_head.py                       # 3 token counts x 3 (d, V): the issue's cells
     python bench/lm_head.py --tokens 8192 --dv 4096x128256
+    python bench/lm_head.py --tokens 8192 --dv 4096x128256 --dtype float32
     python bench/lm_head.py --tokens 8192 --dv 4096x128256 --profile chunked  # + its kernels
     python bench/lm_head.py --tokens 8192 --only chunked --chunk-rows 1024,1536,2048  # sizes
 
 Before the race every step is checked against float64 (:func:`check_step`): loss, dhidden per
-token and dweight, in bf16, on tokens whose true class is all but certain (p_t up to 0.9997, where
-a true-class gradient p_t - 1 rounded in bf16 is off by up to 100 %: Liger's in-place bug),
-plain and with a bias, a soft cap, label smoothing and ignored tokens. A wrong step is named and
-not timed; an option a peer does not offer is said as a refusal.
+token and dweight, in the dtype raced, on tokens whose true class is all but certain (p_t up to
+0.9997, where a true-class gradient p_t - 1 rounded in bf16 is off by up to 100 %: Liger's
+in-place bug), plain and with a bias, a soft cap, label smoothing and ignored tokens. A wrong
+step is named and not timed; an option a peer does not offer is said as a refusal.
 
 Per cell and variant, after a warm-up step that also reads its peak memory above the inputs and
 their gradients' buffers (``max_memory_allocated`` after ``reset_peak_memory_stats``): ``--rounds``
@@ -196,12 +198,13 @@ def _time(fn, reps: int) -> list[float]:
 
 
 def run_cell(T: int, d: int, V: int, reps: int, fns: dict, profiled: tuple[str, ...] = (),
-             rounds: int = 5) -> tuple[dict, dict]:
+             rounds: int = 5, dtype: torch.dtype = torch.bfloat16) -> tuple[dict, dict]:
     """One cell's row: per name ``(ms, x cuBLAS, its spread, peak bytes)`` or why it did not
-    run; and the profile tables of the names in ``profiled``."""
+    run; and the profile tables of the names in ``profiled``. Inputs in ``dtype`` (cuBLAS's
+    matmuls too: fp32 under PyTorch's matmul precision setting, "highest" unless changed)."""
     g = torch.Generator(device="cuda").manual_seed(0)
-    h = (torch.randn(T, d, device="cuda", generator=g)).bfloat16().requires_grad_(True)
-    w = (torch.randn(V, d, device="cuda", generator=g) / (2 * d ** 0.5)).bfloat16()
+    h = torch.randn(T, d, device="cuda", generator=g).to(dtype).requires_grad_(True)
+    w = (torch.randn(V, d, device="cuda", generator=g) / (2 * d ** 0.5)).to(dtype)
     w.requires_grad_(True)
     t = torch.randint(0, V, (T,), device="cuda", generator=g)
     hd, wd = h.detach(), w.detach()
@@ -219,7 +222,7 @@ def run_cell(T: int, d: int, V: int, reps: int, fns: dict, profiled: tuple[str, 
             step()  # warm-up: compiles and autotunes outside the timing
             h.grad = w.grad = None
             torch.cuda.synchronize()
-            base = torch.cuda.memory_allocated() + 2 * (h.numel() + w.numel())  # + gradients
+            base = torch.cuda.memory_allocated() + h.element_size() * (h.numel() + w.numel())
             torch.cuda.reset_peak_memory_stats()
             step()
             torch.cuda.synchronize()
@@ -247,6 +250,8 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--tokens", default=",".join(map(str, TOKENS)))
+    p.add_argument("--dtype", default="bfloat16", help="comma-separated: bfloat16, float16, "
+                   "float32 (each checked against float64 first, then raced)")
     p.add_argument("--dv", default=",".join(f"{d}x{v}" for d, v in CELLS))
     p.add_argument("--rounds", type=int, default=5,
                    help="interleaved rounds a cell (the ratios' median and spread over them)")
@@ -275,23 +280,34 @@ def main(argv: list[str] | None = None) -> None:
     unknown = [n for n in profiled if n not in (*fns, "cuBLAS 3 matmuls", "all")]
     if unknown:
         p.error(f"--profile: unknown {unknown}; rows: {', '.join(['cuBLAS 3 matmuls', *fns])}")
+    names = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+    dtypes = [d.strip() for d in a.dtype.split(",") if d.strip()]
+    if not dtypes or any(d not in names for d in dtypes):
+        p.error(f"--dtype: one or more of {', '.join(names)}, got {a.dtype!r}")
+    for dname in dtypes:
+        race(names[dname], dname, dict(fns), a, profiled)
+
+
+def race(dtype: torch.dtype, dname: str, fns: dict, a, profiled: tuple[str, ...]) -> None:
+    """Every step of ``fns`` checked against float64 in ``dtype`` (a wrong one is named and not
+    raced), then each cell's row beside cuBLAS's matmuls."""
     print(f"check against float64 ({' x '.join(map(str, CHECK_SHAPE))} tokens x hidden x "
-          f"vocabulary, bf16, cases: {', '.join(CHECK_CASES)}):")
+          f"vocabulary, {dname}, cases: {', '.join(CHECK_CASES)}):")
     for name in list(fns):
         refused: list[str] = []
-        why = check_step(fns[name], refuses=refusal(name), refused=refused)
+        why = check_step(fns[name], dtype, refuses=refusal(name), refused=refused)
         said = "ok" if why is None else "WRONG: " + why
         print(f"  {name:18s} {said}" + (f"; refuses {', '.join(refused)}" if refused else ""))
         if why is not None:
             del fns[name]  # a wrong step is not raced
-    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, bf16, one step "
+    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, {dname}, one step "
           f"(forward + backward for hidden and weight); ms, TFLOP/s (6 T d V), x cuBLAS "
           f"(median of {a.rounds} interleaved rounds, its spread), GiB peak above "
           f"inputs and gradients")
     for dv in a.dv.split(","):
         d, v = map(int, dv.split("x"))
         for T in map(int, a.tokens.split(",")):
-            row, tables = run_cell(T, d, v, a.reps, fns, profiled, a.rounds)
+            row, tables = run_cell(T, d, v, a.reps, fns, profiled, a.rounds, dtype)
             flops = 6 * T * d * v
             print(f"\n{T} x {d} x {v}")
             for name, r in row.items():

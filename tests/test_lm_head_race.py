@@ -96,3 +96,12 @@ def test_a_forced_chunk_size_chunks_so_and_is_checked(lm_head, monkeypatch):
     assert seen and all(c[0] == (0, 96) and c[-1] == (192, 256) for c in seen)
     assert lce.chunk_rows is rule
 
+
+
+def test_the_race_names_a_dtype_it_does_not_take(lm_head, capsys):
+    """``--dtype``: bfloat16, float16 and float32, comma-separated; anything else is a usage
+    error before a step runs."""
+    with pytest.raises(SystemExit) as e:
+        lm_head.main(["--dtype", "bfloat16,int8"])
+    assert e.value.code == 2
+    assert "--dtype" in capsys.readouterr().err
