@@ -28,9 +28,10 @@ class _GradsInForward(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, hidden, weight, bias, target, ignore_index, reduction, eps, softcap):
-        # the mean's 1 / (kept rows) goes into each chunk's gradient as it is formed (0 when
-        # no row is kept: torch's zero gradient), so the backward of loss.backward()'s 1 reads
-        # nothing; not in fp16, whose dlogits / rows would underflow (scaled in the backward)
+        # the mean's 1 / max(kept rows, 1) goes into each chunk's gradient as it is formed (no
+        # row kept: every row's gradient is 0 already, torch's answer), so the backward of
+        # loss.backward()'s 1 reads nothing; not in fp16, whose dlogits / rows would underflow
+        # (scaled in the backward)
         den, inv = (target != ignore_index).sum() if reduction == "mean" else None, None
         if den is not None and hidden.dtype != torch.float16:
             acc = torch.float64 if hidden.dtype == torch.float64 else torch.float32
