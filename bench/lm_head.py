@@ -38,6 +38,7 @@ if __name__ == "__main__":  # no GPU: one line and exit 2, before torch loads
 import torch  # noqa: E402
 
 import kernel_lab  # noqa: E402
+from kernel_lab.checking.checker import parse_dtype  # noqa: E402
 from kernel_lab.core.compiling import CompiledPerSignature  # noqa: E402
 from kernel_lab.measure.profiled import kernel_table  # noqa: E402
 from kernel_lab.measure.rounds import interleaved, pick_modes, within_rounds  # noqa: E402
@@ -280,17 +281,21 @@ def main(argv: list[str] | None = None) -> None:
     unknown = [n for n in profiled if n not in (*fns, "cuBLAS 3 matmuls", "all")]
     if unknown:
         p.error(f"--profile: unknown {unknown}; rows: {', '.join(['cuBLAS 3 matmuls', *fns])}")
-    names = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
-    dtypes = [d.strip() for d in a.dtype.split(",") if d.strip()]
-    if not dtypes or any(d not in names for d in dtypes):
-        p.error(f"--dtype: one or more of {', '.join(names)}, got {a.dtype!r}")
-    for dname in dtypes:
-        race(names[dname], dname, dict(fns), a, profiled)
+    try:
+        dtypes = [parse_dtype(d) for d in a.dtype.split(",") if d.strip()]
+    except ValueError as e:
+        p.error(f"--dtype: {e}")
+    taken = ", ".join(str(d).removeprefix("torch.") for d in CHECK_TOL)
+    if not dtypes or any(d not in CHECK_TOL for d in dtypes):
+        p.error(f"--dtype: one or more of {taken}, got {a.dtype!r}")
+    for dtype in dtypes:
+        race(dtype, dict(fns), a, profiled)
 
 
-def race(dtype: torch.dtype, dname: str, fns: dict, a, profiled: tuple[str, ...]) -> None:
+def race(dtype: torch.dtype, fns: dict, a, profiled: tuple[str, ...]) -> None:
     """Every step of ``fns`` checked against float64 in ``dtype`` (a wrong one is named and not
     raced), then each cell's row beside cuBLAS's matmuls."""
+    dname = str(dtype).removeprefix("torch.")
     print(f"check against float64 ({' x '.join(map(str, CHECK_SHAPE))} tokens x hidden x "
           f"vocabulary, {dname}, cases: {', '.join(CHECK_CASES)}):")
     for name in list(fns):

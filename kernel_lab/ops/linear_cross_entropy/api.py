@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 
 from kernel_lab.base.errors import UnsupportedInputError, not_a_tensor
+from kernel_lab.base.inputs import acc_dtype
 from kernel_lab.core import custom_ops, registry
 from kernel_lab.core.dispatch import AUTO
 from kernel_lab.ops.cross_entropy.api import check_kw_types
@@ -32,10 +33,11 @@ class _GradsInForward(torch.autograd.Function):
         # row kept: every row's gradient is 0 already, torch's answer), so the backward of
         # loss.backward()'s 1 reads nothing; not in fp16, whose dlogits / rows would underflow
         # (scaled in the backward)
-        den, inv = (target != ignore_index).sum() if reduction == "mean" else None, None
-        if den is not None and hidden.dtype != torch.float16:
-            acc = torch.float64 if hidden.dtype == torch.float64 else torch.float32
-            inv, den = 1 / den.clamp_min(1).to(acc), None
+        den = inv = None
+        if reduction == "mean":
+            den = (target != ignore_index).sum().clamp_min(1)
+            if hidden.dtype != torch.float16:
+                inv, den = 1 / den.to(acc_dtype(hidden.dtype)), None
         loss, _lse, dh, dw, db = chunked_forward(hidden, weight, target, bias, ignore_index,
                                                  reduction, eps, softcap, with_grads=True,
                                                  grad_scale=inv)
@@ -51,7 +53,7 @@ class _GradsInForward(torch.autograd.Function):
                                "name a backward_variant")
         s = g.float() if g.dtype != torch.float64 else g
         if ctx.den is not None:
-            s = s / ctx.den.clamp_min(1)  # no row kept: a zero gradient, as torch gives
+            s = s / ctx.den  # (max(kept rows, 1): no row kept, a zero gradient, as torch's)
         out = [scale_(t, s) if t is not None and need else None
                for t, need in zip(grads, ctx.needs_input_grad[:3])]
         return (*out, None, None, None, None, None)

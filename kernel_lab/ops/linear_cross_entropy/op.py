@@ -24,7 +24,7 @@ import math
 import torch
 
 from kernel_lab.base.errors import UnsupportedInputError
-from kernel_lab.base.inputs import randn
+from kernel_lab.base.inputs import acc_dtype, randn
 from kernel_lab.core.contract import Autograd, Input, Op, Output
 from kernel_lab.core.registry import register_op
 from kernel_lab.ops.cross_entropy.op import (
@@ -239,10 +239,6 @@ def _dbias_scale(hidden, weight, target, bias, *args, **kw):
     return _dz_scale(hidden, weight, target, bias, *args, **kw).sum(0)
 
 
-def _lse_dtype(dtype: torch.dtype) -> torch.dtype:
-    return torch.float64 if dtype == torch.float64 else torch.float32
-
-
 def backward_inputs(shape, dtype, device="cpu", generator=None):
     """(hidden, weight, target, None, lse, grad) for "mean": lse from the reference, in the
     accumulator's dtype (fp32; fp64 for fp64)."""
@@ -261,7 +257,7 @@ def _with_lse(hwt: tuple, generator) -> tuple:
     lse = torch.cat([torch.logsumexp(logits_reference(h[i:i + CHECK_TOKENS], w), 1)
                      for i in range(0, max(h.shape[0], 1), CHECK_TOKENS)])[:h.shape[0]]
     grad = (torch.rand((), generator=generator) + 0.5).to(h.device)
-    return h, w, t, None, lse.to(_lse_dtype(h.dtype)), grad
+    return h, w, t, None, lse.to(acc_dtype(h.dtype)), grad
 
 
 def backward_edge_cases(dtype, device="cpu", generator=None) -> list:
@@ -270,7 +266,7 @@ def backward_edge_cases(dtype, device="cpu", generator=None) -> list:
     for label, inputs, kw in edge_cases(dtype, device, generator):
         h, w, t, b = (*inputs, None)[:4]
         lse = torch.logsumexp(logits_reference(h, w, b, kw.get("softcap", 0.0)), 1).to(
-            _lse_dtype(dtype))
+            acc_dtype(dtype))
         shape = (h.shape[0],) if kw.get("reduction") == "none" else ()
         g = (torch.rand(shape, generator=generator) + 0.5).to(device)
         cases.append((label, (h, w, t, b, lse, g), kw))
@@ -319,11 +315,11 @@ FORWARD = register_op(
         outputs=(Output("loss", error_scale=error_scale, empty=_loss_empty),
                  # the logits are rounded to the input dtype by the matmul: the loss's table
                  Output("lse", tolerances=TOLERANCES, differentiable=False,
-                        dtype=_lse_dtype,
+                        dtype=acc_dtype,
                         error_scale=_lse_scale,
                         empty=lambda h, *a, **kw: h.new_empty(
                             h.shape[:1],
-                            dtype=torch.float64 if h.dtype == torch.float64 else torch.float32))),
+                            dtype=acc_dtype(h.dtype)))),
         auto=FORWARD_AUTO,
         autograd=Autograd(save=_save, backward="linear_cross_entropy_backward",
                           backward_inputs=_backward_inputs, grad_of=(0, 1, 3)),

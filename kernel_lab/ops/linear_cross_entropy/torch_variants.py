@@ -38,7 +38,7 @@ def logits(hidden, weight, bias=None, softcap: float = 0.0) -> torch.Tensor:
 
 def cap_chain(dzc: torch.Tensor, zc: torch.Tensor, softcap: float) -> torch.Tensor:
     """Gradient through the cap: d(cap tanh(z / cap)) / dz = 1 - (z_c / cap)^2, in place."""
-    acc = torch.float64 if zc.dtype == torch.float64 else torch.float32
+    acc = acc_dtype(zc.dtype)
     return dzc.mul_(1 - (zc.to(acc) / softcap).square())
 
 
@@ -134,7 +134,7 @@ def backward_math(hidden, weight, target, bias, lse, grad, ignore_index: int, re
     dz = cross_entropy_backward_math(z, target, None, lse, grad, ignore_index, reduction,
                                      label_smoothing)
     if softcap:
-        acc = torch.float64 if z.dtype == torch.float64 else torch.float32
+        acc = acc_dtype(z.dtype)
         dz = (dz.to(acc) * (1 - (z.to(acc) / softcap).square())).to(z.dtype)
     db = dz.sum(0, dtype=torch.float32 if dz.dtype != torch.float64 else dz.dtype)
     db = db.to(hidden.dtype) if bias is not None else hidden.new_empty((0,))
@@ -271,7 +271,7 @@ def chunked_forward(hidden, weight, target, bias, ignore_index: int, reduction: 
     over its logits by the CUDA cross-entropy kernel where it runs (without a soft cap), else
     come from the cross_entropy_backward variant "auto" picks."""
     t_all, v = target.long(), weight.shape[0]
-    acc = torch.float64 if hidden.dtype == torch.float64 else torch.float32
+    acc = acc_dtype(hidden.dtype)
     rows = torch.empty(hidden.shape[0], dtype=acc, device=hidden.device)
     lse = torch.empty(hidden.shape[0], dtype=acc, device=hidden.device)
     if with_grads:
@@ -337,7 +337,7 @@ def torch_chunked_linear_cross_entropy(hidden, weight, target, bias, ignore_inde
 def torch_chunked_linear_cross_entropy_backward(hidden, weight, t_all, bias, lse, grad,
                                                 ignore_index, reduction, label_smoothing,
                                                 softcap):
-    acc = torch.float64 if hidden.dtype == torch.float64 else torch.float32
+    acc = acc_dtype(hidden.dtype)
     g = grad.to(acc)
     if reduction == "mean":
         g = g / (t_all != ignore_index).sum()
