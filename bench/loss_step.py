@@ -202,7 +202,8 @@ def main(argv: list[str] | None = None) -> None:
             got = {name: stats(us) for name, us in interleaved(timers, args.rounds).items()}
             bounds = {name: bound_us(_passes(name, modes[name][1]), one_pass, copy)
                       for name in got}
-            host = {name: host_us(*modes[name], x=x, t=t) for name in got}
+            host = {name: host_us(modes[name][0], x=x, t=t, inplace=modes[name][1])
+                    for name in got}
             ref = got.get("torch", {}).get("median")
             line = "  ".join(
                 f"{k} {v['median']:6.0f} us ({v['min']:.0f}, {v['spread']:.0%}) "
