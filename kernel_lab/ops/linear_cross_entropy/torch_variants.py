@@ -173,13 +173,14 @@ def chunk_rows(tokens: int, vocab: int, element_size: int, device: torch.device,
     MAX_CHUNK_BYTES (and in a quarter of the free device memory), in multiples of 256 (64 where
     fewer fit), and no more than an even share of the tokens over the chunks that takes.
 
-    Why: each chunk's dW matmul reads dW back (V x d), so fewer chunks are faster; and chunks of
-    1664 rows (off the matmuls' 256-row tiles) ran slower than 1536 and 2048 in 5 of 6 cells
-    measured (one sample each). On an H100, bf16, 4096 x 128256
-    (``bench/lm_head.py --chunk-rows``), x cuBLAS's three matmuls at 8192 / 16384 tokens:
-    1024 rows 1.18 / 1.12, 1280 1.12 / 1.11, 1536 1.13 / 1.11, 1664 1.18 / 1.17, 2048 1.12 /
-    1.07. So 8192 x 128256 in place takes 4 chunks of 2048 (501 MiB), x 256000 8 of 1024, x
-    151936 6 of 1536."""
+    Why: each chunk's dW matmul reads dW back (V x d), so fewer chunks are faster, and chunks
+    off the matmuls' 256-row tiles run slower. On an H100, bf16, 8192 tokens, x cuBLAS's three
+    matmuls (``bench/lm_head.py --chunk-rows``, medians of 7 interleaved rounds), rows 1024 /
+    1280 / 1536 / 1664 / 2048: d x V 4096 x 128256 1.11 / 1.10 / 1.10 / 1.15 / 1.06; 3584 x
+    151936 1.19 / 1.17 / 1.17 / 1.17 / 1.10 (0.58 GiB); 2304 x 256000 1.20 / 1.18 / 1.16 /
+    1.14 / 1.12 (0.98 GiB). So 8192 x 128256 in place takes 4 chunks of 2048 (501 MiB), x 256000
+    8 of 1024, x 151936 5 of 1536 and one of 512; the last two stay above 1.08x at any chunk
+    the budget allows."""
     budget = MAX_CHUNK_BYTES
     if device.type == "cuda":
         free, _total = torch.cuda.mem_get_info(device)
