@@ -8,6 +8,8 @@ Per (N, dtype), M = 2^28 / N rows of logits that require grad: one training step
 ``loss = f(logits, target); loss.backward()``, timed with ``triton.testing.do_bench`` (L2
 flushed between calls) for
   torch       F.cross_entropy (PyTorch's kernels; no target check);
+  torch.compile  the same under ``torch.compile`` (inductor's kernels, forward and backward),
+              compiled for each cell's shapes before the cell is timed;
   lab         kernel_lab.cross_entropy (variant "auto"; targets validated by the kernels, no
               host sync: ``validate="async"``);
   lab sync    the same with ``validate="sync"``: what the check before launch (one host
@@ -15,8 +17,10 @@ flushed between calls) for
   lab fused   kernel_lab.cross_entropy(..., inplace_backward=True): dlogits written into the
               logits by the forward kernel;
   peers       QuACK / Liger through their own autograd functions, where they import.
-Each mode is timed in ROUNDS rounds, the modes in turn within a round and the order reversed
-every other round, so neither a mode's place in the run nor the machine's drift favours one;
+Every mode runs a step once before its cell is timed (compiles and first-call JITs stay out of
+the figures). Each mode is timed in ROUNDS rounds, the modes in turn within a round and the
+order reversed every other round, so neither a mode's place in the run nor the machine's drift
+favours one;
 a cell shows the median, the min and the spread ((max - min) / median) of its rounds. "x bound"
 is the median over the step's bound: the passes over the logits it must make (3 for a step
 whose forward only reads them, the backward reading them and writing dlogits; 2 where the
@@ -115,6 +119,19 @@ def training_step(loss_fn, x: torch.Tensor, t: torch.Tensor, inplace: bool = Fal
     return run
 
 
+def warm(modes: dict, x: torch.Tensor, t: torch.Tensor) -> None:
+    """One step of every mode on this cell's tensors, untimed: ``torch.compile`` compiles for
+    the cell's shapes (its caches reset first: the cells outnumber dynamo's recompile limit, past
+    which it would run eager), peers JIT their kernels."""
+    torch._dynamo.reset()
+    for fn, inplace in modes.values():
+        try:
+            training_step(fn, x, t, inplace)()
+        except Exception:  # noqa: BLE001 - the timed rounds report and drop a failing mode
+            pass
+    torch.cuda.synchronize()
+
+
 def step_ms(loss_fn, x: torch.Tensor, t: torch.Tensor, inplace: bool = False) -> float:
     """Median ms of one forward + backward (:func:`training_step`)."""
     return do_bench(training_step(loss_fn, x, t, inplace), warmup=5, rep=50,
@@ -172,6 +189,7 @@ def main(argv: list[str] | None = None) -> None:
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     gpu = torch.cuda.get_device_name()
     modes = {"torch": (F.cross_entropy, False),
+             "torch.compile": (torch.compile(F.cross_entropy, dynamic=False), False),
              "lab": (kernel_lab.cross_entropy, False),
              "lab sync": (lambda x, t: kernel_lab.cross_entropy(x, t, validate="sync"), False),
              "lab fused": (lambda x, t: kernel_lab.cross_entropy(x, t, inplace_backward=True),
@@ -196,6 +214,7 @@ def main(argv: list[str] | None = None) -> None:
             x = torch.randn(m, n, device="cuda", dtype=dtype, generator=gen) * 2
             t = torch.randint(0, n, (m,), device="cuda", generator=gen)
             one_pass = x.numel() * x.element_size()
+            warm(modes, x, t)
             timers = {name: (lambda fn=fn, inplace=inplace, x=x, t=t:
                              step_ms(fn, x, t, inplace) * 1e3)
                       for name, (fn, inplace) in modes.items()}
@@ -215,15 +234,15 @@ def main(argv: list[str] | None = None) -> None:
                          "measured_utc": stamp, "rounds": args.rounds, "peers": list(peers),
                          "us": {k: v["median"] for k, v in got.items()},
                          "stats_us": got, "bound_us": bounds, "host_us": host})
+            if args.json:  # after every cell: a run cut short keeps the cells it timed
+                with open(args.json, "w") as f:
+                    json.dump(rows, f, indent=1)
             if args.profile:
                 for name, (fn, inplace) in modes.items():
                     print(f"\n{name}, one step at {m} x {n} {str(dtype)[6:]} under "
                           f"torch.profiler:\n{profile_step(fn, x, t, inplace)}\n", flush=True)
             del x, t, timers
             torch.cuda.empty_cache()
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
 
 
 if __name__ == "__main__":
