@@ -156,3 +156,30 @@ def test_every_launcher_names_where_its_code_is():
         mod, qual = v.fn.__module__, v.fn.__qualname__
         assert mod.startswith("kernel_lab.ops.") and "<locals>" not in qual, (v.name, mod, qual)
         assert hasattr(importlib.import_module(mod), qual.split(".")[0]), (v.name, mod, qual)
+
+
+def test_the_loader_carries_torch_compilers_constant_mark():
+    """The op loader is marked as ``torch.compiler.assume_constant_result`` marks a function
+    (Dynamo runs it, not traces it), with the mark set directly: a change of torch's mark fails
+    here, not silently under torch.compile."""
+    from kernel_lab.core import registry
+
+    def f():
+        return None
+
+    assert vars(torch.compiler.assume_constant_result(f)) == {registry.DYNAMO_CONSTANT_MARK: True}
+    assert vars(registry._ensure_loaded) == {registry.DYNAMO_CONSTANT_MARK: True}
+
+
+def test_importing_the_lab_and_its_ops_imports_no_dynamo():
+    """``import kernel_lab`` and its ops' first use add no ``torch._dynamo`` import to torch's own
+    (seconds of every CLI command on a CPU)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, torch; before = 'torch._dynamo' in sys.modules; import kernel_lab; "
+            "from kernel_lab.core import registry; registry.get('online_softmax'); "
+            "print(before, 'torch._dynamo' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    before, after = out.stdout.split()
+    assert after == before
