@@ -79,6 +79,7 @@ def _peers() -> dict:
 
 
 ROUNDS = 5
+DEVICE = "cuda"  # where the cells' tensors live (a CPU test of main() puts "cpu" here)
 
 
 def _passes(mode: str, in_place: bool) -> int:
@@ -185,7 +186,7 @@ def main(argv: list[str] | None = None) -> None:
         p.error(f"--cells takes MxN pairs such as 256x262144, got {args.cells!r}")
     if any(len(c) != 2 or min(c) < 1 for c in cells):
         p.error(f"--cells takes MxN pairs of positive sizes, got {args.cells!r}")
-    copy = copy_bandwidth("cuda")
+    copy = copy_bandwidth(DEVICE)
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     gpu = torch.cuda.get_device_name()
     modes = {"torch": (F.cross_entropy, False),
@@ -210,9 +211,9 @@ def main(argv: list[str] | None = None) -> None:
     rows = []
     for dtype in map(parse_dtype, args.dtype.split(",")):
         for m, n in cells or [((1 << 28) // n, n) for n in map(int, args.n.split(","))]:
-            gen = torch.Generator(device="cuda").manual_seed(n)
-            x = torch.randn(m, n, device="cuda", dtype=dtype, generator=gen) * 2
-            t = torch.randint(0, n, (m,), device="cuda", generator=gen)
+            gen = torch.Generator(device=DEVICE).manual_seed(n)
+            x = torch.randn(m, n, device=DEVICE, dtype=dtype, generator=gen) * 2
+            t = torch.randint(0, n, (m,), device=DEVICE, generator=gen)
             one_pass = x.numel() * x.element_size()
             warm(modes, x, t)
             timers = {name: (lambda fn=fn, inplace=inplace, x=x, t=t:

@@ -8,6 +8,7 @@ The same logic on the real GPU: the ``gpu`` tests at the end.
 
 from __future__ import annotations
 
+import json
 import statistics
 from pathlib import Path
 
@@ -596,3 +597,32 @@ def test_loss_step_refuses_a_cell_it_cannot_make(cells, capsys):
     with pytest.raises(SystemExit):
         _loss_step().main(["--cells", cells])
     assert "--cells" in capsys.readouterr().err
+
+
+def test_loss_step_main_runs_its_cells_end_to_end_on_a_stand_in(monkeypatch, tmp_path, capsys):
+    """main() over two small CPU cells, the GPU timers stood in with their own signatures: every
+    mode's median, bound, [host] and the JSON written after each cell (a crash after the first
+    cell's timing once went unseen until a GPU run)."""
+    ls = _loss_step()
+    monkeypatch.setattr(ls, "DEVICE", "cpu")
+    monkeypatch.setattr(ls, "copy_bandwidth", lambda device: 1000.0)
+    monkeypatch.setattr(ls.torch.cuda, "get_device_name", lambda *a: "stand-in")
+    monkeypatch.setattr(ls.torch.cuda, "synchronize", lambda *a: None)
+    monkeypatch.setattr(ls, "step_ms", lambda loss_fn, x, t, inplace=False: 0.5 if inplace else 1.0)
+
+    def host_us(loss_fn, x, t, inplace=False, steps=20, sync=None):
+        return 7.0 + inplace
+
+    monkeypatch.setattr(ls, "host_us", host_us)
+    out = tmp_path / "rows.json"
+    ls.main(["--cells", "4x16,3x8", "--dtype", "float32", "--peers", "none", "--rounds", "2",
+             "--modes", "torch,lab,lab fused", "--json", str(out)])
+    rows = json.loads(out.read_text())
+    assert [(r["m"], r["n"], r["gpu"]) for r in rows] == [(4, 16, "stand-in"), (3, 8, "stand-in")]
+    assert rows[1]["us"] == {"torch": 1000.0, "lab": 1000.0, "lab fused": 500.0}
+    assert rows[1]["host_us"] == {"torch": 7.0, "lab": 7.0, "lab fused": 8.0}
+    one_pass = 3 * 8 * 4  # bytes of the 3 x 8 fp32 cell's logits
+    assert rows[1]["bound_us"]["torch"] == pytest.approx(ls.bound_us(3, one_pass, 1000.0))
+    assert rows[1]["bound_us"]["lab fused"] == pytest.approx(ls.bound_us(2, one_pass, 1000.0))
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("float32")]
+    assert len(lines) == 2 and all("[host 8]" in ln and "x1.00" in ln for ln in lines)
