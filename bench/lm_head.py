@@ -48,6 +48,7 @@ from kernel_lab.ops.linear_cross_entropy import torch_variants as lce_torch  # n
 
 CELLS = ((4096, 128256), (2304, 256000), (3584, 151936))
 TOKENS = (4096, 8192, 16384)
+DEVICE = "cuda"  # where the checks and cells run (a CPU test of main() puts "cpu" here)
 
 
 def _lab(variant):
@@ -121,7 +122,7 @@ def _rel(x: torch.Tensor, ref: torch.Tensor, dim=None) -> torch.Tensor:
     return err / ref.norm(dim=dim).clamp_min(1e-30)
 
 
-def check_step(step, dtype: torch.dtype = torch.bfloat16, device="cuda", cases=CHECK_CASES,
+def check_step(step, dtype: torch.dtype = torch.bfloat16, device=None, cases=CHECK_CASES,
                refuses=None, refused: list | None = None) -> str | None:
     """None when ``step(h, w, t[, bias], ignore_index=, label_smoothing=, softcap=)`` - a loss,
     mean over the tokens, differentiable in h, w (and the bias) - matches float64 in every case
@@ -129,7 +130,7 @@ def check_step(step, dtype: torch.dtype = torch.bfloat16, device="cuda", cases=C
     t, bias, **kw)``: why the step does not offer a case (a peer's ``supports``), which is then
     skipped and, with its reason, appended to ``refused``."""
     tol = CHECK_TOL[dtype]
-    h0, w0, t0, b0 = check_inputs(dtype, device)
+    h0, w0, t0, b0 = check_inputs(dtype, device or DEVICE)
     for name, spec in cases.items():
         kw = {k: v for k, v in spec.items() if k not in ("bias", "ignored")}
         t = t0.clone()
@@ -203,11 +204,11 @@ def run_cell(T: int, d: int, V: int, reps: int, fns: dict, profiled: tuple[str, 
     """One cell's row: per name ``(ms, x cuBLAS, its spread, peak bytes)`` or why it did not
     run; and the profile tables of the names in ``profiled``. Inputs in ``dtype`` (cuBLAS's
     matmuls too: fp32 under PyTorch's matmul precision setting, "highest" unless changed)."""
-    g = torch.Generator(device="cuda").manual_seed(0)
-    h = torch.randn(T, d, device="cuda", generator=g).to(dtype).requires_grad_(True)
-    w = (torch.randn(V, d, device="cuda", generator=g) / (2 * d ** 0.5)).to(dtype)
+    g = torch.Generator(device=DEVICE).manual_seed(0)
+    h = torch.randn(T, d, device=DEVICE, generator=g).to(dtype).requires_grad_(True)
+    w = (torch.randn(V, d, device=DEVICE, generator=g) / (2 * d ** 0.5)).to(dtype)
     w.requires_grad_(True)
-    t = torch.randint(0, V, (T,), device="cuda", generator=g)
+    t = torch.randint(0, V, (T,), device=DEVICE, generator=g)
     hd, wd = h.detach(), w.detach()
 
     def matmuls():  # (the logits-sized buffer lives for the call only: a step's memory is its own)

@@ -105,3 +105,27 @@ def test_the_race_names_a_dtype_it_does_not_take(lm_head, capsys):
         lm_head.main(["--dtype", "bfloat16,int8"])
     assert e.value.code == 2
     assert "--dtype" in capsys.readouterr().err
+
+
+def test_main_checks_then_races_a_cell_end_to_end_on_a_stand_in(lm_head, monkeypatch, capsys):
+    """main() on a CPU, the GPU's timer and memory counters stood in (signatures kept): the
+    float64 check, then a cell's row per step beside cuBLAS's matmuls, each with its ratio and
+    memory (the scripts' per-cell code had run on GPUs only)."""
+    cuda = lm_head.torch.cuda
+    monkeypatch.setattr(lm_head, "DEVICE", "cpu")
+    monkeypatch.setattr(lm_head, "_time", lambda fn, reps: [fn() or 2.0] * reps)
+    for name, value in (("synchronize", None), ("empty_cache", None),
+                        ("reset_peak_memory_stats", None), ("memory_allocated", 0),
+                        ("max_memory_allocated", (1 << 30) + 4 * (64 * 32 + 300 * 32)),
+                        ("get_device_name", "stand-in")):
+        monkeypatch.setattr(cuda, name, lambda *a, value=value: value)
+    lm_head.main(["--tokens", "64", "--dv", "32x300", "--dtype", "float32", "--rounds", "2",
+                  "--reps", "1", "--only", "torch,chunked"])
+    out = capsys.readouterr().out
+    assert "  torch              ok" in out and "  chunked            ok" in out
+    cell = out.split("\n64 x 32 x 300\n")[1].splitlines()
+    assert [ln.split()[0] for ln in cell[:3]] == ["cuBLAS", "torch", "chunked"]
+    assert all("1.00x (spread 0.0%)" in ln for ln in cell[:3])
+    # the peak above the fp32 inputs (64 x 32 hidden, 300 x 32 weight): 1 GiB; cuBLAS's is 0
+    assert cell[0].endswith("0.00 GiB") and cell[1].endswith("1.00 GiB") and cell[2].endswith(
+        "1.00 GiB")
