@@ -7,7 +7,8 @@ Prints microseconds per call, and the ratio to the row's own torch call (:func:`
 row records; taken in each round, median over rounds), for torch, the drop-ins on "auto" (with
 and without autograd recording), every CUDA variant through ``kernel_lab.run``, torch.compile
 and the peers that import; then fp32 rows of 128 under ``do_bench``. First, a bf16 cross-entropy
-step alone, its wall time against its kernels' sum (:func:`step_gap`), and again after the table
+step alone, its wall time against its kernels' sum (:func:`step_gap`; beside F.cross_entropy's
+step and one that launches nothing, the host's floor), and again after the table
 where its rows imported a peer (a peer's import has moved the host's figures). Targets: the
 drop-ins on auto <= 1.15x, ``run`` of a CUDA variant and a drop-in by name <= 1.3x, a step's gap
 <= 30 us.
@@ -216,6 +217,23 @@ CE_STEPS = ((4096, 32000), (512, 32000))  # bf16 (rows, classes): device-bound, 
 STEP_GAP_US = 30.0  # the goal: a step's wall time <= its kernels' sum + this
 
 
+class NoKernelStep(torch.autograd.Function):
+    """A loss that launches nothing: its forward allocates a gradient like the input and a 0-d
+    loss, its backward returns that gradient. Timed as a step, it is the host's floor for any
+    Python autograd step on this machine (allocations, the autograd engine, and the one fill
+    kernel of ``loss.backward()``'s ``ones_like``)."""
+
+    @staticmethod
+    def forward(ctx, x, t):
+        ctx.dx = torch.empty_like(x)
+        return x.new_empty((), dtype=torch.float32)
+
+    @staticmethod
+    def backward(ctx, g):
+        dx, ctx.dx = ctx.dx, None
+        return dx, None
+
+
 def step_gap(rows: int, n: int, rounds: int = 21, profiled: int = 5) -> dict[str, dict]:
     """A bf16 cross-entropy training step (``loss.backward()`` included) on its own, the device
     idle before and after: the median wall time from the call to the last kernel's end (synced),
@@ -224,7 +242,7 @@ def step_gap(rows: int, n: int, rounds: int = 21, profiled: int = 5) -> dict[str
     kernels. ``host_us``: the median time until the step returns, before the sync: near the
     wall, the step is host-bound (or waited in a sync); far below it with a large gap, the
     device idled between kernels. ``F.cross_entropy``'s own step, timed the same way, is the
-    reference."""
+    reference; :class:`NoKernelStep`'s is the host's floor (its gap is all host)."""
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
@@ -232,7 +250,8 @@ def step_gap(rows: int, n: int, rounds: int = 21, profiled: int = 5) -> dict[str
     t = torch.randint(0, n, (rows,), device="cuda")
     out = {}
     for name, loss in (("kernel_lab.cross_entropy", kernel_lab.cross_entropy),
-                       ("F.cross_entropy", torch.nn.functional.cross_entropy)):
+                       ("F.cross_entropy", torch.nn.functional.cross_entropy),
+                       ("no-kernel autograd step", NoKernelStep.apply)):
         def step(loss=loss) -> None:
             x.grad = None
             loss(x, t).backward()
