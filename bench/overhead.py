@@ -213,6 +213,7 @@ def launch_bound(ns_rows=(256, 512, 1024, 1536, 2048, 2432), n: int = 128) -> No
               f"{t_torch / t_lab:4.2f}x  (auto: {pick})")
 
 
+DEVICE = "cuda"  # where the step gap's tensors live (a CPU test of it puts "cpu" here)
 CE_STEPS = ((4096, 32000), (512, 32000))  # bf16 (rows, classes): device-bound, then short
 STEP_GAP_US = 30.0  # the goal: a step's wall time <= its kernels' sum + this
 
@@ -246,8 +247,8 @@ def step_gap(rows: int, n: int, rounds: int = 21, profiled: int = 5) -> dict[str
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
-    x = torch.randn(rows, n, device="cuda", dtype=torch.bfloat16).requires_grad_()
-    t = torch.randint(0, n, (rows,), device="cuda")
+    x = torch.randn(rows, n, device=DEVICE, dtype=torch.bfloat16).requires_grad_()
+    t = torch.randint(0, n, (rows,), device=DEVICE)
     out = {}
     for name, loss in (("kernel_lab.cross_entropy", kernel_lab.cross_entropy),
                        ("F.cross_entropy", torch.nn.functional.cross_entropy),

@@ -626,3 +626,26 @@ def test_loss_step_main_runs_its_cells_end_to_end_on_a_stand_in(monkeypatch, tmp
     assert rows[1]["bound_us"]["lab fused"] == pytest.approx(ls.bound_us(2, one_pass, 1000.0))
     lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("float32")]
     assert len(lines) == 2 and all("[host 8]" in ln and "x1.00" in ln for ln in lines)
+
+
+@pytest.mark.filterwarnings("ignore:CUDA is not available")  # the profiler's, on a CPU
+def test_overhead_step_gaps_print_every_step_and_the_floor_on_a_stand_in(monkeypatch, capsys):
+    """bench/overhead.py's step-gap lines (``.ci/gpu``'s overhead stage) on small CPU cells, the
+    device sync stood in: the lab's step, F.cross_entropy's and the no-kernel floor, each with
+    wall, kernels, gap and host; the lab's line marked against the goal and torch's gap."""
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "bench"))
+    import overhead
+
+    monkeypatch.setattr(overhead, "DEVICE", "cpu")
+    monkeypatch.setattr(overhead, "CE_STEPS", ((8, 40),))
+    monkeypatch.setattr(overhead.torch.cuda, "synchronize", lambda *a: None)
+    got = overhead.step_gap(8, 40, rounds=3, profiled=1)
+    assert list(got) == ["kernel_lab.cross_entropy", "F.cross_entropy", "no-kernel autograd step"]
+    for r in got.values():
+        assert r["wall_us"] > 0 and r["host_us"] > 0
+        assert r["gap_us"] == pytest.approx(r["wall_us"] - r["kernels_us"])
+    overhead.print_step_gaps("no peer imported")
+    lines = capsys.readouterr().out.splitlines()[1:]
+    assert [ln.split()[3] for ln in lines] == ["kernel_lab.cross_entropy", "F.cross_entropy",
+                                               "no-kernel"]
+    assert "on F.cross_entropy's gap)" in lines[0] and ("ok" in lines[0] or "OVER" in lines[0])
