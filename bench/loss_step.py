@@ -124,7 +124,7 @@ def warm(modes: dict, x: torch.Tensor, t: torch.Tensor) -> None:
     """One step of every mode on this cell's tensors, untimed: ``torch.compile`` compiles for
     the cell's shapes (its caches reset first: the cells outnumber dynamo's recompile limit, past
     which it would run eager), peers JIT their kernels."""
-    torch._dynamo.reset()
+    torch.compiler.reset()
     for fn, inplace in modes.values():
         try:
             training_step(fn, x, t, inplace)()

@@ -215,3 +215,15 @@ def stagger_only(monkeypatch, kinds) -> None:
 
     for name, kind in list(KINDS.items()):
         monkeypatch.setitem(KINDS, name, dataclasses.replace(kind, staggered=name in kinds))
+
+
+def bench_script(name: str):
+    """A script of bench/ as a module (bench/ is a folder of scripts, not a package)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "bench" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod

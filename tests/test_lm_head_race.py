@@ -3,21 +3,14 @@ a step that forms the true-class gradient in bf16 (Liger's in-place rounding) is
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 import torch
-
-BENCH = Path(__file__).resolve().parents[1] / "bench"
+from conftest import bench_script
 
 
 @pytest.fixture(scope="module")
 def lm_head():
-    spec = importlib.util.spec_from_file_location("lm_head", BENCH / "lm_head.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return bench_script("lm_head")
 
 
 class _RoundedTrueClass(torch.autograd.Function):

@@ -264,6 +264,17 @@ def load_ops_from(modules: Iterable[str]) -> None:
 _op_modules: list[str] = []
 
 
+def assume_constant_result(fn):
+    """``torch.compiler.assume_constant_result(fn)`` without importing ``torch._dynamo`` (seconds
+    of every ``import kernel_lab`` on a CPU): the same mark on ``fn``, so Dynamo runs it instead
+    of tracing it (tests/test_registry.py pins the mark to torch's)."""
+    fn._dynamo_marked_constant = True
+    return fn
+
+
+# Run, not traced, when torch.compile meets it (the first lab call of a process may be inside a
+# compiled function: Dynamo cannot enter the lock, and fullgraph=True would fail on the break)
+@assume_constant_result
 def _ensure_loaded() -> None:
     global _loaded
     if _loaded:
@@ -274,14 +285,6 @@ def _ensure_loaded() -> None:
         for module in _op_modules:
             importlib.import_module(module)
         _loaded = True
-
-
-# Run, not traced, when torch.compile meets it (the first lab call of a process may be inside a
-# compiled function: Dynamo cannot enter the lock, and fullgraph=True would fail on the break).
-# The mark torch.compiler.assume_constant_result sets, set here without importing torch._dynamo
-# (seconds of every `import kernel_lab` on a CPU); tests/test_registry.py pins it to torch's.
-DYNAMO_CONSTANT_MARK = "_dynamo_marked_constant"
-setattr(_ensure_loaded, DYNAMO_CONSTANT_MARK, True)
 
 
 def _suggest(name: str, choices: Iterable[str]) -> str:

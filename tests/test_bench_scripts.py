@@ -1,0 +1,139 @@
+"""bench/overhead.py and bench/loss_step.py on a CPU: the host table's references and ratios,
+the step-gap lines, the loss race's bounds, host column and cells, and its main() end to end,
+with the GPU's timers and syncs stood in (their signatures kept)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import bench_script
+
+
+def test_every_host_cell_has_a_torch_reference(monkeypatch):
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "bench"))
+    import overhead
+
+    cells = overhead.host_cells()
+    for label, (op, _) in cells.items():
+        ref = overhead.reference(label)
+        assert ref in cells and ref.startswith("torch.") and cells[ref][0] == op, label
+    assert overhead.reference("kernel_lab.softmax (auto), autograd recording") == \
+        "torch.softmax, autograd recording"
+    assert overhead.reference('run("fast_log_softmax")') == "torch.log_softmax"
+
+
+def test_the_overhead_table_takes_each_ratio_within_a_round(monkeypatch):
+    """A host whose speed changes from round to round by up to 2x: each row's ratio to its
+    reference is exact, as it is taken round by round; the absolute time is the median."""
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "bench"))
+    import overhead
+
+    cost = {"torch.softmax": 10.0, "kernel_lab.softmax (auto)": 11.0,
+            'run("online_softmax")': 12.5}
+    slowness, order = iter([1.0] * 3 + [2.0] * 3 + [1.5] * 3), []
+    monkeypatch.setattr(overhead, "candidates", lambda x: {k: k for k in cost})
+
+    def per_call(name, calls, rounds):
+        order.append(name)
+        return cost[name] * next(slowness)
+
+    monkeypatch.setattr(overhead, "per_call_us", per_call)
+    got = overhead.table(None, 3)
+    assert got["kernel_lab.softmax (auto)"] == pytest.approx((16.5, 1.1))
+    assert got['run("online_softmax")'] == pytest.approx((18.75, 1.25))
+    assert got["torch.softmax"] == pytest.approx((15.0, 1.0))
+    assert order[:3] == list(cost) and order[3:6] == list(cost)[::-1]  # alternating order
+
+
+# -- bench/loss_step.py: the pass bounds, its cells ---------------------------------------------
+def _loss_step():
+    return bench_script("loss_step")
+
+
+def test_loss_step_bounds_are_passes_at_copy_speed():
+    ls = _loss_step()
+    one_pass = (1 << 28) * 2  # bf16 logits, M*N = 2^28
+    # the issue's H100 figures: copy ~2,980 GB/s, a pass 180 us, a default step's bound 540 us
+    assert ls.bound_us(1, one_pass, 2980.0) == pytest.approx(180.1, abs=0.1)
+    assert ls.bound_us(3, one_pass, 2980.0) == pytest.approx(540.5, abs=0.1)
+    assert ls.bound_us(2, one_pass, 2980.0) == pytest.approx(2 * 180.1, abs=0.2)
+
+
+def test_loss_step_host_time_is_a_steps_enqueue():
+    """[host]: back-to-back steps with no sync between them, after a warm one (CPU tensors: the
+    step itself is the host's); host-bound where it is within 10 % of the timed median."""
+    ls = _loss_step()
+    calls, syncs = [], []
+
+    def loss(x, t):
+        calls.append(x._base is not None)  # the loss sees a view of the leaf
+        return torch.nn.functional.cross_entropy(x, t)
+
+    x, t = torch.randn(8, 50), torch.randint(0, 50, (8,))
+    us = ls.host_us(loss, x, t, steps=7, sync=lambda: syncs.append(len(calls)))
+    assert us > 0 and len(calls) == 8 and all(calls)
+    assert syncs == [1, 8]  # after the warm step, and after the timed ones (not between)
+    assert ls.host_bound(95.0, 100.0) and not ls.host_bound(80.0, 100.0)
+
+
+@pytest.mark.parametrize("cells", ["256", "256x0", "ax262144", "1x2x3"])
+def test_loss_step_refuses_a_cell_it_cannot_make(cells, capsys):
+    """``--cells``: a bad pair is refused by name before anything touches a GPU."""
+    with pytest.raises(SystemExit):
+        _loss_step().main(["--cells", cells])
+    assert "--cells" in capsys.readouterr().err
+
+
+def test_loss_step_main_runs_its_cells_end_to_end_on_a_stand_in(monkeypatch, tmp_path, capsys):
+    """main() over two small CPU cells, the GPU timers stood in with their own signatures: every
+    mode's median, bound, [host] and the JSON written after each cell (a crash after the first
+    cell's timing once went unseen until a GPU run)."""
+    ls = _loss_step()
+    monkeypatch.setattr(ls, "DEVICE", "cpu")
+    monkeypatch.setattr(ls, "copy_bandwidth", lambda device: 1000.0)
+    monkeypatch.setattr(ls.torch.cuda, "get_device_name", lambda *a: "stand-in")
+    monkeypatch.setattr(ls.torch.cuda, "synchronize", lambda *a: None)
+    monkeypatch.setattr(ls, "step_ms", lambda loss_fn, x, t, inplace=False: 0.5 if inplace else 1.0)
+
+    def host_us(loss_fn, x, t, inplace=False, steps=20, sync=None):
+        return 7.0 + inplace
+
+    monkeypatch.setattr(ls, "host_us", host_us)
+    out = tmp_path / "rows.json"
+    ls.main(["--cells", "4x16,3x8", "--dtype", "float32", "--peers", "none", "--rounds", "2",
+             "--modes", "torch,lab,lab fused", "--json", str(out)])
+    rows = json.loads(out.read_text())
+    assert [(r["m"], r["n"], r["gpu"]) for r in rows] == [(4, 16, "stand-in"), (3, 8, "stand-in")]
+    assert rows[1]["us"] == {"torch": 1000.0, "lab": 1000.0, "lab fused": 500.0}
+    assert rows[1]["host_us"] == {"torch": 7.0, "lab": 7.0, "lab fused": 8.0}
+    one_pass = 3 * 8 * 4  # bytes of the 3 x 8 fp32 cell's logits
+    assert rows[1]["bound_us"]["torch"] == pytest.approx(ls.bound_us(3, one_pass, 1000.0))
+    assert rows[1]["bound_us"]["lab fused"] == pytest.approx(ls.bound_us(2, one_pass, 1000.0))
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("float32")]
+    assert len(lines) == 2 and all("[host 8]" in ln and "x1.00" in ln for ln in lines)
+
+
+@pytest.mark.filterwarnings("ignore:CUDA is not available")  # the profiler's, on a CPU
+def test_overhead_step_gaps_print_every_step_and_the_floor_on_a_stand_in(monkeypatch, capsys):
+    """bench/overhead.py's step-gap lines (``.ci/gpu``'s overhead stage) on small CPU cells, the
+    device sync stood in: the lab's step, F.cross_entropy's and the no-kernel floor, each with
+    wall, kernels, gap and host; the lab's line marked against the goal and torch's gap."""
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "bench"))
+    import overhead
+
+    monkeypatch.setattr(overhead, "DEVICE", "cpu")
+    monkeypatch.setattr(overhead, "CE_STEPS", ((8, 40),))
+    monkeypatch.setattr(overhead.torch.cuda, "synchronize", lambda *a: None)
+    got = overhead.step_gap(8, 40, rounds=3, profiled=1)
+    assert list(got) == ["kernel_lab.cross_entropy", "F.cross_entropy", "no-kernel autograd step"]
+    for r in got.values():
+        assert r["wall_us"] > 0 and r["host_us"] > 0
+        assert r["gap_us"] == pytest.approx(r["wall_us"] - r["kernels_us"])
+    overhead.print_step_gaps("no peer imported")
+    lines = capsys.readouterr().out.splitlines()[1:]
+    assert [ln.split()[3] for ln in lines] == ["kernel_lab.cross_entropy", "F.cross_entropy",
+                                               "no-kernel"]
+    assert "on F.cross_entropy's gap)" in lines[0] and ("ok" in lines[0] or "OVER" in lines[0])
