@@ -242,8 +242,10 @@ def step_gap(rows: int, n: int, rounds: int = 21, profiled: int = 5) -> dict[str
     gap is what the host adds a step: launch latency, Python, any bubble or sync between
     kernels. ``host_us``: the median time until the step returns, before the sync: near the
     wall, the step is host-bound (or waited in a sync); far below it with a large gap, the
-    device idled between kernels. ``F.cross_entropy``'s own step, timed the same way, is the
-    reference; :class:`NoKernelStep`'s is the host's floor (its gap is all host)."""
+    device idled between kernels. ``forward_us``: the part of it until the loss returns (the
+    lab's forward also enqueues the gradient's kernels, which torch's backward does).
+    ``F.cross_entropy``'s own step, timed the same way, is the reference;
+    :class:`NoKernelStep`'s is the host's floor (its gap is all host)."""
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
@@ -253,21 +255,25 @@ def step_gap(rows: int, n: int, rounds: int = 21, profiled: int = 5) -> dict[str
     for name, loss in (("kernel_lab.cross_entropy", kernel_lab.cross_entropy),
                        ("F.cross_entropy", torch.nn.functional.cross_entropy),
                        ("no-kernel autograd step", NoKernelStep.apply)):
-        def step(loss=loss) -> None:
+        def step(loss=loss) -> float:
             x.grad = None
-            loss(x, t).backward()
+            out = loss(x, t)
+            forward_done = time.perf_counter()
+            out.backward()
+            return forward_done
 
         for _ in range(10):
             step()
-        walls, hosts = [], []
+        walls, hosts, forwards = [], [], []
         for _ in range(rounds):
             torch.cuda.synchronize()
             t0 = time.perf_counter()
-            step()
+            forward_done = step()
             t1 = time.perf_counter()  # the host is done enqueuing (or was held in a sync)
             torch.cuda.synchronize()
             walls.append((time.perf_counter() - t0) * 1e6)
             hosts.append((t1 - t0) * 1e6)
+            forwards.append((forward_done - t0) * 1e6)
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             for _ in range(profiled):
                 step()
@@ -276,7 +282,8 @@ def step_gap(rows: int, n: int, rounds: int = 21, profiled: int = 5) -> dict[str
                       if e.device_type == DeviceType.CUDA) / profiled
         wall = statistics.median(walls)
         out[name] = {"wall_us": wall, "kernels_us": kernels, "gap_us": wall - kernels,
-                     "host_us": statistics.median(hosts)}
+                     "host_us": statistics.median(hosts),
+                     "forward_us": statistics.median(forwards)}
     return out
 
 
@@ -301,7 +308,7 @@ def print_step_gaps(when: str) -> None:
                     + f" ({r['gap_us'] - ref:+.1f} us on F.cross_entropy's gap)")
             print(f"  {rows:5d} x {n} {name:<25} wall {r['wall_us']:7.1f} us  kernels "
                   f"{r['kernels_us']:7.1f} us  gap {r['gap_us']:6.1f} us  host "
-                  f"{r['host_us']:6.1f} us{mark}", flush=True)
+                  f"{r['host_us']:6.1f} us (forward {r['forward_us']:5.1f}){mark}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> None:
