@@ -180,7 +180,9 @@ def chunk_rows(tokens: int, vocab: int, element_size: int, device: torch.device,
     151936 1.19 / 1.17 / 1.17 / 1.17 / 1.10 (0.58 GiB); 2304 x 256000 1.20 / 1.18 / 1.16 /
     1.14 / 1.12 (0.98 GiB). So 8192 x 128256 in place takes 4 chunks of 2048 (501 MiB), x 256000
     8 of 1024, x 151936 5 of 1536 and one of 512; the last two stay above 1.08x at any chunk
-    the budget allows."""
+    the budget allows: each re-read of dW (2.36 GB at 256000 x 2304) adds ~0.02x, fully exposed
+    (1024 -> 2048 rows: 7 -> 3 re-reads, 1.20 -> 1.12), so one chunk would give ~1.06x; below
+    that needs dW made without dlogits in memory (a fused matmul epilogue)."""
     budget = MAX_CHUNK_BYTES
     if device.type == "cuda":
         free, _total = torch.cuda.mem_get_info(device)
