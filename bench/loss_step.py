@@ -3,6 +3,8 @@
     python bench/loss_step.py [--n 32000,50257,...] [--dtype float32,bfloat16] [--json FILE]
     python bench/loss_step.py --cells 256x262144,1024x262144 --dtype bfloat16 \
         --modes torch,lab,"lab fused" --profile     # given cells, some modes, their kernels
+    python bench/loss_step.py --cells 5341x50257 --dtype bfloat16 --modes lab,"lab fused" \
+        --ab ON_CHIP_SLOTS=False                   # each lab mode beside itself with a constant
 
 Per (N, dtype), M = 2^28 / N rows of logits that require grad: one training step's loss,
 ``loss = f(logits, target); loss.backward()``, timed with ``triton.testing.do_bench`` (L2
@@ -30,12 +32,17 @@ in the same process. x torch is torch's median over the row's. [host] is the hos
 takes to enqueue (:func:`host_us`); near the median, the cell is host-bound. ``--peers none``
 leaves QuACK and Liger unimported: their import is said in the first line, and it can move the
 lab's host time (H100, a run each way: the bf16 step's host gap 97 us without them, 260-312 us with
-them, in ``bench/overhead.py``), so compare a cell's [host] with and without. Needs a GPU.
+them, in ``bench/overhead.py``), so compare a cell's [host] with and without.
+``--ab NAME=VALUE`` times every lab mode twice in the same rounds, the second
+(``"lab [NAME=VALUE]"``) with that tuning constant of the launcher (``cuda_variants``) or the
+drop-in (``api``) set: an A/B of a rule on the same tensors, machine and minute. Needs a GPU.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
+import contextlib
 import importlib.util
 import json
 import time
@@ -52,10 +59,11 @@ from triton.testing import do_bench  # noqa: E402
 
 import kernel_lab  # noqa: E402
 from kernel_lab.checking.checker import parse_dtype  # noqa: E402
+from kernel_lab.core import plans  # noqa: E402
 from kernel_lab.measure.benchmarking import VOCAB_N, copy_bandwidth  # noqa: E402
 from kernel_lab.measure.profiled import kernel_table  # noqa: E402
 from kernel_lab.measure.rounds import interleaved, pick_modes, stats  # noqa: E402
-from kernel_lab.ops.cross_entropy import api  # noqa: E402
+from kernel_lab.ops.cross_entropy import api, cuda_variants  # noqa: E402
 
 
 def _peers() -> dict:
@@ -120,14 +128,64 @@ def training_step(loss_fn, x: torch.Tensor, t: torch.Tensor, inplace: bool = Fal
     return run
 
 
-def warm(modes: dict, x: torch.Tensor, t: torch.Tensor) -> None:
+TUNABLE = (cuda_variants, api)  # the modules whose constants --ab may set
+
+
+def parse_ab(spec: str) -> tuple[object, str, object]:
+    """(module, NAME, value) of an ``--ab`` spec ``NAME=VALUE``: an upper-case constant of a
+    :data:`TUNABLE` module, VALUE a Python literal of the constant's own type. ValueError,
+    saying what is wrong, otherwise."""
+    name, sep, text = (part.strip() for part in spec.partition("="))
+    if not sep or not name.isidentifier() or not name.isupper():
+        raise ValueError(f"--ab takes NAME=VALUE with an upper-case NAME, got {spec!r}")
+    module = next((m for m in TUNABLE if hasattr(m, name)), None)
+    if module is None:
+        raise ValueError(f"--ab: no constant {name} in "
+                         + " or ".join(m.__name__ for m in TUNABLE))
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        raise ValueError(f"--ab: {text!r} is not a Python literal") from None
+    now = getattr(module, name)
+    if type(value) is not type(now):
+        raise ValueError(f"--ab: {name} is {type(now).__name__} ({now!r}), got {value!r}")
+    return module, name, value
+
+
+@contextlib.contextmanager
+def setting(ab: tuple | None):
+    """The ``--ab`` constant set for the block (None: nothing set), the plan cache and the
+    module's memoized rules cleared on the way in and out: both keep what a constant chose."""
+    if ab is None:
+        yield
+        return
+    module, name, value = ab
+    before = getattr(module, name)
+
+    def forget() -> None:
+        plans.clear()
+        for v in vars(module).values():
+            if callable(getattr(v, "cache_clear", None)):
+                v.cache_clear()
+
+    setattr(module, name, value)
+    forget()
+    try:
+        yield
+    finally:
+        setattr(module, name, before)
+        forget()
+
+
+def warm(modes: dict, x: torch.Tensor, t: torch.Tensor, ab_of=lambda name: None) -> None:
     """One step of every mode on this cell's tensors, untimed: ``torch.compile`` compiles for
     the cell's shapes (its caches reset first: the cells outnumber dynamo's recompile limit, past
     which it would run eager), peers JIT their kernels."""
     torch.compiler.reset()
-    for fn, inplace in modes.values():
+    for name, (fn, inplace) in modes.items():
         try:
-            training_step(fn, x, t, inplace)()
+            with setting(ab_of(name)):
+                training_step(fn, x, t, inplace)()
         except Exception:  # noqa: BLE001 - the timed rounds report and drop a failing mode
             pass
     torch.cuda.synchronize()
@@ -179,7 +237,14 @@ def main(argv: list[str] | None = None) -> None:
                    help='comma-separated modes to time (e.g. "torch,lab,lab fused"; default all)')
     p.add_argument("--profile", action="store_true",
                    help="also one step of each mode under torch.profiler: its kernels a cell")
+    p.add_argument("--ab", default="", metavar="NAME=VALUE",
+                   help="also every lab mode with this constant of cuda_variants or api set "
+                        '(e.g. "ON_CHIP_SLOTS=False"), in the same rounds')
     args = p.parse_args(argv)
+    try:
+        ab = parse_ab(args.ab) if args.ab else None
+    except ValueError as e:
+        p.error(str(e))
     try:
         cells = [tuple(int(v) for v in c.split("x")) for c in args.cells.split(",") if c.strip()]
     except ValueError:
@@ -202,12 +267,23 @@ def main(argv: list[str] | None = None) -> None:
     modes, unknown = pick_modes(modes, args.modes)
     if unknown:
         p.error(f"--modes: unknown {unknown}; modes here: {', '.join(everything)}")
+    twins = {f"{name} [{ab[1]}={ab[2]!r}]": mode for name, mode in modes.items()
+             if ab and name.startswith("lab")}
+    if ab and not twins:
+        p.error("--ab: no lab mode among --modes to set it for")
+    modes.update(twins)
+
+    def ab_of(name: str) -> tuple | None:
+        return ab if name in twins else None
     print(f"{gpu}: loss forward + backward, M*N = 2^28; copy {copy:,.0f} GB/s; "
           f"{args.rounds} interleaved rounds a mode; peers imported: "
           f"{', '.join(peers) or 'none'}")
     print("a cell: median us (min, spread) x bound (3 passes; 2 in place, and for the lab's "
           "default steps, api.DEFAULT_FUSED) x torch [host us a step to "
           f"enqueue; {HOST_BOUND}: host-bound, the figure is the host's]")
+    if ab:
+        print(f"--ab: the modes marked [{ab[1]}={ab[2]!r}] run with {ab[0].__name__}.{ab[1]} "
+              f"= {ab[2]!r} (else {getattr(ab[0], ab[1])!r})")
     rows = []
     for dtype in map(parse_dtype, args.dtype.split(",")):
         for m, n in cells or [((1 << 28) // n, n) for n in map(int, args.n.split(","))]:
@@ -215,15 +291,20 @@ def main(argv: list[str] | None = None) -> None:
             x = torch.randn(m, n, device=DEVICE, dtype=dtype, generator=gen) * 2
             t = torch.randint(0, n, (m,), device=DEVICE, generator=gen)
             one_pass = x.numel() * x.element_size()
-            warm(modes, x, t)
-            timers = {name: (lambda fn=fn, inplace=inplace, x=x, t=t:
-                             step_ms(fn, x, t, inplace) * 1e3)
-                      for name, (fn, inplace) in modes.items()}
+            warm(modes, x, t, ab_of)
+
+            def timed(name, fn, inplace, x=x, t=t):
+                with setting(ab_of(name)):
+                    return step_ms(fn, x, t, inplace) * 1e3
+
+            timers = {name: (lambda name=name, mode=mode: timed(name, *mode))
+                      for name, mode in modes.items()}
             got = {name: stats(us) for name, us in interleaved(timers, args.rounds).items()}
-            bounds = {name: bound_us(_passes(name, modes[name][1]), one_pass, copy)
-                      for name in got}
-            host = {name: host_us(modes[name][0], x=x, t=t, inplace=modes[name][1])
-                    for name in got}
+            bounds, host = {}, {}
+            for name in got:
+                with setting(ab_of(name)):  # DEFAULT_FUSED, say, moves the bound too
+                    bounds[name] = bound_us(_passes(name, modes[name][1]), one_pass, copy)
+                    host[name] = host_us(modes[name][0], x=x, t=t, inplace=modes[name][1])
             ref = got.get("torch", {}).get("median")
             line = "  ".join(
                 f"{k} {v['median']:6.0f} us ({v['min']:.0f}, {v['spread']:.0%}) "
@@ -233,6 +314,7 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{str(dtype)[6:]:8s} {m:5d} x {n:6d}  {line}", flush=True)
             rows.append({"dtype": str(dtype)[6:], "m": m, "n": n, "gpu": gpu, "copy_gbps": copy,
                          "measured_utc": stamp, "rounds": args.rounds, "peers": list(peers),
+                         "ab": args.ab or None,
                          "us": {k: v["median"] for k, v in got.items()},
                          "stats_us": got, "bound_us": bounds, "host_us": host})
             if args.json:  # after every cell: a run cut short keeps the cells it timed
@@ -240,8 +322,10 @@ def main(argv: list[str] | None = None) -> None:
                     json.dump(rows, f, indent=1)
             if args.profile:
                 for name, (fn, inplace) in modes.items():
+                    with setting(ab_of(name)):
+                        table = profile_step(fn, x, t, inplace)
                     print(f"\n{name}, one step at {m} x {n} {str(dtype)[6:]} under "
-                          f"torch.profiler:\n{profile_step(fn, x, t, inplace)}\n", flush=True)
+                          f"torch.profiler:\n{table}\n", flush=True)
             del x, t, timers
             torch.cuda.empty_cache()
 

@@ -116,6 +116,66 @@ def test_loss_step_main_runs_its_cells_end_to_end_on_a_stand_in(monkeypatch, tmp
     assert len(lines) == 2 and all("[host 8]" in ln and "x1.00" in ln for ln in lines)
 
 
+def test_loss_step_ab_names_a_constant_of_the_launcher_or_the_drop_in():
+    ls = _loss_step()
+    assert ls.parse_ab("ON_CHIP_SLOTS=False") == (ls.cuda_variants, "ON_CHIP_SLOTS", False)
+    assert ls.parse_ab(" DEFAULT_FUSED = False ") == (ls.api, "DEFAULT_FUSED", False)
+    assert ls.parse_ab("ROW_MAX_THREADS=1024") == (ls.cuda_variants, "ROW_MAX_THREADS", 1024)
+    for spec, said in [("ON_CHIP_SLOTS", "NAME=VALUE"), ("on_chip_slots=False", "upper-case"),
+                       ("NO_SUCH_RULE=1", "no constant NO_SUCH_RULE"),
+                       ("ON_CHIP_SLOTS=maybe", "not a Python literal"),
+                       ("ON_CHIP_SLOTS=1", "is bool")]:
+        with pytest.raises(ValueError, match=said):
+            ls.parse_ab(spec)
+
+
+def test_loss_step_ab_setting_holds_for_its_block_and_forgets_what_it_chose():
+    """The constant is set inside the block and restored after (also on an error); the plan
+    cache and the module's memoized rules are emptied both ways: they hold what it chose."""
+    ls = _loss_step()
+    cv = ls.cuda_variants
+    before = cv.MAX_SLOTS
+    cv.slots_shape(40000)
+    ls.plans.PLANS[("a stand-in key",)] = None
+    with pytest.raises(RuntimeError), ls.setting(ls.parse_ab("MAX_SLOTS=2")):
+        assert cv.MAX_SLOTS == 2 and cv.slots_shape.cache_info().currsize == 0
+        assert ("a stand-in key",) not in ls.plans.PLANS
+        cv.slots_shape(40000)
+        raise RuntimeError("the block fails")
+    assert cv.MAX_SLOTS == before and cv.slots_shape.cache_info().currsize == 0
+    with ls.setting(None):  # nothing asked: nothing touched
+        assert cv.MAX_SLOTS == before
+
+
+def test_loss_step_main_times_each_lab_mode_beside_its_ab_twin(monkeypatch, tmp_path, capsys):
+    """--ab: every lab mode gets a twin timed in the same rounds with the constant set (the
+    stand-in timer reads it), its bound follows the constant, and the run leaves it as it was."""
+    ls = _loss_step()
+    monkeypatch.setattr(ls, "DEVICE", "cpu")
+    monkeypatch.setattr(ls, "copy_bandwidth", lambda device: 1000.0)
+    monkeypatch.setattr(ls.torch.cuda, "get_device_name", lambda *a: "stand-in")
+    monkeypatch.setattr(ls.torch.cuda, "synchronize", lambda *a: None)
+    monkeypatch.setattr(ls, "step_ms", lambda loss_fn, x, t, inplace=False:
+                        1.0 if ls.api.DEFAULT_FUSED else 1.5)
+    monkeypatch.setattr(ls, "host_us", lambda loss_fn, x, t, inplace=False, steps=20, sync=None:
+                        7.0)
+    out = tmp_path / "rows.json"
+    ls.main(["--cells", "3x8", "--dtype", "float32", "--peers", "none", "--rounds", "2",
+             "--modes", "torch,lab", "--ab", "DEFAULT_FUSED=False", "--json", str(out)])
+    (row,) = json.loads(out.read_text())
+    twin = "lab [DEFAULT_FUSED=False]"
+    assert row["us"] == {"torch": 1000.0, "lab": 1000.0, twin: 1500.0}
+    assert row["ab"] == "DEFAULT_FUSED=False" and ls.api.DEFAULT_FUSED is True
+    one_pass = 3 * 8 * 4
+    assert row["bound_us"]["lab"] == pytest.approx(ls.bound_us(2, one_pass, 1000.0))
+    assert row["bound_us"][twin] == pytest.approx(ls.bound_us(3, one_pass, 1000.0))
+    assert ("marked [DEFAULT_FUSED=False] run with kernel_lab.ops.cross_entropy.api."
+            "DEFAULT_FUSED = False (else True)") in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        ls.main(["--cells", "3x8", "--modes", "torch", "--ab", "DEFAULT_FUSED=False"])
+    assert "no lab mode" in capsys.readouterr().err
+
+
 @pytest.mark.filterwarnings("ignore:CUDA is not available")  # the profiler's, on a CPU
 def test_overhead_step_gaps_print_every_step_and_the_floor_on_a_stand_in(monkeypatch, capsys):
     """bench/overhead.py's step-gap lines (``.ci/gpu``'s overhead stage) on small CPU cells, the
