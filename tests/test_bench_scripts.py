@@ -53,6 +53,19 @@ def _loss_step():
     return bench_script("loss_step")
 
 
+def _loss_step_on_a_stand_in(monkeypatch, step_ms, host_us):
+    """bench/loss_step.py with its cells on the CPU and the GPU's timers, copy, name and sync
+    stood in (``step_ms`` and ``host_us`` keep the real ones' signatures)."""
+    ls = _loss_step()
+    monkeypatch.setattr(ls, "DEVICE", "cpu")
+    monkeypatch.setattr(ls, "copy_bandwidth", lambda device: 1000.0)
+    monkeypatch.setattr(ls.torch.cuda, "get_device_name", lambda *a: "stand-in")
+    monkeypatch.setattr(ls.torch.cuda, "synchronize", lambda *a: None)
+    monkeypatch.setattr(ls, "step_ms", step_ms)
+    monkeypatch.setattr(ls, "host_us", host_us)
+    return ls
+
+
 def test_loss_step_bounds_are_passes_at_copy_speed():
     ls = _loss_step()
     one_pass = (1 << 28) * 2  # bf16 logits, M*N = 2^28
@@ -91,17 +104,9 @@ def test_loss_step_main_runs_its_cells_end_to_end_on_a_stand_in(monkeypatch, tmp
     """main() over two small CPU cells, the GPU timers stood in with their own signatures: every
     mode's median, bound, [host] and the JSON written after each cell (a crash after the first
     cell's timing once went unseen until a GPU run)."""
-    ls = _loss_step()
-    monkeypatch.setattr(ls, "DEVICE", "cpu")
-    monkeypatch.setattr(ls, "copy_bandwidth", lambda device: 1000.0)
-    monkeypatch.setattr(ls.torch.cuda, "get_device_name", lambda *a: "stand-in")
-    monkeypatch.setattr(ls.torch.cuda, "synchronize", lambda *a: None)
-    monkeypatch.setattr(ls, "step_ms", lambda loss_fn, x, t, inplace=False: 0.5 if inplace else 1.0)
-
-    def host_us(loss_fn, x, t, inplace=False, steps=20, sync=None):
-        return 7.0 + inplace
-
-    monkeypatch.setattr(ls, "host_us", host_us)
+    ls = _loss_step_on_a_stand_in(
+        monkeypatch, step_ms=lambda loss_fn, x, t, inplace=False: 0.5 if inplace else 1.0,
+        host_us=lambda loss_fn, x, t, inplace=False, steps=20, sync=None: 7.0 + inplace)
     out = tmp_path / "rows.json"
     ls.main(["--cells", "4x16,3x8", "--dtype", "float32", "--peers", "none", "--rounds", "2",
              "--modes", "torch,lab,lab fused", "--json", str(out)])
@@ -150,15 +155,12 @@ def test_loss_step_ab_setting_holds_for_its_block_and_forgets_what_it_chose():
 def test_loss_step_main_times_each_lab_mode_beside_its_ab_twin(monkeypatch, tmp_path, capsys):
     """--ab: every lab mode gets a twin timed in the same rounds with the constant set (the
     stand-in timer reads it), its bound follows the constant, and the run leaves it as it was."""
-    ls = _loss_step()
-    monkeypatch.setattr(ls, "DEVICE", "cpu")
-    monkeypatch.setattr(ls, "copy_bandwidth", lambda device: 1000.0)
-    monkeypatch.setattr(ls.torch.cuda, "get_device_name", lambda *a: "stand-in")
-    monkeypatch.setattr(ls.torch.cuda, "synchronize", lambda *a: None)
-    monkeypatch.setattr(ls, "step_ms", lambda loss_fn, x, t, inplace=False:
-                        1.0 if ls.api.DEFAULT_FUSED else 1.5)
-    monkeypatch.setattr(ls, "host_us", lambda loss_fn, x, t, inplace=False, steps=20, sync=None:
-                        7.0)
+    from kernel_lab.ops.cross_entropy import api  # the script's own module
+
+    ls = _loss_step_on_a_stand_in(
+        monkeypatch, step_ms=lambda loss_fn, x, t, inplace=False: 1.0 if api.DEFAULT_FUSED else 1.5,
+        host_us=lambda loss_fn, x, t, inplace=False, steps=20, sync=None: 7.0)
+    assert ls.api is api
     out = tmp_path / "rows.json"
     ls.main(["--cells", "3x8", "--dtype", "float32", "--peers", "none", "--rounds", "2",
              "--modes", "torch,lab", "--ab", "DEFAULT_FUSED=False", "--json", str(out)])
