@@ -267,8 +267,8 @@ def forward(logits, target, weight, ignore_index: int, reduction: str, eps: floa
     on_chip = expr.startswith("cross_entropy_row")
     args = (_ptr(loss_none), _ptr(loss_rows), lse.data_ptr(), wt.data_ptr(),
             (logits if dx is None else dx).data_ptr() if fused else 0, _ptr(coefs),
-            logits.data_ptr(), m, n, logits.stride(0), ROW_HEAD_BYTES if on_chip else 1,
-            target.data_ptr(), ignore_index, _ptr(weight), eps,
+            logits.data_ptr(), m, n,
+            logits.stride(0), ROW_HEAD_BYTES if on_chip else 1, target.data_ptr(), ignore_index, _ptr(weight), eps,
             flags.first_ptr if flags else 0, flags.raised_ptr if flags else 0)
     if on_chip:  # + the first wave's phases (and the slots)
         row_bytes, smem = n * logits.element_size(), slots * threads * 16
