@@ -18,9 +18,7 @@
 // cross_entropy_row<T> (block) / cross_entropy_row_cluster<T, CL> (CL CTAs a row, sm_90): the
 //   in-place mode in two passes, the row held on chip: read the logits once, write dx over them
 //   once. CTA rank c of row r's cluster, thread t holds windows k * CL * blockDim.x +
-//   c * blockDim.x + t (k < 8) in registers, windows counted from the row's `vec`-byte block
-//   (ROW_HEAD_BYTES: 128, a warp's 32 windows 4 whole lines even where odd N puts rows off
-//   them, not 5); local (max, sum), one block merge, the cluster's
+//   c * blockDim.x + t (k < 8) in registers; local (max, sum), one block merge, the cluster's
 //   CTAs' through distributed shared memory, then every thread writes its windows' gradient from
 //   its registers (two exps an element: the sum's and the gradient's). Smoothing's sums re-read
 //   the row (from L2: unpacked twice, the registers spilled). Rank 0's thread 0 reads x_t before
@@ -179,7 +177,7 @@ __device__ __forceinline__ void ce_row(T* loss_none, Acc<T>* loss_rows, klab::ce
   const bool bad = !ignored && (t < 0 || t >= n);
   const bool smooth = eps != 0.0;
   const bool writer = rank == 0 && threadIdx.x == 0;
-  const int h = SLOTS ? klab::line_head(row) : klab::head_of(row, vec);  // vec: head bytes
+  const int h = SLOTS ? klab::line_head(row) : klab::row_head(row, vec);
   const int nwin = (n + h + W - 1) / W;
   const int base = rank * blockDim.x + threadIdx.x, step = CL * blockDim.x;
   const int first = K * step + base;  // SLOTS: this thread's slot j holds window first + j step

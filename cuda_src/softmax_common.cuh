@@ -345,10 +345,6 @@ template <int Bytes, typename T> __device__ __forceinline__ int head_in(const T*
 template <typename T> __device__ __forceinline__ int row_head(const T* row, int vec) {
   return vec ? head_in<16>(row) : 0;
 }
-// The same for a run-time block of `bytes` (16 or 128; 0: none, every access scalar).
-template <typename T> __device__ __forceinline__ int head_of(const T* row, int bytes) {
-  return bytes ? int((reinterpret_cast<size_t>(row) & (bytes - 1)) / sizeof(T)) : 0;
-}
 // Line heads (the persistent kernels): h measured from the row's 128-byte line, so window v
 // starts v * 16 bytes after that line and each warp's 32 consecutive windows are 4 whole lines.
 // With 16-byte heads, rows not on a line (N = 50257 or 151940 in fp32) made every warp's 512

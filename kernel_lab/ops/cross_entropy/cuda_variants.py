@@ -39,9 +39,6 @@ ROW_CLUSTERS = (1, 4, 8)
 # 5341 x 50257 (800 threads needed): in-place step 441.8 -> 429.3 us, default 426.4 -> 427.2;
 # 896 threads 449.3 in place.
 ROW_ALONE = 512
-# cross_entropy_row's windows count from the row's block of this many bytes (its `vec`): 128,
-# so a warp's 32 windows are 4 whole lines where odd N (50257) puts rows off them; 16: 5 lines
-ROW_HEAD_BYTES = 128
 SLOT_CLUSTERS = (2, 4, 8)  # cross_entropy_row_cluster_slots: CTAs a row
 SLOT_THREADS, MAX_SLOTS = 512, 12  # its CTAs: two an SM, <= 96 KB of slots each
 
@@ -166,10 +163,9 @@ def line_windows(logits: torch.Tensor) -> int:
 
 
 def row_windows(logits: torch.Tensor) -> int:
-    """The 16-byte windows each row of ``logits`` spans counted from its first
-    ROW_HEAD_BYTES-byte block (cross_entropy_row's heads): ceil(N / W) when every row starts on
-    one, else for the worst phase."""
-    return _spanned(logits, ROW_HEAD_BYTES)
+    """The 16-byte windows each row of ``logits`` spans: ceil(N / W) when every row starts on
+    16 bytes, else one more for the worst phase."""
+    return _spanned(logits, 16)
 
 
 def forward_pick(n: int, dtype: torch.dtype, windows: int, cluster: bool, fused: bool,
@@ -264,13 +260,12 @@ def forward(logits, target, weight, ignore_index: int, reduction: str, eps: floa
     expr, ctas, threads, slots = forward_pick(n, logits.dtype, windows, cluster, fused, lines)
     if not fused:  # a block a row: fewer threads where that puts every row in one wave
         threads = one_wave_threads(m, n, logits.dtype, expr, dev)
-    on_chip = expr.startswith("cross_entropy_row")
     args = (_ptr(loss_none), _ptr(loss_rows), lse.data_ptr(), wt.data_ptr(),
             (logits if dx is None else dx).data_ptr() if fused else 0, _ptr(coefs),
             logits.data_ptr(), m, n,
-            logits.stride(0), ROW_HEAD_BYTES if on_chip else 1, target.data_ptr(), ignore_index, _ptr(weight), eps,
+            logits.stride(0), 1, target.data_ptr(), ignore_index, _ptr(weight), eps,
             flags.first_ptr if flags else 0, flags.raised_ptr if flags else 0)
-    if on_chip:  # + the first wave's phases (and the slots)
+    if expr.startswith("cross_entropy_row"):  # + the first wave's phases (and the slots)
         row_bytes, smem = n * logits.element_size(), slots * threads * 16
         wave = occupancy.first_wave(FORWARD, expr, threads, ctas, smem, m, row_bytes, dev) \
             if row_bytes >= STAGGER_MIN_ROW_BYTES else (0, 0)
