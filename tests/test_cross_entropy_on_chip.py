@@ -18,8 +18,7 @@ GPU_N = [700, 32000, 50257, 100000, 151936, 262140]  # row lengths of the GPU te
 
 def test_row_shape_holds_the_row_in_one_cta_else_the_fewest_clustered():
     assert cv.row_shape(4000) == (512, 1)  # bf16 32000: one CTA of 512, two an SM
-    assert cv.row_shape(4097) == (1024, 1)  # past 512 threads a CTA is alone: all 1024
-    assert cv.row_shape(6283) == (1024, 1)  # bf16 50257 off 16 bytes: one CTA, not 2 x 416
+    assert cv.row_shape(6283) == (800, 1)  # bf16 50257 off 16 bytes: one CTA, not 2 x 416
     assert cv.row_shape(8192) == (1024, 1)  # bf16 65536
     assert cv.row_shape(8193) == (288, 4)  # past one CTA: clusters of <= 512 threads
     assert cv.row_shape(16032) == (512, 4)  # bf16 128256
@@ -42,7 +41,7 @@ def test_the_gpu_cases_reach_every_shape_kind():
     clusters of 4 and 8 with 320 to 1024 threads, and slot clusters of 2, 4 and 8."""
     shapes = {dt: [cv.row_shape(cv._windows(n, dt)) for n in GPU_N]
               for dt in (torch.bfloat16, torch.float32)}
-    assert shapes[torch.bfloat16] == [(64, 1), (512, 1), (1024, 1), (416, 4), (320, 8), (544, 8)]
+    assert shapes[torch.bfloat16] == [(64, 1), (512, 1), (800, 1), (416, 4), (320, 8), (544, 8)]
     assert shapes[torch.float32] == [(64, 1), (1024, 1), (416, 4), (416, 8), (608, 8), (1024, 8)]
     lines = {dt: [cv.slots_shape(-(-(n + 128 // dt.itemsize - 1) // (16 // dt.itemsize)))
                   for n in GPU_N[3:]] for dt in (torch.bfloat16, torch.float32)}

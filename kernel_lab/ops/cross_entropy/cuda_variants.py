@@ -34,11 +34,6 @@ ROW_VECTORS = 8  # 16-byte windows a thread of cross_entropy_row holds (kRowVect
 # CTAs a row (more than one: sm_90's clusters); never 2: a row past one CTA of 1024 threads
 # takes 4 CTAs of <= 512 (two an SM: bf16 128256, 433 vs 2 x 1024's 455 us a step on an H100)
 ROW_CLUSTERS = (1, 4, 8)
-# Past this many threads one CTA of cross_entropy_row is alone on its SM (up to 64 registers a
-# thread), so it takes 1024: more warps, fewer vectors each, more loads in flight. H100, bf16
-# 5341 x 50257 (800 threads needed): in-place step 441.8 -> 429.3 us, default 426.4 -> 427.2;
-# 896 threads 449.3 in place.
-ROW_ALONE = 512
 SLOT_CLUSTERS = (2, 4, 8)  # cross_entropy_row_cluster_slots: CTAs a row
 SLOT_THREADS, MAX_SLOTS = 512, 12  # its CTAs: two an SM, <= 96 KB of slots each
 
@@ -115,14 +110,13 @@ def one_wave_threads(m: int, n: int, dtype: torch.dtype, expr: str, dev: int) ->
 @functools.lru_cache(maxsize=None)
 def row_shape(windows: int, cluster: bool = True, max_threads: int = 512) -> tuple[int, int] | None:
     """(threads, CTAs a row) of ``cross_entropy_row`` holding rows of ``windows`` 16-byte
-    windows on chip, up to 8 vectors a thread: one CTA of up to 1024 threads where it holds them
-    (H100, in-place step: 8-9 % faster than two CTAs of half its size), all 1024 once it needs
-    more than 512 (:data:`ROW_ALONE`), else the fewest CTAs (4, 8; none without clusters) of
-    <= max_threads threads (two CTAs an SM: 5-17 % faster than half as many CTAs of 1024),
-    else of up to 1024; None when 8 such CTAs do not hold them."""
+    windows on chip, 8 vectors a thread: one CTA of up to 1024 threads where it holds them (H100,
+    in-place step: 8-9 % faster than two CTAs of half its size), else the fewest CTAs (4, 8;
+    none without clusters) of <= max_threads threads (two CTAs an SM: 5-17 % faster than half
+    as many CTAs of 1024), else of up to 1024; None when 8 such CTAs do not hold them."""
     one = max(64, cdiv(cdiv(windows, ROW_VECTORS), 32) * 32)
     if one <= 1024:
-        return (1024 if one > ROW_ALONE else one), 1
+        return one, 1
     for cap in (max_threads, 1024):
         for cl in ROW_CLUSTERS[1:] if cluster else ():
             threads = cdiv(cdiv(windows, cl * ROW_VECTORS), 32) * 32
