@@ -101,12 +101,35 @@ def test_no_cluster_row_kernel_launchable_before_sm90():
     assert set(cv._launchable_forward(ARCHS["sm_90"])) == set(cv.FORWARD.name_expressions)
 
 
-def _inplace(x, t, w, eps, reduction, g, on_chip, monkeypatch, slots=True):
+@pytest.fixture(autouse=True)
+def _forget_picks():
+    """After each test (and its monkeypatch's undo: an autouse fixture is torn down last), the
+    plan cache and the memoized shapes forget what a patched constant chose."""
+    yield
+    _forget()
+
+
+def _forget():
+    from kernel_lab.core import plans
+
+    plans.clear()  # a recorded launch replays for its signature whatever the constants say
+    cv.row_shape.cache_clear()
+    cv.slots_shape.cache_clear()
+
+
+# the on-chip kinds the GPU test reaches, by the constants that pick them
+KINDS = {"slots": {}, "registers": {"ON_CHIP_SLOTS": False}}
+
+
+def _inplace(x, t, w, eps, reduction, g, on_chip, monkeypatch, kind="slots"):
     """(loss, dlogits, the buffer around the logits) of the in-place mode with or without the
-    on-chip kernel (with or without slots); the logits sit inside a guarded buffer with `pad`
+    on-chip kernel (of ``kind``: KINDS); the logits sit inside a guarded buffer with `pad`
     columns between rows."""
     monkeypatch.setattr(cv, "ON_CHIP_IN_PLACE", on_chip)
-    monkeypatch.setattr(cv, "ON_CHIP_SLOTS", slots)
+    monkeypatch.setattr(cv, "ON_CHIP_SLOTS", True)
+    for name, value in KINDS[kind].items():
+        monkeypatch.setattr(cv, name, value)
+    _forget()
     m, n = x.shape
     pad = 3
     buf = torch.full((m * (n + pad) + 16,), 7.0, device="cuda", dtype=x.dtype)
@@ -129,8 +152,8 @@ def _inplace(x, t, w, eps, reduction, g, on_chip, monkeypatch, slots=True):
                          ids=str)
 @pytest.mark.parametrize("n", GPU_N)
 @pytest.mark.parametrize("smooth", [False, True], ids=["plain", "smoothed-weighted"])
-@pytest.mark.parametrize("slots", [True, False], ids=["slots", "registers"])
-def test_on_chip_matches_float64_and_the_l2_kernel(dtype, n, smooth, slots, monkeypatch):
+@pytest.mark.parametrize("kind", KINDS)
+def test_on_chip_matches_float64_and_the_l2_kernel(dtype, n, smooth, kind, monkeypatch):
     m = 6
     gen = torch.Generator().manual_seed(n)
     x = (torch.randn(m, n, generator=gen) * 3).to("cuda", dtype)
@@ -141,7 +164,7 @@ def test_on_chip_matches_float64_and_the_l2_kernel(dtype, n, smooth, slots, monk
     reduction = "mean" if smooth else "none"
     g = torch.tensor(1.0, device="cuda", dtype=dtype) if smooth else \
         (torch.rand(m, generator=gen) + 0.5).to("cuda", dtype)
-    loss, grad, buf = _inplace(x, t, w, eps, reduction, g, True, monkeypatch, slots)
+    loss, grad, buf = _inplace(x, t, w, eps, reduction, g, True, monkeypatch, kind)
     guard = buf.clone().view(-1)
     guard[1:1 + m * (n + 3)].view(m, n + 3)[:, :n] = 7
     assert (guard == 7).all(), "written outside the logits"
