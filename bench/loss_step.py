@@ -33,9 +33,10 @@ takes to enqueue (:func:`host_us`); near the median, the cell is host-bound. ``-
 leaves QuACK and Liger unimported: their import is said in the first line, and it can move the
 lab's host time (H100, a run each way: the bf16 step's host gap 97 us without them, 260-312 us with
 them, in ``bench/overhead.py``), so compare a cell's [host] with and without.
-``--ab NAME=VALUE`` times every lab mode twice in the same rounds, the second
-(``"lab [NAME=VALUE]"``) with that tuning constant of the launcher (``cuda_variants``) or the
-drop-in (``api``) set: an A/B of a rule on the same tensors, machine and minute. Needs a GPU.
+``--ab NAME=VALUE`` times every lab mode again in the same rounds (``"lab [NAME=VALUE]"``)
+with that tuning constant of the launcher (``cuda_variants``) or the drop-in (``api``) set: an
+A/B of a rule on the same tensors, machine and minute; repeated, one twin a setting (A/B/C).
+Needs a GPU.
 """
 
 from __future__ import annotations
@@ -237,12 +238,13 @@ def main(argv: list[str] | None = None) -> None:
                    help='comma-separated modes to time (e.g. "torch,lab,lab fused"; default all)')
     p.add_argument("--profile", action="store_true",
                    help="also one step of each mode under torch.profiler: its kernels a cell")
-    p.add_argument("--ab", default="", metavar="NAME=VALUE",
+    p.add_argument("--ab", action="append", default=[], metavar="NAME=VALUE",
                    help="also every lab mode with this constant of cuda_variants or api set "
-                        '(e.g. "ON_CHIP_SLOTS=False"), in the same rounds')
+                        '(e.g. "ON_CHIP_SLOTS=False"), in the same rounds; repeat it for '
+                        "one twin a setting")
     args = p.parse_args(argv)
     try:
-        ab = parse_ab(args.ab) if args.ab else None
+        settings = [parse_ab(spec) for spec in args.ab]
     except ValueError as e:
         p.error(str(e))
     try:
@@ -267,23 +269,23 @@ def main(argv: list[str] | None = None) -> None:
     modes, unknown = pick_modes(modes, args.modes)
     if unknown:
         p.error(f"--modes: unknown {unknown}; modes here: {', '.join(everything)}")
-    twins = {f"{name} [{ab[1]}={ab[2]!r}]": mode for name, mode in modes.items()
-             if ab and name.startswith("lab")}
-    if ab and not twins:
+    twins = {f"{name} [{ab[1]}={ab[2]!r}]": (mode, ab) for ab in settings
+             for name, mode in modes.items() if name.startswith("lab")}
+    if settings and not twins:
         p.error("--ab: no lab mode among --modes to set it for")
-    modes.update(twins)
+    modes.update({name: mode for name, (mode, _) in twins.items()})
 
     def ab_of(name: str) -> tuple | None:
-        return ab if name in twins else None
+        return twins[name][1] if name in twins else None
     print(f"{gpu}: loss forward + backward, M*N = 2^28; copy {copy:,.0f} GB/s; "
           f"{args.rounds} interleaved rounds a mode; peers imported: "
           f"{', '.join(peers) or 'none'}")
     print("a cell: median us (min, spread) x bound (3 passes; 2 in place, and for the lab's "
           "default steps, api.DEFAULT_FUSED) x torch [host us a step to "
           f"enqueue; {HOST_BOUND}: host-bound, the figure is the host's]")
-    if ab:
-        print(f"--ab: the modes marked [{ab[1]}={ab[2]!r}] run with {ab[0].__name__}.{ab[1]} "
-              f"= {ab[2]!r} (else {getattr(ab[0], ab[1])!r})")
+    for module, name, value in settings:
+        print(f"--ab: the modes marked [{name}={value!r}] run with {module.__name__}.{name} "
+              f"= {value!r} (else {getattr(module, name)!r})")
     rows = []
     for dtype in map(parse_dtype, args.dtype.split(",")):
         for m, n in cells or [((1 << 28) // n, n) for n in map(int, args.n.split(","))]:
@@ -314,7 +316,7 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{str(dtype)[6:]:8s} {m:5d} x {n:6d}  {line}", flush=True)
             rows.append({"dtype": str(dtype)[6:], "m": m, "n": n, "gpu": gpu, "copy_gbps": copy,
                          "measured_utc": stamp, "rounds": args.rounds, "peers": list(peers),
-                         "ab": args.ab or None,
+                         "ab": args.ab or None,  # the --ab specs, as given
                          "us": {k: v["median"] for k, v in got.items()},
                          "stats_us": got, "bound_us": bounds, "host_us": host})
             if args.json:  # after every cell: a run cut short keeps the cells it timed

@@ -167,7 +167,7 @@ def test_loss_step_main_times_each_lab_mode_beside_its_ab_twin(monkeypatch, tmp_
     (row,) = json.loads(out.read_text())
     twin = "lab [DEFAULT_FUSED=False]"
     assert row["us"] == {"torch": 1000.0, "lab": 1000.0, twin: 1500.0}
-    assert row["ab"] == "DEFAULT_FUSED=False" and ls.api.DEFAULT_FUSED is True
+    assert row["ab"] == ["DEFAULT_FUSED=False"] and ls.api.DEFAULT_FUSED is True
     one_pass = 3 * 8 * 4
     assert row["bound_us"]["lab"] == pytest.approx(ls.bound_us(2, one_pass, 1000.0))
     assert row["bound_us"][twin] == pytest.approx(ls.bound_us(3, one_pass, 1000.0))
@@ -176,6 +176,32 @@ def test_loss_step_main_times_each_lab_mode_beside_its_ab_twin(monkeypatch, tmp_
     with pytest.raises(SystemExit):
         ls.main(["--cells", "3x8", "--modes", "torch", "--ab", "DEFAULT_FUSED=False"])
     assert "no lab mode" in capsys.readouterr().err
+
+
+def test_loss_step_ab_repeated_gives_one_twin_a_setting(monkeypatch, tmp_path, capsys):
+    """--ab twice: each lab mode beside one twin per setting, each twin timed with its own
+    constant set alone, and both constants as they were after the run."""
+    from kernel_lab.ops.cross_entropy import api
+    from kernel_lab.ops.cross_entropy import cuda_variants as cv
+
+    ls = _loss_step_on_a_stand_in(
+        monkeypatch, step_ms=lambda loss_fn, x, t, inplace=False:
+            (1.0 if api.DEFAULT_FUSED else 1.5) + (0.25 if cv.MAX_SLOTS == 2 else 0.0),
+        host_us=lambda loss_fn, x, t, inplace=False, steps=20, sync=None: 7.0)
+    slots = cv.MAX_SLOTS
+    out = tmp_path / "rows.json"
+    ls.main(["--cells", "3x8", "--dtype", "float32", "--peers", "none", "--rounds", "2",
+             "--modes", "lab,lab fused", "--ab", "DEFAULT_FUSED=False", "--ab", "MAX_SLOTS=2",
+             "--json", str(out)])
+    (row,) = json.loads(out.read_text())
+    assert row["us"] == {"lab": 1000.0, "lab fused": 1000.0,
+                         "lab [DEFAULT_FUSED=False]": 1500.0,
+                         "lab fused [DEFAULT_FUSED=False]": 1500.0,
+                         "lab [MAX_SLOTS=2]": 1250.0, "lab fused [MAX_SLOTS=2]": 1250.0}
+    assert row["ab"] == ["DEFAULT_FUSED=False", "MAX_SLOTS=2"]
+    assert api.DEFAULT_FUSED is True and cv.MAX_SLOTS == slots
+    printed = capsys.readouterr().out
+    assert "marked [DEFAULT_FUSED=False]" in printed and "marked [MAX_SLOTS=2]" in printed
 
 
 @pytest.mark.filterwarnings("ignore:CUDA is not available")  # the profiler's, on a CPU
