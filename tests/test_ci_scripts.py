@@ -137,3 +137,19 @@ def test_install_peers_fetch_refuses_without_a_folder():
     out = subprocess.run(["bash", str(REPO / "bench" / "install_peers.sh"), "--fetch"],
                          capture_output=True, text=True)
     assert out.returncode == 2 and "usage: --fetch DIR" in out.stderr
+
+
+def _op_tests(*names: str) -> list[str]:
+    return subprocess.run([sys.executable, str(REPO / ".ci" / "op_tests.py"), *names],
+                          capture_output=True, text=True, check=True, cwd=REPO).stdout.split()
+
+
+def test_op_tests_name_the_files_of_the_variants_ops():
+    """`.ci/gpu quick cuda_cross_entropy` runs the cross-entropy files whole (the on-chip test
+    among them), a backward variant its forward op's; no names, no files."""
+    files = _op_tests("cuda_cross_entropy_backward")
+    assert "tests/test_cross_entropy_on_chip.py" in files
+    assert "tests/test_plans_cross_entropy.py" in files
+    assert all((REPO / f).is_file() and "cross_entropy" in f for f in files)
+    assert _op_tests("online_softmax") == ["tests/test_log_softmax.py"]
+    assert _op_tests() == []
