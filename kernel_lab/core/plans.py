@@ -312,7 +312,9 @@ def _store(key: tuple, plan: Plan) -> Plan:
 
 @registry.on_change
 def clear() -> None:
-    """Forget every plan (the next call of each signature plans anew)."""
+    """Forget every plan (the next call of each signature plans anew). A plan keeps what its
+    first call chose whatever a launcher's tuning constant says later: whoever patches one (a
+    test, ``bench/loss_step.py --ab``) clears the plans, and the launcher's memoized rules."""
     PLANS.clear()
 
 
