@@ -162,20 +162,13 @@ def setting(ab: tuple | None):
         return
     module, name, value = ab
     before = getattr(module, name)
-
-    def forget() -> None:
-        plans.clear()
-        for v in vars(module).values():
-            if callable(getattr(v, "cache_clear", None)):
-                v.cache_clear()
-
     setattr(module, name, value)
-    forget()
+    plans.forget(module)
     try:
         yield
     finally:
         setattr(module, name, before)
-        forget()
+        plans.forget(module)
 
 
 def warm(modes: dict, x: torch.Tensor, t: torch.Tensor, ab_of=lambda name: None) -> None:

@@ -10,6 +10,7 @@ from conftest import needs_cuda
 from test_plans_cross_entropy import stand_in  # noqa: F401 - the fixture
 
 import kernel_lab
+from kernel_lab.core import plans
 from kernel_lab.cuda.archs import ARCHS, as_if_on
 from kernel_lab.ops.cross_entropy import cuda_variants as cv
 
@@ -110,11 +111,7 @@ def _forget_picks():
 
 
 def _forget():
-    from kernel_lab.core import plans
-
-    plans.clear()  # a recorded launch replays for its signature whatever the constants say
-    cv.row_shape.cache_clear()
-    cv.slots_shape.cache_clear()
+    plans.forget(cv)  # a recorded launch replays for its signature whatever the constants say
 
 
 # the on-chip kinds the GPU test reaches, by the constants that pick them
@@ -204,8 +201,6 @@ def test_few_long_rows_take_fewer_threads_to_run_in_one_wave(monkeypatch):
 def test_few_row_threads_match_float64(dtype, monkeypatch):
     """Just over one wave of 128-thread blocks (1,100 rows): the forward's fewer threads a row
     give the loss and lse of 128 threads and of float64."""
-    from kernel_lab.core import plans
-
     gen = torch.Generator().manual_seed(11)
     x = (torch.randn(1100, 4096, generator=gen) * 3).to("cuda", dtype)
     t = torch.randint(0, 4096, (1100,), generator=gen).cuda()

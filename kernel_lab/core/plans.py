@@ -313,9 +313,19 @@ def _store(key: tuple, plan: Plan) -> Plan:
 @registry.on_change
 def clear() -> None:
     """Forget every plan (the next call of each signature plans anew). A plan keeps what its
-    first call chose whatever a launcher's tuning constant says later: whoever patches one (a
-    test, ``bench/loss_step.py --ab``) clears the plans, and the launcher's memoized rules."""
+    first call chose whatever a launcher's tuning constant says later: whoever patches one
+    calls :func:`forget`."""
     PLANS.clear()
+
+
+def forget(module) -> None:
+    """What a patched tuning constant of ``module`` chose: every plan (:func:`clear`) and the
+    module's memoized rules (its ``functools`` caches). A test or an A/B (``bench/loss_step.py
+    --ab``) calls it after setting the constant and after restoring it."""
+    clear()
+    for value in vars(module).values():
+        if callable(getattr(value, "cache_clear", None)):
+            value.cache_clear()
 
 
 def for_variant(name: str, tensors: tuple, kw: dict) -> Plan:
