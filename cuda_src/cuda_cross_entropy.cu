@@ -34,6 +34,8 @@
 //   counted from the row's first 128-byte line, the slots' cp.async copies issued first, before
 //   the register loads). Launch: grid M * CL, slots * 512 * 16 B of shared memory a CTA, two
 //   CTAs an SM (slots_shape in cuda_variants.py). Bytes as cross_entropy_row.
+//   cross_entropy_row_slots<T>: the same on one CTA (no cluster; any arch with cp.async), for
+//   rows that would need one CTA of more than 512 threads (alone on its SM): two rows an SM.
 // cross_entropy_reduce<T>: one block sums the per-row losses (and w_t for "mean") in a fixed
 //   order: the reduced loss, deterministic. O(M).
 // Accumulates in fp32 (fp64 for double). Preconditions: C < 2^31; any row stride, alignment.
@@ -293,6 +295,12 @@ __global__ void KLAB_CLUSTER_DIMS(CL) __launch_bounds__(512, 2)
   ce_row<T, CL, true>(KLAB_CE_ROW_PASS, blockIdx.x / CL, klab::cluster_rank(), target,
                       ignore_index, weight, eps, bad_first, bad_flag, wave_rows, wave_ns, rows,
                       slots);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(512, 2) cross_entropy_row_slots(KLAB_CE_ROW_ARGS, int slots) {
+  ce_row<T, 1, true>(KLAB_CE_ROW_PASS, blockIdx.x, 0, target, ignore_index, weight, eps,
+                     bad_first, bad_flag, wave_rows, wave_ns, rows, slots);
 }
 
 template <typename T, int CL>

@@ -36,6 +36,9 @@ ROW_VECTORS = 8  # 16-byte windows a thread of cross_entropy_row holds (kRowVect
 # for rows past ROW_ONE_CTA threads
 ROW_CLUSTERS = (1, 2, 4, 8)
 ROW_ONE_CTA = 1024  # one CTA a row while it needs at most this many threads
+# A row that needs more threads of one CTA than this takes one CTA of SLOT_THREADS with slots
+# (cross_entropy_row_slots: two an SM) where they hold it; 1024: never
+SLOTS_PAST = 1024
 SLOT_CLUSTERS = (2, 4, 8)  # cross_entropy_row_cluster_slots: CTAs a row
 SLOT_THREADS, MAX_SLOTS = 512, 12  # its CTAs: two an SM, <= 96 KB of slots each
 
@@ -45,7 +48,8 @@ def _row_expr(t: str, cl: int) -> str:
 
 
 def _slots_expr(t: str, cl: int) -> str:
-    return f"cross_entropy_row_cluster_slots<{t}, {cl}>"
+    return f"cross_entropy_row_slots<{t}>" if cl == 1 else \
+        f"cross_entropy_row_cluster_slots<{t}, {cl}>"
 
 
 def _launchable_forward(arch=None) -> list[str]:
@@ -60,7 +64,7 @@ FORWARD = cuda_source(
     [f"cross_entropy_fwd<{t}, {f}>" for t in _T for f in ("false", "true")]
     + [f"cross_entropy_reduce<{t}>" for t in _T]
     + [_row_expr(t, cl) for t in _ROW_T for cl in ROW_CLUSTERS]
-    + [_slots_expr(t, cl) for t in _ROW_T for cl in SLOT_CLUSTERS],
+    + [_slots_expr(t, cl) for t in _ROW_T for cl in (1, *SLOT_CLUSTERS)],
     launchable=_launchable_forward,
 )
 BACKWARD = cuda_source("cuda_cross_entropy_backward.cu",
@@ -128,13 +132,13 @@ def row_shape(windows: int, cluster: bool = True, max_threads: int = 512) -> tup
 
 
 @functools.lru_cache(maxsize=None)
-def slots_shape(line_windows: int) -> tuple[int, int] | None:
+def slots_shape(line_windows: int, one: bool = False) -> tuple[int, int] | None:
     """(CTAs a row, slots a thread) of ``cross_entropy_row_cluster_slots`` for rows of
     ``line_windows`` windows counted from their first 128-byte line: SLOT_THREADS threads, 8
-    windows in registers and the rest in shared-memory slots, on the fewest CTAs (2, 4, 8)
-    whose slots stay within MAX_SLOTS; None when a thread's registers alone hold its share
-    (the register kinds) or 8 CTAs' slots do not."""
-    for cl in SLOT_CLUSTERS:
+    windows in registers and the rest in shared-memory slots, on the fewest CTAs (2, 4, 8;
+    ``one``: 1 first, ``cross_entropy_row_slots``) whose slots stay within MAX_SLOTS; None when
+    a thread's registers alone hold its share (the register kinds) or 8 CTAs' slots do not."""
+    for cl in (1, *SLOT_CLUSTERS) if one else SLOT_CLUSTERS:
         slots = cdiv(line_windows, cl * SLOT_THREADS) - ROW_VECTORS
         if slots <= 0:
             return None
@@ -178,6 +182,10 @@ def forward_pick(n: int, dtype: torch.dtype, windows: int, cluster: bool, fused:
     t = ctype(dtype)
     if fused and ON_CHIP_IN_PLACE and dtype != torch.float64:
         shape = row_shape(windows, cluster, ROW_MAX_THREADS)
+        if shape is not None and shape[1] == 1 and shape[0] > SLOTS_PAST and ON_CHIP_SLOTS:
+            slotted = slots_shape(lines or windows, one=True)
+            if slotted is not None and slotted[0] == 1:  # two CTAs an SM, no cluster
+                return _slots_expr(t, 1), 1, SLOT_THREADS, slotted[1]
         if (shape is None or shape[1] > 1) and cluster and ON_CHIP_SLOTS:
             slotted = slots_shape(lines or windows)
             if slotted is not None:
