@@ -115,7 +115,34 @@ def _forget():
 
 
 # the on-chip kinds the GPU test reaches, by the constants that pick them
-KINDS = {"slots": {}, "registers": {"ON_CHIP_SLOTS": False}}
+KINDS = {"slots": {}, "registers": {"ON_CHIP_SLOTS": False},
+         "one-cta-slots": {"SLOTS_PAST": 512},
+         "pairs": {"ON_CHIP_SLOTS": False, "ROW_ONE_CTA": 512}}
+
+
+def test_rows_past_512_threads_of_one_cta_on_two_ctas_an_sm(monkeypatch):
+    """SLOTS_PAST = 512: one CTA of 512 with slots (cross_entropy_row_slots); ROW_ONE_CTA =
+    512: clusters of 2 (registers). Rows within 512 threads keep one CTA either way."""
+    bf16, f32 = torch.bfloat16, torch.float32
+    monkeypatch.setattr(cv, "SLOTS_PAST", 512)
+    _forget()
+    assert cv.forward_pick(40000, bf16, 5000, True, True, 5008) == (
+        "cross_entropy_row_slots<__nv_bfloat16>", 1, 512, 2)
+    assert cv.forward_pick(50257, bf16, 6283, True, True, 6290) == (
+        "cross_entropy_row_slots<__nv_bfloat16>", 1, 512, 5)
+    assert cv.forward_pick(65536, bf16, 8192, False, True, 8192) == (  # no cluster needed
+        "cross_entropy_row_slots<__nv_bfloat16>", 1, 512, 8)
+    assert cv.forward_pick(32000, f32, 8000, True, True, 8000) == (
+        "cross_entropy_row_slots<float>", 1, 512, 8)
+    assert cv.forward_pick(32000, bf16, 4000, True, True, 4000)[0] == \
+        "cross_entropy_row<__nv_bfloat16>"
+    monkeypatch.setattr(cv, "SLOTS_PAST", 1024)
+    monkeypatch.setattr(cv, "ROW_ONE_CTA", 512)
+    _forget()
+    assert cv.row_shape(5000) == (320, 2) and cv.row_shape(6283) == (416, 2)
+    assert cv.row_shape(8192) == (512, 2) and cv.row_shape(4000) == (512, 1)
+    assert cv.row_shape(6283, cluster=False) == (800, 1)  # before sm_90: one CTA still
+    assert "cross_entropy_row_slots<float>" in cv._launchable_forward(ARCHS["sm_80"])
 
 
 def _inplace(x, t, w, eps, reduction, g, on_chip, monkeypatch, kind="slots"):
