@@ -115,17 +115,14 @@ def _forget():
 
 
 # the on-chip kinds the GPU test reaches, by the constants that pick them
-KINDS = {"slots": {}, "registers": {"ON_CHIP_SLOTS": False},
-         "one-cta-slots": {"SLOTS_PAST": 512},
-         "pairs": {"ON_CHIP_SLOTS": False, "ROW_ONE_CTA": 512}}
+KINDS = {"slots": {}, "registers": {"ON_CHIP_SLOTS": False}}
 
 
-def test_rows_past_512_threads_of_one_cta_on_two_ctas_an_sm(monkeypatch):
-    """SLOTS_PAST = 512: one CTA of 512 with slots (cross_entropy_row_slots); ROW_ONE_CTA =
-    512: clusters of 2 (registers). Rows within 512 threads keep one CTA either way."""
+def test_rows_past_512_threads_of_one_cta_take_one_cta_of_512_with_slots(monkeypatch):
+    """Rows that need 513-1024 threads of one CTA: one CTA of 512 with slots
+    (cross_entropy_row_slots, two rows an SM); SLOTS_PAST = 1024 or no slots: one CTA of
+    registers. Rows within 512 threads keep one CTA of registers either way."""
     bf16, f32 = torch.bfloat16, torch.float32
-    monkeypatch.setattr(cv, "SLOTS_PAST", 512)
-    _forget()
     assert cv.forward_pick(40000, bf16, 5000, True, True, 5008) == (
         "cross_entropy_row_slots<__nv_bfloat16>", 1, 512, 2)
     assert cv.forward_pick(50257, bf16, 6283, True, True, 6290) == (
@@ -136,13 +133,32 @@ def test_rows_past_512_threads_of_one_cta_on_two_ctas_an_sm(monkeypatch):
         "cross_entropy_row_slots<float>", 1, 512, 8)
     assert cv.forward_pick(32000, bf16, 4000, True, True, 4000)[0] == \
         "cross_entropy_row<__nv_bfloat16>"
-    monkeypatch.setattr(cv, "SLOTS_PAST", 1024)
-    monkeypatch.setattr(cv, "ROW_ONE_CTA", 512)
-    _forget()
-    assert cv.row_shape(5000) == (320, 2) and cv.row_shape(6283) == (416, 2)
-    assert cv.row_shape(8192) == (512, 2) and cv.row_shape(4000) == (512, 1)
-    assert cv.row_shape(6283, cluster=False) == (800, 1)  # before sm_90: one CTA still
     assert "cross_entropy_row_slots<float>" in cv._launchable_forward(ARCHS["sm_80"])
+    monkeypatch.setattr(cv, "SLOTS_PAST", 1024)
+    _forget()
+    assert cv.forward_pick(50257, bf16, 6283, True, True, 6290) == (
+        "cross_entropy_row<__nv_bfloat16>", 1, 800, 0)
+    monkeypatch.setattr(cv, "SLOTS_PAST", 512)
+    monkeypatch.setattr(cv, "ON_CHIP_SLOTS", False)
+    _forget()
+    assert cv.forward_pick(50257, bf16, 6283, True, True, 6290) == (
+        "cross_entropy_row<__nv_bfloat16>", 1, 800, 0)
+
+
+def test_the_gpu_cases_reach_every_kernel_kind():
+    """Off 16 bytes and off their line, the GPU test's rows reach one CTA of registers, one CTA
+    with slots, and slot clusters of 2, 4 and 8 (with slots: KINDS' "slots"); register clusters
+    are its "registers" kind (test_the_gpu_cases_reach_every_shape_kind)."""
+    def pick(n, dt):
+        w = 16 // dt.itemsize
+        return cv.forward_pick(n, dt, -(-(n + w - 1) // w), True, True,
+                               -(-(n + 128 // dt.itemsize - 1) // w))[:2]
+    row, one = "cross_entropy_row<", "cross_entropy_row_slots<"
+    cl = "cross_entropy_row_cluster_slots<"
+    kinds = {dt: [(e.split("<")[0] + "<", c) for e, c in (pick(n, dt) for n in GPU_N)]
+             for dt in (torch.bfloat16, torch.float32)}
+    assert kinds[torch.bfloat16] == [(row, 1), (row, 1), (one, 1), (cl, 2), (cl, 2), (cl, 4)]
+    assert kinds[torch.float32] == [(row, 1), (one, 1), (cl, 2), (cl, 4), (cl, 4), (cl, 8)]
 
 
 def _inplace(x, t, w, eps, reduction, g, on_chip, monkeypatch, kind="slots"):

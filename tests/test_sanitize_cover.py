@@ -27,7 +27,7 @@ CUDA = [v.name for v in kernel_lab.variants() if v.backend == "cuda"]
 # (kernel_lab.cross_entropy(..., inplace_backward=True)): no registered variant, so no
 # `check --sanitize` run, reaches them. test_in_place_kinds_are_launched_by_the_in_place_mode.
 IN_PLACE_ONLY = {"cuda_cross_entropy": {"cross_entropy_fwd<true>", "cross_entropy_row",
-                                        "cross_entropy_row_cluster",
+                                        "cross_entropy_row_cluster", "cross_entropy_row_slots",
                                         "cross_entropy_row_cluster_slots"},
                  "cuda_cross_entropy_backward": {"cross_entropy_scale"}}
 
@@ -65,7 +65,8 @@ def test_in_place_kinds_are_launched_by_the_in_place_mode(monkeypatch):
     for dtype in DTYPES:
         kinds = set()
         for on_chip, slots, n in ((False, True, 781), (True, True, 781), (True, True, 262144),
-                                  (True, False, 262144)):
+                                  (True, False, 262144), (True, True, 32000),
+                                  (True, True, 50257)):
             monkeypatch.setattr(ce, "ON_CHIP_IN_PLACE", on_chip)
             monkeypatch.setattr(ce, "ON_CHIP_SLOTS", slots)
             logits = torch.empty(3, n, dtype=dtype, device="meta")

@@ -31,14 +31,13 @@ from kernel_lab.ops.cross_entropy.op import check_call, check_kwargs, lse_dtype
 _T = [ctype(dt) for dt in ALL_DTYPES]
 _ROW_T = [ctype(dt) for dt in ALL_DTYPES if dt != torch.float64]
 ROW_VECTORS = 8  # 16-byte windows a thread of cross_entropy_row holds (kRowVectors)
-# CTAs a row (more than one: sm_90's clusters). A row past one CTA of 1024 threads takes 4 CTAs
-# of <= 512, not 2 of 1024 (two an SM: bf16 128256, 433 vs 455 us a step on an H100); 2 only
-# for rows past ROW_ONE_CTA threads
-ROW_CLUSTERS = (1, 2, 4, 8)
-ROW_ONE_CTA = 1024  # one CTA a row while it needs at most this many threads
+# CTAs a row (more than one: sm_90's clusters); never 2: a row past one CTA of 1024 threads
+# takes 4 CTAs of <= 512 (two an SM: bf16 128256, 433 vs 2 x 1024's 455 us a step on an H100)
+ROW_CLUSTERS = (1, 4, 8)
 # A row that needs more threads of one CTA than this takes one CTA of SLOT_THREADS with slots
-# (cross_entropy_row_slots: two an SM) where they hold it; 1024: never
-SLOTS_PAST = 1024
+# (cross_entropy_row_slots: two rows an SM, not one) where they hold it; 1024: never. H100, bf16
+# step: 40000 / 50257 / 65536 classes 386 / 385 / 386 us vs 438 / 427 / 392 on one CTA of 640-1024
+SLOTS_PAST = 512
 SLOT_CLUSTERS = (2, 4, 8)  # cross_entropy_row_cluster_slots: CTAs a row
 SLOT_THREADS, MAX_SLOTS = 512, 12  # its CTAs: two an SM, <= 96 KB of slots each
 
@@ -121,7 +120,7 @@ def row_shape(windows: int, cluster: bool = True, max_threads: int = 512) -> tup
     none without clusters) of <= max_threads threads (two CTAs an SM: 5-17 % faster than half
     as many CTAs of 1024), else of up to 1024; None when 8 such CTAs do not hold them."""
     one = max(64, cdiv(cdiv(windows, ROW_VECTORS), 32) * 32)
-    if one <= ROW_ONE_CTA or (one <= 1024 and not cluster):
+    if one <= 1024:
         return one, 1
     for cap in (max_threads, 1024):
         for cl in ROW_CLUSTERS[1:] if cluster else ():
