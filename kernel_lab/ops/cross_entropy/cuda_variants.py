@@ -172,9 +172,10 @@ def forward_pick(n: int, dtype: torch.dtype, windows: int, cluster: bool, fused:
     """(kernel, CTAs a row, threads, slots) of the forward for rows of ``n`` spanning
     ``windows`` (``lines``: counted from their first 128-byte line): for the ``fused``
     forward (it writes the gradient: over the logits or beside them) the row on chip (two
-    passes) where it fits: one CTA's registers (cross_entropy_row,
-    :func:`row_shape`), else with clusters registers and shared-memory slots
-    (:func:`slots_shape`, ON_CHIP_SLOTS), else more CTAs' registers; else a block a row
+    passes) where it fits: one CTA's registers (cross_entropy_row, :func:`row_shape`) while
+    it needs <= SLOTS_PAST threads, else one CTA of 512 with shared-memory slots
+    (cross_entropy_row_slots), else with clusters registers and slots (:func:`slots_shape`;
+    both slot kinds: ON_CHIP_SLOTS), else more CTAs' registers; else a block a row
     (cross_entropy_fwd; float64 always). The plain forward stays a block a row: on chip it ran
     3-11 % slower a step (H100, bf16 and fp32, 50257-262144 classes) but at 1024 x 262144 bf16
     (3 % faster)."""
