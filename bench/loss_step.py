@@ -3,6 +3,7 @@
     python bench/loss_step.py [--n 32000,50257,...] [--dtype float32,bfloat16] [--json FILE]
     python bench/loss_step.py --cells 256x262144,1024x262144 --dtype bfloat16 \
         --modes torch,lab,"lab fused" --profile     # given cells, some modes, their kernels
+    python bench/loss_step.py --cells 256x262144,512x262144 --json F --append  # rows added
     python bench/loss_step.py --cells 5341x50257 --dtype bfloat16 --modes lab,"lab fused" \
         --ab ON_CHIP_SLOTS=False                   # each lab mode beside itself with a constant
 
@@ -88,6 +89,28 @@ def _peers() -> dict:
 
 
 ROUNDS = 5
+
+
+def earlier_rows(path: str) -> list[dict]:
+    """The rows of an earlier ``--json`` file (none where it does not exist yet)."""
+    try:
+        with open(path) as f:
+            rows = json.load(f)
+    except FileNotFoundError:
+        return []
+    if not isinstance(rows, list):
+        raise SystemExit(f"--append: {path} holds no loss_step rows")
+    return rows
+
+
+def merged(kept: list[dict], rows: list[dict]) -> list[dict]:
+    """``kept`` and the new ``rows``, a cell (dtype, M, N) timed again taking its new row, in
+    table order: by dtype (as first seen), N, then M; ``rows`` as timed when nothing is kept."""
+    if not kept:
+        return rows
+    cells = {(r["dtype"], r["m"], r["n"]): r for r in kept + rows}
+    dtypes = list(dict.fromkeys(r["dtype"] for r in kept + rows))
+    return sorted(cells.values(), key=lambda r: (dtypes.index(r["dtype"]), r["n"], r["m"]))
 DEVICE = "cuda"  # where the cells' tensors live (a CPU test of main() puts "cpu" here)
 
 
@@ -222,6 +245,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--n", default=",".join(map(str, VOCAB_N)))
     p.add_argument("--dtype", default="float32,bfloat16")
     p.add_argument("--json", default=None, help="write the rows here")
+    p.add_argument("--append", action="store_true",
+                   help="keep the rows already in --json (a cell timed again replaces its row; "
+                        "the table's few-row cells from a second process)")
     p.add_argument("--rounds", type=int, default=ROUNDS, help="rounds per mode (interleaved)")
     p.add_argument("--peers", choices=("auto", "none"), default="auto",
                    help="auto: QuACK and Liger where they import; none: not imported")
@@ -279,6 +305,9 @@ def main(argv: list[str] | None = None) -> None:
     for module, name, value in settings:
         print(f"--ab: the modes marked [{name}={value!r}] run with {module.__name__}.{name} "
               f"= {value!r} (else {getattr(module, name)!r})")
+    if args.append and not args.json:
+        p.error("--append keeps the rows of a --json file: name one")
+    kept = earlier_rows(args.json) if args.append else []
     rows = []
     for dtype in map(parse_dtype, args.dtype.split(",")):
         for m, n in cells or [((1 << 28) // n, n) for n in map(int, args.n.split(","))]:
@@ -314,7 +343,7 @@ def main(argv: list[str] | None = None) -> None:
                          "stats_us": got, "bound_us": bounds, "host_us": host})
             if args.json:  # after every cell: a run cut short keeps the cells it timed
                 with open(args.json, "w") as f:
-                    json.dump(rows, f, indent=1)
+                    json.dump(merged(kept, rows), f, indent=1)
             if args.profile:
                 for name, (fn, inplace) in modes.items():
                     with setting(ab_of(name)):

@@ -75,7 +75,7 @@ the variant does not take that row. Generated (do not edit):
         bench/results/compare_gate_h100.json \\
         > bench/results/README.md
 
-A new sweep (`bash .ci/gpu-bench forward backward loss lmhead`) or gate verdict (`bash .ci/gpu-bench
+A new sweep (`bash .ci/gpu-bench forward backward loss lossstep lmhead`) or gate verdict (`bash .ci/gpu-bench
 compare`, joined by `bench/compare_gate.py --merge`) replaces the files here.
 """
 

@@ -121,6 +121,26 @@ def test_loss_step_main_runs_its_cells_end_to_end_on_a_stand_in(monkeypatch, tmp
     assert len(lines) == 2 and all("[host 8]" in ln and "x1.00" in ln for ln in lines)
 
 
+def test_loss_step_append_adds_cells_to_an_earlier_json_in_table_order(monkeypatch, tmp_path):
+    """--append: a second process's cells join the file's rows (a cell timed again replaces
+    its row), by dtype as first seen, N, then M; without --json it is refused."""
+    ls = _loss_step_on_a_stand_in(
+        monkeypatch, step_ms=lambda loss_fn, x, t, inplace=False: 1.0,
+        host_us=lambda loss_fn, x, t, inplace=False, steps=20, sync=None: 7.0)
+    out = tmp_path / "rows.json"
+    run = ["--dtype", "float32,bfloat16", "--peers", "none", "--rounds", "1", "--modes", "torch"]
+    ls.main(["--cells", "4x16,3x8", *run, "--json", str(out)])
+    first = {(r["dtype"], r["m"], r["n"]): r["measured_utc"] for r in json.loads(out.read_text())}
+    ls.main(["--cells", "2x16,3x8", *run, "--json", str(out), "--append"])
+    rows = json.loads(out.read_text())
+    assert [(r["dtype"], r["m"], r["n"]) for r in rows] == [
+        ("float32", 3, 8), ("float32", 2, 16), ("float32", 4, 16),
+        ("bfloat16", 3, 8), ("bfloat16", 2, 16), ("bfloat16", 4, 16)]
+    assert len(first) == 4 and all(r["us"] == {"torch": 1000.0} for r in rows)
+    with pytest.raises(SystemExit):
+        ls.main(["--cells", "3x8", *run, "--append"])
+
+
 def test_loss_step_ab_names_a_constant_of_the_launcher_or_the_drop_in():
     ls = _loss_step()
     assert ls.parse_ab("ON_CHIP_SLOTS=False") == (ls.cuda_variants, "ON_CHIP_SLOTS", False)
