@@ -75,8 +75,9 @@ the variant does not take that row. Generated (do not edit):
         bench/results/compare_gate_h100.json \\
         > bench/results/README.md
 
-A new sweep (`bash .ci/gpu-bench forward backward loss lossstep lmhead`) or gate verdict (`bash .ci/gpu-bench
-compare`, joined by `bench/compare_gate.py --merge`) replaces the files here.
+A new sweep (`bash .ci/gpu-bench forward backward loss lossstep lmhead`) or gate verdict
+(`bash .ci/gpu-bench compare`, joined by `bench/compare_gate.py --merge`) replaces the files
+here.
 """
 
 
