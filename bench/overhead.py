@@ -1,6 +1,7 @@
 """Per-call overhead: wall time of back-to-back calls on a small (launch-bound) tensor.
 
     python bench/overhead.py [--variant online_softmax] [--shape 32x1024]
+    python bench/overhead.py --step-profile    # + a cross-entropy step's host by function
 
 Prints microseconds per call, and the ratio to the row's own torch call (:func:`reference`:
 ``torch.softmax``, ``torch.log_softmax``, or ``torch.softmax`` recording for autograd where the
@@ -287,6 +288,35 @@ def step_gap(rows: int, n: int, rounds: int = 21, profiled: int = 5) -> dict[str
     return out
 
 
+def step_host_profile(rows: int, n: int, steps: int = 300, top: int = 25) -> str:
+    """Where a bf16 cross-entropy step's host time goes: ``steps`` back-to-back training steps
+    of ``kernel_lab.cross_entropy`` (after warm ones) under cProfile, its ``top`` calls by own
+    time, C calls (allocations, driver launches, stream queries) each their own row. cProfile
+    adds to every Python call, so read the rows against each other, not as the step's time."""
+    import cProfile
+    import io
+    import pstats
+
+    x = torch.randn(rows, n, device=DEVICE, dtype=torch.bfloat16).requires_grad_()
+    t = torch.randint(0, n, (rows,), device=DEVICE)
+
+    def run(k: int) -> None:
+        for _ in range(k):
+            x.grad = None
+            kernel_lab.cross_entropy(x, t).backward()
+
+    run(20)
+    torch.cuda.synchronize()
+    prof = cProfile.Profile()
+    prof.runcall(run, steps)
+    torch.cuda.synchronize()
+    out = io.StringIO()
+    stats = pstats.Stats(prof, stream=out)
+    stats.sort_stats("tottime").print_stats(top)
+    return (f"{rows} x {n} bf16 cross-entropy step, host by function over {steps} steps "
+            f"(cProfile; us a step = tottime / {steps} x 1e6):\n" + out.getvalue())
+
+
 PEER_PACKAGES = ("quack", "liger_kernel", "cut_cross_entropy")
 
 
@@ -320,6 +350,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--profile", action="store_true", help="cProfile the launcher: top 15 calls")
     p.add_argument("--pieces", action="store_true",
                    help="time each step of a warm run(VARIANT, x) on its own")
+    p.add_argument("--step-profile", action="store_true",
+                   help="cProfile a bf16 cross-entropy step (the first CE_STEPS cell): its "
+                        "host time by function")
     args = p.parse_args(argv)
     m, n = (int(s) for s in args.shape.split("x"))
     x = torch.randn(m, n, device="cuda")
@@ -340,6 +373,8 @@ def main(argv: list[str] | None = None) -> None:
         print("pieces of the launch path (us per call, back-to-back, no profiler):")
         for name, us in pieces(v, x).items():
             print(f"  {name:<45} {us:7.2f}")
+    if args.step_profile:
+        print(step_host_profile(*CE_STEPS[0]))
     if args.profile:
         import cProfile
         import pstats

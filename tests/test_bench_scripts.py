@@ -225,6 +225,19 @@ def test_loss_step_ab_repeated_gives_one_twin_a_setting(monkeypatch, tmp_path, c
 
 
 @pytest.mark.filterwarnings("ignore:CUDA is not available")  # the profiler's, on a CPU
+def test_overhead_step_host_profile_names_the_calls_of_a_cpu_step(monkeypatch):
+    """--step-profile's table on a small CPU step (the device sync stood in): cProfile's rows,
+    the lab's drop-in among them, headed by the cell and the step count."""
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "bench"))
+    import overhead
+
+    monkeypatch.setattr(overhead, "DEVICE", "cpu")
+    monkeypatch.setattr(overhead.torch.cuda, "synchronize", lambda *a: None)
+    text = overhead.step_host_profile(8, 40, steps=5, top=40)
+    assert text.startswith("8 x 40 bf16 cross-entropy step, host by function over 5 steps")
+    assert "tottime" in text and "api.py" in text and "(cross_entropy)" in text
+
+
 def test_overhead_step_gaps_print_every_step_and_the_floor_on_a_stand_in(monkeypatch, capsys):
     """bench/overhead.py's step-gap lines (``.ci/gpu``'s overhead stage) on small CPU cells, the
     device sync stood in: the lab's step, F.cross_entropy's and the no-kernel floor, each with
