@@ -118,7 +118,9 @@ def row_shape(windows: int, cluster: bool = True, max_threads: int = 512) -> tup
     windows on chip, 8 vectors a thread: one CTA of up to 1024 threads where it holds them (H100,
     in-place step: 8-9 % faster than two CTAs of half its size), else the fewest CTAs (4, 8;
     none without clusters) of <= max_threads threads (two CTAs an SM: 5-17 % faster than half
-    as many CTAs of 1024), else of up to 1024; None when 8 such CTAs do not hold them."""
+    as many CTAs of 1024), else of up to 1024; None when 8 such CTAs do not hold them. With
+    slots (ON_CHIP_SLOTS), :func:`forward_pick` sends one CTA past SLOTS_PAST threads to
+    ``cross_entropy_row_slots`` instead."""
     one = max(64, cdiv(cdiv(windows, ROW_VECTORS), 32) * 32)
     if one <= 1024:
         return one, 1
