@@ -275,3 +275,29 @@ def test_a_slot_launch_carries_its_shared_memory_and_slots(stand_in, monkeypatch
     assert row.source[1] == "cross_entropy_row_cluster_slots<__nv_bfloat16, 2>"
     assert (row.grid, row.block, row.shared_mem) == ((6,), (512,), 8 * 512 * 16)
     assert row.signature == cv.SLOTS_SIG and row.args[-1] == 8 and raised == [8 * 512 * 16]
+
+
+@pytest.mark.parametrize("n", [700, 32000, 50257, 151936, 262144, 600000])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
+def test_picks_shows_what_a_training_step_launches(n, dtype, stand_in, monkeypatch):  # noqa: F811
+    """`python -m kernel_lab picks`'s training-step line (step_forward_shape) names the kernel,
+    CTAs, threads and slots the fused forward launches for contiguous rows on sm_90."""
+    monkeypatch.setattr(cv.jit, "set_max_dynamic_shared", lambda fn, n: None)
+    monkeypatch.setattr(cv, "unit", lambda device, dtype: torch.ones((), dtype=dtype))
+    buf = torch.zeros(3 * n + 64, dtype=dtype)
+    start = (-buf.data_ptr() % 128) // dtype.itemsize
+    x = buf[start:start + 3 * n].view(3, n)  # contiguous rows from a 128-byte line, as allocated
+    with as_if_on(ARCHS["sm_90"]):
+        cv.fused_forward(x, torch.zeros(3, dtype=torch.int64), None, -100, "mean", 0.0)
+    (fwd,) = [la for la in stand_in.launches if la.source[1].startswith("cross_entropy_row")
+              or la.source[1].startswith("cross_entropy_fwd")]
+    name, ctas = fwd.source[1].split("<")[0], fwd.grid[0] // 3
+    text = cv.step_forward_shape(n, dtype, ARCHS["sm_90"])
+    assert f"gradient): {name}," in text
+    if name == "cross_entropy_fwd":
+        assert f", {fwd.block[0]} threads a row" in text
+    else:
+        assert f"{ctas} CTA{'s' if ctas > 1 else ''} of {fwd.block[0]} threads a row" in text
+        slots = fwd.args[-1] if name.endswith("slots") else 0
+        assert (f", {slots} slots a thread" in text) == bool(slots)
+    assert text in cv.launch_shape(n, dtype)

@@ -409,11 +409,31 @@ def scale(dx: torch.Tensor, g: torch.Tensor) -> None:
 
 
 def launch_shape(n: int, dtype: torch.dtype, arch=None) -> str:
-    """What the forward launches for contiguous rows of n (``python -m kernel_lab picks``); the
-    same on every arch (no clusters, static shared memory)."""
+    """What the forward launches for contiguous rows of n (``python -m kernel_lab picks``): the
+    op's own forward, the same on every arch (no clusters, static shared memory); then what a
+    training step's forward runs there instead (:func:`step_forward_shape`)."""
     return (f"cross_entropy_fwd<{ctype(dtype)}, false>: one block of "
             f"{forward_threads(n, dtype)} threads a row (fewer where that puts every row in one "
-            f"wave: one_wave_threads), then cross_entropy_reduce (1 block)")
+            f"wave: one_wave_threads), then cross_entropy_reduce (1 block). "
+            + step_forward_shape(n, dtype, arch))
+
+
+def step_forward_shape(n: int, dtype: torch.dtype, arch=None) -> str:
+    """The forward of a training step on contiguous rows of n (the drop-in with autograd
+    recording, DEFAULT_FUSED or ``inplace_backward``: it writes the gradient) on ``arch``
+    (default sm_90), rows off 16 bytes and 128-byte lines counted at their worst phase; kernel
+    names without their template arguments (the registered variant alone never runs them)."""
+    es = dtype.itemsize
+    spans = [cdiv(n, 16 // es) if n * es % align == 0 else cdiv(n + align // es - 1, 16 // es)
+             for align in (16, 128)]
+    cluster = True if arch is None else arch.cluster
+    expr, ctas, threads, slots = forward_pick(n, dtype, spans[0], cluster, True, spans[1])
+    name = expr.split("<")[0]
+    head = "A training step's forward (it writes the gradient): "
+    if name == "cross_entropy_fwd":
+        return head + f"cross_entropy_fwd, the row re-read from L2, {threads} threads a row"
+    return (head + f"{name}, the row on chip, {ctas} CTA{'s' if ctas > 1 else ''} of "
+            f"{threads} threads a row" + (f", {slots} slots a thread" if slots else ""))
 
 
 def backward_launch_shape(n: int, dtype: torch.dtype, arch=None) -> str:
