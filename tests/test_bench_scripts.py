@@ -238,6 +238,7 @@ def test_overhead_step_host_profile_names_the_calls_of_a_cpu_step(monkeypatch):
     assert "tottime" in text and "api.py" in text and "(cross_entropy)" in text
 
 
+@pytest.mark.filterwarnings("ignore:CUDA is not available, disabling CUDA profiling")
 def test_overhead_step_gaps_print_every_step_and_the_floor_on_a_stand_in(monkeypatch, capsys):
     """bench/overhead.py's step-gap lines (``.ci/gpu``'s overhead stage) on small CPU cells, the
     device sync stood in: the lab's step, F.cross_entropy's and the no-kernel floor, each with
