@@ -4,6 +4,7 @@
     python bench/loss_step.py --cells 256x262144,1024x262144 --dtype bfloat16 \
         --modes torch,lab,"lab fused" --profile     # given cells, some modes, their kernels
     python bench/loss_step.py --cells 256x262144,512x262144 --json F --append  # rows added
+    python bench/loss_step.py --cells 256x262144 --graph   # steps replayed from a CUDA graph
     python bench/loss_step.py --cells 5341x50257 --dtype bfloat16 --modes lab,"lab fused" \
         --ab ON_CHIP_SLOTS=False                   # each lab mode beside itself with a constant
 
@@ -214,6 +215,28 @@ def step_ms(loss_fn, x: torch.Tensor, t: torch.Tensor, inplace: bool = False) ->
                     return_mode="median")
 
 
+def graph_step_ms(loss_fn, x: torch.Tensor, t: torch.Tensor, inplace: bool = False) -> float:
+    """Median ms of one forward + backward (:func:`training_step`) replayed from a CUDA graph:
+    the device's time for the step with no host in it, as a captured training loop runs it
+    (``--graph``). Captured after two warm steps on a side stream; the graph (and its memory
+    pool) is dropped after timing."""
+    run = training_step(loss_fn, x, t, inplace)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        run()
+        run()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        run()
+    try:
+        return do_bench(graph.replay, warmup=5, rep=50, return_mode="median")
+    finally:
+        del graph
+        torch.cuda.empty_cache()
+
+
 def host_us(loss_fn, x: torch.Tensor, t: torch.Tensor, inplace: bool = False, steps: int = 20,
             sync=torch.cuda.synchronize) -> float:
     """Microseconds of host time a step takes to enqueue: ``steps`` steps back to back with no
@@ -255,6 +278,9 @@ def main(argv: list[str] | None = None) -> None:
                    help='rows x classes to time instead of M = 2^28 / N (e.g. "256x262144")')
     p.add_argument("--modes", default="", metavar="NAMES",
                    help='comma-separated modes to time (e.g. "torch,lab,lab fused"; default all)')
+    p.add_argument("--graph", action="store_true",
+                   help="time each step replayed from a CUDA graph (the device's time alone, "
+                        "no host: what a captured training loop sees); no [host] column")
     p.add_argument("--profile", action="store_true",
                    help="also one step of each mode under torch.profiler: its kernels a cell")
     p.add_argument("--ab", action="append", default=[], metavar="NAME=VALUE",
@@ -302,6 +328,8 @@ def main(argv: list[str] | None = None) -> None:
     print("a cell: median us (min, spread) x bound (3 passes; 2 in place, and for the lab's "
           "default steps, api.DEFAULT_FUSED) x torch [host us a step to "
           f"enqueue; {HOST_BOUND}: host-bound, the figure is the host's]")
+    if args.graph:
+        print("--graph: every step replayed from a CUDA graph (the device's time, no host)")
     for module, name, value in settings:
         print(f"--ab: the modes marked [{name}={value!r}] run with {module.__name__}.{name} "
               f"= {value!r} (else {getattr(module, name)!r})")
@@ -319,7 +347,7 @@ def main(argv: list[str] | None = None) -> None:
 
             def timed(name, fn, inplace, x=x, t=t):
                 with setting(ab_of(name)):
-                    return step_ms(fn, x, t, inplace) * 1e3
+                    return (graph_step_ms if args.graph else step_ms)(fn, x, t, inplace) * 1e3
 
             timers = {name: (lambda name=name, mode=mode: timed(name, *mode))
                       for name, mode in modes.items()}
@@ -328,17 +356,20 @@ def main(argv: list[str] | None = None) -> None:
             for name in got:
                 with setting(ab_of(name)):  # DEFAULT_FUSED, say, moves the bound too
                     bounds[name] = bound_us(_passes(name, modes[name][1]), one_pass, copy)
-                    host[name] = host_us(modes[name][0], x=x, t=t, inplace=modes[name][1])
+                    if not args.graph:  # a replay's host is the graph launch's
+                        host[name] = host_us(modes[name][0], x=x, t=t, inplace=modes[name][1])
             ref = got.get("torch", {}).get("median")
             line = "  ".join(
                 f"{k} {v['median']:6.0f} us ({v['min']:.0f}, {v['spread']:.0%}) "
                 f"x{v['median'] / bounds[k]:.2f}" + (f" x{ref / v['median']:.2f}" if ref else "")
-                + f" [host {host[k]:.0f}{HOST_BOUND if host_bound(host[k], v['median']) else ''}]"
+                + (f" [host {host[k]:.0f}"
+                   f"{HOST_BOUND if host_bound(host[k], v['median']) else ''}]" if host else "")
                 for k, v in got.items())
             print(f"{str(dtype)[6:]:8s} {m:5d} x {n:6d}  {line}", flush=True)
             rows.append({"dtype": str(dtype)[6:], "m": m, "n": n, "gpu": gpu, "copy_gbps": copy,
                          "measured_utc": stamp, "rounds": args.rounds, "peers": list(peers),
                          "ab": args.ab or None,  # the --ab specs, as given
+                         "graph": args.graph,  # CUDA-graph replays: no host in the figures
                          "us": {k: v["median"] for k, v in got.items()},
                          "stats_us": got, "bound_us": bounds, "host_us": host})
             if args.json:  # after every cell: a run cut short keeps the cells it timed

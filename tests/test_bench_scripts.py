@@ -141,6 +141,26 @@ def test_loss_step_append_adds_cells_to_an_earlier_json_in_table_order(monkeypat
         ls.main(["--cells", "3x8", *run, "--append"])
 
 
+def test_loss_step_graph_times_replays_and_drops_the_host_column(monkeypatch, tmp_path, capsys):
+    """--graph: every mode timed by graph_step_ms (not step_ms), no host time taken or shown,
+    the rows marked."""
+    def no_eager(*a, **k):
+        raise AssertionError("--graph timed an eager step")
+
+    ls = _loss_step_on_a_stand_in(monkeypatch, step_ms=no_eager, host_us=no_eager)
+    monkeypatch.setattr(ls, "graph_step_ms",
+                        lambda loss_fn, x, t, inplace=False: 0.25 if inplace else 0.5)
+    out = tmp_path / "rows.json"
+    ls.main(["--cells", "3x8", "--dtype", "float32", "--peers", "none", "--rounds", "2",
+             "--modes", "torch,lab fused", "--graph", "--json", str(out)])
+    (row,) = json.loads(out.read_text())
+    assert row["graph"] is True and row["host_us"] == {}
+    assert row["us"] == {"torch": 500.0, "lab fused": 250.0}
+    text = capsys.readouterr().out
+    (line,) = [ln for ln in text.splitlines() if ln.startswith("float32")]
+    assert "--graph: every step replayed from a CUDA graph" in text and "[host" not in line
+
+
 def test_loss_step_ab_names_a_constant_of_the_launcher_or_the_drop_in():
     ls = _loss_step()
     assert ls.parse_ab("ON_CHIP_SLOTS=False") == (ls.cuda_variants, "ON_CHIP_SLOTS", False)
