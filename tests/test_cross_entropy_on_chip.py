@@ -301,3 +301,4 @@ def test_picks_shows_what_a_training_step_launches(n, dtype, stand_in, monkeypat
         slots = fwd.args[-1] if name.endswith("slots") else 0
         assert (f", {slots} slots a thread" in text) == bool(slots)
     assert text in cv.launch_shape(n, dtype)
+    assert "float64 has no fused step" in cv.launch_shape(n, torch.float64)

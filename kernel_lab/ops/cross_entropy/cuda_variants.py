@@ -423,6 +423,8 @@ def step_forward_shape(n: int, dtype: torch.dtype, arch=None) -> str:
     recording, DEFAULT_FUSED or ``inplace_backward``: it writes the gradient) on ``arch``
     (default sm_90), rows off 16 bytes and 128-byte lines counted at their worst phase; kernel
     names without their template arguments (the registered variant alone never runs them)."""
+    if dtype == torch.float64:  # api._fused_applies: no fused step in float64
+        return "A training step runs this forward too (float64 has no fused step)"
     es = dtype.itemsize
     spans = [cdiv(n, 16 // es) if n * es % align == 0 else cdiv(n + align // es - 1, 16 // es)
              for align in (16, 128)]
