@@ -25,7 +25,8 @@ DTYPES = (torch.float32, torch.bfloat16)  # what .ci/gpu sanitizes
 CUDA = [v.name for v in kernel_lab.variants() if v.backend == "cuda"]
 # Kinds a variant's source declares that only the drop-in's in-place mode launches
 # (kernel_lab.cross_entropy(..., inplace_backward=True)): no registered variant, so no
-# `check --sanitize` run, reaches them. test_in_place_kinds_are_launched_by_the_in_place_mode.
+# `check --sanitize` run, reaches them (`.ci/gpu sanitize` memchecks them through
+# tests/test_cross_entropy_on_chip.py). test_in_place_kinds_are_launched_by_the_in_place_mode.
 IN_PLACE_ONLY = {"cuda_cross_entropy": {"cross_entropy_fwd<true>", "cross_entropy_row",
                                         "cross_entropy_row_cluster", "cross_entropy_row_slots",
                                         "cross_entropy_row_cluster_slots"},
