@@ -112,6 +112,8 @@ def merged(kept: list[dict], rows: list[dict]) -> list[dict]:
     cells = {(r["dtype"], r["m"], r["n"]): r for r in kept + rows}
     dtypes = list(dict.fromkeys(r["dtype"] for r in kept + rows))
     return sorted(cells.values(), key=lambda r: (dtypes.index(r["dtype"]), r["n"], r["m"]))
+
+
 DEVICE = "cuda"  # where the cells' tensors live (a CPU test of main() puts "cpu" here)
 
 

@@ -148,13 +148,18 @@ def slots_shape(line_windows: int, one: bool = False) -> tuple[int, int] | None:
     return None
 
 
+def spanned(n: int, es: int, align: int, on: bool) -> int:
+    """The 16-byte windows a row of ``n`` elements of ``es`` bytes spans counted from its first
+    ``align``-byte boundary: ceil(N / W) when every row starts ``on`` one, else for the worst
+    phase."""
+    return cdiv(n, 16 // es) if on else cdiv(n + align // es - 1, 16 // es)
+
+
 def _spanned(logits: torch.Tensor, align: int) -> int:
-    """The 16-byte windows each row spans counted from its first ``align``-byte boundary:
-    ceil(N / W) when every row starts on one, else for the worst phase."""
     m, n = logits.shape
     es = logits.element_size()
     on = logits.data_ptr() % align == 0 and (m == 1 or logits.stride(0) * es % align == 0)
-    return cdiv(n, 16 // es) if on else cdiv(n + align // es - 1, 16 // es)
+    return spanned(n, es, align, on)
 
 
 def line_windows(logits: torch.Tensor) -> int:
@@ -425,11 +430,10 @@ def step_forward_shape(n: int, dtype: torch.dtype, arch=None) -> str:
     names without their template arguments (the registered variant alone never runs them)."""
     if dtype == torch.float64:  # api._fused_applies: no fused step in float64
         return "A training step runs this forward too (float64 has no fused step)"
-    es = dtype.itemsize
-    spans = [cdiv(n, 16 // es) if n * es % align == 0 else cdiv(n + align // es - 1, 16 // es)
-             for align in (16, 128)]
+    es = dtype.itemsize  # rows of a fresh allocation start on a boundary when N * es does
+    windows, lines = (spanned(n, es, align, n * es % align == 0) for align in (16, 128))
     cluster = True if arch is None else arch.cluster
-    expr, ctas, threads, slots = forward_pick(n, dtype, spans[0], cluster, True, spans[1])
+    expr, ctas, threads, slots = forward_pick(n, dtype, windows, cluster, True, lines)
     name = expr.split("<")[0]
     head = "A training step's forward (it writes the gradient): "
     if name == "cross_entropy_fwd":
