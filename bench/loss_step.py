@@ -353,7 +353,9 @@ def main(argv: list[str] | None = None) -> None:
 
             timers = {name: (lambda name=name, mode=mode: timed(name, *mode))
                       for name, mode in modes.items()}
-            got = {name: stats(us) for name, us in interleaved(timers, args.rounds).items()}
+            errors: dict[str, str] = {}  # modes that raised: the row says why they are blank
+            got = {name: stats(us)
+                   for name, us in interleaved(timers, args.rounds, errors).items()}
             bounds, host = {}, {}
             for name in got:
                 with setting(ab_of(name)):  # DEFAULT_FUSED, say, moves the bound too
@@ -373,7 +375,8 @@ def main(argv: list[str] | None = None) -> None:
                          "ab": args.ab or None,  # the --ab specs, as given
                          "graph": args.graph,  # CUDA-graph replays: no host in the figures
                          "us": {k: v["median"] for k, v in got.items()},
-                         "stats_us": got, "bound_us": bounds, "host_us": host})
+                         "stats_us": got, "bound_us": bounds, "host_us": host,
+                         **({"errors": errors} if errors else {})})
             if args.json:  # after every cell: a run cut short keeps the cells it timed
                 with open(args.json, "w") as f:
                     json.dump(merged(kept, rows), f, indent=1)

@@ -185,7 +185,9 @@ def step_section(path: Path, rows: list[dict], commit: str | None) -> str:
         cells = [("**{}**" if k == best else "{}").format(
             f"{us[k]:,.0f} (x{us['torch'] / us[k]:.2f})") if k in us else "error" for k in names]
         lines.append(f"| {r['dtype']} | {r['n']} | {r['m']} | " + " | ".join(cells) + " |")
-    return "\n".join(lines + [""])
+    said = [f"- {r['dtype']} {r['m']} x {r['n']}, {name}: {why}"
+            for r in rows for name, why in (r.get("errors") or {}).items()]
+    return "\n".join(lines + ([""] + said if said else []) + [""])
 
 
 def gate_section(path: Path, v: dict) -> str:

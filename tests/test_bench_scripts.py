@@ -121,6 +121,27 @@ def test_loss_step_main_runs_its_cells_end_to_end_on_a_stand_in(monkeypatch, tmp
     assert len(lines) == 2 and all("[host 8]" in ln and "x1.00" in ln for ln in lines)
 
 
+def test_loss_step_keeps_why_a_mode_is_blank_in_its_row(monkeypatch, tmp_path, capsys):
+    """A mode that raises on one cell (QuACK's DSL on bf16 rows of 50257) is dropped from that
+    cell alone, and the row's ``errors`` says why in one line; a cell with none has no key."""
+    def step_ms(loss_fn, x, t, inplace=False):
+        if inplace and x.shape[1] == 8:
+            raise RuntimeError("\x1b[91merror:\x1b[0m could not build IR\nmore")
+        return 1.0
+
+    ls = _loss_step_on_a_stand_in(monkeypatch, step_ms=step_ms,
+                                  host_us=lambda loss_fn, x, t, inplace=False, steps=20,
+                                  sync=None: 7.0)
+    out = tmp_path / "rows.json"
+    ls.main(["--cells", "4x16,3x8", "--dtype", "float32", "--peers", "none", "--rounds", "2",
+             "--modes", "torch,lab fused", "--json", str(out)])
+    first, second = json.loads(out.read_text())
+    assert "errors" not in first and set(first["us"]) == {"torch", "lab fused"}
+    assert second["errors"] == {"lab fused": "RuntimeError: error: could not build IR"}
+    assert set(second["us"]) == set(second["host_us"]) == {"torch"}
+    assert "lab fused: RuntimeError: error: could not build IR" in capsys.readouterr().out
+
+
 def test_loss_step_append_adds_cells_to_an_earlier_json_in_table_order(monkeypatch, tmp_path):
     """--append: a second process's cells join the file's rows (a cell timed again replaces
     its row), by dtype as first seen, N, then M; without --json it is refused."""

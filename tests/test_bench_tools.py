@@ -247,6 +247,20 @@ def test_results_readme_is_generated_from_the_result_set():
     assert tables == [line for line in fresh.splitlines() if line.startswith(("|", "**", "## "))]
 
 
+def test_results_table_says_why_a_loss_step_cell_is_blank(tmp_path):
+    """A loss-step row whose mode raised: its cell reads "error" and a line under the table
+    gives the row's recorded reason (bench/loss_step.py's ``errors``)."""
+    row = {"dtype": "bfloat16", "m": 4, "n": 50257, "gpu": "stand-in", "copy_gbps": 1000.0,
+           "measured_utc": "2026-12-07 16:47 UTC", "us": {"torch": 10.0, "lab": 5.0}}
+    rows = [row, {**row, "m": 2, "n": 8, "us": {"torch": 10.0},
+                  "errors": {"lab": "DSLRuntimeError: could not build IR"}}]
+    path = tmp_path / "steps.json"
+    path.write_text(json.dumps(rows))
+    lines = _results_table(str(path), "--commit", "abc1234", "--no-header").splitlines()
+    assert "| bfloat16 | 8 | 2 | **10 (x1.00)** | error |" in lines
+    assert "- bfloat16 2 x 8, lab: DSLRuntimeError: could not build IR" in lines
+
+
 def test_results_table_shows_the_memory_column_where_the_json_has_it():
     """A saved sweep with the memory column: each timed cell reads "GB/s (% of copy) · forward /
     step" (older JSON without it keeps the plain cell)."""

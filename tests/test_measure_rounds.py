@@ -23,12 +23,25 @@ def test_rounds_interleave_reverse_and_drop_a_failing_mode(capsys):
         calls.append("peer")
         raise RuntimeError("row too long for this peer")
 
+    errors = {}
     got = rounds.interleaved({"torch": timer("torch", 2.0), "lab": timer("lab", 1.0),
-                              "peer": broken}, rounds=3)
+                              "peer": broken}, rounds=3, errors=errors)
     assert calls == ["torch", "lab", "peer", "lab", "torch", "torch", "lab"]
     assert got == {"torch": [2.0, 2.0, 2.0], "lab": [1.0, 1.0, 1.0]}
     assert "peer: RuntimeError: row too long" in capsys.readouterr().out
+    assert errors == {"peer": "RuntimeError: row too long for this peer"}
     assert rounds.stats([3.0, 1.0, 2.0]) == {"min": 1.0, "median": 2.0, "max": 3.0, "spread": 1.0}
+
+
+def test_an_error_is_one_line_without_terminal_colours():
+    """A DSL's compile error (QuACK's, bf16 rows of 50257): colour codes and many lines; the
+    race's line and its JSON keep the first line of text."""
+    e = RuntimeError("\n\x1b[91m\x1b[1merror[INTERNAL]:\x1b[0m The compiler could not build "
+                     "valid IR for this code.\n  \x1b[91merror:\x1b[0m more")
+    assert rounds.one_line(e) == ("RuntimeError: error[INTERNAL]: The compiler could not build "
+                                  "valid IR for this code.")
+    assert rounds.one_line(ValueError()) == "ValueError: "
+    assert rounds.one_line(ValueError("x" * 300), width=5) == "ValueError: xxxxx"
 
 
 def test_ratios_taken_within_rounds_cancel_a_drifting_machine():

@@ -5,13 +5,25 @@ its round cancels that drift outright."""
 
 from __future__ import annotations
 
+import re
 import statistics
 from collections.abc import Callable
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
-def interleaved(timers: dict[str, Callable[[], float]], rounds: int) -> dict[str, list[float]]:
+
+def one_line(e: BaseException, width: int = 100) -> str:
+    """``Type: message`` in one line of at most ``width`` characters of message: terminal colour
+    codes dropped, the first non-blank line kept (a DSL's compile errors span many)."""
+    lines = [ln.strip() for ln in _ANSI.sub("", str(e)).splitlines() if ln.strip()]
+    return f"{type(e).__name__}: {(lines[0] if lines else '')[:width]}"
+
+
+def interleaved(timers: dict[str, Callable[[], float]], rounds: int,
+                errors: dict[str, str] | None = None) -> dict[str, list[float]]:
     """Each timer's result in ``rounds`` rounds: every timer once a round, in the given order,
-    then reversed the next round. A timer that raises is dropped (its error printed)."""
+    then reversed the next round. A timer that raises is dropped, its error printed (and kept
+    in ``errors`` by name, in :func:`one_line`'s form)."""
     out: dict[str, list[float]] = {name: [] for name in timers}
     names = list(timers)
     for r in range(rounds):
@@ -21,7 +33,9 @@ def interleaved(timers: dict[str, Callable[[], float]], rounds: int) -> dict[str
             try:
                 out[name].append(timers[name]())
             except Exception as e:  # noqa: BLE001 - a peer's limit is a cell, not a stop
-                print(f"  {name}: {type(e).__name__}: {str(e)[:100]}")
+                print(f"  {name}: {one_line(e)}")
+                if errors is not None:
+                    errors[name] = one_line(e)
                 del out[name]
     return out
 
