@@ -31,7 +31,9 @@ whose forward only reads them, the backward reading them and writing dlogits; 2 
 forward writes dlogits: over them in the in-place modes, beside them in the lab's default
 step, ``api.DEFAULT_FUSED``), each at the device-to-device copy's GB/s measured
 in the same process. x torch is torch's median over the row's. [host] is the host time a step
-takes to enqueue (:func:`host_us`); near the median, the cell is host-bound. ``--peers none``
+takes to enqueue (:func:`host_us`); near the median, the cell is host-bound, and that mode's
+step is timed once more replayed from a CUDA graph ("graph": the device's own time and its x
+bound, as ``--graph`` times every mode; the row's ``graph_us``). ``--peers none``
 leaves QuACK and Liger unimported: their import is said in the first line, and it can move the
 lab's host time (H100, a run each way: the bf16 step's host gap 97 us without them, 260-312 us with
 them, in ``bench/overhead.py``), so compare a cell's [host] with and without.
@@ -65,7 +67,7 @@ from kernel_lab.checking.checker import parse_dtype  # noqa: E402
 from kernel_lab.core import plans  # noqa: E402
 from kernel_lab.measure.benchmarking import VOCAB_N, copy_bandwidth  # noqa: E402
 from kernel_lab.measure.profiled import kernel_table  # noqa: E402
-from kernel_lab.measure.rounds import interleaved, pick_modes, stats  # noqa: E402
+from kernel_lab.measure.rounds import interleaved, one_line, pick_modes, stats  # noqa: E402
 from kernel_lab.ops.cross_entropy import api, cuda_variants  # noqa: E402
 
 
@@ -329,7 +331,8 @@ def main(argv: list[str] | None = None) -> None:
           f"{', '.join(peers) or 'none'}")
     print("a cell: median us (min, spread) x bound (3 passes; 2 in place, and for the lab's "
           "default steps, api.DEFAULT_FUSED) x torch [host us a step to "
-          f"enqueue; {HOST_BOUND}: host-bound, the figure is the host's]")
+          f"enqueue; {HOST_BOUND}: host-bound, the figure is the host's; graph: then its "
+          "step replayed from a CUDA graph, us and x bound]")
     if args.graph:
         print("--graph: every step replayed from a CUDA graph (the device's time, no host)")
     for module, name, value in settings:
@@ -356,18 +359,26 @@ def main(argv: list[str] | None = None) -> None:
             errors: dict[str, str] = {}  # modes that raised: the row says why they are blank
             got = {name: stats(us)
                    for name, us in interleaved(timers, args.rounds, errors).items()}
-            bounds, host = {}, {}
+            bounds, host, graph = {}, {}, {}
             for name in got:
                 with setting(ab_of(name)):  # DEFAULT_FUSED, say, moves the bound too
                     bounds[name] = bound_us(_passes(name, modes[name][1]), one_pass, copy)
                     if not args.graph:  # a replay's host is the graph launch's
                         host[name] = host_us(modes[name][0], x=x, t=t, inplace=modes[name][1])
+                        if host_bound(host[name], got[name]["median"]):  # the device's own
+                            try:
+                                graph[name] = graph_step_ms(modes[name][0], x, t,
+                                                            modes[name][1]) * 1e3
+                            except Exception as e:  # noqa: BLE001 - a mode that syncs
+                                print(f"  {name}: no graph replay: {one_line(e)}")  # (sync)
             ref = got.get("torch", {}).get("median")
             line = "  ".join(
                 f"{k} {v['median']:6.0f} us ({v['min']:.0f}, {v['spread']:.0%}) "
                 f"x{v['median'] / bounds[k]:.2f}" + (f" x{ref / v['median']:.2f}" if ref else "")
                 + (f" [host {host[k]:.0f}"
-                   f"{HOST_BOUND if host_bound(host[k], v['median']) else ''}]" if host else "")
+                   f"{HOST_BOUND if host_bound(host[k], v['median']) else ''}"
+                   + (f"; graph {graph[k]:.0f} x{graph[k] / bounds[k]:.2f}" if k in graph
+                      else "") + "]" if host else "")
                 for k, v in got.items())
             print(f"{str(dtype)[6:]:8s} {m:5d} x {n:6d}  {line}", flush=True)
             rows.append({"dtype": str(dtype)[6:], "m": m, "n": n, "gpu": gpu, "copy_gbps": copy,
@@ -376,6 +387,7 @@ def main(argv: list[str] | None = None) -> None:
                          "graph": args.graph,  # CUDA-graph replays: no host in the figures
                          "us": {k: v["median"] for k, v in got.items()},
                          "stats_us": got, "bound_us": bounds, "host_us": host,
+                         **({"graph_us": graph} if graph else {}),
                          **({"errors": errors} if errors else {})})
             if args.json:  # after every cell: a run cut short keeps the cells it timed
                 with open(args.json, "w") as f:

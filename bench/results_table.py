@@ -177,13 +177,17 @@ def step_section(path: Path, rows: list[dict], commit: str | None) -> str:
              f"{rows[0]['gpu']}, measured {when_} at commit {commit}; copy "
              f"{rows[0]['copy_gbps']:,.0f} "
              "GB/s. One training step's loss (`loss.backward()` included), microseconds and the "
-             "speed-up over F.cross_entropy (**bold**: fastest)."
+             "speed-up over F.cross_entropy (**bold**: fastest)"
+             + ("; graph: a host-bound step replayed from a CUDA graph, the device's own "
+                "microseconds" if any(r.get("graph_us") for r in rows) else "") + "."
              + (f" {rows[0]['note']}" if rows[0].get("note") else ""), "",
              "| dtype | N | M | " + " | ".join(names) + " |", "|" + "---:|" * (3 + len(names))]
     for r in rows:
-        us, best = r["us"], min(r["us"], key=r["us"].get)
+        us, best, graph = r["us"], min(r["us"], key=r["us"].get), r.get("graph_us") or {}
         cells = [("**{}**" if k == best else "{}").format(
-            f"{us[k]:,.0f} (x{us['torch'] / us[k]:.2f})") if k in us else "error" for k in names]
+            f"{us[k]:,.0f} (x{us['torch'] / us[k]:.2f})")
+            + (f" · graph {graph[k]:,.0f}" if k in graph else "") if k in us else "error"
+            for k in names]
         lines.append(f"| {r['dtype']} | {r['n']} | {r['m']} | " + " | ".join(cells) + " |")
     said = [f"- {r['dtype']} {r['m']} x {r['n']}, {name}: {why}"
             for r in rows for name, why in (r.get("errors") or {}).items()]

@@ -142,6 +142,41 @@ def test_loss_step_keeps_why_a_mode_is_blank_in_its_row(monkeypatch, tmp_path, c
     assert "lab fused: RuntimeError: error: could not build IR" in capsys.readouterr().out
 
 
+def test_loss_step_times_a_host_bound_mode_again_from_a_cuda_graph(monkeypatch, tmp_path,
+                                                                  capsys):
+    """A mode whose [host] reaches its median is timed once more replayed from a CUDA graph
+    (the device's own time, beside the host's figure); a mode the device keeps busy is not,
+    and one that cannot be captured (``validate="sync"``) is said, its cell kept as timed."""
+    ls = _loss_step_on_a_stand_in(
+        monkeypatch, step_ms=lambda loss_fn, x, t, inplace=False: 0.01 if loss_fn is not
+        ls.F.cross_entropy else 1.0,
+        host_us=lambda loss_fn, x, t, inplace=False, steps=20, sync=None: 9.5)
+    captured = []
+
+    def graph_step_ms(loss_fn, x, t, inplace=False):
+        captured.append(inplace)
+        if inplace:
+            raise RuntimeError("operation not permitted when stream is capturing")
+        return 0.004
+
+    monkeypatch.setattr(ls, "graph_step_ms", graph_step_ms)
+    out = tmp_path / "rows.json"
+    ls.main(["--cells", "3x8", "--dtype", "float32", "--peers", "none", "--rounds", "2",
+             "--modes", "torch,lab,lab fused", "--json", str(out)])
+    (row,) = json.loads(out.read_text())
+    assert sorted(captured) == [False, True]  # lab and lab fused; torch is not host-bound
+    assert row["graph_us"] == {"lab": 4.0}
+    assert "errors" not in row and set(row["us"]) == {"torch", "lab", "lab fused"}
+    out_lines = capsys.readouterr().out.splitlines()
+    assert ("  lab fused: no graph replay: RuntimeError: operation not permitted when stream "
+            "is capturing") in out_lines
+    (line,) = [ln for ln in out_lines if ln.startswith("float32")]
+    lab = line.split("lab ")[1]
+    graph_x = 4.0 / row["bound_us"]["lab"]
+    assert f"[host 10 host-bound; graph 4 x{graph_x:.2f}]" in lab
+    assert "graph" not in line.split("lab ")[0]  # torch's cell
+
+
 def test_loss_step_append_adds_cells_to_an_earlier_json_in_table_order(monkeypatch, tmp_path):
     """--append: a second process's cells join the file's rows (a cell timed again replaces
     its row), by dtype as first seen, N, then M; without --json it is refused."""

@@ -259,6 +259,20 @@ def test_results_table_says_why_a_loss_step_cell_is_blank(tmp_path):
     lines = _results_table(str(path), "--commit", "abc1234", "--no-header").splitlines()
     assert "| bfloat16 | 8 | 2 | **10 (x1.00)** | error |" in lines
     assert "- bfloat16 2 x 8, lab: DSLRuntimeError: could not build IR" in lines
+    assert not any("graph" in line for line in lines)
+
+
+def test_results_table_shows_a_host_bound_steps_graph_replay_beside_it(tmp_path):
+    """A loss-step row with ``graph_us`` (a host-bound mode timed again from a CUDA graph):
+    that cell reads "us (x torch) · graph us", and the section says what graph means."""
+    row = {"dtype": "bfloat16", "m": 256, "n": 262144, "gpu": "stand-in", "copy_gbps": 1000.0,
+           "measured_utc": "2026-12-07 16:47 UTC", "us": {"torch": 434.0, "lab": 160.0},
+           "graph_us": {"lab": 114.4}}
+    path = tmp_path / "steps.json"
+    path.write_text(json.dumps([row]))
+    text = _results_table(str(path), "--commit", "abc1234", "--no-header")
+    assert "| bfloat16 | 262144 | 256 | 434 (x1.00) | **160 (x2.71)** · graph 114 |" in text
+    assert "graph: a host-bound step replayed from a CUDA graph" in text
 
 
 def test_results_table_shows_the_memory_column_where_the_json_has_it():
