@@ -232,12 +232,13 @@ def graph_step_ms(loss_fn, x: torch.Tensor, t: torch.Tensor, inplace: bool = Fal
         run()
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        run()
-    try:
+    try:  # a step that syncs fails its capture: the caller says so and goes on
+        with torch.cuda.graph(graph):
+            run()
         return do_bench(graph.replay, warmup=5, rep=50, return_mode="median")
     finally:
         del graph
+        torch.cuda.synchronize()
         torch.cuda.empty_cache()
 
 
