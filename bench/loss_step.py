@@ -259,6 +259,35 @@ def host_us(loss_fn, x: torch.Tensor, t: torch.Tensor, inplace: bool = False, st
     return took / steps * 1e6
 
 
+def graph_us_or_none(name: str, loss_fn, inplace: bool, x: torch.Tensor, t: torch.Tensor,
+                     uncapturable: set[str]) -> float | None:
+    """A host-bound mode's step replayed from a CUDA graph, in us (:func:`graph_step_ms`), or
+    None for a mode in ``uncapturable``, or whose capture fails (a host sync in the step: said,
+    and the mode added there so no later cell tries it again)."""
+    if name in uncapturable:
+        return None
+    try:
+        return graph_step_ms(loss_fn, x, t, inplace) * 1e3
+    except Exception as e:  # noqa: BLE001 - a mode that syncs cannot be captured
+        print(f"  {name}: no graph replay: {one_line(e)}")
+        uncapturable.add(name)
+        return None
+
+
+def cell_text(name: str, st: dict, bound: float, ref: float | None, host: float | None,
+              graph: float | None) -> str:
+    """One mode's cell of a printed row: median us (min, spread), x bound, x torch, then
+    [host us, "host-bound" where it reaches the median, and the graph replay's us and x bound
+    where one was timed]."""
+    text = (f"{name} {st['median']:6.0f} us ({st['min']:.0f}, {st['spread']:.0%}) "
+            f"x{st['median'] / bound:.2f}" + (f" x{ref / st['median']:.2f}" if ref else ""))
+    if host is None:
+        return text
+    bound_by_host = HOST_BOUND if host_bound(host, st["median"]) else ""
+    replay = f"; graph {graph:.0f} x{graph / bound:.2f}" if graph is not None else ""
+    return f"{text} [host {host:.0f}{bound_by_host}{replay}]"
+
+
 def profile_step(loss_fn, x: torch.Tensor, t: torch.Tensor, inplace: bool = False) -> str:
     """One forward + backward (after a warm one) under torch.profiler: its kernels by device
     time and the device's idle time between them, as :func:`step_ms` times it."""
@@ -369,23 +398,13 @@ def main(argv: list[str] | None = None) -> None:
                     bounds[name] = bound_us(_passes(name, modes[name][1]), one_pass, copy)
                     if not args.graph:  # a replay's host is the graph launch's
                         host[name] = host_us(modes[name][0], x=x, t=t, inplace=modes[name][1])
-                        if (host_bound(host[name], got[name]["median"])  # the device's own
-                                and name not in uncapturable):
-                            try:
-                                graph[name] = graph_step_ms(modes[name][0], x, t,
-                                                            modes[name][1]) * 1e3
-                            except Exception as e:  # noqa: BLE001 - a mode that syncs
-                                print(f"  {name}: no graph replay: {one_line(e)}")
-                                uncapturable.add(name)
+                        if host_bound(host[name], got[name]["median"]):  # the device's own
+                            us = graph_us_or_none(name, *modes[name], x, t, uncapturable)
+                            if us is not None:
+                                graph[name] = us
             ref = got.get("torch", {}).get("median")
-            line = "  ".join(
-                f"{k} {v['median']:6.0f} us ({v['min']:.0f}, {v['spread']:.0%}) "
-                f"x{v['median'] / bounds[k]:.2f}" + (f" x{ref / v['median']:.2f}" if ref else "")
-                + (f" [host {host[k]:.0f}"
-                   f"{HOST_BOUND if host_bound(host[k], v['median']) else ''}"
-                   + (f"; graph {graph[k]:.0f} x{graph[k] / bounds[k]:.2f}" if k in graph
-                      else "") + "]" if host else "")
-                for k, v in got.items())
+            line = "  ".join(cell_text(k, v, bounds[k], ref, host.get(k), graph.get(k))
+                             for k, v in got.items())
             print(f"{str(dtype)[6:]:8s} {m:5d} x {n:6d}  {line}", flush=True)
             rows.append({"dtype": str(dtype)[6:], "m": m, "n": n, "gpu": gpu, "copy_gbps": copy,
                          "measured_utc": stamp, "rounds": args.rounds, "peers": list(peers),
