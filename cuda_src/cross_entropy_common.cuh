@@ -43,6 +43,12 @@ __device__ __forceinline__ Vec<T> window(const T* row, int v, int n, int h, int 
 }
 
 // The weight of element e of the row (1 without weights; 0 outside the row).
+// The one-block kernels' row scans (cross_entropy_reduce, cross_entropy_coefs): a thread takes
+// rows r, r + blockDim.x, ... in that order (the fixed summation order), kScanBatch of them
+// loaded before any is used, so a scan of M rows waits M / (1024 kScanBatch) DRAM round trips,
+// not M / 1024 (the loop is not unrolled by the compiler: one load per trip, ~0.6 us each).
+constexpr int kScanBatch = 8;
+
 template <typename T> __device__ __forceinline__ Acc<T> weight_at(const T* w, int e, int n) {
   if (e < 0 || e >= n) return Acc<T>(0);
   return w ? to_acc(w[e]) : Acc<T>(1);

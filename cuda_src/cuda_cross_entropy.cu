@@ -311,17 +311,30 @@ __global__ void KLAB_CLUSTER_DIMS(CL) __launch_bounds__(1024)
 }
 
 // The reduced loss: sum of the rows' losses, divided by sum(w_t) when mean (0 / 0 = NaN when
-// every row is ignored, as PyTorch). One block; fixed summation order.
+// every row is ignored, as PyTorch). One block; fixed summation order, kScanBatch rows' loads in
+// flight a thread (a row past the end adds +0: the sums are those of the plain loop).
 template <typename T>
 __global__ void __launch_bounds__(1024)
-    cross_entropy_reduce(T* out, const Acc<T>* loss_rows, const Acc<T>* wt, long long rows,
-                         int mean) {
+    cross_entropy_reduce(T* out, const Acc<T>* __restrict__ loss_rows,
+                         const Acc<T>* __restrict__ wt, long long rows, int mean) {
   using A = Acc<T>;
+  constexpr int B = klab::ce::kScanBatch;
   __shared__ A red[32];
   A l = A(0), d = A(0);
-  for (long long r = threadIdx.x; r < rows; r += blockDim.x) {
-    l += loss_rows[r];
-    d += wt[r];
+  const long long step = blockDim.x;
+  for (long long r0 = threadIdx.x; r0 < rows; r0 += B * step) {
+    A lv[B], dv[B];
+#pragma unroll
+    for (int k = 0; k < B; ++k) {
+      const long long r = r0 + k * step;
+      lv[k] = r < rows ? loss_rows[r] : A(0);
+      dv[k] = r < rows ? wt[r] : A(0);
+    }
+#pragma unroll
+    for (int k = 0; k < B; ++k) {
+      l += lv[k];
+      d += dv[k];
+    }
   }
   l = klab::block_allreduce(l, klab::SumOp{}, A(0), red);
   if (mean) d = klab::block_allreduce(d, klab::SumOp{}, A(0), red);

@@ -3,7 +3,8 @@
 //
 // cross_entropy_coefs<T>: one block of 1024 threads: sum(w) and the mean's denominator
 //   sum(w_t) in a fixed order (deterministic), then each row's (A, B, D) for the upstream
-//   gradient. O(M + C); run before the backward and before the fused forward.
+//   gradient. O(M + C), kScanBatch rows' (classes') loads in flight a thread; run before the
+//   backward and before the fused forward.
 // cross_entropy_bwd<T>: block (r, b) owns windows [b * span, (b + 1) * span) of row r; each of
 //   its 256 threads loads four 16-byte windows, then computes and stores them (grad_windows).
 //   Launch: grid (M, ceil(windows / span)), span = 2048 windows. Bytes: M * C * sizeof(T) read
@@ -45,41 +46,81 @@ __global__ void __launch_bounds__(1024)
                         long long ignore_index, const T* weight, double eps, const T* grad,
                         int grad_per_row, int mean) {
   using A = Acc<T>;
+  // rows' loads in flight a thread, in row order (fp64: half, or 64 registers spill)
+  constexpr int B = sizeof(A) == 8 ? klab::ce::kScanBatch / 2 : klab::ce::kScanBatch;
   __shared__ A red[32];
   A den = A(0), wsum = A(0);
+  const long long step = blockDim.x;
   if (mean) {
-    for (long long r = threadIdx.x; r < rows; r += blockDim.x) {
-      const long long t = target[r];
-      if (t != ignore_index && t >= 0 && t < n) den += klab::ce::weight_at(weight, int(t), n);
+    for (long long r0 = threadIdx.x; r0 < rows; r0 += B * step) {
+      long long tv[B];
+      A wv[B];
+#pragma unroll
+      for (int k = 0; k < B; ++k) {
+        const long long r = r0 + k * step;
+        tv[k] = r < rows ? target[r] : ignore_index;  // past the end: adds nothing
+      }
+#pragma unroll
+      for (int k = 0; k < B; ++k) {
+        const long long t = tv[k];
+        wv[k] = t != ignore_index && t >= 0 && t < n ? klab::ce::weight_at(weight, int(t), n)
+                                                     : A(0);
+      }
+#pragma unroll
+      for (int k = 0; k < B; ++k)
+        if (tv[k] != ignore_index && tv[k] >= 0 && tv[k] < n) den += wv[k];
     }
     den = klab::block_allreduce(den, klab::SumOp{}, A(0), red);
   }
   if (eps != 0.0f) {
     if (weight) {
-      for (int j = threadIdx.x; j < n; j += blockDim.x) wsum += klab::to_acc(weight[j]);
+      for (int j0 = threadIdx.x; j0 < n; j0 += B * blockDim.x) {  // sum(w): C / 1024 loads
+        A wj[B];
+#pragma unroll
+        for (int k = 0; k < B; ++k) {
+          const int j = j0 + k * blockDim.x;
+          wj[k] = j < n ? klab::to_acc(weight[j]) : A(0);
+        }
+#pragma unroll
+        for (int k = 0; k < B; ++k) wsum += wj[k];
+      }
       wsum = klab::block_allreduce(wsum, klab::SumOp{}, A(0), red);
     } else {
       wsum = A(n);
     }
   }
-  for (long long r = threadIdx.x; r < rows; r += blockDim.x) {
-    const long long t = target[r];
-    A s = klab::to_acc(grad[grad_per_row ? r : 0]);
-    if (mean) s /= den;
-    A a = A(0), b = A(0), d = A(0);
-    if (t != ignore_index) {
-      if (t < 0 || t >= n) {
-        a = b = d = A(CUDART_NAN);
-      } else {
-        const A wt = klab::ce::weight_at(weight, int(t), n);
-        b = s * (A(1) - A(eps)) * wt;
-        d = s * A(eps) / A(n);
-        a = b + d * wsum;
-      }
+  for (long long r0 = threadIdx.x; r0 < rows; r0 += B * step) {
+    long long tv[B];
+    A sv[B], wv[B];
+#pragma unroll
+    for (int k = 0; k < B; ++k) {  // every load of the batch before any store
+      const long long r = r0 + k * step;
+      tv[k] = r < rows ? target[r] : ignore_index;
+      sv[k] = r < rows ? klab::to_acc(grad[grad_per_row ? r : 0]) : A(0);
     }
-    coefs[3 * r] = a;
-    coefs[3 * r + 1] = b;
-    coefs[3 * r + 2] = d;
+#pragma unroll
+    for (int k = 0; k < B; ++k)
+      wv[k] = tv[k] >= 0 && tv[k] < n ? klab::ce::weight_at(weight, int(tv[k]), n) : A(0);
+#pragma unroll
+    for (int k = 0; k < B; ++k) {
+      const long long r = r0 + k * step, t = tv[k];
+      if (r >= rows) break;
+      A s = sv[k];
+      if (mean) s /= den;
+      A a = A(0), b = A(0), d = A(0);
+      if (t != ignore_index) {
+        if (t < 0 || t >= n) {
+          a = b = d = A(CUDART_NAN);
+        } else {
+          b = s * (A(1) - A(eps)) * wv[k];
+          d = s * A(eps) / A(n);
+          a = b + d * wsum;
+        }
+      }
+      coefs[3 * r] = a;
+      coefs[3 * r + 1] = b;
+      coefs[3 * r + 2] = d;
+    }
   }
 }
 
