@@ -43,15 +43,66 @@ __device__ __forceinline__ Vec<T> window(const T* row, int v, int n, int h, int 
 }
 
 // The weight of element e of the row (1 without weights; 0 outside the row).
-// The one-block kernels' row scans (cross_entropy_reduce, cross_entropy_coefs): a thread takes
-// rows r, r + blockDim.x, ... in that order (the fixed summation order), kScanBatch of them
-// loaded before any is used, so a scan of M rows waits M / (1024 kScanBatch) DRAM round trips,
-// not M / 1024 (the loop is not unrolled by the compiler: one load per trip, ~0.6 us each).
-constexpr int kScanBatch = 8;
-
 template <typename T> __device__ __forceinline__ Acc<T> weight_at(const T* w, int e, int n) {
   if (e < 0 || e >= n) return Acc<T>(0);
   return w ? to_acc(w[e]) : Acc<T>(1);
+}
+
+// The row scans of the small kernels (cross_entropy_reduce and _reduce_parts,
+// cross_entropy_coefs and _den_parts): a block sums rows [lo, hi), thread t rows lo + t,
+// lo + t + blockDim.x, ... in that order (the fixed summation order), kScanBatch of them loaded
+// before any is added, so a block waits (hi - lo) / (blockDim.x kScanBatch) DRAM round trips,
+// not (hi - lo) / blockDim.x (a plain loop is not unrolled: one load a trip, ~0.6 us each).
+// Past scan_blocks' rows (cuda_variants.py) a grid of blocks takes a chunk each, and one block
+// sums their parts.
+constexpr int kScanBatch = 8;
+
+// sa += a[r], sb += b[r] over this thread's rows of [lo, hi).
+template <typename A>
+__device__ __forceinline__ void scan_pair(const A* __restrict__ a, const A* __restrict__ b,
+                                          long long lo, long long hi, A& sa, A& sb) {
+  const long long step = blockDim.x;
+  for (long long r0 = lo + threadIdx.x; r0 < hi; r0 += kScanBatch * step) {
+    A av[kScanBatch], bv[kScanBatch];
+#pragma unroll
+    for (int k = 0; k < kScanBatch; ++k) {
+      const long long r = r0 + k * step;
+      av[k] = r < hi ? a[r] : A(0);  // past the end: + 0, the sums those of a plain loop
+      bv[k] = r < hi ? b[r] : A(0);
+    }
+#pragma unroll
+    for (int k = 0; k < kScanBatch; ++k) {
+      sa += av[k];
+      sb += bv[k];
+    }
+  }
+}
+
+// The sum of w_t over this thread's rows of [lo, hi) whose target is kept (not ignore_index,
+// inside [0, n)): the mean's denominator. B rows a batch (fp64 callers take fewer).
+template <typename T, int B>
+__device__ __forceinline__ Acc<T> scan_kept_weight(const long long* __restrict__ target,
+                                                   long long lo, long long hi, int n,
+                                                   long long ignore_index, const T* weight) {
+  using A = Acc<T>;
+  A den = A(0);
+  const long long step = blockDim.x;
+  for (long long r0 = lo + threadIdx.x; r0 < hi; r0 += B * step) {
+    long long tv[B];
+    A wv[B];
+#pragma unroll
+    for (int k = 0; k < B; ++k) {
+      const long long r = r0 + k * step;
+      tv[k] = r < hi ? target[r] : ignore_index;  // past the end: adds nothing
+    }
+#pragma unroll
+    for (int k = 0; k < B; ++k)
+      wv[k] = tv[k] != ignore_index && tv[k] >= 0 && tv[k] < n
+                  ? weight_at(weight, int(tv[k]), n) : A(0);
+#pragma unroll
+    for (int k = 0; k < B; ++k) den += wv[k];  // a row not kept adds +0: the plain loop's sum
+  }
+  return den;
 }
 
 // exp(x - m) for the sum loop. 2-byte rows: exp2(x * log2(e) - m * log2(e)), one FFMA and the
