@@ -41,6 +41,7 @@ import pytest
 import kernel_lab
 from kernel_lab.measure import benchmarking as bm
 from kernel_lab.measure import compare, sweep
+from kernel_lab.measure.rounds import one_line
 
 PAIRS = pytest.StashKey[list]()
 HOST_CELLS = pytest.StashKey[list]()
@@ -247,7 +248,7 @@ def host_candidates(pytestconfig: pytest.Config, bench_device: str) -> dict:
         try:
             fn()
         except Exception as e:  # noqa: BLE001 - one broken row (a peer) must not end the group
-            calls[label] = f"{label}: {type(e).__name__}: {str(e).splitlines()[0][:120]}"
+            calls[label] = f"{label}: {one_line(e, 120)}"
     return calls
 
 

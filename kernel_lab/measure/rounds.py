@@ -33,9 +33,10 @@ def interleaved(timers: dict[str, Callable[[], float]], rounds: int,
             try:
                 out[name].append(timers[name]())
             except Exception as e:  # noqa: BLE001 - a peer's limit is a cell, not a stop
-                print(f"  {name}: {one_line(e)}")
+                said = one_line(e)
+                print(f"  {name}: {said}")
                 if errors is not None:
-                    errors[name] = one_line(e)
+                    errors[name] = said
                 del out[name]
     return out
 
