@@ -48,6 +48,63 @@ template <typename T> __device__ __forceinline__ Acc<T> weight_at(const T* w, in
   return w ? to_acc(w[e]) : Acc<T>(1);
 }
 
+// The row scans of the small kernels (cross_entropy_reduce and _reduce_parts,
+// cross_entropy_coefs and _den_parts): a block sums rows [lo, hi), thread t rows lo + t,
+// lo + t + blockDim.x, ... in that order (the fixed summation order), kScanBatch of them loaded
+// before any is added, so a block waits (hi - lo) / (blockDim.x kScanBatch) DRAM round trips,
+// not (hi - lo) / blockDim.x (a plain loop is not unrolled: one load a trip, ~0.6 us each).
+// Past scan_blocks' rows (cuda_variants.py) a grid of blocks takes a chunk each, and one block
+// sums their parts.
+constexpr int kScanBatch = 8;
+
+// sa += a[r], sb += b[r] over this thread's rows of [lo, hi).
+template <typename A>
+__device__ __forceinline__ void scan_pair(const A* __restrict__ a, const A* __restrict__ b,
+                                          long long lo, long long hi, A& sa, A& sb) {
+  const long long step = blockDim.x;
+  for (long long r0 = lo + threadIdx.x; r0 < hi; r0 += kScanBatch * step) {
+    A av[kScanBatch], bv[kScanBatch];
+#pragma unroll
+    for (int k = 0; k < kScanBatch; ++k) {
+      const long long r = r0 + k * step;
+      av[k] = r < hi ? a[r] : A(0);  // past the end: + 0, the sums those of a plain loop
+      bv[k] = r < hi ? b[r] : A(0);
+    }
+#pragma unroll
+    for (int k = 0; k < kScanBatch; ++k) {
+      sa += av[k];
+      sb += bv[k];
+    }
+  }
+}
+
+// The sum of w_t over this thread's rows of [lo, hi) whose target is kept (not ignore_index,
+// inside [0, n)): the mean's denominator. B rows a batch (fp64 callers take fewer).
+template <typename T, int B>
+__device__ __forceinline__ Acc<T> scan_kept_weight(const long long* __restrict__ target,
+                                                   long long lo, long long hi, int n,
+                                                   long long ignore_index, const T* weight) {
+  using A = Acc<T>;
+  A den = A(0);
+  const long long step = blockDim.x;
+  for (long long r0 = lo + threadIdx.x; r0 < hi; r0 += B * step) {
+    long long tv[B];
+    A wv[B];
+#pragma unroll
+    for (int k = 0; k < B; ++k) {
+      const long long r = r0 + k * step;
+      tv[k] = r < hi ? target[r] : ignore_index;  // past the end: adds nothing
+    }
+#pragma unroll
+    for (int k = 0; k < B; ++k)
+      wv[k] = tv[k] != ignore_index && tv[k] >= 0 && tv[k] < n
+                  ? weight_at(weight, int(tv[k]), n) : A(0);
+#pragma unroll
+    for (int k = 0; k < B; ++k) den += wv[k];  // a row not kept adds +0: the plain loop's sum
+  }
+  return den;
+}
+
 // exp(x - m) for the sum loop. 2-byte rows: exp2(x * log2(e) - m * log2(e)), one FFMA and the
 // MUFU (bf16 at copy speed is issue-bound, 8 elements a clock an SM). x * log2(e) is exact inside
 // the FFMA; the error is m * log2(e)'s rounding, ulp(|m|) / 2 in the exponent: 2.4e-4 at

@@ -37,7 +37,9 @@
 //   cross_entropy_row_slots<T>: the same on one CTA (no cluster; any arch with cp.async), for
 //   rows that would need one CTA of more than 512 threads (alone on its SM): two rows an SM.
 // cross_entropy_reduce<T>: one block sums the per-row losses (and w_t for "mean") in a fixed
-//   order: the reduced loss, deterministic. O(M).
+//   order: the reduced loss, deterministic. O(M), 8 rows' loads in flight a thread. Past
+//   scan_blocks' rows, cross_entropy_reduce_parts<T> first: a block a chunk of rows, its two
+//   sums a part; cross_entropy_reduce then sums the parts (<= 1024).
 // Accumulates in fp32 (fp64 for double). Preconditions: C < 2^31; any row stride, alignment.
 #include "cross_entropy_common.cuh"
 #include "row_block_slots.cuh"
@@ -311,19 +313,38 @@ __global__ void KLAB_CLUSTER_DIMS(CL) __launch_bounds__(1024)
 }
 
 // The reduced loss: sum of the rows' losses, divided by sum(w_t) when mean (0 / 0 = NaN when
-// every row is ignored, as PyTorch). One block; fixed summation order.
+// every row is ignored, as PyTorch). One block, a fixed summation order (scan_pair); past
+// scan_blocks' rows it sums cross_entropy_reduce_parts' parts instead of the rows.
 template <typename T>
 __global__ void __launch_bounds__(1024)
-    cross_entropy_reduce(T* out, const Acc<T>* loss_rows, const Acc<T>* wt, long long rows,
-                         int mean) {
+    cross_entropy_reduce(T* out, const Acc<T>* __restrict__ loss_rows,
+                         const Acc<T>* __restrict__ wt, long long rows, int mean) {
   using A = Acc<T>;
   __shared__ A red[32];
   A l = A(0), d = A(0);
-  for (long long r = threadIdx.x; r < rows; r += blockDim.x) {
-    l += loss_rows[r];
-    d += wt[r];
-  }
+  klab::ce::scan_pair(loss_rows, wt, 0, rows, l, d);
   l = klab::block_allreduce(l, klab::SumOp{}, A(0), red);
   if (mean) d = klab::block_allreduce(d, klab::SumOp{}, A(0), red);
   if (threadIdx.x == 0) out[0] = klab::from_acc<T>(mean ? l / d : l);
+}
+
+// Many rows' losses (cuda_variants.scan_blocks): block b sums rows [b chunk, (b + 1) chunk)
+// into part_l[b] and their w_t into part_d[b] (scan_pair's order); cross_entropy_reduce sums
+// the parts. Grid: the parts, <= 1024 (one a thread of the final block).
+template <typename T>
+__global__ void __launch_bounds__(1024)
+    cross_entropy_reduce_parts(Acc<T>* part_l, Acc<T>* part_d,
+                               const Acc<T>* __restrict__ loss_rows,
+                               const Acc<T>* __restrict__ wt, long long rows, long long chunk) {
+  using A = Acc<T>;
+  __shared__ A red[32];
+  const long long lo = blockIdx.x * chunk, hi = lo + chunk < rows ? lo + chunk : rows;
+  A l = A(0), d = A(0);
+  klab::ce::scan_pair(loss_rows, wt, lo, hi, l, d);
+  l = klab::block_allreduce(l, klab::SumOp{}, A(0), red);
+  d = klab::block_allreduce(d, klab::SumOp{}, A(0), red);
+  if (threadIdx.x == 0) {
+    part_l[blockIdx.x] = l;
+    part_d[blockIdx.x] = d;
+  }
 }

@@ -260,6 +260,96 @@ def test_a_replay_declines_what_it_cannot_repoint(stand_in):
     assert stand_in.runs == {"forward": 1, "backward": 3}
 
 
+def test_scan_blocks_one_block_then_a_block_a_chunk_up_to_one_part_a_thread():
+    """The small kernels' row scans: one block to SCAN_ONE_BLOCK rows, then a block a
+    SCAN_BLOCK_ROWS chunk, at most MAX_SCAN_PARTS (the final block sums one part a thread)."""
+    assert cv.scan_blocks(0) == cv.scan_blocks(8388) == cv.scan_blocks(cv.SCAN_ONE_BLOCK) == 1
+    assert cv.scan_blocks(cv.SCAN_ONE_BLOCK + 1) == -(-(cv.SCAN_ONE_BLOCK + 1)
+                                                      // cv.SCAN_BLOCK_ROWS)
+    assert cv.scan_blocks(1 << 20) == 128  # 2^28 logits of 256 classes
+    assert cv.scan_blocks(1 << 28) == cv.MAX_SCAN_PARTS == 1024
+
+
+@pytest.fixture
+def few_scan_rows(monkeypatch):
+    """The row scans split past 4 rows, 2 a block: the parts path on small tensors."""
+    monkeypatch.setattr(cv, "SCAN_ONE_BLOCK", 4)
+    monkeypatch.setattr(cv, "SCAN_BLOCK_ROWS", 2)
+    plans.clear()
+    yield
+    plans.clear()
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+def test_many_rows_are_scanned_in_parts_and_replayed(stand_in, few_scan_rows, reduction):
+    """Past SCAN_ONE_BLOCK rows the reduction sums a block a chunk first (reduce_parts, then
+    reduce over the parts) and the coefficients take the mean's denominator in parts (den_parts,
+    "sum" needs none) on as many blocks; the plans replay the extra launches on fresh parts."""
+    m, c = 9, 16  # 5 blocks of 2 rows, the last of 1
+    t = torch.randint(0, c, (m,))
+    for _ in range(3):
+        x = torch.randn(m, c).requires_grad_()
+        before = len(stand_in.launches)
+        loss, dx = _step(x, t, None, reduction)
+        launches = stand_in.launches[before:]
+    assert stand_in.runs == {"forward": 1, "backward": 1}  # the others replayed
+    got = [(la.source[1].split("<")[0], la.grid) for la in launches]
+    den = [("cross_entropy_den_parts", (5,))] if reduction == "mean" else []
+    assert got == [("cross_entropy_fwd", (m,)), ("cross_entropy_reduce_parts", (5,)),
+                   ("cross_entropy_reduce", (1,)), *den,
+                   ("cross_entropy_coefs", (5,)), ("cross_entropy_bwd", (m, 1))]
+    parts, final = launches[1], launches[2]
+    assert parts.args[4:] == (m, 2)  # rows, chunk
+    assert final.args[1:4] == (parts.args[0], parts.args[1], 5)  # the parts, not the rows
+    coefs = launches[-2]
+    assert coefs.args[-1] == (5 if reduction == "mean" else 0)
+    if reduction == "mean":
+        assert coefs.args[-2] == launches[3].args[0]  # den_parts' parts
+
+
+@needs_cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("case", ["mean", "sum", "weighted", "smoothed", "ignored", "fused"])
+@pytest.mark.parametrize("size", ["lowered", "real"])
+def test_rows_scanned_in_parts_match_float64(monkeypatch, dtype, case, size):
+    """Many rows, the row scans in parts, against float64: loss and dlogits of plain and fused
+    (kernel_lab.cross_entropy's default step: coefficients before the forward) steps, outputs
+    into poisoned memory. "lowered": the thresholds lowered so 3,001 rows take 16 blocks of 188
+    (small enough for the race tools: .ci/gpu sanitize); "real": 40,000 rows, 5 blocks."""
+    if size == "lowered":
+        monkeypatch.setattr(cv, "SCAN_ONE_BLOCK", 1000)
+        monkeypatch.setattr(cv, "SCAN_BLOCK_ROWS", 200)
+    m, c = (3001, 7) if size == "lowered" else (40000, 3)
+    assert cv.scan_blocks(m) == (16 if size == "lowered" else 5)
+    reduction = "sum" if case == "sum" else "mean"
+    eps = 0.1 if case == "smoothed" else 0.0
+    w = torch.rand(c, device="cuda", dtype=dtype) if case == "weighted" else None
+    t = torch.randint(0, c, (m,), device="cuda")
+    if case == "ignored":
+        t[::3] = -100
+    x = torch.randn(m, c, device="cuda", dtype=dtype).requires_grad_()
+    torch.full((4 * m * c,), float("nan"), device="cuda")  # poison the freed blocks
+    plans.clear()
+    try:
+        if case == "fused":
+            x.grad = None
+            loss = kernel_lab.cross_entropy(x, t)
+            loss.backward()
+            dx = x.grad
+        else:
+            loss, dx = _step(x, t, w, reduction, eps)
+    finally:
+        plans.clear()  # no plan of the lowered thresholds outlives the test
+    xd = x.detach().double().requires_grad_()
+    ref = torch.nn.functional.cross_entropy(xd, t, w.double() if w is not None else None,
+                                            reduction=reduction, label_smoothing=eps)
+    ref.backward(torch.ones_like(ref))
+    tol = {"atol": 1e-5, "rtol": 1e-5} if dtype == torch.float32 else \
+        {"atol": 2e-2, "rtol": 2e-2}
+    torch.testing.assert_close(loss.double(), ref.detach(), **tol)
+    torch.testing.assert_close(dx.double(), xd.grad, **tol)
+
+
 @needs_cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("case", ["mean", "sum", "none", "weighted", "smoothed", "ignored"])

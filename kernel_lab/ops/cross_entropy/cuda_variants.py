@@ -2,9 +2,10 @@
 ``cuda_src/cuda_cross_entropy_backward.cu`` (shared: ``cross_entropy_common.cuh``).
 
 ``cuda_cross_entropy``: one kernel reads each row once (loss, lse, w_t per row), a second one
-block kernel reduces the loss ("mean", "sum").
-``cuda_cross_entropy_backward``: one block kernel turns the upstream gradient into three
-coefficients per row, then one read of the logits and one write of dlogits.
+block kernel reduces the loss ("mean", "sum"; past SCAN_ONE_BLOCK rows, a block a chunk first).
+``cuda_cross_entropy_backward``: a small kernel turns the upstream gradient into three
+coefficients per row (one block, or past SCAN_ONE_BLOCK rows a block a chunk, the mean's
+denominator summed in parts first), then one read of the logits and one write of dlogits.
 
 :func:`fused_forward` is a training step's forward (``kernel_lab.cross_entropy`` recorded by
 autograd): the forward kernel also writes the gradient for a unit upstream gradient, into a
@@ -61,13 +62,13 @@ def _launchable_forward(arch=None) -> list[str]:
 FORWARD = cuda_source(
     "cuda_cross_entropy.cu",
     [f"cross_entropy_fwd<{t}, {f}>" for t in _T for f in ("false", "true")]
-    + [f"cross_entropy_reduce<{t}>" for t in _T]
+    + [f"cross_entropy_reduce{k}<{t}>" for k in ("", "_parts") for t in _T]
     + [_row_expr(t, cl) for t in _ROW_T for cl in ROW_CLUSTERS]
     + [_slots_expr(t, cl) for t in _ROW_T for cl in (1, *SLOT_CLUSTERS)],
     launchable=_launchable_forward,
 )
 BACKWARD = cuda_source("cuda_cross_entropy_backward.cu",
-                       [f"cross_entropy_{k}<{t}>" for k in ("bwd", "coefs", "scale")
+                       [f"cross_entropy_{k}<{t}>" for k in ("bwd", "coefs", "den_parts", "scale")
                         for t in _T])
 FWD_SIG = "QQQQQQQqi4xqi4xQqQdQQ"
 ROW_SIG = FWD_SIG + "qq"  # cross_entropy_row: + the first wave's (rows, ns)
@@ -75,8 +76,16 @@ SLOTS_SIG = ROW_SIG + "i4x"  # cross_entropy_row_cluster_slots: + slots a thread
 SCALE_SIG = "Qqi4xqQ"
 SCALE_BLOCKS = 1024  # x 256 threads: the grid-stride loop of the in-place mode's g != 1
 BWD_SIG = "QQqi4xqi4xi4xQQQQ"
-COEFS_SIG = "QQqi4xqQdQi4xi4x"
+COEFS_SIG = "QQqi4xqQdQi4xi4xQi4x"
+DEN_PARTS_SIG = "QQqqi4xqQ"
 REDUCE_SIG = "QQQqi4x"
+REDUCE_PARTS_SIG = "QQQQqq"
+# The small kernels' row scans (the coefficients' denominator, the loss's reduction): one block
+# of 1024 threads up to SCAN_ONE_BLOCK rows (8 rows' loads a thread a trip: ~4 DRAM round trips
+# at most), else a block per SCAN_BLOCK_ROWS (at most MAX_SCAN_PARTS: one part a thread of the
+# block that sums them) and then one block over the parts: at 2^20 rows 1024 trips of one block
+# (predicted ~0.6 ms a scan on an H100) become one trip of 128 blocks and one of their parts.
+SCAN_ONE_BLOCK, SCAN_BLOCK_ROWS, MAX_SCAN_PARTS = 32768, 8192, 1024
 BWD_THREADS, BWD_WINDOWS_PER_THREAD = 256, 8
 ON_CHIP_IN_PLACE = True  # the in-place mode's rows on chip where they fit (False: the L2 re-read)
 ROW_MAX_THREADS = 512  # cross_entropy_row's clustered CTAs: at most this many while 8 a row do
@@ -227,17 +236,32 @@ def _prepare(logits, target, weight):
     return x, t, w
 
 
+def scan_blocks(rows: int) -> int:
+    """Blocks of the small kernels' row scans (SCAN_ONE_BLOCK): 1, or one a SCAN_BLOCK_ROWS
+    chunk of rows, at most MAX_SCAN_PARTS (then more rows a block)."""
+    return 1 if rows <= SCAN_ONE_BLOCK else min(MAX_SCAN_PARTS, cdiv(rows, SCAN_BLOCK_ROWS))
+
+
 def coefficients(target, weight, grad, n: int, ignore_index: int, reduction: str,
                  eps: float, dtype: torch.dtype) -> torch.Tensor:
     """(M, 3) per-row (A, B, D) of the gradient (cuda_src/cross_entropy_common.cuh); ``grad``
     0-d (one value for every row) or one a row, read in the logits' dtype (autograd's own:
-    no copy)."""
+    no copy). Past SCAN_ONE_BLOCK rows the mean's denominator is summed in parts first
+    (cross_entropy_den_parts) and the rows' coefficients are written by as many blocks."""
     m, dev = target.shape[0], device_index(target)
-    coefs = fresh(torch.empty((m, 3), dtype=acc_dtype(dtype), device=target.device))
+    acc, mean, blocks = acc_dtype(dtype), reduction == "mean", scan_blocks(m)
+    coefs = fresh(torch.empty((m, 3), dtype=acc, device=target.device))
     g = grad.to(dtype).contiguous()
-    _launch(BACKWARD, f"cross_entropy_coefs<{ctype(dtype)}>", (1,), 1024,
+    parts = None
+    if blocks > 1 and mean:
+        parts = fresh(torch.empty(blocks, dtype=acc, device=target.device))
+        _launch(BACKWARD, f"cross_entropy_den_parts<{ctype(dtype)}>", (blocks,), 1024,
+                (parts.data_ptr(), target.data_ptr(), m, cdiv(m, blocks), n, ignore_index,
+                 _ptr(weight)), DEN_PARTS_SIG, dev)
+    _launch(BACKWARD, f"cross_entropy_coefs<{ctype(dtype)}>", (blocks,), 1024,
             (coefs.data_ptr(), target.data_ptr(), m, n, ignore_index, _ptr(weight), eps,
-             g.data_ptr(), int(g.dim() > 0), int(reduction == "mean")), COEFS_SIG, dev)
+             g.data_ptr(), int(g.dim() > 0), int(mean), _ptr(parts),
+             blocks if parts is not None else 0), COEFS_SIG, dev)
     return coefs
 
 
@@ -287,15 +311,23 @@ def forward(logits, target, weight, ignore_index: int, reduction: str, eps: floa
     if none:
         return loss_none, lse
     loss = fresh(logits.new_empty(()))
+    sums, count, blocks = (loss_rows, wt), m, scan_blocks(m)
+    if blocks > 1:  # a block a chunk of rows first, then one over their parts
+        sums = tuple(fresh(torch.empty(blocks, dtype=acc, device=logits.device))
+                     for _ in range(2))
+        _launch(FORWARD, f"cross_entropy_reduce_parts<{ctype(logits.dtype)}>", (blocks,), 1024,
+                (sums[0].data_ptr(), sums[1].data_ptr(), loss_rows.data_ptr(), wt.data_ptr(),
+                 m, cdiv(m, blocks)), REDUCE_PARTS_SIG, dev)
+        count = blocks
     _launch(FORWARD, f"cross_entropy_reduce<{ctype(logits.dtype)}>", (1,), 1024,
-            (loss.data_ptr(), loss_rows.data_ptr(), wt.data_ptr(), m,
+            (loss.data_ptr(), sums[0].data_ptr(), sums[1].data_ptr(), count,
              int(reduction == "mean")), REDUCE_SIG, dev)
     return loss, lse
 
 
 @register("cuda_cross_entropy", op="cross_entropy", backend="cuda", dtypes=ALL_DTYPES,
           description="one block a row: online (max, sum) over 16-byte windows, one read; "
-          "a one-block reduction",
+          "a one-block reduction (a block a chunk of many rows first)",
           source="cuda_src/cuda_cross_entropy.cu")
 def cuda_cross_entropy(logits, target, weight=None, ignore_index=-100, reduction="mean",
                        label_smoothing=0.0):
@@ -324,7 +356,7 @@ def backward(logits, target, weight, lse, coefs, out=None) -> torch.Tensor:
 
 
 @register("cuda_cross_entropy_backward", op="cross_entropy_backward", backend="cuda",
-          dtypes=ALL_DTYPES, description="per-row coefficients (one block), then one read of "
+          dtypes=ALL_DTYPES, description="per-row coefficients (small kernels), then one read of "
           "the logits and one write of dlogits",
           source="cuda_src/cuda_cross_entropy_backward.cu")
 def cuda_cross_entropy_backward(logits, target, weight, lse, grad, ignore_index=-100,
@@ -419,7 +451,8 @@ def launch_shape(n: int, dtype: torch.dtype, arch=None) -> str:
     training step's forward runs there instead (:func:`step_forward_shape`)."""
     return (f"cross_entropy_fwd<{ctype(dtype)}, false>: one block of "
             f"{forward_threads(n, dtype)} threads a row (fewer where that puts every row in one "
-            f"wave: one_wave_threads), then cross_entropy_reduce (1 block). "
+            f"wave: one_wave_threads), then cross_entropy_reduce (1 block; past {SCAN_ONE_BLOCK} "
+            f"rows, cross_entropy_reduce_parts first). "
             + step_forward_shape(n, dtype, arch))
 
 
@@ -446,7 +479,8 @@ def backward_launch_shape(n: int, dtype: torch.dtype, arch=None) -> str:
     """What the backward launches for contiguous rows of n (``python -m kernel_lab picks``); the
     same on every arch."""
     spans = cdiv(_windows(n, dtype), BWD_THREADS * BWD_WINDOWS_PER_THREAD)
-    return (f"cross_entropy_coefs<{ctype(dtype)}> (1 block), then cross_entropy_bwd<"
+    return (f"cross_entropy_coefs<{ctype(dtype)}> (1 block; past {SCAN_ONE_BLOCK} rows, "
+            f"cross_entropy_den_parts and a block a chunk), then cross_entropy_bwd<"
             f"{ctype(dtype)}>: {spans} block(s) of {BWD_THREADS} threads a row")
 
 
