@@ -38,8 +38,9 @@ leaves QuACK and Liger unimported: their import is said in the first line, and i
 lab's host time (H100, a run each way: the bf16 step's host gap 97 us without them, 260-312 us with
 them, in ``bench/overhead.py``), so compare a cell's [host] with and without.
 ``--ab NAME=VALUE`` times every lab mode again in the same rounds (``"lab [NAME=VALUE]"``)
-with that tuning constant of the launcher (``cuda_variants``) or the drop-in (``api``) set: an
-A/B of a rule on the same tensors, machine and minute; repeated, one twin a setting (A/B/C).
+with that tuning constant of the launcher (``cuda_variants``), the drop-in (``api``) or the
+occupancy rules (``kernel_lab.cuda.occupancy``, e.g. the first wave's phases) set: an A/B of a
+rule on the same tensors, machine and minute; repeated, one twin a setting (A/B/C).
 Needs a GPU.
 """
 
@@ -65,6 +66,7 @@ from triton.testing import do_bench  # noqa: E402
 import kernel_lab  # noqa: E402
 from kernel_lab.checking.checker import parse_dtype  # noqa: E402
 from kernel_lab.core import plans  # noqa: E402
+from kernel_lab.cuda import occupancy  # noqa: E402
 from kernel_lab.measure.benchmarking import VOCAB_N, copy_bandwidth  # noqa: E402
 from kernel_lab.measure.profiled import kernel_table  # noqa: E402
 from kernel_lab.measure.rounds import interleaved, one_line, pick_modes, stats  # noqa: E402
@@ -157,7 +159,7 @@ def training_step(loss_fn, x: torch.Tensor, t: torch.Tensor, inplace: bool = Fal
     return run
 
 
-TUNABLE = (cuda_variants, api)  # the modules whose constants --ab may set
+TUNABLE = (cuda_variants, api, occupancy)  # the modules whose constants --ab may set
 
 
 def parse_ab(spec: str) -> tuple[object, str, object]:
@@ -318,7 +320,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--profile", action="store_true",
                    help="also one step of each mode under torch.profiler: its kernels a cell")
     p.add_argument("--ab", action="append", default=[], metavar="NAME=VALUE",
-                   help="also every lab mode with this constant of cuda_variants or api set "
+                   help="also every lab mode with this constant of cuda_variants, api or "
+                        "occupancy set "
                         '(e.g. "ON_CHIP_SLOTS=False"), in the same rounds; repeat it for '
                         "one twin a setting")
     args = p.parse_args(argv)

@@ -225,6 +225,8 @@ def test_loss_step_ab_names_a_constant_of_the_launcher_or_the_drop_in():
     assert ls.parse_ab("ON_CHIP_SLOTS=False") == (ls.cuda_variants, "ON_CHIP_SLOTS", False)
     assert ls.parse_ab(" DEFAULT_FUSED = False ") == (ls.api, "DEFAULT_FUSED", False)
     assert ls.parse_ab("ROW_MAX_THREADS=1024") == (ls.cuda_variants, "ROW_MAX_THREADS", 1024)
+    assert ls.parse_ab("FIRST_WAVE_BYTES_PER_NS=3000") == \
+        (ls.occupancy, "FIRST_WAVE_BYTES_PER_NS", 3000)
     for spec, said in [("ON_CHIP_SLOTS", "NAME=VALUE"), ("on_chip_slots=False", "upper-case"),
                        ("NO_SUCH_RULE=1", "no constant NO_SUCH_RULE"),
                        ("ON_CHIP_SLOTS=maybe", "not a Python literal"),
