@@ -49,6 +49,37 @@ def test_block_slots_launch_opts_in_to_its_shared_memory(monkeypatch, threads, s
     assert calls[1][1]["args"][-3:] == (slots, 2, 1234)  # slots, then the first wave's phases
 
 
+def test_copy_speed_from_the_drivers_memory_clock_and_bus(monkeypatch):
+    """copy_bytes_per_ns: COPY_OF_PEAK of the DRAM peak the driver's attributes give (an H100
+    SXM: 2,619 MHz x 2 x 5,120 bits; an H200: 3,201 MHz x 6,144 bits), kept per device;
+    FIRST_WAVE_BYTES_PER_NS where the driver gives no answer or an implausible one; first_wave
+    takes it."""
+    from cupy.cuda import runtime
+
+    from kernel_lab.cuda import occupancy as persistent
+
+    cards = {0: (2_619_000, 5120), 1: (3_201_000, 6144), 3: (0, 5120), 4: (2_619_000, 1 << 20)}
+    asked = []
+
+    def attribute(attr, dev):
+        asked.append(dev)
+        if dev not in cards:
+            raise runtime.CUDARuntimeError(100)  # cudaErrorNoDevice
+        return cards[dev][attr == runtime.cudaDevAttrGlobalMemoryBusWidth]
+
+    monkeypatch.setattr(runtime, "deviceGetAttribute", attribute)
+    persistent.copy_bytes_per_ns.cache_clear()
+    assert persistent.copy_bytes_per_ns(0) == 2950  # 3,352 GB/s peak; 2,981 measured
+    assert persistent.copy_bytes_per_ns(1) == 4327  # 4,917 GB/s peak; 4,170-4,300 measured
+    for dev in (2, 3, 4):  # no device; a clock of 0; a bus no DRAM has
+        assert persistent.copy_bytes_per_ns(dev) == persistent.FIRST_WAVE_BYTES_PER_NS
+    assert persistent.copy_bytes_per_ns(0) == 2950 and asked.count(0) == 2  # kept
+    persistent.copy_bytes_per_ns.cache_clear()  # not the fakes' answers for later tests
+    monkeypatch.setattr(persistent, "resident_groups", lambda *a: 62)
+    assert persistent.first_wave(None, "k", 512, 4, 0, 256, 524288, 0, 2950) == \
+        (62, 62 * 524288 // 2950)
+
+
 def test_block_slots_first_wave_in_phases(monkeypatch):
     """block_slots (one CTA or a cluster) gets (wave_rows, wave_ns): the rows resident at once
     (at most M) and their load time at FIRST_WAVE_BYTES_PER_NS; kinds not staggered and rows

@@ -6,6 +6,7 @@ that checks the API's answer on the hardware (:func:`cluster_placement`).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -78,20 +79,39 @@ def resident_groups(src, expr: str, threads: int, cluster: int, smem: int, dev: 
     return got
 
 
-# The first wave in phases (kinds block, block_slots): the wave's load time is estimated at the
-# H200's measured copy speed (4.2-4.3 TB/s); on another GPU only the phases' spacing is off, not
-# the answer. A/B in one process: 4,300 is the optimum (2,150 / 1,075 / 8,600 lose 0.2-2.9
-# points at 2-byte 50257-262144 and fp32 65536-131072).
+# The first wave in phases (kinds block, block_slots): the wave's load time at a copy speed.
+# FIRST_WAVE_BYTES_PER_NS is the H200's measured one (4.2-4.3 TB/s), the softmax launches' (A/B
+# there: 4,300 is the optimum; 2,150 / 1,075 / 8,600 lose 0.2-2.9 points at 2-byte 50257-262144
+# and fp32 65536-131072). The cross-entropy forward takes the device's own (copy_bytes_per_ns):
+# on an H100 (3,000 against 4,300, bf16 256 / 512 rows of 262144 from a CUDA graph, one
+# process) 117 / 208 us against 120 / 211.
 FIRST_WAVE_BYTES_PER_NS = 4300
+COPY_OF_PEAK = 0.88  # copy / DRAM peak: H100 SXM 2,981 of 3,352 GB/s, H200 4,170-4,300 of 4,915
+
+
+@functools.lru_cache(maxsize=None)
+def copy_bytes_per_ns(dev: int) -> int:
+    """Device ``dev``'s copy speed in bytes a nanosecond, estimated as COPY_OF_PEAK of its DRAM
+    peak (memory clock x bus width x 2, from the driver): ~2,950 on an H100 SXM, ~4,330 on an
+    H200. FIRST_WAVE_BYTES_PER_NS where the driver gives no answer or an implausible one."""
+    from cupy.cuda import runtime
+
+    try:
+        khz = runtime.deviceGetAttribute(runtime.cudaDevAttrMemoryClockRate, dev)
+        bits = runtime.deviceGetAttribute(runtime.cudaDevAttrGlobalMemoryBusWidth, dev)
+    except Exception:  # noqa: BLE001 - no device, or an attribute this driver lacks
+        return FIRST_WAVE_BYTES_PER_NS
+    got = round(khz * 1e3 * 2 * bits / 8 / 1e9 * COPY_OF_PEAK)  # bytes a ns
+    return got if 500 <= got <= 50000 else FIRST_WAVE_BYTES_PER_NS  # else not a DRAM answer
 
 
 def first_wave(src, expr: str, threads: int, cluster: int, smem: int, m: int, row_bytes: int,
-               dev: int) -> tuple[int, int]:
+               dev: int, bytes_per_ns: int | None = None) -> tuple[int, int]:
     """(wave_rows, wave_ns) for a kernel that starts its first wave in phases: the rows resident
     at once (:func:`resident_groups`, at most ``m``) and the time they take to load at
-    :data:`FIRST_WAVE_BYTES_PER_NS` (``row_bytes`` each)."""
+    ``bytes_per_ns`` (default :data:`FIRST_WAVE_BYTES_PER_NS`), ``row_bytes`` each."""
     rows = min(m, resident_groups(src, expr, threads, cluster, smem, dev))
-    return rows, rows * row_bytes // FIRST_WAVE_BYTES_PER_NS
+    return rows, rows * row_bytes // (bytes_per_ns or FIRST_WAVE_BYTES_PER_NS)
 
 
 def _max_active_clusters(func: int, threads: int, smem: int, cluster: int, dev: int) -> int:

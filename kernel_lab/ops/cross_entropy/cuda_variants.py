@@ -302,7 +302,8 @@ def forward(logits, target, weight, ignore_index: int, reduction: str, eps: floa
             flags.first_ptr if flags else 0, flags.raised_ptr if flags else 0)
     if expr.startswith("cross_entropy_row"):  # + the first wave's phases (and the slots)
         row_bytes, smem = n * logits.element_size(), slots * threads * 16
-        wave = occupancy.first_wave(FORWARD, expr, threads, ctas, smem, m, row_bytes, dev) \
+        wave = occupancy.first_wave(FORWARD, expr, threads, ctas, smem, m, row_bytes, dev,
+                                    occupancy.copy_bytes_per_ns(dev)) \
             if row_bytes >= STAGGER_MIN_ROW_BYTES else (0, 0)
         args, sig = ((*args, *wave, slots), SLOTS_SIG) if slots else ((*args, *wave), ROW_SIG)
         _launch(FORWARD, expr, (m * ctas,), threads, args, sig, dev, smem)
