@@ -115,7 +115,7 @@ def simulated_launches() -> Iterator[list[str]]:
         groups = min(m, _h100_groups(threads, cluster, smem))
         return (groups if max_groups is None else max(1, min(groups, max_groups))) * cluster
 
-    def first_wave(src, expr, threads, cluster, smem, m, row_bytes, dev):
+    def first_wave(src, expr, threads, cluster, smem, m, row_bytes, dev, bytes_per_ns=None):
         return min(m, _h100_groups(threads, cluster, smem)), 0
 
     stand_ins = {
@@ -124,6 +124,7 @@ def simulated_launches() -> Iterator[list[str]]:
         cuda_common.device_index: lambda t: 0,
         occupancy.persistent_grid: persistent_grid,
         occupancy.first_wave: first_wave,
+        occupancy.copy_bytes_per_ns: lambda dev: occupancy.FIRST_WAVE_BYTES_PER_NS,
         occupancy.resident_groups: lambda src, expr, threads, cluster, smem, dev: _h100_groups(
             threads, cluster, smem),
         occupancy.allow_non_portable_cluster: lambda *a, **k: None,
