@@ -74,6 +74,18 @@ def _step(x, t, w, reduction, eps=0.0, ignore_index=-100):
     return loss, x.grad
 
 
+def _match_float64(loss, dx, x, t, w, reduction: str, eps: float) -> None:
+    """A step's loss and dlogits against F.cross_entropy in float64 (unit upstream gradient)."""
+    xd = x.detach().double().requires_grad_()
+    ref = torch.nn.functional.cross_entropy(xd, t, w.double() if w is not None else None,
+                                            reduction=reduction, label_smoothing=eps)
+    ref.backward(torch.ones_like(ref))
+    tol = {"atol": 1e-5, "rtol": 1e-5} if x.dtype == torch.float32 else \
+        {"atol": 2e-2, "rtol": 2e-2}
+    torch.testing.assert_close(loss.double(), ref.detach(), **tol)
+    torch.testing.assert_close(dx.double(), xd.grad, **tol)
+
+
 def _args_by_role(launch, roles):
     """The launch's arguments with every pointer named by its role (or kept if unnamed)."""
     return tuple(roles.get(a, a) if isinstance(a, int) and not isinstance(a, bool) else a
@@ -340,14 +352,7 @@ def test_rows_scanned_in_parts_match_float64(monkeypatch, dtype, case, size):
             loss, dx = _step(x, t, w, reduction, eps)
     finally:
         plans.clear()  # no plan of the lowered thresholds outlives the test
-    xd = x.detach().double().requires_grad_()
-    ref = torch.nn.functional.cross_entropy(xd, t, w.double() if w is not None else None,
-                                            reduction=reduction, label_smoothing=eps)
-    ref.backward(torch.ones_like(ref))
-    tol = {"atol": 1e-5, "rtol": 1e-5} if dtype == torch.float32 else \
-        {"atol": 2e-2, "rtol": 2e-2}
-    torch.testing.assert_close(loss.double(), ref.detach(), **tol)
-    torch.testing.assert_close(dx.double(), xd.grad, **tol)
+    _match_float64(loss, dx, x, t, w, reduction, eps)
 
 
 @needs_cuda
@@ -367,14 +372,7 @@ def test_replayed_steps_are_correct(dtype, case):
         x = torch.randn(m, c, device="cuda", dtype=dtype).requires_grad_()
         torch.full((4 * m * c,), float("nan"), device="cuda")  # poison the freed blocks
         loss, dx = _step(x, t, w, reduction, eps)
-        xd = x.detach().double().requires_grad_()
-        ref = torch.nn.functional.cross_entropy(xd, t, w.double() if w is not None else None,
-                                                reduction=reduction, label_smoothing=eps)
-        ref.backward(torch.ones_like(ref))
-        tol = {"atol": 1e-5, "rtol": 1e-5} if dtype == torch.float32 else \
-            {"atol": 2e-2, "rtol": 2e-2}
-        torch.testing.assert_close(loss.double(), ref.detach(), **tol)
-        torch.testing.assert_close(dx.double(), xd.grad, **tol)
+        _match_float64(loss, dx, x, t, w, reduction, eps)
 
 
 @pytest.mark.parametrize("path", ["eager", "custom op"])
