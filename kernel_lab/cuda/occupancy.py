@@ -86,7 +86,7 @@ def resident_groups(src, expr: str, threads: int, cluster: int, smem: int, dev: 
 # on an H100 (3,000 against 4,300, bf16 256 / 512 rows of 262144 from a CUDA graph, one
 # process) 117 / 208 us against 120 / 211.
 FIRST_WAVE_BYTES_PER_NS = 4300
-COPY_OF_PEAK = 0.88  # copy / DRAM peak: H100 SXM 2,981 of 3,352 GB/s, H200 4,170-4,300 of 4,915
+COPY_OF_PEAK = 0.88  # measured copy / DRAM peak (GB/s): H100 SXM 2,981 / 3,352, H200 ~4,200 / 4,915
 
 
 @functools.lru_cache(maxsize=None)
