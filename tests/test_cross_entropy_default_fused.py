@@ -16,6 +16,7 @@ from test_plans_cross_entropy import (  # noqa: F401 - stand_in: the fixture
 )
 
 import kernel_lab
+from kernel_lab.core import plans
 from kernel_lab.ops.cross_entropy import api
 from kernel_lab.ops.cross_entropy import cuda_variants as cv
 
@@ -81,6 +82,10 @@ def test_the_fused_step_is_recorded_once_then_replayed(stand_in, monkeypatch,  #
         steps.append((ptr, x.grad.data_ptr(), loss.data_ptr(), stand_in.launches[before:]))
     assert stand_in.runs["forward"] == 1  # the launcher ran once: the others replayed it
     assert len(scales) == (reduction == "mean")  # the backward's scale too (none: a torch mul_)
+    # a replayed step allocates the loss, dlogits (unless in place) and one arena for the
+    # scratch (coefficients, lse, w_t, the rows' losses)
+    (step,) = [c for key, c in plans.PLANS.items() if key[0] is cv.fused_step]
+    assert len(step.replay.makers) == 2 + (not in_place)
     names = [[la.source[1] for la in launches] for *_, launches in steps]
     assert all(n == names[0] for n in names)
     assert names[0][1].startswith("cross_entropy_row")

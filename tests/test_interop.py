@@ -133,8 +133,9 @@ def test_record_launches_collects_name_and_shape(monkeypatch):
 def test_a_sequence_of_prepared_launches_is_one_frame_on_the_driver_path(monkeypatch):
     """sequence_runner: on the driver path (this thread made the context current, nothing
     records, one device) every launch gets its pointer slots from the inputs (owner k) or the
-    fresh tensors (~j) and goes to cuLaunchKernel in order, the stream read once; off it (another
-    thread's launches) each prepared launch runs its own path with the same pointers."""
+    fresh tensors' addresses (~j) and goes to cuLaunchKernel in order, the stream read once; off
+    it (another thread's launches) each prepared launch runs its own path with the same
+    pointers."""
     import types
 
     import torch
@@ -161,17 +162,17 @@ def test_a_sequence_of_prepared_launches_is_one_frame_on_the_driver_path(monkeyp
     me = threading.get_ident()
     a, b = fake(11, [0, 2], me), fake(22, [1, 3], me)
     x, y = torch.randn(3), torch.randn(3)
-    made = [torch.empty(2), torch.empty(5)]
+    made = [0x7f0000000200, 0x7f0000001000]  # two fresh tensors' addresses
     run = interop.sequence_runner([(a, (0, ~1)), (b, (~0, 1))])
     run((x, y), made)
     assert streams == [0]  # once for both launches
     assert launched == [
-        (11, 77, 110, [x.data_ptr(), 0, made[1].data_ptr(), 0]),
-        (22, 77, 220, [0, made[0].data_ptr(), 0, y.data_ptr()])]  # (a buffer a launch)
+        (11, 77, 110, [x.data_ptr(), 0, made[1], 0]),
+        (22, 77, 220, [0, made[0], 0, y.data_ptr()])]  # (a buffer a launch)
     assert a.calls == b.calls == []
     # launches prepared on another thread: each its own path, the same pointers
     a2, b2 = fake(11, [0, 2], me + 1), fake(22, [1, 3], me + 1)
     interop.sequence_runner([(a2, (0, ~1)), (b2, (~0, 1))])((x, y), made)
-    assert a2.calls == [[x.data_ptr(), made[1].data_ptr()]]
-    assert b2.calls == [[made[0].data_ptr(), y.data_ptr()]]
+    assert a2.calls == [[x.data_ptr(), made[1]]]
+    assert b2.calls == [[made[0], y.data_ptr()]]
     assert len(launched) == 2

@@ -3,6 +3,7 @@
 scratch the launchers declare fresh. On CPU with stand-in launches: the replay launches what the
 launcher would, re-pointed; on a GPU: replayed steps against float64."""
 
+import functools
 import types
 
 import pytest
@@ -210,6 +211,47 @@ def test_a_pointer_a_later_fresh_tensor_took_was_a_temporary():
 
     assert recorded(fresh_first=True) is not None
     assert recorded(fresh_first=False) is None
+
+
+def test_a_replays_scratch_shares_one_allocation_at_aligned_offsets(monkeypatch):
+    """The fresh tensors a call does not return (scratch) share one allocation in a replay,
+    each at a 512-byte-aligned offset past the one before (the caching allocator's alignment:
+    every pointer keeps its address class), apart from each other; the outputs get their own,
+    returned in the launcher's order, and every launch is re-pointed at the call's tensors."""
+    fn, source = _one_kernel()
+    x = torch.randn(10)
+    out_a, out_b = torch.empty(10), torch.empty(())
+    scratch = [torch.empty(3, dtype=torch.float64), torch.empty(200),
+               torch.empty(5, dtype=torch.int32)]
+    with interop.record_launches() as rec:
+        for t in (scratch[0], out_a, scratch[1], out_b, scratch[2]):
+            interop.fresh(t)
+        rec.append(interop.Launch(fn, (1, 1, 1), (32, 1, 1), 0,
+                                  (x.data_ptr(), scratch[0].data_ptr(), scratch[1].data_ptr(),
+                                   out_a.data_ptr()), "QQQQ", source, 0))
+        rec.append(interop.Launch(fn, (1, 1, 1), (32, 1, 1), 0,
+                                  (scratch[1].data_ptr(), scratch[2].data_ptr(),
+                                   out_b.data_ptr()), "QQQ", source, 0))
+    replay = plans._fresh_replay_of(rec, (x,), (out_a, out_b), lambda *a: None)
+    assert replay is not None and len(replay.makers) == 3  # two outputs, one arena
+    made = []
+    monkeypatch.setattr(torch, "empty", lambda *a, **k: made.append((a, k)) or
+                        torch.zeros(*a, dtype=k["dtype"]))
+    seen = []
+    monkeypatch.setattr(interop.THREAD, "ready", False, raising=False)
+    monkeypatch.setattr(interop, "launch", lambda fn, grid, block, args, **kw: seen.append(args))
+    replay.makers = tuple(functools.partial(torch.empty, *p.args, **p.keywords)
+                          for p in replay.makers)
+    x2 = torch.randn(10)
+    a, b = replay.call(None)((x2,), {})
+    assert (a.shape, a.dtype, b.shape) == ((10,), torch.float32, ())
+    arena = made[2]
+    assert arena == ((2048,), {"dtype": torch.uint8, "device": torch.device("cpu")})
+    (x_p, s0, s1, a_p), (s1_again, s2, b_p) = seen
+    assert (x_p, a_p, b_p) == (x2.data_ptr(), a.data_ptr(), b.data_ptr())
+    # in the order made: 24 B in 512, 800 B in 1024, then the 20 B of int32s
+    assert (s1 - s0, s2 - s1, s1_again) == (512, 1024, s1)
+    assert [p for _, p in replay.places] == [0, 0, 512, 0, 1536]
 
 
 def test_a_launcher_that_writes_into_its_inputs_replays_on_them():

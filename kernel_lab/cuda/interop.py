@@ -382,10 +382,11 @@ class PreparedLaunch:
 
 def sequence_runner(steps: list[tuple[PreparedLaunch, tuple[int, ...]]]
                     ) -> Callable[[tuple, list], None]:
-    """``run(tensors, made)``: the prepared launches of one call, in order, each pointer slot
-    taken from ``tensors[k]`` (owner ``k >= 0``) or ``made[j]`` (owner ``~j``). Where every launch
-    may take the driver path (:meth:`PreparedLaunch.__call__`: this thread, no recording, one
-    device) it is one frame for all of them and one stream read; else each launch's own path."""
+    """``run(tensors, fresh)``: the prepared launches of one call, in order, each pointer slot
+    taken from ``tensors[k]`` (owner ``k >= 0``) or ``fresh[j]`` (owner ``~j``: the address of
+    the call's fresh tensor j). Where every launch may take the driver path
+    (:meth:`PreparedLaunch.__call__`: this thread, no recording, one device) it is one frame for
+    all of them and one stream read; else each launch's own path."""
     launches = tuple(p for p, _ in steps)
     direct = tuple((p.words, tuple(zip(p.slots, owners)), p.ptr, p.shape, p.params)
                    for p, owners in steps)
@@ -394,17 +395,17 @@ def sequence_runner(steps: list[tuple[PreparedLaunch, tuple[int, ...]]]
     same = all(p.owner == owner and p.launch.device_index == dev for p in launches)
     ident = threading.get_ident
 
-    def run(tensors: tuple, made: list) -> None:
+    def run(tensors: tuple, fresh: list) -> None:
         if (same and _recorder is None and ident() == owner
                 and not (several and _runtime.getDevice() != dev)):
             stream = _get_raw_stream(dev)
             for words, pairs, ptr, shape, params in direct:
                 for i, w in pairs:
-                    words[i] = (tensors[w] if w >= 0 else made[~w]).data_ptr()
+                    words[i] = tensors[w].data_ptr() if w >= 0 else fresh[~w]
                 _driver.launchKernel(ptr, *shape, stream, params, 0)
             return
         for p, owners in steps:
-            p([(tensors[w] if w >= 0 else made[~w]).data_ptr() for w in owners])
+            p([tensors[w].data_ptr() if w >= 0 else fresh[~w] for w in owners])
 
     return run
 

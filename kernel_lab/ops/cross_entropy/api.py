@@ -31,9 +31,9 @@ class _Fused(torch.autograd.Function):
     @staticmethod
     def forward(ctx, logits, target, weight, step, one, kw):
         # step: the launcher's recorded call for this signature, kw its keywords (_fused_step)
-        out = step((logits, target, weight, one), kw)
+        out = step((logits, target, weight, one), kw)  # (loss, dlogits), in place (loss,)
         in_place = kw["in_place"]
-        loss, dx = out[0], logits if in_place else out[2]
+        loss, dx = out[0], logits if in_place else out[1]
         ctx.dx, ctx.none, ctx.in_place = dx, kw["reduction"] == "none", in_place
         if not in_place:  # for a double backward only
             ctx.save_for_backward(logits, target, weight)
@@ -210,7 +210,7 @@ def _rows_loss(logits, target, weight, ignore_index, reduction, eps, variant, ba
     if ((inplace_backward or DEFAULT_FUSED)
             and _fused_applies(logits, target, weight, variant, backward_variant)):
         kw = {"ignore_index": ignore_index, "reduction": reduction, "eps": eps,
-              "in_place": inplace_backward}
+              "in_place": inplace_backward, "with_lse": False}
         step, one = _fused_step(logits, target, weight, kw)
         if step is not None and (validate == "sync" or logits.shape[1] == 0):
             check_targets(logits, target, ignore_index)  # C = 0: no kernel runs to flag

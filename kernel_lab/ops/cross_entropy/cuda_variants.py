@@ -405,13 +405,15 @@ def dx_like(x: torch.Tensor) -> torch.Tensor:
 
 
 def fused_step(logits, target, weight, one, ignore_index: int, reduction: str, eps: float,
-               in_place: bool, grad_scale: torch.Tensor | None = None):
+               in_place: bool, grad_scale: torch.Tensor | None = None, with_lse: bool = True):
     """The launcher of a training step's forward that writes the gradient (recorded and
     replayed by its plan, :func:`kernel_lab.core.plans.for_launcher`); ``one``: :func:`unit`,
     every row's upstream gradient. Returns (loss, lse) in place (dlogits over the logits, whose
-    columns must be contiguous), else (loss, lse, dlogits) in a fresh buffer (:func:`dx_like`).
-    ``grad_scale`` (direct calls only, :func:`fused_forward`: a plan replays launches, and this
-    is a torch op): a 0-d fp32 factor on every row's gradient, applied to the coefficients."""
+    columns must be contiguous), else (loss, lse, dlogits) in a fresh buffer (:func:`dx_like`);
+    without ``with_lse``, lse is left out (a replay then counts it scratch: one allocation
+    fewer a step). ``grad_scale`` (direct calls only, :func:`fused_forward`: a plan replays
+    launches, and this is a torch op): a 0-d fp32 factor on every row's gradient, applied to
+    the coefficients."""
     x, t, w = _prepare(logits, target, weight)
     coefs = coefficients(t, w, one, x.shape[1], ignore_index, reduction, eps, x.dtype)
     if grad_scale is not None:
@@ -419,7 +421,7 @@ def fused_step(logits, target, weight, one, ignore_index: int, reduction: str, e
     dx = None if in_place else dx_like(x)
     loss, lse = forward(x, t, w, ignore_index, reduction, eps, fused=True, coefs=coefs,
                         dx=dx)
-    return (loss, lse) if dx is None else (loss, lse, dx)
+    return (loss,) + ((lse,) if with_lse else ()) + (() if dx is None else (dx,))
 
 
 def fused_forward(logits, target, weight, ignore_index: int, reduction: str, eps: float,
