@@ -94,9 +94,10 @@ class _FreshReplay:
         made = [specs[j] for j in outputs]
         places = {j: (k, 0) for k, j in enumerate(outputs)}
         scratch = [j for j in range(len(specs)) if j not in places]
-        if len(scratch) == 1:
-            places[scratch[0]] = (len(made), 0)
-            made.append(specs[scratch[0]])
+        if len(scratch) == 1 or len({specs[j][2] for j in scratch}) > 1:  # each its own
+            for j in scratch:
+                places[j] = (len(made), 0)
+                made.append(specs[j])
         elif scratch:
             total = 0
             for j in scratch:
