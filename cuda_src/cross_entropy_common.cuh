@@ -12,6 +12,7 @@
 // Rows are read in aligned 16-byte windows (softmax_common.cuh: any stride, any alignment).
 #pragma once
 
+#include "grid_dependency.cuh"
 #include "row_epilogues.cuh"
 
 namespace klab::ce {

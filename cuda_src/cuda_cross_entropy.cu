@@ -40,6 +40,10 @@
 //   order: the reduced loss, deterministic. O(M), 8 rows' loads in flight a thread. Past
 //   scan_blocks' rows, cross_entropy_reduce_parts<T> first: a block a chunk of rows, its two
 //   sums a part; cross_entropy_reduce then sums the parts (<= 1024).
+// Launched as programmatic dependents (cuda_variants.PROGRAMMATIC_LAUNCH, sm_90): the fused
+//   forwards wait for the coefficients' kernel (grid_dependency_wait) before their first write,
+//   the reductions before their first read; every forward CTA lets the next kernel launch as it
+//   ends (launch_dependents). Without the launch attribute both are no-ops.
 // Accumulates in fp32 (fp64 for double). Preconditions: C < 2^31; any row stride, alignment.
 #include "cross_entropy_common.cuh"
 #include "row_block_slots.cuh"
@@ -108,6 +112,9 @@ __global__ void __launch_bounds__(256, 3)
   const A log_sum = log(st.s);
   const A lse = st.m + log_sum;
 
+  // a programmatic launch (FUSED): the kernel before (the coefficients') has ended before this
+  // writes
+  if constexpr (FUSED) klab::grid_dependency_wait();
   if (threadIdx.x == 0) {
     const A wt = ignored || bad ? A(0) : klab::ce::weight_at(weight, int(t), n);
     // fp32: exact to ulp(lse - x_t); 2-byte rows: lse - x_t, finite for rows near bf16's max
@@ -126,6 +133,7 @@ __global__ void __launch_bounds__(256, 3)
   if constexpr (FUSED)  // p = exp((x - max) - log(sum)) (2-byte rows: exp(x - lse))
     klab::ce::grad_windows<T, true>(dx + r * stride, row, threadIdx.x, nwin, n, h, vec, t,
                                     weight, sizeof(T) == 2 ? lse : st.m, log_sum, coefs + 3 * r);
+  klab::launch_dependents();  // the reduction may launch (it waits for this grid's end)
 }
 
 // Windows a thread of cross_entropy_row holds (16 bytes each: 32 registers).
@@ -222,6 +230,8 @@ __device__ __forceinline__ void ce_row(T* loss_none, Acc<T>* loss_rows, klab::ce
   const A log_sum = log(st.s);
   const A lse = st.m + log_sum;
 
+  // a programmatic launch: the kernel before (the coefficients') has ended before this writes
+  klab::grid_dependency_wait();
   if (writer) {  // as cross_entropy_fwd
     const A wt = ignored || bad ? A(0) : klab::ce::weight_at(weight, int(t), n);
     A loss = (A(1) - A(eps)) * wt * (sizeof(T) == 2 ? lse - xt : (st.m - xt) + log_sum);
@@ -275,6 +285,7 @@ __device__ __forceinline__ void ce_row(T* loss_none, Acc<T>* loss_rows, klab::ce
     }
   }
   if constexpr (CL > 1) klab::cluster_wait();  // peers are done with our `part`
+  klab::launch_dependents();  // the reduction may launch (it waits for this grid's end)
 }
 
 #define KLAB_CE_ROW_ARGS                                                                        \
@@ -321,6 +332,7 @@ __global__ void __launch_bounds__(1024)
                          const Acc<T>* __restrict__ wt, long long rows, int mean) {
   using A = Acc<T>;
   __shared__ A red[32];
+  klab::grid_dependency_wait();  // the forward (or the parts) has ended: a programmatic launch
   A l = A(0), d = A(0);
   klab::ce::scan_pair(loss_rows, wt, 0, rows, l, d);
   l = klab::block_allreduce(l, klab::SumOp{}, A(0), red);
@@ -338,6 +350,7 @@ __global__ void __launch_bounds__(1024)
                                const Acc<T>* __restrict__ wt, long long rows, long long chunk) {
   using A = Acc<T>;
   __shared__ A red[32];
+  klab::grid_dependency_wait();  // the forward has ended: a programmatic launch
   const long long lo = blockIdx.x * chunk, hi = lo + chunk < rows ? lo + chunk : rows;
   A l = A(0), d = A(0);
   klab::ce::scan_pair(loss_rows, wt, lo, hi, l, d);

@@ -53,6 +53,7 @@ __global__ void __launch_bounds__(1024)
   // rows' loads in flight a thread, in row order (fp64: half, or 64 registers spill)
   constexpr int B = sizeof(A) == 8 ? klab::ce::kScanBatch / 2 : klab::ce::kScanBatch;
   __shared__ A red[32];
+  klab::launch_dependents();  // the fused forward may start reading its rows (it waits for us)
   A den = A(0), wsum = A(0);
   if (mean) {
     den = nparts ? (threadIdx.x < nparts ? den_parts[threadIdx.x] : A(0))

@@ -178,9 +178,9 @@ def stand_in_launches(monkeypatch, *modules) -> list:
     seen: list = []
 
     def fake_launch(fn, grid, block, args, *, device_index, shared_mem=0, signature=None,
-                    source=None):
+                    source=None, programmatic=False):
         seen.append(interop.Launch(fn, grid, block, shared_mem, args, signature, source,
-                                   device_index))
+                                   device_index, programmatic))
         if interop.recording():
             interop.current_recording().append(seen[-1])
 

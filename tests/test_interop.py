@@ -144,11 +144,11 @@ def test_a_sequence_of_prepared_launches_is_one_frame_on_the_driver_path(monkeyp
         def __call__(self, pointers):
             self.calls.append(list(pointers))
 
-    def fake(ptr, slots, owner, device=0):
+    def fake(ptr, slots, owner, device=0, ex=None):
         return Prepared(words=(ctypes.c_uint64 * 4)(), slots=slots, ptr=ptr,
                         shape=(ptr, 1, 1, 32, 1, 1, 0), params=ptr * 10, owner=owner,
                         several=False, launch=types.SimpleNamespace(device_index=device),
-                        calls=[])
+                        calls=[], ex=ex)
 
     launched, streams = [], []
 
@@ -176,3 +176,10 @@ def test_a_sequence_of_prepared_launches_is_one_frame_on_the_driver_path(monkeyp
     assert a2.calls == [[x.data_ptr(), made[1]]]
     assert b2.calls == [[made[0], y.data_ptr()]]
     assert len(launched) == 2
+    # a programmatic launch (launch_ex) goes through its own cuLaunchKernelEx, in order
+    ex_calls = []
+    c = fake(33, [0, 1], me, ex=lambda stream, params: ex_calls.append(
+        (stream, params, list(c.words), len(launched))))
+    interop.sequence_runner([(a, (0, ~1)), (c, (~0, 1))])((x, y), made)
+    assert launched[-1][0] == 11 and len(launched) == 3
+    assert ex_calls == [(77, 330, [made[0], y.data_ptr(), 0, 0], 3)]

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from kernel_lab.cuda import jit as _jit
+from kernel_lab.cuda import launch_ex
 
 
 def _identity(out: Any) -> Any:
@@ -116,6 +117,7 @@ class Launch(NamedTuple):
     signature: str | None = None
     source: tuple | None = None
     device_index: int = 0
+    programmatic: bool = False  # a programmatic dependent of the kernel before it (launch_ex)
 
 
 def current_recording() -> Recording | None:
@@ -265,11 +267,15 @@ def launch(
     shared_mem: int = 0,
     signature: str | None = None,
     source: tuple | None = None,
+    programmatic: bool = False,
 ) -> None:
     """Launch kernel ``fn`` (a CuPy ``Function``) on torch's current stream of ``device_index``.
 
     ``source``: (CudaSource, name expression) of ``fn``, kept by :func:`record_launches` so a
-    recorded launch can be replayed (:mod:`kernel_lab.core.plans`).
+    recorded launch can be replayed (:mod:`kernel_lab.core.plans`). ``programmatic`` (sm_90): a
+    programmatic dependent launch of the kernel before it in the stream
+    (:mod:`kernel_lab.cuda.launch_ex`); the kernel must call ``grid_dependency_wait()`` before it
+    reads what that one writes.
     ``args`` must already be typed: tensor pointers as Python ints (sent as 64-bit), scalars as
     numpy scalars (``np.int32``, ``np.float32``); anything else raises ``TypeError``. Or give
     the C types as a ``signature`` (see :func:`pack_args`) and pass plain Python numbers.
@@ -287,15 +293,27 @@ def launch(
     bx, by, bz = (*block, 1, 1)[:3]
     if _recorder is not None:
         _recorder.append(Launch(fn, (gx, gy, gz), (bx, by, bz), shared_mem, args, signature,
-                                source, device_index))
+                                source, device_index, programmatic))
     stream = current_stream_ptr(device_index)
+    ex = (launch_ex.ProgrammaticLaunch(fn.ptr, (gx, gy, gz), (bx, by, bz), shared_mem)
+          if programmatic else None)
     if runtime.getDevice() == device_index:
-        driver.launchKernel(fn.ptr, gx, gy, gz, bx, by, bz, shared_mem, stream, params, 0)
+        _launch_now(driver, ex, fn.ptr, (gx, gy, gz, bx, by, bz, shared_mem), stream, params)
     else:  # a tensor on another GPU: its own device's context, never the current one's
         import cupy
 
         with cupy.cuda.Device(device_index):
-            driver.launchKernel(fn.ptr, gx, gy, gz, bx, by, bz, shared_mem, stream, params, 0)
+            _launch_now(driver, ex, fn.ptr, (gx, gy, gz, bx, by, bz, shared_mem), stream, params)
+
+
+def _launch_now(driver: Any, ex: launch_ex.ProgrammaticLaunch | None, ptr: int, shape: tuple,
+                stream: int, params: int) -> None:
+    """``driver``'s ``cuLaunchKernel``, or ``ex``'s programmatic ``cuLaunchKernelEx`` when
+    given."""
+    if ex is None:
+        driver.launchKernel(ptr, *shape, stream, params, 0)
+    else:
+        ex(stream, params)
 
 
 class PreparedLaunch:
@@ -306,7 +324,7 @@ class PreparedLaunch:
     for a tensor on another GPU it takes :func:`launch`'s path with the full arguments."""
 
     __slots__ = ("launch", "slots", "ptr", "shape", "packer", "params", "words", "owner",
-                 "several")
+                 "several", "ex")
 
     def __init__(self, launch: Launch, slots: list[int]) -> None:
         self.launch, self.slots = launch, slots
@@ -321,6 +339,9 @@ class PreparedLaunch:
         self.owner = (threading.get_ident() if getattr(_thread, "ready", False)
                       and _get_raw_stream is not None else None)
         self.several = torch.cuda.device_count() > 1  # else the current device is the one
+        self.ex = (launch_ex.ProgrammaticLaunch(self.ptr, launch.grid, launch.block,
+                                                launch.shared_mem)
+                   if launch.programmatic else None)
 
     def replayer(self, owners: tuple[int, ...], dense: bool, module: Any, expr: str, fn: Any,
                  fallback: Callable[[tuple, dict], Any]):
@@ -334,7 +355,7 @@ class PreparedLaunch:
         ``kernel_lab.run``'s host time is mostly this."""
         dev = self.launch.device_index
         words, params, ptr, shape, owner = self.words, self.params, self.ptr, self.shape, self.owner
-        several = self.several
+        several, ex = self.several, self.ex
         slots = tuple(self.slots)
         pairs = tuple(zip(slots, owners))
         two = len(slots) == 2 and tuple(owners) == (-1, 0)  # (out, x): the row kernels' case
@@ -356,7 +377,10 @@ class PreparedLaunch:
                 else:
                     for i, w in pairs:
                         words[i] = (out if w < 0 else tensors[w]).data_ptr()
-                _driver.launchKernel(ptr, *shape, _get_raw_stream(dev), params, 0)
+                if ex is None:
+                    _driver.launchKernel(ptr, *shape, _get_raw_stream(dev), params, 0)
+                else:
+                    ex(_get_raw_stream(dev), params)
             else:  # recording, another thread or device: the full path
                 self([(out if w < 0 else tensors[w]).data_ptr() for w in owners])
             return out
@@ -371,13 +395,14 @@ class PreparedLaunch:
             words = self.words
             for i, p in zip(self.slots, pointers):
                 words[i] = p
-            _driver.launchKernel(self.ptr, *self.shape, _get_raw_stream(dev), self.params, 0)
+            _launch_now(_driver, self.ex, self.ptr, self.shape, _get_raw_stream(dev), self.params)
             return
         args = list(rec.args)
         for i, p in zip(self.slots, pointers):
             args[i] = p
         launch(rec.fn, rec.grid, rec.block, tuple(args), device_index=dev,
-               shared_mem=rec.shared_mem, signature=rec.signature, source=rec.source)
+               shared_mem=rec.shared_mem, signature=rec.signature, source=rec.source,
+               programmatic=rec.programmatic)
 
 
 def sequence_runner(steps: list[tuple[PreparedLaunch, tuple[int, ...]]]
@@ -388,7 +413,7 @@ def sequence_runner(steps: list[tuple[PreparedLaunch, tuple[int, ...]]]
     (:meth:`PreparedLaunch.__call__`: this thread, no recording, one device) it is one frame for
     all of them and one stream read; else each launch's own path."""
     launches = tuple(p for p, _ in steps)
-    direct = tuple((p.words, tuple(zip(p.slots, owners)), p.ptr, p.shape, p.params)
+    direct = tuple((p.words, tuple(zip(p.slots, owners)), p.ptr, p.shape, p.params, p.ex)
                    for p, owners in steps)
     owner, dev = launches[0].owner, launches[0].launch.device_index
     several = any(p.several for p in launches)
@@ -399,10 +424,13 @@ def sequence_runner(steps: list[tuple[PreparedLaunch, tuple[int, ...]]]
         if (same and _recorder is None and ident() == owner
                 and not (several and _runtime.getDevice() != dev)):
             stream = _get_raw_stream(dev)
-            for words, pairs, ptr, shape, params in direct:
+            for words, pairs, ptr, shape, params, ex in direct:
                 for i, w in pairs:
                     words[i] = tensors[w].data_ptr() if w >= 0 else fresh[~w]
-                _driver.launchKernel(ptr, *shape, stream, params, 0)
+                if ex is None:
+                    _driver.launchKernel(ptr, *shape, stream, params, 0)
+                else:
+                    ex(stream, params)
             return
         for p, owners in steps:
             p([tensors[w].data_ptr() if w >= 0 else fresh[~w] for w in owners])

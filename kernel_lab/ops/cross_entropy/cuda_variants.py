@@ -91,6 +91,12 @@ ON_CHIP_IN_PLACE = True  # the in-place mode's rows on chip where they fit (Fals
 ROW_MAX_THREADS = 512  # cross_entropy_row's clustered CTAs: at most this many while 8 a row do
 FEW_ROWS_ONE_WAVE = True  # the plain forward's few long rows in one wave (one_wave_threads)
 ON_CHIP_SLOTS = True  # rows past one CTA: registers and shared-memory slots (slots_shape)
+# sm_90: the step's forward launched as a programmatic dependent of the coefficients' kernel (it
+# reads its rows while that one runs, and waits for it before its gradient pass), the
+# reduction of the forward (it launches as the forward's last CTAs end): cuda_src/
+# grid_dependency.cuh, kernel_lab/cuda/launch_ex.py. Not yet timed on a GPU: off until an A/B
+# (bench/loss_step.py --ab PROGRAMMATIC_LAUNCH=True) says it pays.
+PROGRAMMATIC_LAUNCH = False
 
 
 def _windows(n: int, dtype: torch.dtype) -> int:
@@ -213,14 +219,21 @@ def forward_pick(n: int, dtype: torch.dtype, windows: int, cluster: bool, fused:
 
 
 def _launch(src, expr: str, grid, block: int, args: tuple, sig: str, dev: int,
-            shared_mem: int = 0) -> None:
+            shared_mem: int = 0, programmatic: bool = False) -> None:
     """One launch; ``shared_mem`` bytes of dynamic shared memory, the kernel's limit raised
-    first (as :func:`kernel_lab.cuda.sources.launch_rows`)."""
+    first (as :func:`kernel_lab.cuda.sources.launch_rows`); ``programmatic``: a programmatic
+    dependent of the kernel launched before it (:data:`PROGRAMMATIC_LAUNCH`)."""
     fn = src.function(expr, dev)
     if shared_mem:
         jit.set_max_dynamic_shared(fn, shared_mem)
     launch(fn, grid, (block,), args, device_index=dev, signature=sig, source=(src, expr),
-           shared_mem=shared_mem)
+           shared_mem=shared_mem, programmatic=programmatic)
+
+
+def _programmatic(dev: int) -> bool:
+    """Whether this launcher's dependent launches go programmatic on device ``dev``:
+    PROGRAMMATIC_LAUNCH, on sm_90 or later (the arch of the cluster kinds)."""
+    return PROGRAMMATIC_LAUNCH and (archs.assumed_arch() or archs.device_arch(dev)).cluster
 
 
 def _ptr(t: torch.Tensor | None) -> int:
@@ -306,9 +319,12 @@ def forward(logits, target, weight, ignore_index: int, reduction: str, eps: floa
                                     occupancy.copy_bytes_per_ns(dev)) \
             if row_bytes >= STAGGER_MIN_ROW_BYTES else (0, 0)
         args, sig = ((*args, *wave, slots), SLOTS_SIG) if slots else ((*args, *wave), ROW_SIG)
-        _launch(FORWARD, expr, (m * ctas,), threads, args, sig, dev, smem)
     else:
-        _launch(FORWARD, expr, (m * ctas,), threads, args, FWD_SIG, dev)
+        sig, smem = FWD_SIG, 0
+    after_coefs = pdl = _programmatic(dev)
+    if fused and coefs is None:  # the step's own coefficients are launched just before
+        after_coefs = False
+    _launch(FORWARD, expr, (m * ctas,), threads, args, sig, dev, smem, fused and after_coefs)
     if none:
         return loss_none, lse
     loss = fresh(logits.new_empty(()))
@@ -318,11 +334,11 @@ def forward(logits, target, weight, ignore_index: int, reduction: str, eps: floa
                      for _ in range(2))
         _launch(FORWARD, f"cross_entropy_reduce_parts<{ctype(logits.dtype)}>", (blocks,), 1024,
                 (sums[0].data_ptr(), sums[1].data_ptr(), loss_rows.data_ptr(), wt.data_ptr(),
-                 m, cdiv(m, blocks)), REDUCE_PARTS_SIG, dev)
+                 m, cdiv(m, blocks)), REDUCE_PARTS_SIG, dev, programmatic=pdl)
         count = blocks
     _launch(FORWARD, f"cross_entropy_reduce<{ctype(logits.dtype)}>", (1,), 1024,
             (loss.data_ptr(), sums[0].data_ptr(), sums[1].data_ptr(), count,
-             int(reduction == "mean")), REDUCE_SIG, dev)
+             int(reduction == "mean")), REDUCE_SIG, dev, programmatic=pdl and blocks == 1)
     return loss, lse
 
 

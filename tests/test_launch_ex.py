@@ -1,0 +1,114 @@
+"""Programmatic dependent launches (kernel_lab.cuda.launch_ex) on a CPU: the ctypes structures
+lay out as cuda.h's, a launch sets the stream and reports the driver's error by name,
+interop.launch takes that path (and records it) when asked, and cross-entropy's launchers ask
+for it only for a kernel that follows one of their own, with PROGRAMMATIC_LAUNCH, on sm_90."""
+
+import ctypes
+import types
+
+import numpy as np
+import pytest
+import torch
+from test_plans_cross_entropy import stand_in  # noqa: F401 - the fixture
+
+import kernel_lab
+from kernel_lab.cuda import archs, interop, jit, launch_ex
+from kernel_lab.ops.cross_entropy import api
+from kernel_lab.ops.cross_entropy import cuda_variants as cv
+
+
+def test_the_structures_lay_out_as_cuda_h():
+    """CUlaunchAttribute and CUlaunchConfig as gcc lays them out from CUDA 13's cuda.h
+    (sizeof / offsetof), and the attribute's id."""
+    assert (ctypes.sizeof(launch_ex._Attribute), launch_ex._Attribute.value.offset) == (72, 8)
+    assert ctypes.sizeof(launch_ex._Config) == 56
+    assert (launch_ex._Config.stream.offset, launch_ex._Config.attrs.offset,
+            launch_ex._Config.num_attrs.offset) == (32, 40, 48)
+    assert launch_ex.PROGRAMMATIC_STREAM_SERIALIZATION == 6
+
+
+def test_a_programmatic_launch_sets_its_stream_and_names_an_error(monkeypatch):
+    seen = []
+
+    class Driver:
+        @staticmethod
+        def cuLaunchKernelEx(config, fn, params, extra):
+            c = config._obj
+            attr = c.attrs.contents
+            seen.append((list(c.grid), list(c.block), c.shared_mem, c.stream, c.num_attrs,
+                         attr.id, attr.value[0], fn.value, params, extra))
+            return 0 if len(seen) == 1 else 700
+
+        @staticmethod
+        def cuGetErrorName(err, name):
+            name._obj.value = b"CUDA_ERROR_ILLEGAL_ADDRESS"
+            return 0
+
+    monkeypatch.setattr(launch_ex, "_driver_lib", Driver)
+    go = launch_ex.ProgrammaticLaunch(0x1234, (5, 2, 1), (256, 1, 1), 4096)
+    go(0x77, 0x9000)
+    assert seen == [([5, 2, 1], [256, 1, 1], 4096, 0x77, 1, 6, 1, 0x1234, 0x9000, None)]
+    with pytest.raises(RuntimeError, match="CUDA_ERROR_ILLEGAL_ADDRESS"):
+        go(0x78, 0x9000)
+    assert seen[1][3] == 0x78
+
+
+def test_interop_launch_takes_the_programmatic_path_when_asked(monkeypatch):
+    """launch(programmatic=True): cuLaunchKernelEx (not cuLaunchKernel), recorded as such; a
+    prepared replay of that launch builds its own."""
+    plain, ex = [], []
+
+    class Driver:
+        @staticmethod
+        def launchKernel(*args):
+            plain.append(args)
+
+    class Runtime:
+        getDevice = staticmethod(lambda: 0)
+        setDevice = staticmethod(lambda _: None)
+
+    class Programmatic:
+        def __init__(self, ptr, grid, block, shared_mem):
+            self.shape = (ptr, grid, block, shared_mem)
+
+        def __call__(self, stream, params):
+            ex.append((self.shape, stream))
+
+    fn = types.SimpleNamespace(ptr=42)
+    monkeypatch.setattr(interop.THREAD, "ready", False, raising=False)
+    monkeypatch.setattr(interop, "_cuda_api", lambda: (Driver, Runtime))
+    monkeypatch.setattr(interop, "current_stream_ptr", lambda dev: 5)
+    monkeypatch.setattr(launch_ex, "ProgrammaticLaunch", Programmatic)
+    monkeypatch.setitem(jit._names, id(fn), "k")
+    with interop.record_launches() as rec:
+        interop.launch(fn, (3,), (64,), (0, np.int32(1)), device_index=0)
+        interop.launch(fn, (3,), (64,), (0, np.int32(1)), device_index=0, programmatic=True)
+    assert len(plain) == 1 and ex == [((42, (3, 1, 1), (64, 1, 1), 0), 5)]
+    assert [r.programmatic for r in rec] == [False, True]
+    assert interop.PreparedLaunch(rec[1], [0]).ex.shape == (42, (3, 1, 1), (64, 1, 1), 0)
+    assert interop.PreparedLaunch(rec[0], [0]).ex is None
+
+
+@pytest.mark.parametrize("switch, arch, expect", [
+    (False, "sm_90", False), (True, "sm_90", True), (True, "sm_80", False)])
+def test_the_step_launches_its_forward_and_reduction_programmatic(stand_in, monkeypatch,  # noqa: F811
+                                                                   switch, arch, expect):
+    """The fused step: the coefficients' kernel as usual (it follows the caller's work), the
+    forward and the reduction as programmatic dependents of the kernel before them, with
+    PROGRAMMATIC_LAUNCH on sm_90; the plain forward's reduction too."""
+    monkeypatch.setattr(cv, "PROGRAMMATIC_LAUNCH", switch)
+    monkeypatch.setattr(cv, "unit", lambda device, dtype: torch.ones((), dtype=dtype))
+    monkeypatch.setattr(api, "_fused_applies", lambda *a: True)
+    t = torch.randint(0, 4000, (6,))
+    x = torch.randn(6, 4000, dtype=torch.bfloat16, requires_grad=True)
+    with archs.as_if_on(archs.ARCHS[arch]):
+        kernel_lab.cross_entropy(x, t).backward()
+        step = [(la.source[1].split("<")[0], la.programmatic) for la in stand_in.launches]
+        del stand_in.launches[:]
+        cv.cuda_cross_entropy(x.detach(), t)
+        plain = [(la.source[1].split("<")[0], la.programmatic) for la in stand_in.launches]
+    assert step[0] == ("cross_entropy_coefs", False)
+    assert step[1][0].startswith("cross_entropy_row") and step[1][1] == expect
+    assert step[2] == ("cross_entropy_reduce", expect)
+    assert step[3] == ("cross_entropy_scale", False)  # after autograd's fill: not ours
+    assert plain == [("cross_entropy_fwd", False), ("cross_entropy_reduce", expect)]
