@@ -33,7 +33,7 @@ class _Fused(torch.autograd.Function):
         # step: the launcher's recorded call for this signature, kw its keywords (_fused_step)
         out = step((logits, target, weight, one), kw)  # (loss, dlogits), in place (loss,)
         in_place = kw["in_place"]
-        loss, dx = out[0], logits if in_place else out[1]
+        loss, dx = out[0], logits if in_place else out[-1]
         ctx.dx, ctx.none, ctx.in_place = dx, kw["reduction"] == "none", in_place
         if not in_place:  # for a double backward only
             ctx.save_for_backward(logits, target, weight)
