@@ -219,6 +219,9 @@ def test_a_replays_scratch_shares_one_allocation_at_aligned_offsets(monkeypatch)
     every pointer keeps its address class), apart from each other; the outputs get their own,
     returned in the launcher's order, and every launch is re-pointed at the call's tensors."""
     fn, source = _one_kernel()
+    # before the replay is prepared: its launches then take launch()'s path (a thread that
+    # launched real kernels is ready)
+    monkeypatch.setattr(interop.THREAD, "ready", False, raising=False)
     x = torch.randn(10)
     out_a, out_b = torch.empty(10), torch.empty(())
     scratch = [torch.empty(3, dtype=torch.float64), torch.empty(200),
@@ -238,7 +241,6 @@ def test_a_replays_scratch_shares_one_allocation_at_aligned_offsets(monkeypatch)
     monkeypatch.setattr(torch, "empty", lambda *a, **k: made.append((a, k)) or
                         torch.zeros(*a, dtype=k["dtype"]))
     seen = []
-    monkeypatch.setattr(interop.THREAD, "ready", False, raising=False)
     monkeypatch.setattr(interop, "launch", lambda fn, grid, block, args, **kw: seen.append(args))
     replay.makers = tuple(functools.partial(torch.empty, *p.args, **p.keywords)
                           for p in replay.makers)
