@@ -3,7 +3,6 @@
 scratch the launchers declare fresh. On CPU with stand-in launches: the replay launches what the
 launcher would, re-pointed; on a GPU: replayed steps against float64."""
 
-import functools
 import types
 
 import pytest
@@ -222,38 +221,41 @@ def test_a_replays_scratch_shares_one_allocation_at_aligned_offsets(monkeypatch)
     # before the replay is prepared: its launches then take launch()'s path (a thread that
     # launched real kernels is ready)
     monkeypatch.setattr(interop.THREAD, "ready", False, raising=False)
-    x = torch.randn(10)
-    out_a, out_b = torch.empty(10), torch.empty(())
-    scratch = [torch.empty(3, dtype=torch.float64), torch.empty(200),
-               torch.empty(5, dtype=torch.int32)]
-    with interop.record_launches() as rec:
-        for t in (scratch[0], out_a, scratch[1], out_b, scratch[2]):
-            interop.fresh(t)
-        rec.append(interop.Launch(fn, (1, 1, 1), (32, 1, 1), 0,
-                                  (x.data_ptr(), scratch[0].data_ptr(), scratch[1].data_ptr(),
-                                   out_a.data_ptr()), "QQQQ", source, 0))
-        rec.append(interop.Launch(fn, (1, 1, 1), (32, 1, 1), 0,
-                                  (scratch[1].data_ptr(), scratch[2].data_ptr(),
-                                   out_b.data_ptr()), "QQQ", source, 0))
-    replay = plans._fresh_replay_of(rec, (x,), (out_a, out_b), lambda *a: None)
-    assert replay is not None and len(replay.makers) == 3  # two outputs, one arena
-    made = []
+    made, seen = [], []
+    real_empty = torch.empty
     monkeypatch.setattr(torch, "empty", lambda *a, **k: made.append((a, k)) or
-                        torch.zeros(*a, dtype=k["dtype"]))
-    seen = []
+                        real_empty(*a, dtype=k["dtype"]))
+
+    def launcher(x):  # two outputs and three scratch tensors, made in this order
+        s0, out_a, s1 = (interop.fresh(torch.empty(shape, dtype=dt, device=x.device))
+                         for shape, dt in (((3,), torch.float64), ((10,), torch.float32),
+                                           ((200,), torch.float32)))
+        out_b, s2 = (interop.fresh(torch.empty(shape, dtype=dt, device=x.device))
+                     for shape, dt in (((), torch.float32), ((5,), torch.int32)))
+        rec = interop.current_recording()
+        for args, sig in (((x, s0, s1, out_a), "QQQQ"), ((s1, s2, out_b), "QQQ")):
+            launch = interop.Launch(fn, (1, 1, 1), (32, 1, 1), 0,
+                                    tuple(t.data_ptr() for t in args), sig, source, 0)
+            if rec is None:
+                seen.append(launch.args)
+            else:
+                rec.append(launch)
+        return out_a, out_b
+
+    call = plans.ReplayingCall(launcher)
+    call((torch.randn(10),), {})  # recorded
+    assert call.replay is not None and len(call.replay.makers) == 3  # two outputs, one arena
+    del made[:]
     monkeypatch.setattr(interop, "launch", lambda fn, grid, block, args, **kw: seen.append(args))
-    replay.makers = tuple(functools.partial(torch.empty, *p.args, **p.keywords)
-                          for p in replay.makers)
     x2 = torch.randn(10)
-    a, b = replay.call(None)((x2,), {})
+    a, b = call((x2,), {})  # replayed
     assert (a.shape, a.dtype, b.shape) == ((10,), torch.float32, ())
-    arena = made[2]
-    assert arena == ((2048,), {"dtype": torch.uint8, "device": torch.device("cpu")})
+    assert made[2] == ((2048,), {"dtype": torch.uint8, "device": torch.device("cpu")})
     (x_p, s0, s1, a_p), (s1_again, s2, b_p) = seen
     assert (x_p, a_p, b_p) == (x2.data_ptr(), a.data_ptr(), b.data_ptr())
     # in the order made: 24 B in 512, 800 B in 1024, then the 20 B of int32s
     assert (s1 - s0, s2 - s1, s1_again) == (512, 1024, s1)
-    assert [p for _, p in replay.places] == [0, 0, 512, 0, 1536]
+    assert [p for _, p in call.replay.places] == [0, 0, 512, 0, 1536]
 
 
 def test_a_launcher_that_writes_into_its_inputs_replays_on_them():

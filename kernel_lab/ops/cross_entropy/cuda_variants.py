@@ -231,11 +231,6 @@ def _launch(src, expr: str, grid, block: int, args: tuple, sig: str, dev: int,
            shared_mem=shared_mem, programmatic=programmatic)
 
 
-def _programmatic(dev: int) -> bool:
-    """Whether this launcher's dependent launches go programmatic on device ``dev``:
-    PROGRAMMATIC_LAUNCH, on sm_90 or later (the arch of the cluster kinds)."""
-    return PROGRAMMATIC_LAUNCH and (archs.assumed_arch() or archs.device_arch(dev)).cluster
-
 
 def _ptr(t: torch.Tensor | None) -> int:
     return 0 if t is None else t.data_ptr()
@@ -302,9 +297,11 @@ def forward(logits, target, weight, ignore_index: int, reduction: str, eps: floa
     flags = deferred.flags_or_none(logits.device)
     if flags is None:  # a capture before any eager call: a replay would never flag
         refuse_replay()
+    sm90 = (archs.assumed_arch() or archs.device_arch(dev)).cluster  # clusters and PDL
+    pdl = PROGRAMMATIC_LAUNCH and sm90  # the launches after one of this call's own kernels
     cluster, windows, lines = False, 0, 0  # asked only in place: the plain forward is a block
     if fused:
-        cluster = (archs.assumed_arch() or archs.device_arch(dev)).cluster
+        cluster = sm90
         windows, lines = row_windows(logits), line_windows(logits)
     expr, ctas, threads, slots = forward_pick(n, logits.dtype, windows, cluster, fused, lines)
     if not fused:  # a block a row: fewer threads where that puts every row in one wave
@@ -322,10 +319,8 @@ def forward(logits, target, weight, ignore_index: int, reduction: str, eps: floa
         args, sig = ((*args, *wave, slots), SLOTS_SIG) if slots else ((*args, *wave), ROW_SIG)
     else:
         sig, smem = FWD_SIG, 0
-    after_coefs = pdl = _programmatic(dev)
-    if fused and coefs is None:  # the step's own coefficients are launched just before
-        after_coefs = False
-    _launch(FORWARD, expr, (m * ctas,), threads, args, sig, dev, smem, fused and after_coefs)
+    # fused: the step's coefficients were launched just before (fused_step)
+    _launch(FORWARD, expr, (m * ctas,), threads, args, sig, dev, smem, fused and pdl)
     if none:
         return loss_none, lse
     loss = fresh(logits.new_empty(()))
