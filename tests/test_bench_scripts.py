@@ -335,9 +335,12 @@ def test_overhead_step_gaps_print_every_step_and_the_floor_on_a_stand_in(monkeyp
     for r in got.values():
         assert r["wall_us"] > 0 and 0 < r["forward_us"] <= r["host_us"]
         assert r["gap_us"] == pytest.approx(r["wall_us"] - r["kernels_us"])
+        assert r["loop_us"] > 0
+        assert r["loop_gap_us"] == pytest.approx(r["loop_us"] - r["kernels_us"])
     overhead.print_step_gaps("no peer imported")
     lines = capsys.readouterr().out.splitlines()[1:]
     assert [ln.split()[3] for ln in lines] == ["kernel_lab.cross_entropy", "F.cross_entropy",
                                                "no-kernel"]
     assert "on F.cross_entropy's gap)" in lines[0] and ("ok" in lines[0] or "OVER" in lines[0])
-    assert all("(forward " in ln for ln in lines)
+    assert all("(forward " in ln and "; loop " in ln for ln in lines)
+    assert lines[0].rstrip().endswith(("ok", "OVER"))  # the loop's gap marked too
