@@ -3,8 +3,9 @@ between them, and whether a lower layer ever calls up into a higher one.
 
     python bench/call_path.py            # on a GPU: run("online_softmax"), the drop-ins, a CE step
 
-For each call (cold: its first call in the process; warm: one after three more, as calls in a
-loop run between the once-a-millisecond re-stats of a kernel's files), a profile hook records
+For each call (cold: its first call in the process; warm: the fewest files of five traced after
+three more, as calls in a loop run between the once-a-millisecond re-stats of a kernel's files,
+with how many crossed more), a profile hook records
 every Python call whose code lives in kernel_lab/ (or triton_src/); it prints the files in the
 order first entered, the number of moves between files, and every "climb": a call from a file
 of a lower layer into a higher one (API -> drop-in glue -> plan / pick -> variant -> launch ->
@@ -88,15 +89,28 @@ def trace(fn) -> tuple[list[str], int, list[tuple[str, str]]]:
     return files, moves, sorted(set(climbs))
 
 
+WARM_CALLS = 5  # warm calls traced: the path of most of them is the steady state's
+
+
 def report(label: str, fn) -> None:
-    for phase in ("cold", "warm"):
-        if phase == "warm":  # the steady state: a replay re-stats its kernel's files once a
-            for _ in range(3):  # millisecond (cuda/jit.py), due right after a cold call
-                fn()
-        files, moves, climbs = trace(fn)
-        print(f"{label} [{phase}]: {len(files)} files, {moves} moves: {' > '.join(files)}")
-        for a, b in climbs:
-            print(f"    climb: {a} -> {b}")
+    """The cold call's path, then the warm one's: of :data:`WARM_CALLS` traced calls after three
+    more, the one crossing the fewest files (a replay re-stats its kernel's files once a
+    millisecond, in cuda/jit.py: a slow call, a CE step on a slow host, meets that often),
+    with how many crossed more and which; climbs of any traced call."""
+    files, moves, climbs = trace(fn)
+    print(f"{label} [cold]: {len(files)} files, {moves} moves: {' > '.join(files)}")
+    for a, b in climbs:
+        print(f"    climb: {a} -> {b}")
+    for _ in range(3):
+        fn()
+    traced = [trace(fn) for _ in range(WARM_CALLS)]
+    files, moves, _ = min(traced, key=lambda r: (len(r[0]), r[1]))
+    more = [r[0] for r in traced if len(r[0]) > len(files)]
+    extra = sorted({f for other in more for f in other if f not in files})
+    print(f"{label} [warm]: {len(files)} files, {moves} moves: {' > '.join(files)}"
+          + (f" ({len(more)} of {WARM_CALLS} crossed more: + {', '.join(extra)})" if more else ""))
+    for a, b in sorted({c for r in traced for c in r[2]}):
+        print(f"    climb: {a} -> {b}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -176,10 +176,25 @@ def test_a_sequence_of_prepared_launches_is_one_frame_on_the_driver_path(monkeyp
     assert a2.calls == [[x.data_ptr(), made[1]]]
     assert b2.calls == [[made[0], y.data_ptr()]]
     assert len(launched) == 2
-    # a programmatic launch (launch_ex) goes through its own cuLaunchKernelEx, in order
-    ex_calls = []
-    c = fake(33, [0, 1], me, ex=lambda stream, params: ex_calls.append(
-        (stream, params, list(c.words), len(launched))))
-    interop.sequence_runner([(a, (0, ~1)), (c, (~0, 1))])((x, y), made)
+    # a programmatic launch (launch_ex) goes through its own cuLaunchKernelEx, in order: its
+    # configuration's stream set, its bound C call made; a driver error raised by name
+    ex_calls, codes = [], [0, 700]
+
+    class Programmatic:
+        config = types.SimpleNamespace(stream=None)
+
+        def starter(self):
+            return lambda params, extra: ex_calls.append(
+                (self.config.stream, params, extra, list(c.words), len(launched))) or codes.pop(0)
+
+        @staticmethod
+        def fail(err):
+            raise RuntimeError(f"failed {err}")
+
+    c = fake(33, [0, 1], me, ex=Programmatic())
+    run = interop.sequence_runner([(a, (0, ~1)), (c, (~0, 1))])
+    run((x, y), made)
     assert launched[-1][0] == 11 and len(launched) == 3
-    assert ex_calls == [(77, 330, [made[0], y.data_ptr(), 0, 0], 3)]
+    assert ex_calls == [(77, 330, None, [made[0], y.data_ptr(), 0, 0], 3)]
+    with pytest.raises(RuntimeError, match="failed 700"):
+        run((x, y), made)

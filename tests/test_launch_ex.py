@@ -4,6 +4,7 @@ interop.launch takes that path (and records it) when asked, and cross-entropy's 
 for it only for a kernel that follows one of their own, with PROGRAMMATIC_LAUNCH, on sm_90."""
 
 import ctypes
+import sys
 import types
 
 import numpy as np
@@ -86,6 +87,49 @@ def test_interop_launch_takes_the_programmatic_path_when_asked(monkeypatch):
     assert [r.programmatic for r in rec] == [False, True]
     assert interop.PreparedLaunch(rec[1], [0]).ex.shape == (42, (3, 1, 1), (64, 1, 1), 0)
     assert interop.PreparedLaunch(rec[0], [0]).ex is None
+
+
+def test_a_replayed_programmatic_launch_is_one_c_call(monkeypatch):
+    """On the driver path a prepared programmatic launch sets its configuration's stream and
+    makes the bound cuLaunchKernelEx call itself: no Python frame of launch_ex.py (a warm
+    cross-entropy step crosses no more files than before the programmatic launches)."""
+    seen = []
+
+    class Lib:
+        @staticmethod
+        def cuLaunchKernelEx(config, fn, params, extra):
+            seen.append((config._obj.stream, fn.value, params, extra))
+            return 0
+
+    class Driver:
+        launchKernel = staticmethod(lambda *a: None)
+
+    class Runtime:
+        getDevice = staticmethod(lambda: 0)
+        setDevice = staticmethod(lambda _: None)
+
+    fn = types.SimpleNamespace(ptr=42)
+    monkeypatch.setattr(launch_ex, "_driver_lib", Lib)
+    monkeypatch.setattr(interop.THREAD, "ready", False, raising=False)  # restored after
+    monkeypatch.setattr(interop, "_cuda_api", lambda: (Driver, Runtime))
+    monkeypatch.setattr(interop, "current_stream_ptr", lambda dev: 5)
+    monkeypatch.setattr(interop, "_driver", Driver)
+    monkeypatch.setattr(interop, "_runtime", Runtime)
+    monkeypatch.setattr(interop, "_get_raw_stream", lambda dev: 77)
+    with interop.record_launches() as rec:
+        interop.launch(fn, (3,), (64,), (0, np.int32(1)), device_index=0, programmatic=True)
+    assert seen == [(5, 42, seen[0][2], None)]  # launch()'s own path
+    prepared = interop.PreparedLaunch(rec[0], [0])
+    run = interop.sequence_runner([(prepared, (0,))])
+    entered = []
+    sys.setprofile(lambda frame, event, arg: event == "call"
+                   and entered.append(frame.f_code.co_filename))
+    try:
+        run((torch.zeros(2),), [])
+    finally:
+        sys.setprofile(None)
+    assert seen[1] == (77, 42, prepared.params, None)
+    assert entered and launch_ex.__file__ not in entered
 
 
 @pytest.mark.parametrize("switch, arch, expect", [

@@ -356,6 +356,9 @@ class PreparedLaunch:
         dev = self.launch.device_index
         words, params, ptr, shape, owner = self.words, self.params, self.ptr, self.shape, self.owner
         several, ex = self.several, self.ex
+        # the programmatic launch's C call, bound once (the driver path only: an owner)
+        start = ex.starter() if ex is not None and owner is not None else None
+        config = ex.config if ex is not None else None
         slots = tuple(self.slots)
         pairs = tuple(zip(slots, owners))
         two = len(slots) == 2 and tuple(owners) == (-1, 0)  # (out, x): the row kernels' case
@@ -380,7 +383,10 @@ class PreparedLaunch:
                 if ex is None:
                     _driver.launchKernel(ptr, *shape, _get_raw_stream(dev), params, 0)
                 else:
-                    ex(_get_raw_stream(dev), params)
+                    config.stream = _get_raw_stream(dev)
+                    err = start(params, None)
+                    if err:
+                        ex.fail(err)
             else:  # recording, another thread or device: the full path
                 self([(out if w < 0 else tensors[w]).data_ptr() for w in owners])
             return out
@@ -413,9 +419,12 @@ def sequence_runner(steps: list[tuple[PreparedLaunch, tuple[int, ...]]]
     (:meth:`PreparedLaunch.__call__`: this thread, no recording, one device) it is one frame for
     all of them and one stream read; else each launch's own path."""
     launches = tuple(p for p, _ in steps)
-    direct = tuple((p.words, tuple(zip(p.slots, owners)), p.ptr, p.shape, p.params, p.ex)
-                   for p, owners in steps)
     owner, dev = launches[0].owner, launches[0].launch.device_index
+    # a programmatic launch's C call bound once (PreparedLaunch.replayer), where the driver
+    # path may run (an owner)
+    direct = tuple((p.words, tuple(zip(p.slots, owners)), p.ptr, p.shape, p.params, p.ex,
+                    p.ex.starter() if p.ex is not None and owner is not None else None)
+                   for p, owners in steps)
     several = any(p.several for p in launches)
     same = all(p.owner == owner and p.launch.device_index == dev for p in launches)
     ident = threading.get_ident
@@ -424,13 +433,16 @@ def sequence_runner(steps: list[tuple[PreparedLaunch, tuple[int, ...]]]
         if (same and _recorder is None and ident() == owner
                 and not (several and _runtime.getDevice() != dev)):
             stream = _get_raw_stream(dev)
-            for words, pairs, ptr, shape, params, ex in direct:
+            for words, pairs, ptr, shape, params, ex, start in direct:
                 for i, w in pairs:
                     words[i] = tensors[w].data_ptr() if w >= 0 else fresh[~w]
                 if ex is None:
                     _driver.launchKernel(ptr, *shape, stream, params, 0)
                 else:
-                    ex(stream, params)
+                    ex.config.stream = stream
+                    err = start(params, None)
+                    if err:
+                        ex.fail(err)
             return
         for p, owners in steps:
             p([tensors[w].data_ptr() if w >= 0 else fresh[~w] for w in owners])

@@ -5,11 +5,13 @@ whose ``grid_dependency_wait()`` a dependent calls before it reads what that ker
 
 CuPy binds ``cuLaunchKernel`` only: this binds the driver's ``cuLaunchKernelEx`` through ctypes.
 A :class:`ProgrammaticLaunch` builds its launch configuration once; a call sets the stream and
-launches (one ctypes call). Captured into a CUDA graph as a programmatic edge."""
+launches (one ctypes call; a replay's hot path calls :meth:`ProgrammaticLaunch.starter`'s
+function itself: no Python frame). Captured into a CUDA graph as a programmatic edge."""
 
 from __future__ import annotations
 
 import ctypes
+import functools
 
 PROGRAMMATIC_STREAM_SERIALIZATION = 6  # CUlaunchAttributeID (cuda.h)
 
@@ -49,7 +51,7 @@ class ProgrammaticLaunch:
     :func:`kernel_lab.cuda.interop.pack_args`), launched as a programmatic dependent of the
     kernel before it in ``stream``."""
 
-    __slots__ = ("attribute", "config", "fn")
+    __slots__ = ("attribute", "config", "fn", "_start")
 
     def __init__(self, fn_ptr: int, grid: tuple[int, int, int], block: tuple[int, int, int],
                  shared_mem: int) -> None:
@@ -58,12 +60,26 @@ class ProgrammaticLaunch:
         self.config = _Config((ctypes.c_uint * 3)(*grid), (ctypes.c_uint * 3)(*block),
                               shared_mem, None, ctypes.pointer(self.attribute), 1)
         self.fn = ctypes.c_void_p(fn_ptr)
+        self._start = None
+
+    def starter(self):
+        """``start(params, None)``: ``cuLaunchKernelEx`` with this configuration and kernel bound
+        (a C call: no Python frame), launching on ``config.stream`` as last set; it returns
+        the driver's error code (:meth:`fail` raises it by name)."""
+        if self._start is None:  # libcuda loaded on first use (never on a CPU-only machine)
+            self._start = functools.partial(_lib().cuLaunchKernelEx,
+                                            ctypes.byref(self.config), self.fn)
+        return self._start
 
     def __call__(self, stream: int, params: int) -> None:
         self.config.stream = stream
-        err = _lib().cuLaunchKernelEx(ctypes.byref(self.config), self.fn, params, None)
+        err = self.starter()(params, None)
         if err:
-            name = ctypes.c_char_p()
-            _lib().cuGetErrorName(err, ctypes.byref(name))
-            raise RuntimeError(f"cuLaunchKernelEx failed: {(name.value or b'?').decode()} "
-                               f"({err})")
+            self.fail(err)
+
+    @staticmethod
+    def fail(err: int) -> None:
+        """Raise the driver's error ``err`` (non-zero) by its name."""
+        name = ctypes.c_char_p()
+        _lib().cuGetErrorName(err, ctypes.byref(name))
+        raise RuntimeError(f"cuLaunchKernelEx failed: {(name.value or b'?').decode()} ({err})")
