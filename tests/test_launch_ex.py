@@ -54,6 +54,35 @@ def test_a_programmatic_launch_sets_its_stream_and_names_an_error(monkeypatch):
     assert seen[1][3] == 0x78
 
 
+def test_the_bound_call_passes_the_configuration_as_a_c_function_reads_it(monkeypatch):
+    """starter()'s bound call through real ctypes conversions (a C function pointer with
+    cuLaunchKernelEx's prototype, calling back into Python): the one bound reference to the
+    configuration is reused call after call, and the driver reads the stream last set."""
+    seen = []
+    proto = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(launch_ex._Config), ctypes.c_void_p,
+                             ctypes.c_void_p, ctypes.c_void_p)
+
+    def driver(config, fn, params, extra):
+        c = config.contents
+        seen.append((c.stream, list(c.grid), c.shared_mem, c.attrs.contents.id, fn, params,
+                     extra))
+        return 0 if len(seen) < 3 else 700
+
+    fake = types.SimpleNamespace(cuLaunchKernelEx=proto(driver),
+                                 cuGetErrorName=lambda err, name: 0)
+    monkeypatch.setattr(launch_ex, "_driver_lib", fake)
+    go = launch_ex.ProgrammaticLaunch(0x1234, (5, 2, 1), (256, 1, 1), 4096)
+    start = go.starter()
+    assert go.starter() is start
+    for stream in (0x70, 0x71):
+        go.config.stream = stream
+        assert start(0x9000, None) == 0
+    assert seen == [(s, [5, 2, 1], 4096, 6, 0x1234, 0x9000, None) for s in (0x70, 0x71)]
+    with pytest.raises(RuntimeError, match=r"cuLaunchKernelEx failed: \? \(700\)"):
+        go(0x72, 0x9000)
+    assert seen[-1][0] == 0x72
+
+
 def test_interop_launch_takes_the_programmatic_path_when_asked(monkeypatch):
     """launch(programmatic=True): cuLaunchKernelEx (not cuLaunchKernel), recorded as such; a
     prepared replay of that launch builds its own."""
