@@ -148,7 +148,7 @@ def test_a_sequence_of_prepared_launches_is_one_frame_on_the_driver_path(monkeyp
         return Prepared(words=(ctypes.c_uint64 * 4)(), slots=slots, ptr=ptr,
                         shape=(ptr, 1, 1, 32, 1, 1, 0), params=ptr * 10, owner=owner,
                         several=False, launch=types.SimpleNamespace(device_index=device),
-                        calls=[], ex=ex)
+                        calls=[], ex=ex, start=None if ex is None else ex.starter())
 
     launched, streams = [], []
 
@@ -187,10 +187,10 @@ def test_a_sequence_of_prepared_launches_is_one_frame_on_the_driver_path(monkeyp
             return lambda params, extra: ex_calls.append(
                 (self.config.stream, params, extra, list(c.words), len(launched))) or codes.pop(0)
 
-        @staticmethod
-        def fail(err):
-            raise RuntimeError(f"failed {err}")
+    def raise_error(err):
+        raise RuntimeError(f"failed {err}")
 
+    monkeypatch.setattr(interop.launch_ex, "raise_error", raise_error)
     c = fake(33, [0, 1], me, ex=Programmatic())
     run = interop.sequence_runner([(a, (0, ~1)), (c, (~0, 1))])
     run((x, y), made)

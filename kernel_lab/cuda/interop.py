@@ -324,7 +324,7 @@ class PreparedLaunch:
     for a tensor on another GPU it takes :func:`launch`'s path with the full arguments."""
 
     __slots__ = ("launch", "slots", "ptr", "shape", "packer", "params", "words", "owner",
-                 "several", "ex")
+                 "several", "ex", "start")
 
     def __init__(self, launch: Launch, slots: list[int]) -> None:
         self.launch, self.slots = launch, slots
@@ -342,6 +342,8 @@ class PreparedLaunch:
         self.ex = (launch_ex.ProgrammaticLaunch(self.ptr, launch.grid, launch.block,
                                                 launch.shared_mem)
                    if launch.programmatic else None)
+        # its bound cuLaunchKernelEx call, for the driver path (an owner) of the hot replays
+        self.start = self.ex.starter() if self.ex is not None and self.owner is not None else None
 
     def replayer(self, owners: tuple[int, ...], dense: bool, module: Any, expr: str, fn: Any,
                  fallback: Callable[[tuple, dict], Any]):
@@ -355,9 +357,7 @@ class PreparedLaunch:
         ``kernel_lab.run``'s host time is mostly this."""
         dev = self.launch.device_index
         words, params, ptr, shape, owner = self.words, self.params, self.ptr, self.shape, self.owner
-        several, ex = self.several, self.ex
-        # the programmatic launch's C call, bound once (the driver path only: an owner)
-        start = ex.starter() if ex is not None and owner is not None else None
+        several, ex, start = self.several, self.ex, self.start
         config = ex.config if ex is not None else None
         slots = tuple(self.slots)
         pairs = tuple(zip(slots, owners))
@@ -382,11 +382,11 @@ class PreparedLaunch:
                         words[i] = (out if w < 0 else tensors[w]).data_ptr()
                 if ex is None:
                     _driver.launchKernel(ptr, *shape, _get_raw_stream(dev), params, 0)
-                else:
+                else:  # programmatic: the bound cuLaunchKernelEx, its stream set in place
                     config.stream = _get_raw_stream(dev)
                     err = start(params, None)
                     if err:
-                        ex.fail(err)
+                        launch_ex.raise_error(err)
             else:  # recording, another thread or device: the full path
                 self([(out if w < 0 else tensors[w]).data_ptr() for w in owners])
             return out
@@ -420,11 +420,8 @@ def sequence_runner(steps: list[tuple[PreparedLaunch, tuple[int, ...]]]
     all of them and one stream read; else each launch's own path."""
     launches = tuple(p for p, _ in steps)
     owner, dev = launches[0].owner, launches[0].launch.device_index
-    # a programmatic launch's C call bound once (PreparedLaunch.replayer), where the driver
-    # path may run (an owner)
-    direct = tuple((p.words, tuple(zip(p.slots, owners)), p.ptr, p.shape, p.params, p.ex,
-                    p.ex.starter() if p.ex is not None and owner is not None else None)
-                   for p, owners in steps)
+    direct = tuple((p.words, tuple(zip(p.slots, owners)), p.ptr, p.shape, p.params,
+                    None if p.ex is None else p.ex.config, p.start) for p, owners in steps)
     several = any(p.several for p in launches)
     same = all(p.owner == owner and p.launch.device_index == dev for p in launches)
     ident = threading.get_ident
@@ -433,16 +430,16 @@ def sequence_runner(steps: list[tuple[PreparedLaunch, tuple[int, ...]]]
         if (same and _recorder is None and ident() == owner
                 and not (several and _runtime.getDevice() != dev)):
             stream = _get_raw_stream(dev)
-            for words, pairs, ptr, shape, params, ex, start in direct:
+            for words, pairs, ptr, shape, params, config, start in direct:
                 for i, w in pairs:
                     words[i] = tensors[w].data_ptr() if w >= 0 else fresh[~w]
-                if ex is None:
+                if config is None:
                     _driver.launchKernel(ptr, *shape, stream, params, 0)
-                else:
-                    ex.config.stream = stream
+                else:  # programmatic (PreparedLaunch.replayer's branch)
+                    config.stream = stream
                     err = start(params, None)
                     if err:
-                        ex.fail(err)
+                        launch_ex.raise_error(err)
             return
         for p, owners in steps:
             p([tensors[w].data_ptr() if w >= 0 else fresh[~w] for w in owners])

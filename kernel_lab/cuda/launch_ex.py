@@ -65,7 +65,7 @@ class ProgrammaticLaunch:
     def starter(self):
         """``start(params, None)``: ``cuLaunchKernelEx`` with this configuration and kernel bound
         (a C call: no Python frame), launching on ``config.stream`` as last set; it returns
-        the driver's error code (:meth:`fail` raises it by name)."""
+        the driver's error code (:func:`raise_error` raises it by name)."""
         if self._start is None:  # libcuda loaded on first use (never on a CPU-only machine)
             self._start = functools.partial(_lib().cuLaunchKernelEx,
                                             ctypes.byref(self.config), self.fn)
@@ -75,11 +75,11 @@ class ProgrammaticLaunch:
         self.config.stream = stream
         err = self.starter()(params, None)
         if err:
-            self.fail(err)
+            raise_error(err)
 
-    @staticmethod
-    def fail(err: int) -> None:
-        """Raise the driver's error ``err`` (non-zero) by its name."""
-        name = ctypes.c_char_p()
-        _lib().cuGetErrorName(err, ctypes.byref(name))
-        raise RuntimeError(f"cuLaunchKernelEx failed: {(name.value or b'?').decode()} ({err})")
+
+def raise_error(err: int) -> None:
+    """Raise the driver's error ``err`` (non-zero) of a ``cuLaunchKernelEx`` by its name."""
+    name = ctypes.c_char_p()
+    _lib().cuGetErrorName(err, ctypes.byref(name))
+    raise RuntimeError(f"cuLaunchKernelEx failed: {(name.value or b'?').decode()} ({err})")

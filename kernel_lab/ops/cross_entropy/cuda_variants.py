@@ -231,7 +231,6 @@ def _launch(src, expr: str, grid, block: int, args: tuple, sig: str, dev: int,
            shared_mem=shared_mem, programmatic=programmatic)
 
 
-
 def _ptr(t: torch.Tensor | None) -> int:
     return 0 if t is None else t.data_ptr()
 
