@@ -104,18 +104,27 @@ def test_interop_launch_takes_the_programmatic_path_when_asked(monkeypatch):
         def __call__(self, stream, params):
             ex.append((self.shape, stream))
 
+        def starter(self):  # the bound cuLaunchKernelEx call of the driver path's replays
+            return lambda params, extra: 0
+
     fn = types.SimpleNamespace(ptr=42)
     monkeypatch.setattr(interop.THREAD, "ready", False, raising=False)
     monkeypatch.setattr(interop, "_cuda_api", lambda: (Driver, Runtime))
     monkeypatch.setattr(interop, "current_stream_ptr", lambda dev: 5)
+    # torch's raw stream getter, as a CUDA build has it: the prepared launches take the driver
+    # path a GPU machine's thread takes (a CPU-only build has none, and would never)
+    monkeypatch.setattr(interop, "_get_raw_stream", lambda dev: 5)
     monkeypatch.setattr(launch_ex, "ProgrammaticLaunch", Programmatic)
     with interop.record_launches() as rec:
         interop.launch(fn, (3,), (64,), (0, np.int32(1)), device_index=0)
         interop.launch(fn, (3,), (64,), (0, np.int32(1)), device_index=0, programmatic=True)
     assert len(plain) == 1 and ex == [((42, (3, 1, 1), (64, 1, 1), 0), 5)]
     assert [r.programmatic for r in rec] == [False, True]
-    assert interop.PreparedLaunch(rec[1], [0]).ex.shape == (42, (3, 1, 1), (64, 1, 1), 0)
+    prepared = interop.PreparedLaunch(rec[1], [0])
+    assert prepared.ex.shape == (42, (3, 1, 1), (64, 1, 1), 0)
+    assert prepared.start(0, None) == 0  # its bound call, for the driver path's replays
     assert interop.PreparedLaunch(rec[0], [0]).ex is None
+    assert interop.PreparedLaunch(rec[0], [0]).start is None
 
 
 def test_a_replayed_programmatic_launch_is_one_c_call(monkeypatch):
