@@ -40,7 +40,11 @@ ROW_CLUSTERS = (1, 4, 8)
 # step: 40000 / 50257 / 65536 classes 386 / 385 / 386 us vs 438 / 427 / 392 on one CTA of 640-1024
 SLOTS_PAST = 512
 SLOT_CLUSTERS = (2, 4, 8)  # cross_entropy_row_cluster_slots: CTAs a row
-SLOT_THREADS, MAX_SLOTS = 512, 12  # its CTAs: two an SM, <= 96 KB of slots each
+# Its CTAs: two an SM, <= 96 KB of slots each. Not one an SM with more CTAs' worth of slots,
+# though fewer clusters a row fit the rows in fewer waves: H100, bf16 in place, from a CUDA
+# graph (bench/loss_step.py --ab MAX_SLOTS=24), 2 CTAs of 24 slots a row against 4 of 8 at
+# 256 / 512 / 1024 rows of 262144: 129 / 232 / 431 us against 114 / 206 / 389.
+SLOT_THREADS, MAX_SLOTS = 512, 12
 
 
 def _row_expr(t: str, cl: int) -> str:
