@@ -13,14 +13,13 @@ from typing import NamedTuple
 import torch
 
 from kernel_lab.cuda.archs import Arch
-from kernel_lab.cuda.rowkernels.forward_config import (
-    TUNED_ARCH,
+from kernel_lab.cuda.rowkernels.forward_config import TUNED_ARCH, vec_config
+from kernel_lab.cuda.rowkernels.geometry import (
     cluster_shape,
     line_windows,
     max_cluster,
     round32,
     runs_on,
-    vec_config,
 )
 from kernel_lab.cuda.rowkernels.kinds import BACKWARD_KINDS, BackwardKind
 from kernel_lab.cuda.sources import cdiv, vec_width

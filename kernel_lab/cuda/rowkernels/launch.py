@@ -24,18 +24,20 @@ from kernel_lab.cuda.rowkernels.backward_config import (
     backward_config,
 )
 from kernel_lab.cuda.rowkernels.forward_config import (
-    LINE_BYTES,
     MAX_CTA_SHARED,
     TUNED_ARCH,
     FastConfig,
-    NoShapeForArch,
     chunks_fit,
     config_windows,
     fast_softmax_config,
-    line_windows,
     row_chunks,
-    vector_windows,
     wide_config,
+)
+from kernel_lab.cuda.rowkernels.geometry import (
+    LINE_BYTES,
+    NoShapeForArch,
+    line_windows,
+    vector_windows,
 )
 from kernel_lab.cuda.sources import cdiv, ctype, device_index, launch_rows, same_vector_phase
 

@@ -34,6 +34,7 @@ import torch
 from kernel_lab.cuda.archs import Arch
 from kernel_lab.cuda.rowkernels import backward_config as bc
 from kernel_lab.cuda.rowkernels import forward_config as fc
+from kernel_lab.cuda.rowkernels import geometry
 from kernel_lab.cuda.sources import ALL_DTYPES, cdiv, ctype, vec_width
 
 DENSE_N = 4096  # every row length up to here
@@ -49,7 +50,7 @@ BACKWARD_FLAGS = ((True, True), (False, True), (False, False))
 @functools.cache
 def row_lengths(dtype: torch.dtype) -> tuple[int, ...]:
     """The row lengths whose configs stand for every N (see the module's docstring)."""
-    w, line = vec_width(dtype), fc.LINE_BYTES // dtype.itemsize
+    w, line = vec_width(dtype), geometry.LINE_BYTES // dtype.itemsize
     ns = set(range(1, DENSE_N + 1))
     q = DENSE_N // w
     while q * w <= LAST_N + w:
@@ -71,7 +72,7 @@ def forward_configs(n: int, dtype: torch.dtype, arch: Arch = fc.TUNED_ARCH) -> s
             continue
         out.add(cfg)
         if cfg.kind_of.grid == "chunks" and arch.cluster:  # too few resident CTAs: wide
-            out.add(fc.wide_config(fc.vector_windows(n, dtype), arch=arch))
+            out.add(fc.wide_config(geometry.vector_windows(n, dtype), arch=arch))
     return out
 
 
